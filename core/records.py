@@ -1,0 +1,233 @@
+"""What the engine hands to its faces: immutable records, ready to show or to dump as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .states import State
+
+
+@dataclass(slots=True, frozen=True)
+class TriggerInfo:
+    id: int
+    session: int
+    kind: str
+    spec: dict[str, Any]
+    armed: bool
+    last_fired: float | None
+    fired: int
+    pending: bool
+
+    @property
+    def label(self) -> str:
+        """A short human form: ``watch src/**``, ``cron 0 9 1 * *``, ``every 5m``, ``after 3``."""
+        spec = self.spec
+        match self.kind:
+            case "watch":
+                return "watch " + " ".join(spec["paths"])
+            case "cron":
+                return f"cron {spec['expr']}"
+            case "every":
+                return f"every {spec['text']}"
+            case "after":
+                return f"after {spec['session']}"
+            case _:
+                return self.kind
+
+
+@dataclass(slots=True, frozen=True)
+class SessionInfo:
+    """One row of the process table: everything ``ps`` shows, no message read."""
+
+    id: int
+    uuid: str
+    name: str
+    agent: str
+    goal: str
+    state: State
+    reason: str | None
+    priority: int
+    parent: int | None
+    fork_seq: int
+    merged_into: int | None
+    runner: str
+    context_window: int
+    context_tokens: int
+    messages: int
+    length: int
+    created: float
+    last_active: float
+    armed: bool
+    timeout: float | None
+    cwd: str
+    rev: int
+    triggers: tuple[TriggerInfo, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = str(self.state)
+        data["triggers"] = [
+            {"id": t.id, "kind": t.kind, "spec": t.spec, "armed": t.armed, "last_fired": t.last_fired,
+             "fired": t.fired, "pending": t.pending}
+            for t in self.triggers
+        ]
+        return data
+
+
+@dataclass(slots=True, frozen=True)
+class Message:
+    """A row of a session's history (its own or an ancestor's, for a fork)."""
+
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    author: str
+    pinned: bool
+    created: float
+    meta: dict[str, Any] | None = None
+
+    @property
+    def protected(self) -> bool:
+        """Never archived by compress: pinned messages and system messages."""
+        return self.pinned or self.role == "system"
+
+
+@dataclass(slots=True, frozen=True)
+class ContextItem:
+    """An entry of the active context: a message, or the summary standing for a fold."""
+
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    author: str = "user"
+    pinned: bool = False
+    fold: int | None = None
+    folded: int = 0
+    meta: dict[str, Any] | None = None
+
+    @property
+    def protected(self) -> bool:
+        return self.fold is None and (self.pinned or self.role == "system")
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"seq": self.seq, "role": self.role, "content": self.content, "tokens": self.tokens,
+                                "author": self.author}
+        if self.pinned:
+            data["pinned"] = True
+        if self.fold is not None:
+            data["summary_of"] = {"fold": self.fold, "messages": self.folded}
+        if self.meta:
+            data["meta"] = self.meta
+        return data
+
+
+@dataclass(slots=True, frozen=True)
+class Fold:
+    """A compressed range of the active context (``lo``..``hi`` in history positions)."""
+
+    id: int
+    lo: int
+    hi: int
+    summary: str
+    summary_tokens: int
+    archived_count: int
+    archived_tokens: int
+    created: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True, frozen=True)
+class Resource:
+    id: int
+    kind: str
+    uri: str
+    mode: str
+
+
+@dataclass(slots=True, frozen=True)
+class Checkpoint:
+    id: int
+    name: str
+    seq: int
+    created: float
+
+
+@dataclass(slots=True, frozen=True)
+class JournalEntry:
+    id: int
+    ts: float
+    actor: str
+    call: str
+    session: int | None
+    other: int | None
+    args: dict[str, Any]
+    outcome: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True, frozen=True)
+class RunInfo:
+    id: int
+    session: int
+    cause: dict[str, Any]
+    started: float
+    ended: float | None
+    outcome: str | None
+    exit_code: int | None
+    pid: int | None
+    tokens_in: int
+    tokens_out: int
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True, frozen=True)
+class SessionDetail:
+    """Everything ``show`` prints about one session."""
+
+    info: SessionInfo
+    system: str
+    memory: dict[str, Any]
+    resources: tuple[Resource, ...]
+    context: tuple[ContextItem, ...]
+    folds: tuple[Fold, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    tokenizer: str
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.info.to_json()
+        data.update(
+            system=self.system,
+            memory=self.memory,
+            resources=[asdict(r) for r in self.resources],
+            context=[c.to_json() for c in self.context],
+            folds=[f.to_json() for f in self.folds],
+            checkpoints=[asdict(c) for c in self.checkpoints],
+            tokenizer=self.tokenizer,
+        )
+        return data
+
+
+@dataclass(slots=True, frozen=True)
+class MergeResult:
+    source: int
+    target: int
+    base: int | None
+    messages: int
+    memory_changed: tuple[str, ...]
+    resources_added: int
+    resolved: dict[str, Any] = field(default_factory=dict)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

@@ -1,0 +1,267 @@
+"""The workspace file: one SQLite database, opened safely, changed only in transactions.
+
+``Store`` owns one aiosqlite connection. Every change goes through ``tx()``, a
+``BEGIN IMMEDIATE`` transaction that either commits whole or rolls back whole; reads that
+need a consistent view of several tables use ``snapshot()``. Calls on one ``Store`` are
+serialised by an asyncio lock, so coroutines sharing it never interleave statements of two
+transactions. Other processes are kept out by SQLite's own locks: a writer waits up to
+``BUSY_TIMEOUT_MS`` and then gets ``StoreBusy`` with a plain message.
+
+Opening never modifies a file that is not a Procession workspace: the header is checked
+before SQLite touches it, and a workspace from a newer Procession is refused before any
+pragma or migration writes to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from . import schema, tokens
+from .errors import StoreBusy, WorkspaceError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 10_000
+Clock = Callable[[], float]
+
+
+def default_path() -> Path:
+    """``$PROCESSION_DB``, else ``workspace.db`` in the platform's user data folder."""
+    env = os.environ.get("PROCESSION_DB")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("procession")) / "workspace.db"
+
+
+def _check_file(path: Path) -> bool:
+    """Refuse anything that is not an SQLite file; return whether the file exists."""
+    if path.is_dir():
+        raise WorkspaceError(f"{path} is a folder, not a workspace file")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        raise WorkspaceError(f"{path} cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise WorkspaceError(f"{path} cannot be read: {exc.strerror}") from None
+    if head and head != SQLITE_MAGIC:
+        raise WorkspaceError(f"{path} is not a Procession workspace (not an SQLite database)")
+    return bool(head)
+
+
+def _create_file(path: Path) -> None:
+    """Make an empty workspace file readable by its owner only, before SQLite opens it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create {path}: {exc.strerror}") from None
+
+
+def translate(exc: sqlite3.Error, path: Path) -> Exception:
+    """Turn SQLite's failures into one-line errors a user can act on."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreBusy(
+            f"the workspace {path} stayed locked by another process for over"
+            f" {BUSY_TIMEOUT_MS // 1000} s; nothing was changed, try again"
+        )
+    if "disk is full" in text or "disk I/O error" in text:
+        return WorkspaceError(f"cannot write {path}: the disk is full or failing; nothing was changed")
+    if "readonly" in text or "read-only" in text:
+        return WorkspaceError(f"{path} is read-only; nothing was changed")
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return WorkspaceError(f"{path} is damaged or not a workspace ({text})")
+    if "unable to open" in text:
+        return WorkspaceError(f"cannot open {path}")
+    return exc
+
+
+class Tx:
+    """One open transaction: statements, the journal row, and change stamps."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.now = store.clock()
+        self._rev: int | None = None
+
+    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
+        return await self.conn.execute(sql, params)
+
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        await self.conn.executemany(sql, rows)
+
+    async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        return list(await self.conn.execute_fetchall(sql, params))
+
+    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
+        rows = await self.conn.execute_fetchall(sql, params)
+        return rows[0] if rows else None
+
+    async def value(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        row = await self.one(sql, params)
+        return None if row is None else row[0]
+
+    async def rev(self) -> int:
+        """The change stamp of this transaction; sessions it touches carry it in ``rev``.
+
+        The monitor asks for ``rev > last seen`` to redraw only changed rows.
+        """
+        if self._rev is None:
+            self._rev = await self.value(
+                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'rev' RETURNING value"
+            )
+        return int(self._rev)
+
+    async def touch(self, *sids: int) -> None:
+        """Mark sessions changed (and active now) so that watchers see them."""
+        rev = await self.rev()
+        await self.many(
+            "UPDATE sessions SET rev = ?, last_active = ? WHERE id = ?", [(rev, self.now, s) for s in sids]
+        )
+
+    async def journal(
+        self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
+    ) -> None:
+        await self.execute(
+            "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str)),
+        )
+
+
+class Store:
+    """An open workspace. Create with ``await Store.open(path)``; close with ``close()``."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, meta: dict[str, str]) -> None:
+        self.conn = conn
+        self.path = path
+        self.clock = clock
+        self.meta = meta
+        self.tokenizer, self.count_tokens = tokens.counter(meta.get("tokenizer", tokens.ESTIMATOR))
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path | str | None = None, *, clock: Clock = time.time, create: bool = True) -> Store:
+        path = Path(path).expanduser() if path is not None else default_path()
+        exists = _check_file(path)
+        if not exists:
+            if not create:
+                raise WorkspaceError(f"no workspace at {path}")
+            _create_file(path)
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise translate(exc, path) from None
+        conn.row_factory = sqlite3.Row
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = (await (await conn.execute("PRAGMA user_version")).fetchone())[0]
+            if version > schema.VERSION:
+                raise WorkspaceError(
+                    f"{path} was made by a newer Procession (schema {version}; this one knows up to"
+                    f" {schema.VERSION}); upgrade procession to open it"
+                )
+            await conn.execute("PRAGMA foreign_keys = ON")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            mode = (await (await conn.execute("PRAGMA journal_mode")).fetchone())[0]
+            if mode != "wal":
+                await conn.execute("PRAGMA journal_mode = WAL")
+            if version < schema.VERSION:
+                await cls._migrate(conn)
+            meta = {r[0]: r[1] for r in await conn.execute_fetchall("SELECT key, value FROM meta")}
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc, path) from None
+            raise
+        return cls(conn, path, clock, meta)
+
+    @staticmethod
+    async def _migrate(conn: aiosqlite.Connection) -> None:
+        """Apply the missing migrations, one transaction each; safe against a racing opener."""
+        for number, script in enumerate(schema.MIGRATIONS, start=1):
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = (await (await conn.execute("PRAGMA user_version")).fetchone())[0]
+                if current < number:
+                    for statement in _statements(script):
+                        await conn.execute(statement)
+                    if number == 1:
+                        await conn.executemany(
+                            "INSERT INTO meta (key, value) VALUES (?, ?)",
+                            [
+                                ("uuid", str(uuid.uuid4())),
+                                ("created", repr(time.time())),
+                                ("tokenizer", tokens.choose()),
+                                ("rev", "0"),
+                            ],
+                        )
+                    await conn.execute(f"PRAGMA user_version = {number}")
+                await conn.execute("COMMIT")
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    @asynccontextmanager
+    async def tx(self) -> AsyncIterator[Tx]:
+        """A write transaction: all of it commits, or none of it does."""
+        async with self._lock:
+            try:
+                await self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            tx = Tx(self)
+            try:
+                yield tx
+                await self.conn.execute("COMMIT")
+            except BaseException as exc:
+                if self.conn.in_transaction:
+                    await self.conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise translate(exc, self.path) from None
+                raise
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Tx]:
+        """A read transaction: every query inside sees the same committed state."""
+        async with self._lock:
+            try:
+                await self.conn.execute("BEGIN")
+                yield Tx(self)
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            finally:
+                if self.conn.in_transaction:
+                    await self.conn.execute("COMMIT")
+
+    async def data_version(self) -> int:
+        """Changes when another connection commits: a cheap "something changed" signal."""
+        async with self._lock:
+            row = await (await self.conn.execute("PRAGMA data_version")).fetchone()
+        return int(row[0])
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (ours contain no semicolons inside literals)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
