@@ -1,0 +1,60 @@
+"""Shared fixtures: real workspace files in a temporary folder, a fixed clock, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from procession import Workspace
+
+
+class Clock:
+    """A clock the test moves by hand: timestamps in the store are predictable."""
+
+    def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01 00:00:00 UTC
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ws.db"
+
+
+@pytest.fixture
+async def ws(db: Path) -> AsyncIterator[Workspace]:
+    workspace = await Workspace.open(db, clock=Clock())
+    yield workspace
+    await workspace.close()
+
+
+class Cli:
+    """Runs ``procession`` as a user would: a real process, on the test's workspace."""
+
+    def __init__(self, db: Path, cwd: Path) -> None:
+        self.db, self.cwd = db, cwd
+
+    def __call__(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PROCESSION_DB": str(self.db)}
+        proc = subprocess.run([sys.executable, "-m", "procession", *args], capture_output=True, text=True,
+                              input=input, env=env, cwd=self.cwd, timeout=60)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"procession {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> object:
+        return json.loads(self(*args, "--json").stdout)
+
+
+@pytest.fixture
+def cli(db: Path, tmp_path: Path) -> Iterator[Cli]:
+    yield Cli(db, tmp_path)
