@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from dataclasses import asdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,7 +22,9 @@ from typing import Any
 from . import humanize, runners, triggers
 from .errors import InvalidArgument, MergeConflict, ProcessionError
 from .merge import MISSING, Resolution, canonical
+from .ledger import Ledger
 from .records import SessionInfo
+from .states import State
 from .workspace import DEFAULT_KEEP_LAST, DEFAULT_WINDOW, Workspace
 
 PROG = "procession"
@@ -64,17 +67,19 @@ def trigger_summary(info: SessionInfo) -> str:
 
 
 def ps_table(rows: Sequence[SessionInfo]) -> str:
-    header = ("SID", "AGENT", "NAME", "S", "PRI", "CONTEXT", "MSGS", "TRIGGERS", "ACTIVE", "RUNNER")
+    header = ("SID", "AGENT", "NAME", "S", "PRI", "CONTEXT", "MSGS", "TRIGGERS", "ACTIVE", "CPU%", "RSS", "RUNNER")
     table = [header]
     for s in rows:
         pct = 100 * s.context_tokens / s.context_window if s.context_window else 0
         table.append((
             str(s.id), one_line(s.agent, 12), one_line(s.name, 28), s.state.letter, str(s.priority),
             f"{humanize.count(s.context_tokens)}/{humanize.count(s.context_window)} {pct:3.0f}%",
-            str(s.messages), trigger_summary(s), humanize.age(s.last_active), one_line(s.runner, 28),
+            str(s.messages), trigger_summary(s), humanize.age(s.last_active),
+            "-" if s.cpu is None else f"{s.cpu:.0f}", "-" if s.rss is None else humanize.size(s.rss),
+            one_line(s.runner, 28),
         ))
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    right = {0, 4, 6}
+    right = {0, 4, 6, 9, 10}
     return "\n".join(
         "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
         for r in table
@@ -359,6 +364,91 @@ def lifecycle(call: str) -> Callable[[Workspace, argparse.Namespace], Any]:
     return run
 
 
+async def cmd_activate(ws: Workspace, args: argparse.Namespace) -> int:
+    status = await lifecycle("activate")(ws, args)
+    queued = [sid for sid in args.sids if (await ws.info(sid)).state is State.READY]
+    if not queued:
+        return status
+    holder = await Ledger(ws.store).holder()
+    if holder is not None:
+        return status
+    if not args.now:
+        print(f"{PROG}: no engine runs on this workspace: the run waits in the queue; start one with"
+              f" `{PROG} run`, or use `activate --now`", file=sys.stderr)
+        return status
+    before = {sid: (await ws.info(sid)).length for sid in queued}
+    await run_until_idle(ws, set(queued))
+    report = []
+    for sid in queued:
+        run = (await ws.runs(sid, limit=1))[-1]
+        new = await ws.history(sid, before[sid])
+        report.append({"id": sid, "run": run.id, "outcome": run.outcome, "error": run.error,
+                       "messages": [{"seq": m.seq, "role": m.role, "content": m.content} for m in new]})
+        if not args.json:
+            print(f"{sid}: run {run.id} {run.outcome}" + (f": {run.error}" if run.error else ""))
+            for m in new:
+                print(f"  [{m.seq}] {m.role}: {safe(m.content)}")
+    if args.json:
+        emit(args, report, "")
+    return status if all(r["outcome"] == "ok" for r in report) else 1
+
+
+async def run_until_idle(ws: Workspace, sids: set[int]) -> None:
+    """A foreground engine for these sessions only, until none of them is queued or running."""
+    from .engine import Engine
+
+    engine = Engine(ws.path, slots=max(1, len(sids)), only=sids, triggers=False)
+    stop = asyncio.Event()
+    await engine.start()
+    serving = asyncio.ensure_future(engine.serve(stop))
+    try:
+        while not serving.done():
+            states = [(await ws.info(sid)).state for sid in sids]
+            if all(s not in (State.READY, State.RUNNING) for s in states):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await serving
+
+
+async def cmd_run(ws: Workspace, args: argparse.Namespace) -> int:
+    """The engine in the foreground, without a monitor; logs to stderr."""
+    import logging
+    import signal
+
+    from .engine import Engine
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s: %(message)s")
+    engine = Engine(ws.path, slots=args.slots, grace=args.grace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await engine.serve(stop)
+    return 0
+
+
+async def cmd_runs(ws: Workspace, args: argparse.Namespace) -> int:
+    runs = await ws.runs(args.sid, args.limit)
+
+    def table() -> str:
+        lines = [f"{'RUN':>5} {'SID':>4}  {'OUTCOME':<11} {'STARTED':<19} {'TIME':>7} {'EXIT':>4} {'PID':>7}"
+                 f" {'TOKENS':>9}  CAUSE"]
+        for r in runs:
+            took = f"{(r.ended or time.time()) - r.started:.1f}s"
+            cause = ",".join(c.get("kind", "?") for c in r.cause)
+            lines.append(f"{r.id:>5} {r.session:>4}  {r.outcome or 'running':<11} {humanize.clock(r.started):<19}"
+                         f" {took:>7} {'-' if r.exit_code is None else r.exit_code:>4} {r.pid or '-':>7}"
+                         f" {r.tokens_in + r.tokens_out:>9}  {cause}"
+                         + (f"\n        {one_line(r.error, 100)}" if r.error else ""))
+        return "\n".join(lines)
+
+    emit(args, [r.to_json() for r in runs], table)
+    return 0
+
+
 async def cmd_migrate(ws: Workspace, args: argparse.Namespace) -> int:
     out = await ws.migrate(args.sid, args.runner, window=args.window, compress=args.compress)
     emit(args, out, f"session {args.sid} now runs on {out['runner']} (window {out['window']},"
@@ -513,7 +603,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("expand", cmd_expand, "undo the newest compress exactly")
     p.add_argument("sid", type=sid_type)
 
-    for call, text in (("activate", "queue a run"), ("suspend", "freeze (SIGSTOP a running step)"),
+    p = add("activate", cmd_activate, "queue a run (the engine starts it when a slot is free)")
+    p.add_argument("sids", type=sid_type, nargs="+", metavar="SID")
+    p.add_argument("--now", action="store_true", help="with no engine running, run it here in the foreground")
+
+    for call, text in (("suspend", "freeze (SIGSTOP a running step)"),
                        ("resume", "thaw a suspended session"), ("interrupt", "stop the current step, keep its output"),
                        ("cancel", "terminate (kills a running step, keeps history)")):
         p = add(call, lifecycle(call), text)
@@ -554,6 +648,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("approve", cmd_approve, "arm a loaded session's runner and triggers")
     p.add_argument("sid", type=sid_type)
+
+    p = add("run", cmd_run, "run the engine in the foreground (no monitor); logs to stderr")
+    p.add_argument("--slots", type=int, default=2, help="how many steps may run at once")
+    p.add_argument("--grace", type=float, default=2.0, help="seconds between SIGINT, SIGTERM and SIGKILL")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+    p = add("runs", cmd_runs, "runs: cause, start, outcome, exit status, pid, tokens")
+    p.add_argument("sid", type=sid_type, nargs="?")
+    p.add_argument("-n", "--limit", type=int, default=50)
 
     p = add("log", cmd_log, "the journal of system calls")
     p.add_argument("sid", type=sid_type, nargs="?")

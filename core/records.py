@@ -64,6 +64,10 @@ class SessionInfo:
     cwd: str
     rev: int
     triggers: tuple[TriggerInfo, ...] = ()
+    pid: int | None = None
+    cpu: float | None = None
+    rss: int | None = None
+    run_started: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

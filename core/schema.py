@@ -144,7 +144,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         outcome     TEXT,
         exit_code   INTEGER,
         pid         INTEGER,
+        proc_start  REAL,
         engine      TEXT,
+        cpu         REAL,
+        rss         INTEGER,
         tokens_in   INTEGER NOT NULL DEFAULT 0,
         tokens_out  INTEGER NOT NULL DEFAULT 0,
         error       TEXT

@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import sqlite3
+from stat import S_ISREG
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -30,7 +31,6 @@ import aiosqlite
 from . import schema, tokens
 from .errors import StoreBusy, WorkspaceError
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 10_000
 Clock = Callable[[], float]
 
@@ -46,21 +46,23 @@ def default_path() -> Path:
 
 
 def _check_file(path: Path) -> bool:
-    """Refuse anything that is not an SQLite file; return whether the file exists."""
-    if path.is_dir():
-        raise WorkspaceError(f"{path} is a folder, not a workspace file")
+    """Refuse a folder; return whether the file exists.
+
+    The file itself is never opened here: on POSIX, closing *any* descriptor of a file drops
+    every lock this process holds on it, so reading the header while another connection of
+    this process (the monitor's engine, say) has the workspace open would silently break
+    SQLite's locking. SQLite recognises a file that is not a database on its first read,
+    without writing to it.
+    """
     try:
-        with path.open("rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
+        st = path.stat()
     except FileNotFoundError:
         return False
-    except PermissionError:
-        raise WorkspaceError(f"{path} cannot be read (permission denied)") from None
     except OSError as exc:
         raise WorkspaceError(f"{path} cannot be read: {exc.strerror}") from None
-    if head and head != SQLITE_MAGIC:
-        raise WorkspaceError(f"{path} is not a Procession workspace (not an SQLite database)")
-    return bool(head)
+    if not S_ISREG(st.st_mode):
+        raise WorkspaceError(f"{path} is not a workspace file")
+    return True
 
 
 def _create_file(path: Path) -> None:
@@ -87,8 +89,10 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
         return WorkspaceError(f"cannot write {path}: the disk is full or failing; nothing was changed")
     if "readonly" in text or "read-only" in text:
         return WorkspaceError(f"{path} is read-only; nothing was changed")
-    if "not a database" in text or "malformed" in text or "corrupt" in text:
-        return WorkspaceError(f"{path} is damaged or not a workspace ({text})")
+    if "not a database" in text:
+        return WorkspaceError(f"{path} is not a Procession workspace (not an SQLite database)")
+    if "malformed" in text or "corrupt" in text:
+        return WorkspaceError(f"{path} is damaged ({text})")
     if "unable to open" in text:
         return WorkspaceError(f"cannot open {path}")
     return exc

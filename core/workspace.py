@@ -21,7 +21,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from . import history, limits, runners, snapshot, states, triggers
+from . import history, limits, runners, snapshot, states, triggers, watch
 from .errors import (
     ContextTooLarge,
     IllegalTransition,
@@ -52,6 +52,8 @@ from .summarise import summarise
 
 DEFAULT_WINDOW = 128_000
 DEFAULT_KEEP_LAST = 8
+#: Causes a queued session remembers; older ones are dropped as newer ones arrive.
+MAX_CAUSES = 20
 CHUNK = 10_000
 Progress = Callable[[int, int], None]
 
@@ -59,10 +61,15 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _SESSION_SELECT = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
+_PS_SELECT = (
+    "SELECT s.*, a.name AS agent, r.pid AS run_pid, r.cpu AS run_cpu, r.rss AS run_rss, r.started AS run_started"
+    " FROM sessions s JOIN agents a ON a.id = s.agent_id"
+    " LEFT JOIN runs r ON r.session_id = s.id AND r.ended IS NULL"
+)
 
 
 def syscall(
-    call: str, *, session: str = "sid", other: str | None = None
+    call: str, *, session: str | None = "sid", other: str | None = None
 ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
     """Make a method one atomic, journaled system call.
 
@@ -81,8 +88,8 @@ def syscall(
             async with self.store.tx() as tx:
                 result = await fn(self, tx, *args, **kwargs)
                 named = arguments | {"result": result}
-                await tx.journal(self.actor, call, named.get(session), _journal_args(arguments), _plain(result),
-                                 named.get(other) if other else None)
+                await tx.journal(self.actor, call, named.get(session) if session else None,
+                                 _journal_args(arguments), _plain(result), named.get(other) if other else None)
             return result
 
         method.call = call  # type: ignore[attr-defined]
@@ -96,6 +103,8 @@ def _journal_args(arguments: dict[str, Any]) -> dict[str, Any]:
     for key, value in arguments.items():
         if callable(value):
             continue
+        if hasattr(value, "journal"):
+            value = value.journal()
         if isinstance(value, str) and len(value) > 200:
             value = f"{value[:200]}… ({len(value)} chars)"
         elif isinstance(value, (list, tuple)) and len(value) > 20:
@@ -128,6 +137,7 @@ def _info(row: Any, trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
         context_window=row["window"], context_tokens=row["context_tokens"], messages=row["context_count"],
         length=row["length"], created=row["created"], last_active=row["last_active"], armed=bool(row["armed"]),
         timeout=row["timeout"], cwd=row["cwd"], rev=row["rev"], triggers=tuple(trigs),
+        pid=row["run_pid"], cpu=row["run_cpu"], rss=row["run_rss"], run_started=row["run_started"],
     )
 
 
@@ -162,7 +172,7 @@ class Workspace:
 
     def as_actor(self, actor: str) -> Workspace:
         """The same open workspace, journaling its calls under another actor."""
-        return Workspace(self.store, actor)
+        return type(self)(self.store, actor)
 
     @property
     def path(self) -> Path:
@@ -176,6 +186,12 @@ class Workspace:
 
     async def _row(self, tx: Tx, sid: int) -> Any:
         row = await tx.one(f"{_SESSION_SELECT} WHERE s.id = ?", (sid,))
+        if row is None:
+            raise SessionNotFound(sid)
+        return row
+
+    async def _ps_row(self, tx: Tx, sid: int) -> Any:
+        row = await tx.one(f"{_PS_SELECT} WHERE s.id = ?", (sid,))
         if row is None:
             raise SessionNotFound(sid)
         return row
@@ -299,7 +315,7 @@ class Workspace:
                 raise InvalidArgument(f"unknown state {state!r}; states are {', '.join(s.value for s in State)}")
             where.append("s.state = ?")
             params.append(state)
-        sql = _SESSION_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY s.id"
+        sql = _PS_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY s.id"
         async with self.store.snapshot() as tx:
             rows = await tx.all(sql, params)
             trig_rows = await tx.all("SELECT * FROM triggers ORDER BY id")
@@ -310,13 +326,13 @@ class Workspace:
 
     async def info(self, sid: int) -> SessionInfo:
         async with self.store.snapshot() as tx:
-            row = await self._row(tx, sid)
+            row = await self._ps_row(tx, sid)
             trig = await tx.all("SELECT * FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
         return _info(row, [_trigger(t) for t in trig])
 
     async def show(self, sid: int) -> SessionDetail:
         async with self.store.snapshot() as tx:
-            row = await self._row(tx, sid)
+            row = await self._ps_row(tx, sid)
             trig = await tx.all("SELECT * FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
             memory = await self._memory_texts(tx, sid)
             res = await tx.all("SELECT id, kind, uri, mode FROM resources WHERE session_id = ? ORDER BY id", (sid,))
@@ -419,8 +435,16 @@ class Workspace:
         row = await self._row(tx, sid)
         self._check(row, "send")
         author = await self._author(tx, sid, sender)
-        await self._append(tx, row, [(limits.role(role), limits.text(text, "message"), author, pin, None)])
-        return int(row["length"]) + 1
+        return await self._deliver(tx, row, [(limits.role(role), limits.text(text, "message"), author, pin, None)])
+
+    async def _deliver(self, tx: Tx, row: Any, messages: list[tuple[str, str, str, bool, Any]],
+                       progress: Progress | None = None) -> int:
+        """Append messages into a session's inbox and fire its inbox triggers; returns the last seq."""
+        n = await self._append(tx, row, messages, progress, len(messages))
+        for trig in await tx.all("SELECT * FROM triggers WHERE session_id = ? AND kind = 'inbox'", (row["id"],)):
+            await self._wake(tx, await self._row(tx, row["id"]), trig,
+                             {"from": messages[-1][2], "messages": n})
+        return int(row["length"]) + n
 
     async def _author(self, tx: Tx, sid: int, sender: int | None) -> str:
         if sender is None:
@@ -446,7 +470,10 @@ class Workspace:
             if m["role"] not in limits.ROLES:
                 raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
             rows.append((m["role"], m["content"], author, bool(m.get("pinned", False)), None))
-        return await self._append(tx, row, rows, progress, len(rows))
+        if not rows:
+            return 0
+        await self._deliver(tx, row, rows, progress)
+        return len(rows)
 
     @syscall("memory")
     async def memory_set(self, tx: Tx, sid: int, key: str, value: Any) -> None:
@@ -546,12 +573,56 @@ class Workspace:
         """Queue a run: the session becomes ready; the engine starts it when a slot is free."""
         row = await self._row(tx, sid)
         target = self._check(row, "activate")
-        await self._queue(tx, row, target, cause or {"kind": "manual", "by": self.actor})
+        if not row["armed"]:
+            raise ProcessionError(
+                f"session {sid} came from a snapshot file and is not approved: review it (procession show {sid}),"
+                f" then procession approve {sid}"
+            )
+        await self._queue(tx, row, [cause or {"kind": "manual", "by": self.actor}])
         return target
 
-    async def _queue(self, tx: Tx, row: Any, target: State, cause: dict[str, Any]) -> None:
-        causes = json.loads(row["causes"]) if row["causes"] else []
-        await self._set(tx, row["id"], state=target.value, queued_at=tx.now, causes=json.dumps([*causes, cause]))
+    async def _queue(self, tx: Tx, row: Any, causes: list[dict[str, Any]]) -> None:
+        """Make the session ready with these causes; one already ready keeps its place."""
+        before = json.loads(row["causes"]) if row["causes"] else []
+        queued_at = row["queued_at"] if row["state"] == State.READY and row["queued_at"] else tx.now
+        await self._set(tx, row["id"], state=State.READY.value, queued_at=queued_at,
+                        causes=json.dumps([*before, *causes][-MAX_CAUSES:]))
+
+    async def _wake(self, tx: Tx, row: Any, trig: Any, cause: dict[str, Any]) -> str:
+        """Fire trigger ``trig`` of session ``row`` and journal it (actor ``trigger``).
+
+        A sleeping session is queued; one already queued keeps its place and gains the
+        cause; a running or suspended one keeps the cause on the trigger until its run
+        ends or it is resumed, so it fires once then. Terminated, unapproved or disarmed:
+        nothing happens.
+        """
+        state = State(row["state"])
+        cause = {"kind": trig["kind"], "trigger": trig["id"], **cause}
+        if state is State.TERMINATED or not row["armed"] or not trig["armed"]:
+            return "ignored"
+        if state in (State.SLEEPING, State.READY):
+            result = "queued" if state is State.SLEEPING else "coalesced"
+            await self._queue(tx, row, [cause])
+        else:
+            pending = json.loads(trig["pending"]) if trig["pending"] else []
+            await tx.execute("UPDATE triggers SET pending = ? WHERE id = ?",
+                             (json.dumps([*pending, cause][-MAX_CAUSES:]), trig["id"]))
+            result = "pending"
+        await tx.execute("UPDATE triggers SET fired = fired + 1, last_fired = ? WHERE id = ?", (tx.now, trig["id"]))
+        await tx.touch(row["id"])
+        await tx.journal("trigger", "wake", row["id"], {"trigger": trig["id"], "kind": trig["kind"]},
+                         {"result": result, "cause": cause})
+        return result
+
+    async def _release_pending(self, tx: Tx, sid: int) -> None:
+        """Deliver causes kept while the session ran or was suspended, now that it is idle."""
+        rows = await tx.all("SELECT pending FROM triggers WHERE session_id = ? AND pending IS NOT NULL", (sid,))
+        if not rows:
+            return
+        await tx.execute("UPDATE triggers SET pending = NULL WHERE session_id = ?", (sid,))
+        row = await self._row(tx, sid)
+        if row["state"] in (State.SLEEPING, State.READY):
+            await self._queue(tx, row, [c for r in rows for c in json.loads(r["pending"])])
 
     @syscall("suspend")
     async def suspend(self, tx: Tx, sid: int) -> State:
@@ -567,7 +638,8 @@ class Workspace:
         row = await self._row(tx, sid)
         target = self._check(row, "resume")
         await self._set(tx, sid, state=target.value, resume_to=None)
-        return target
+        await self._release_pending(tx, sid)
+        return State((await self._row(tx, sid))["state"])
 
     @syscall("interrupt")
     async def interrupt(self, tx: Tx, sid: int) -> State:
@@ -903,9 +975,10 @@ class Workspace:
             if spec["session"] == sid:
                 raise InvalidArgument("a session cannot wake after itself")
             await self._row(tx, spec["session"])
+        state = json.dumps(watch.scan(spec["paths"])) if kind == "watch" else None
         cur = await tx.execute(
-            "INSERT INTO triggers (session_id, kind, spec, armed, created) VALUES (?, ?, ?, ?, ?)",
-            (sid, kind, json.dumps(spec), row["armed"], tx.now),
+            "INSERT INTO triggers (session_id, kind, spec, armed, created, state) VALUES (?, ?, ?, ?, ?, ?)",
+            (sid, kind, json.dumps(spec), row["armed"], tx.now, state),
         )
         await tx.touch(sid)
         return int(cur.lastrowid)

@@ -1,12 +1,14 @@
 """Runners: what executes one step of a session.
 
 This module only knows the *spec* a user writes (``command:...``, ``openai:MODEL[@URL]``,
-``builtin:NAME[:ARG]``) and checks its syntax when a session is spawned or migrated; the
+``builtin:NAME[:ARG]``; an openai spec may end in ``#VAR``, the environment variable
+that holds its API key) and checks its syntax when a session is spawned or migrated; the
 runners themselves live beside it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,15 +29,6 @@ class RunnerSpec:
     target: str  # the command line, the model, or the builtin's name
     arg: str = ""  # the base URL of an openai runner, or a builtin's argument
 
-    def __str__(self) -> str:
-        match self.kind:
-            case "openai":
-                return f"openai:{self.target}@{self.arg}" if self.arg else f"openai:{self.target}"
-            case "builtin":
-                return f"builtin:{self.target}:{self.arg}" if self.arg else f"builtin:{self.target}"
-            case _:
-                return f"command:{self.target}"
-
     @property
     def freezable(self) -> bool:
         """Whether suspend can stop the step in place (a process), or must interrupt it (HTTP)."""
@@ -53,12 +46,16 @@ def parse(spec: str) -> RunnerSpec:
         case "command":
             return RunnerSpec("command", rest)
         case "openai":
-            model, _, url = rest.partition("@")
+            main, _, key_env = rest.partition("#")
+            model, _, url = main.partition("@")
             if not model.strip():
                 raise InvalidArgument(f"bad runner {spec!r}: the model name is missing")
             if url and not url.startswith(("http://", "https://")):
                 raise InvalidArgument(f"bad runner {spec!r}: the base URL must start with http:// or https://")
-            return RunnerSpec("openai", model.strip(), url.rstrip("/"))
+            if key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
+                raise InvalidArgument(f"bad runner {spec!r}: #{key_env} is not an environment variable name")
+            url = url.rstrip("/") if url else ""
+            return RunnerSpec("openai", model.strip(), f"{url}#{key_env}" if key_env else url)
         case "builtin":
             name, _, arg = rest.partition(":")
             if name not in BUILTINS:
