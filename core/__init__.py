@@ -3,26 +3,33 @@
 The embedded engine: a session store on SQLite and the system-call table that changes it
 (``Workspace``). It knows no screen; the CLI (``procession.cli``) and the monitor
 (``procession.tui``) are faces over the same calls.
+
+Names are imported on first use, so that a step started as ``python -m
+procession.runners.builtin`` does not pay for the store and its dependencies.
 """
 
-from .errors import (
-    ContextTooLarge,
-    IllegalTransition,
-    InvalidArgument,
-    MergeConflict,
-    NotFound,
-    ProcessionError,
-    SessionNotFound,
-    SnapshotError,
-    StoreBusy,
-    WorkspaceError,
-)
-from .merge import Resolution
-from .states import Reason, State
-from .workspace import Workspace
+from __future__ import annotations
 
-__all__ = [
-    "ContextTooLarge", "IllegalTransition", "InvalidArgument", "MergeConflict", "NotFound", "ProcessionError",
-    "Reason", "Resolution", "SessionNotFound", "SnapshotError", "State", "StoreBusy", "Workspace", "WorkspaceError",
-]
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Workspace": "workspace",
+    "Resolution": "merge",
+    "State": "states",
+    "Reason": "states",
+    **{name: "errors" for name in (
+        "ContextTooLarge", "EngineBusy", "IllegalTransition", "InvalidArgument", "MergeConflict", "NotFound",
+        "ProcessionError", "SessionNotFound", "SnapshotError", "StoreBusy", "WorkspaceError",
+    )},
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'procession' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -45,6 +45,9 @@ class Start:
     run: int
     document: bytes
 
+    def journal(self) -> dict[str, Any]:
+        return {"run": self.run, "bytes": len(self.document)}
+
 
 @dataclass(slots=True, frozen=True)
 class Orphan:
@@ -183,7 +186,7 @@ class Ledger(Workspace):
         if state is State.RUNNING:
             call = "done" if outcome == OK and events.done else "finish"
             state = self._check(row, call)
-        if outcome in (OK, INTERRUPTED, TIMEOUT) and events.messages and state is not State.TERMINATED:
+        if outcome in (OK, INTERRUPTED, TIMEOUT) and events.messages and row["state"] != State.TERMINATED:
             meta = None if outcome == OK else {"outcome": outcome, "run": run}
             await self._append(tx, row, [(role, text, "runner", False, meta) for role, text in events.messages])
         if outcome == OK:

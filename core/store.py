@@ -98,6 +98,9 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
     return exc
 
 
+_JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
 class Tx:
     """One open transaction: statements, the journal row, and change stamps."""
 
@@ -106,6 +109,7 @@ class Tx:
         self.conn = store.conn
         self.now = store.clock()
         self._rev: int | None = None
+        self.followers: list[tuple[Any, ...]] = []
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
         return await self.conn.execute(sql, params)
@@ -145,10 +149,16 @@ class Tx:
     async def journal(
         self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
     ) -> None:
-        await self.execute(
-            "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str)),
-        )
+        """The journal row of this transaction's call."""
+        await self.execute(_JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
+
+    def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
+        """A journal row for something the call caused (a trigger firing), written after the call's own."""
+        self.followers.append(self._journal_row(actor, call, sid, args, outcome, None))
+
+    def _journal_row(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
+                     other: int | None) -> tuple[Any, ...]:
+        return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str))
 
 
 class Store:
@@ -238,6 +248,8 @@ class Store:
             tx = Tx(self)
             try:
                 yield tx
+                if tx.followers:
+                    await tx.many(_JOURNAL, tx.followers)
                 await self.conn.execute("COMMIT")
             except BaseException as exc:
                 if self.conn.in_transaction:

@@ -120,6 +120,8 @@ def _journal_args(arguments: dict[str, Any]) -> dict[str, Any]:
 def _plain(result: Any) -> Any:
     if result is None:
         return "ok"
+    if hasattr(result, "journal"):
+        return result.journal()
     if isinstance(result, bool):
         return result
     if isinstance(result, int):
@@ -610,8 +612,8 @@ class Workspace:
             result = "pending"
         await tx.execute("UPDATE triggers SET fired = fired + 1, last_fired = ? WHERE id = ?", (tx.now, trig["id"]))
         await tx.touch(row["id"])
-        await tx.journal("trigger", "wake", row["id"], {"trigger": trig["id"], "kind": trig["kind"]},
-                         {"result": result, "cause": cause})
+        tx.follow("trigger", "wake", row["id"], {"trigger": trig["id"], "kind": trig["kind"]},
+                  {"result": result, "cause": cause})
         return result
 
     async def _release_pending(self, tx: Tx, sid: int) -> None:

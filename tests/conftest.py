@@ -58,3 +58,57 @@ class Cli:
 @pytest.fixture
 def cli(db: Path, tmp_path: Path) -> Iterator[Cli]:
     yield Cli(db, tmp_path)
+
+
+async def until(predicate, timeout: float = 10.0, interval: float = 0.02):
+    """Wait for ``predicate()`` (sync or async) to be truthy; return its value or fail."""
+    import asyncio
+    import inspect
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture
+async def live(db: Path) -> AsyncIterator[Workspace]:
+    """A workspace on the real clock, for tests that run an engine (timers are real)."""
+    workspace = await Workspace.open(db)
+    yield workspace
+    await workspace.close()
+
+
+@pytest.fixture
+async def engine(db: Path, live: Workspace):
+    """A real engine on the test's workspace, in this event loop (short grace period)."""
+    import asyncio
+
+    from procession.engine import Engine
+
+    eng = Engine(db, slots=2, grace=0.3)
+    await eng.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(eng.serve(stop))
+    yield eng
+    stop.set()
+    await task
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of a process in /proc (T stopped, S sleeping, Z zombie), None if gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("State:"):
+                    return line.split()[1]
+    except FileNotFoundError:
+        return None
+    return None

@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
         print(messages[-1]["content"])
         return 0
     if name == "sleep":
+        print("started", flush=True)
         seconds = float(arg or 5)
         step = min(0.1, seconds) or 0.1
         end = time.monotonic() + seconds
