@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import humanize, runners, triggers
+from .humanize import printable as safe
 from .errors import InvalidArgument, MergeConflict, ProcessionError
 from .merge import MISSING, Resolution, canonical
 from .ledger import Ledger
@@ -45,12 +46,6 @@ def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> 
         out = text() if callable(text) else text
         if out:
             sys.stdout.write(out + "\n")
-
-
-def safe(text: str) -> str:
-    """Session content with control characters made visible, so none reaches the terminal."""
-    return "".join(ch if ch in "\n\t" or (ch >= " " and not "\x7f" <= ch <= "\x9f") else f"\\x{ord(ch):02x}"
-                   for ch in text)
 
 
 def one_line(text: str, width: int) -> str:
@@ -658,13 +653,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sid", type=sid_type, nargs="?")
     p.add_argument("-n", "--limit", type=int, default=50)
 
+    p = add("demo", cmd_demo, "build the demo workspace (once) and open the monitor on it")
+    p.set_defaults(needs_ws=False)
+    p.add_argument("--fresh", action="store_true", help="rebuild the demo from scratch")
+    p.add_argument("--no-monitor", action="store_true", help="only build it")
+
     p = add("log", cmd_log, "the journal of system calls")
     p.add_argument("sid", type=sid_type, nargs="?")
     p.add_argument("-n", "--limit", type=int, default=50)
     return parser
 
 
+async def cmd_demo(args: argparse.Namespace) -> int:
+    """Build (or reuse) the demo workspace, then open the monitor on it."""
+    from . import demo
+
+    db = Path(args.db).expanduser() if getattr(args, "db", None) else demo_path()
+    made = await demo.build(db, fresh=args.fresh)
+    if args.no_monitor or args.json:
+        emit(args, {"db": str(made.db), "folder": str(made.folder), "sessions": made.sessions},
+             f"demo workspace {made.db}\nits files: {made.folder}\n"
+             f"open it: {PROG} --db {made.db}")
+        return 0
+    return await open_monitor(made.db, args)
+
+
+def demo_path() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("procession")) / "demo.db"
+
+
+async def open_monitor(db: Path | None, args: argparse.Namespace) -> int:
+    """The Textual monitor; imported only here, so no other command pays for Textual."""
+    from .tui_entry import monitor
+
+    return await monitor(db, args)
+
+
 async def run(args: argparse.Namespace) -> int:
+    if not getattr(args, "needs_ws", True):
+        return int(await args.fn(args))
     ws = await Workspace.open(getattr(args, "db", None), actor="cli")
     try:
         return int(await args.fn(ws, args))

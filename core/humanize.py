@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
+
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def count(n: float) -> str:
@@ -40,3 +43,9 @@ def age(then: float | None, now: float | None = None) -> str:
 
 def clock(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def printable(text: str) -> str:
+    """Session content made safe for a terminal: control characters (escape sequences
+    included) are shown as ``\\xNN`` instead of reaching the terminal; newlines and tabs stay."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -20,10 +20,10 @@ from .runners import protocol
 from .runners.protocol import Events
 from .states import Reason, State
 from .store import Tx
-from .workspace import Workspace, syscall
+from .workspace import ENGINE_STALE_S, Workspace, syscall
 
 #: A lease whose heartbeat is older than this is dead, whoever held it.
-LEASE_TTL_S = 5.0
+LEASE_TTL_S = ENGINE_STALE_S
 #: Outcomes of a run.
 OK, FAILED, INTERRUPTED, CANCELLED, TIMEOUT, LOST = "ok", "failed", "interrupted", "cancelled", "timeout", "lost"
 
@@ -242,9 +242,13 @@ class Ledger(Workspace):
         return problems
 
     async def sample(self, stats: list[tuple[float, int, int]]) -> None:
-        """Store CPU% and RSS of live steps: ``(cpu, rss, run)`` rows. Not a call: not journaled."""
+        """Store CPU% and RSS of live steps: ``(cpu, rss, run)`` rows. Not a call: not journaled,
+        but the sessions are stamped changed so that monitors redraw their rows."""
         async with self.store.tx() as tx:
             await tx.many("UPDATE runs SET cpu = ?, rss = ? WHERE id = ? AND ended IS NULL", stats)
+            rev = await tx.rev()
+            await tx.many("UPDATE sessions SET rev = ? WHERE id = (SELECT session_id FROM runs WHERE id = ?)",
+                          [(rev, run) for _, _, run in stats])
 
     # ------------------------------------------------------------------ triggers
 

@@ -167,6 +167,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX journal_session ON journal(session_id, id);
     CREATE INDEX journal_other ON journal(other_id, id) WHERE other_id IS NOT NULL;
+    CREATE INDEX journal_wakes ON journal(ts) WHERE call = 'wake';
 
     CREATE TABLE lease (
         id          INTEGER PRIMARY KEY CHECK (id = 1),

@@ -52,6 +52,8 @@ from .summarise import summarise
 
 DEFAULT_WINDOW = 128_000
 DEFAULT_KEEP_LAST = 8
+#: A lease heartbeat older than this means no engine is running.
+ENGINE_STALE_S = 5.0
 #: Causes a queued session remembers; older ones are dropped as newer ones arrive.
 MAX_CAUSES = 20
 CHUNK = 10_000
@@ -325,6 +327,38 @@ class Workspace:
         for t in trig_rows:
             by_session.setdefault(t["session_id"], []).append(_trigger(t))
         return [_info(r, by_session.get(r["id"], ())) for r in rows]
+
+    async def changes(self, since: int = 0) -> tuple[int, list[SessionInfo]]:
+        """Sessions changed after revision ``since`` (every session for 0), and the revision
+        they bring the reader to. A monitor asks for this on each tick and redraws only them."""
+        async with self.store.snapshot() as tx:
+            rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
+            rows = await tx.all(f"{_PS_SELECT} WHERE s.rev > ? ORDER BY s.id", (since,))
+            trig_rows = await tx.all(
+                "SELECT * FROM triggers WHERE session_id IN (SELECT id FROM sessions WHERE rev > ?) ORDER BY id",
+                (since,),
+            )
+        by_session: dict[int, list[TriggerInfo]] = {}
+        for t in trig_rows:
+            by_session.setdefault(t["session_id"], []).append(_trigger(t))
+        return rev, [_info(r, by_session.get(r["id"], ())) for r in rows]
+
+    async def stats(self, window_s: float = 60.0) -> dict[str, Any]:
+        """What a header shows: sessions by state, context totals, recent firings, the engine."""
+        async with self.store.snapshot() as tx:
+            by_state = {r[0]: r[1] for r in await tx.all("SELECT state, count(*) FROM sessions GROUP BY state")}
+            tokens, windows = await tx.one(
+                "SELECT total(context_tokens), total(window) FROM sessions WHERE state != 'terminated'"
+            )
+            fired = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND ts > ?",
+                                   (tx.now - window_s,))
+            live = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL")
+            lease = await tx.one("SELECT pid, host, heartbeat, slots FROM lease WHERE id = 1")
+        return {
+            "states": by_state, "context_tokens": int(tokens), "context_windows": int(windows),
+            "fired": int(fired), "running": int(live),
+            "engine": dict(lease) if lease is not None and tx.now - lease["heartbeat"] < ENGINE_STALE_S else None,
+        }
 
     async def info(self, sid: int) -> SessionInfo:
         async with self.store.snapshot() as tx:

@@ -1,0 +1,7 @@
+"""Example workspaces from the mission's stories, with their runner scripts.
+
+``payroll``: a monthly payroll session that runs on the 1st of each month and whenever its
+rates table changes. ``apidocs``: a session that regenerates an API summary whenever a file
+under ``src/`` changes. ``procession demo`` copies both into a folder beside the demo
+workspace and wires them up.
+"""

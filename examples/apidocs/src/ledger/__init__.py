@@ -1,0 +1,1 @@
+"""A tiny double-entry ledger: the code the API-docs session documents."""
