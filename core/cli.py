@@ -23,7 +23,6 @@ from . import humanize, runners, triggers
 from .humanize import printable as safe
 from .errors import InvalidArgument, MergeConflict, ProcessionError
 from .merge import MISSING, Resolution, canonical
-from .ledger import Ledger
 from .records import SessionInfo
 from .states import State
 from .workspace import DEFAULT_KEEP_LAST, DEFAULT_WINDOW, Workspace
@@ -364,6 +363,8 @@ async def cmd_activate(ws: Workspace, args: argparse.Namespace) -> int:
     queued = [sid for sid in args.sids if (await ws.info(sid)).state is State.READY]
     if not queued:
         return status
+    from .ledger import Ledger
+
     holder = await Ledger(ws.store).holder()
     if holder is not None:
         return status

@@ -238,7 +238,7 @@ class Ledger(Workspace):
             if target is None or target["state"] == State.TERMINATED or to == sid:
                 problems.append(f"send to {to}: no such live session")
                 continue
-            await self._deliver(tx, target, [("user", text, f"session:{sid}", False, None)])
+            await self._deliver(tx, target, [("user", text, f"session:{sid}", False, None)], f"session:{sid}")
         return problems
 
     async def sample(self, stats: list[tuple[float, int, int]]) -> None:

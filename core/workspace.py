@@ -21,7 +21,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from . import history, limits, runners, snapshot, states, triggers, watch
+from . import history, limits, runners, snapshot, states, triggers
 from .errors import (
     ContextTooLarge,
     IllegalTransition,
@@ -82,10 +82,12 @@ def syscall(
     """
 
     def wrap(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-        names = list(inspect.signature(fn).parameters)[2:]
+        names: list[str] = []
 
         @functools.wraps(fn)
         async def method(self: Workspace, *args: Any, **kwargs: Any) -> R:
+            if args and not names:  # read on first use: inspect costs import time for every call
+                names.extend(list(inspect.signature(fn).parameters)[2:])
             arguments = dict(zip(names, args)) | kwargs
             async with self.store.tx() as tx:
                 result = await fn(self, tx, *args, **kwargs)
@@ -398,6 +400,23 @@ class Workspace:
             await self._row(tx, sid)
             return history.active(await history.read(tx, sid), await history.folds(tx, sid))
 
+    async def context_curve(self, sid: int, points: int = 60) -> list[int]:
+        """Active-context tokens after each of ``points`` evenly spaced history positions
+        (as the folds in force now would count them): a curve for a sparkline, read with
+        one indexed lookup per point, never a scan."""
+        async with self.store.snapshot() as tx:
+            row = await self._row(tx, sid)
+            length = row["length"]
+            if length == 0:
+                return [row["system_tokens"]]
+            in_force = await history.folds(tx, sid)
+            marks = sorted({max(1, round(length * (i + 1) / points)) for i in range(points)})
+            curve = []
+            for seq in marks:
+                saved = sum(f.archived_tokens - f.summary_tokens for f in in_force if f.hi <= seq)
+                curve.append(row["system_tokens"] + await history.cum_tokens(tx, sid, seq) - saved)
+        return curve
+
     async def memory_get(self, sid: int, key: str) -> Any:
         async with self.store.snapshot() as tx:
             await self._row(tx, sid)
@@ -471,15 +490,15 @@ class Workspace:
         row = await self._row(tx, sid)
         self._check(row, "send")
         author = await self._author(tx, sid, sender)
-        return await self._deliver(tx, row, [(limits.role(role), limits.text(text, "message"), author, pin, None)])
+        return await self._deliver(tx, row, [(limits.role(role), limits.text(text, "message"), author, pin, None)],
+                                   author)
 
-    async def _deliver(self, tx: Tx, row: Any, messages: list[tuple[str, str, str, bool, Any]],
-                       progress: Progress | None = None) -> int:
+    async def _deliver(self, tx: Tx, row: Any, messages: Iterable[tuple[str, str, str, bool, Any]], author: str,
+                       total: int = 1, progress: Progress | None = None) -> int:
         """Append messages into a session's inbox and fire its inbox triggers; returns the last seq."""
-        n = await self._append(tx, row, messages, progress, len(messages))
+        n = await self._append(tx, row, messages, progress, total)
         for trig in await tx.all("SELECT * FROM triggers WHERE session_id = ? AND kind = 'inbox'", (row["id"],)):
-            await self._wake(tx, await self._row(tx, row["id"]), trig,
-                             {"from": messages[-1][2], "messages": n})
+            await self._wake(tx, await self._row(tx, row["id"]), trig, {"from": author, "messages": n})
         return int(row["length"]) + n
 
     async def _author(self, tx: Tx, sid: int, sender: int | None) -> str:
@@ -499,17 +518,19 @@ class Workspace:
         row = await self._row(tx, sid)
         self._check(row, "send")
         author = await self._author(tx, sid, sender)
-        rows = []
-        for n, m in enumerate(messages, start=1):
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
-                raise InvalidArgument(f"message {n}: needs a role and a content string")
-            if m["role"] not in limits.ROLES:
-                raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
-            rows.append((m["role"], m["content"], author, bool(m.get("pinned", False)), None))
-        if not rows:
+
+        def checked() -> Iterable[tuple[str, str, str, bool, Any]]:
+            for n, m in enumerate(messages, start=1):
+                if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
+                    raise InvalidArgument(f"message {n}: needs a role and a content string")
+                if m["role"] not in limits.ROLES:
+                    raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
+                yield m["role"], m["content"], author, bool(m.get("pinned", False)), None
+
+        if not messages:
             return 0
-        await self._deliver(tx, row, rows, progress)
-        return len(rows)
+        await self._deliver(tx, row, checked(), author, len(messages), progress)
+        return len(messages)
 
     @syscall("memory")
     async def memory_set(self, tx: Tx, sid: int, key: str, value: Any) -> None:
@@ -1011,7 +1032,11 @@ class Workspace:
             if spec["session"] == sid:
                 raise InvalidArgument("a session cannot wake after itself")
             await self._row(tx, spec["session"])
-        state = json.dumps(watch.scan(spec["paths"])) if kind == "watch" else None
+        state = None
+        if kind == "watch":
+            from .watch import scan
+
+            state = json.dumps(scan(spec["paths"]))
         cur = await tx.execute(
             "INSERT INTO triggers (session_id, kind, spec, armed, created, state) VALUES (?, ?, ?, ?, ?, ?)",
             (sid, kind, json.dumps(spec), row["armed"], tx.now, state),
