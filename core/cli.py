@@ -521,6 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, parents=[common],
         description="Agent sessions as processes. With no command, opens the monitor.",
     )
+    parser.add_argument("--readonly", action="store_true", help="a monitor that changes nothing")
+    parser.add_argument("--theme", help="the monitor's colour theme")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, fn: Callable[..., Any], help: str) -> argparse.ArgumentParser:
@@ -679,6 +681,11 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return await open_monitor(made.db, args)
 
 
+async def monitor_command(args: argparse.Namespace) -> int:
+    db = Path(args.db).expanduser() if getattr(args, "db", None) else None
+    return await open_monitor(db, args)
+
+
 def demo_path() -> Path:
     from platformdirs import user_data_dir
 
@@ -687,9 +694,9 @@ def demo_path() -> Path:
 
 async def open_monitor(db: Path | None, args: argparse.Namespace) -> int:
     """The Textual monitor; imported only here, so no other command pays for Textual."""
-    from .tui_entry import monitor
+    from procession.tui.app import run_monitor
 
-    return await monitor(db, args)
+    return await run_monitor(db, readonly=args.readonly, theme=args.theme)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -707,8 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
     if args.command is None:
-        parser.print_help()
-        return 0
+        args.fn, args.needs_ws = monitor_command, False
     try:
         return asyncio.run(run(args))
     except UsageError as exc:

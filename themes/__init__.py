@@ -1,0 +1,1 @@
+"""Colour themes shipped with Procession, as TOML data files."""

@@ -1,0 +1,311 @@
+"""The process table: a line-API widget that draws only the rows on screen.
+
+Rows are given whole (``set_rows``) in the order to show; the widget formats a row only
+when it is drawn, and caches the strip by the row's revision, so the cost of a refresh
+depends on the screen, not on the number of sessions. The cursor and the tags are kept by
+session id, never by position: they stay on the same sessions across refreshes, sorts and
+filters.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+from procession import humanize
+from procession.humanize import printable
+from procession.records import SessionInfo
+
+from .columns import Column
+
+CACHE_ROWS = 512
+MIN_FLEX = 12
+
+
+@dataclass(slots=True, frozen=True)
+class Row:
+    """A line of the table: a session, or (in the tree view) an agent heading its sessions."""
+
+    key: int | str
+    session: SessionInfo | None = None
+    agent: str = ""
+    prefix: str = ""
+    count: int = 0
+    tokens: int = 0
+
+
+def layout(columns: Sequence[Column], width: int) -> list[int]:
+    """The width of each column at a table width: the flexible one takes what is left.
+
+    One cell at the left of every row is kept for the tag mark."""
+    fixed = 1 + sum(c.width for c in columns if c.width) + len(columns) - 1
+    flex = max(MIN_FLEX, width - fixed)
+    return [c.width or flex for c in columns]
+
+
+def fit(text: str, width: int, right: bool = False) -> str:
+    """``text`` cut or padded to exactly ``width`` cells (wide characters counted as two)."""
+    if cell_len(text) > width:
+        return set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
+    pad = " " * (width - cell_len(text))
+    return pad + text if right else text + pad
+
+
+class TableHeader(Widget):
+    """Column titles; the sorted one is marked. A click asks to sort by that column."""
+
+    DEFAULT_CSS = "TableHeader { height: 1; }"
+    COMPONENT_CLASSES = {"header", "header--sorted"}
+
+    class Clicked(Message):
+        def __init__(self, column: str) -> None:
+            super().__init__()
+            self.column = column
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.columns: list[Column] = []
+        self.sort_key = "sid"
+        self.reverse = False
+
+    def configure(self, columns: Sequence[Column], sort_key: str, reverse: bool) -> None:
+        self.columns, self.sort_key, self.reverse = list(columns), sort_key, reverse
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        base = self.get_component_rich_style("header")
+        sorted_style = self.get_component_rich_style("header--sorted")
+        segments = [Segment(" ", base)]
+        for i, (column, width) in enumerate(zip(self.columns, layout(self.columns, self.size.width))):
+            title = column.title
+            if column.key == self.sort_key:
+                title += "▼" if self.reverse else "▲"
+            segments.append(Segment(fit(title, width, column.right), sorted_style if column.key == self.sort_key
+                                    else base))
+            if i < len(self.columns) - 1:
+                segments.append(Segment(" ", base))
+        return Strip(segments).adjust_cell_length(self.size.width, base)
+
+    def on_click(self, event: events.Click) -> None:
+        x = 1
+        for column, width in zip(self.columns, layout(self.columns, self.size.width)):
+            if x <= event.x < x + width + 1:
+                self.post_message(self.Clicked(column.key))
+                return
+            x += width + 1
+
+
+class SessionTable(ScrollView, can_focus=True):
+    """The rows of the process table, with a cursor and tags."""
+
+    COMPONENT_CLASSES = {
+        "table--cursor", "table--tagged", "table--agent", "row--new", "row--ended",
+        "state--R", "state--Q", "state--S", "state--T", "state--Z",
+        "bar--low", "bar--mid", "bar--high", "bar--empty", "cell--muted", "cell--agent", "cell--warning",
+    }
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+    ]
+
+    class CursorMoved(Message):
+        def __init__(self, key: int | str | None) -> None:
+            super().__init__()
+            self.key = key
+
+    class Chosen(Message):
+        """A row was double-clicked (or Enter pressed on it)."""
+
+        def __init__(self, key: int | str) -> None:
+            super().__init__()
+            self.key = key
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.rows: list[Row] = []
+        self.index: dict[int | str, int] = {}
+        self.cursor = 0
+        self.tags: set[int] = set()
+        self.highlights: dict[int, str] = {}
+        self.columns: list[Column] = []
+        self.now = 0.0
+        self._cache: OrderedDict[tuple[object, ...], Strip] = OrderedDict()
+        self._styles: dict[str, Style] = {}
+
+    # ------------------------------------------------------------------ data
+
+    @property
+    def cursor_key(self) -> int | str | None:
+        return self.rows[self.cursor].key if 0 <= self.cursor < len(self.rows) else None
+
+    @property
+    def cursor_session(self) -> SessionInfo | None:
+        return self.rows[self.cursor].session if 0 <= self.cursor < len(self.rows) else None
+
+    def set_columns(self, columns: Sequence[Column]) -> None:
+        self.columns = list(columns)
+        self._cache.clear()
+        self.refresh()
+
+    def set_rows(self, rows: list[Row], now: float) -> None:
+        """Show these rows, in this order; the cursor stays on the session it was on."""
+        key = self.cursor_key
+        self.rows = rows
+        self.index = {row.key: i for i, row in enumerate(rows)}
+        self.now = now
+        if key in self.index:
+            self.cursor = self.index[key]
+        else:
+            self.cursor = min(self.cursor, len(rows) - 1) if rows else 0
+        self.virtual_size = Size(self.size.width, len(rows))
+        self.refresh()
+        if self.cursor_key != key:
+            self.post_message(self.CursorMoved(self.cursor_key))
+
+    def tick(self, now: float) -> None:
+        """Redraw for the passing of time (ages), without new data."""
+        self.now = now
+        self._cache.clear()
+        self.refresh()
+
+    def move_to(self, key: int | str, *, center: bool = False) -> bool:
+        index = self.index.get(key)
+        if index is None:
+            return False
+        self._set_cursor(index, center=center)
+        return True
+
+    def _set_cursor(self, index: int, *, center: bool = False) -> None:
+        if not self.rows:
+            return
+        index = max(0, min(index, len(self.rows) - 1))
+        old = self.cursor
+        self.cursor = index
+        self._refresh_row(old)
+        self._refresh_row(index)
+        top = int(self.scroll_offset.y)
+        height = self.scrollable_content_region.height or self.size.height
+        if center:
+            self.scroll_to(y=max(0, index - height // 2), animate=False)
+        elif index < top:
+            self.scroll_to(y=index, animate=False)
+        elif index >= top + height:
+            self.scroll_to(y=index - height + 1, animate=False)
+        if old != index:
+            self.post_message(self.CursorMoved(self.cursor_key))
+
+    def _refresh_row(self, index: int) -> None:
+        y = index - int(self.scroll_offset.y)
+        if 0 <= y < self.size.height:
+            self.refresh_line(y)
+
+    def refresh_keys(self, keys: Iterable[int | str]) -> None:
+        for key in keys:
+            if key in self.index:
+                self._refresh_row(self.index[key])
+
+    # ------------------------------------------------------------------ keys and mouse
+
+    def action_cursor(self, delta: int) -> None:
+        self._set_cursor(self.cursor + delta)
+
+    def action_page(self, direction: int) -> None:
+        self._set_cursor(self.cursor + direction * max(1, self.size.height - 1))
+
+    def action_jump(self, where: int) -> None:
+        self._set_cursor(0 if where == 0 else len(self.rows) - 1)
+
+    def on_click(self, event: events.Click) -> None:
+        index = int(self.scroll_offset.y) + event.y
+        if 0 <= index < len(self.rows):
+            self._set_cursor(index)
+            if event.chain >= 2:
+                self.post_message(self.Chosen(self.rows[index].key))
+
+    # ------------------------------------------------------------------ drawing
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._cache.clear()
+
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.get_component_rich_style(name) if name else Style()
+        return style
+
+    def render_line(self, y: int) -> Strip:
+        index = int(self.scroll_offset.y) + y
+        width = self.size.width
+        if index >= len(self.rows):
+            return Strip.blank(width, self.rich_style)
+        row = self.rows[index]
+        flags = (index == self.cursor, row.key in self.tags, self.highlights.get(row.key, "") if isinstance(row.key, int) else "")
+        rev = row.session.rev if row.session else row.count
+        cache_key = (row.key, rev, row.prefix, width, flags, len(self.columns))
+        strip = self._cache.get(cache_key)
+        if strip is None:
+            strip = self._render_row(row, width, *flags)
+            self._cache[cache_key] = strip
+            if len(self._cache) > CACHE_ROWS:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(cache_key)
+        return strip
+
+    def _render_row(self, row: Row, width: int, cursor: bool, tagged: bool, highlight: str) -> Strip:
+        base = self.rich_style
+        if highlight:
+            base = base + self._style(f"row--{highlight}")
+        if tagged:
+            base = base + self._style("table--tagged")
+        if cursor:
+            base = base + self._style("table--cursor")
+        if row.session is None:
+            text = (f"{row.prefix}{printable(row.agent)}  ({row.count} session{'s' if row.count != 1 else ''},"
+                    f" {humanize.count(row.tokens)} tokens)")
+            style = base if cursor else base + self._style("table--agent")
+            return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
+        segments = [Segment("*" if tagged else " ", base)]
+        widths = layout(self.columns, width)
+        for i, (column, cell_width) in enumerate(zip(self.columns, widths)):
+            parts = column.cell(row.session, self.now)
+            if column.key == "name" and row.prefix:
+                parts = [(row.prefix, "cell--muted"), *parts]
+            segments.extend(self._cell(parts, cell_width, column.right, base, cursor))
+            if i < len(self.columns) - 1:
+                segments.append(Segment(" ", base))
+        return Strip(segments).adjust_cell_length(width, base)
+
+    def _cell(self, parts: list[tuple[str, str]], width: int, right: bool, base: Style,
+              cursor: bool) -> list[Segment]:
+        total = sum(cell_len(t) for t, _ in parts)
+        if total > width:
+            text = fit("".join(t for t, _ in parts), width, right)
+            first_style = parts[0][1] if parts else ""
+            return [Segment(text, base if cursor or not first_style else base + self._style(first_style))]
+        out = []
+        if right and total < width:
+            out.append(Segment(" " * (width - total), base))
+        for text, style in parts:
+            out.append(Segment(text, base if cursor or not style else base + self._style(style)))
+        if not right and total < width:
+            out.append(Segment(" " * (width - total), base))
+        return out
