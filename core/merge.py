@@ -98,7 +98,8 @@ def common_ancestor(source: list[Link], target: list[Link]) -> Ancestor:
 
     The shared history ends at the earlier of the two points where the paths leave the
     deepest common session; the base memory is that session's memory as it was copied to
-    the earlier fork. Unrelated sessions share nothing: seq 0, empty memory.
+    the fork made first (in time: a later fork at an earlier message still carries the
+    memory of its later moment). Unrelated sessions share nothing: seq 0, empty memory.
     """
     in_source = {link.session: i for i, link in enumerate(source)}
     for j, link in enumerate(target):
@@ -111,7 +112,8 @@ def common_ancestor(source: list[Link], target: list[Link]) -> Ancestor:
         point_source = via_source.fork_seq if via_source else link.length
         point_target = via_target.fork_seq if via_target else link.length
         forks = [c for c in (via_source, via_target) if c is not None]
-        earliest = min(forks, key=lambda c: (c.fork_seq, c.created)) if forks else None
+        # memory has no positions, only a past: the base is what the earlier fork copied
+        earliest = min(forks, key=lambda c: c.created) if forks else None
         memory = (earliest.base_memory or {}) if earliest else {}
         return Ancestor(link.session, min(point_source, point_target), memory)
     return Ancestor(None, 0, {})

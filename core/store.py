@@ -193,6 +193,8 @@ class Store:
                     f"{path} was made by a newer Procession (schema {version}; this one knows up to"
                     f" {schema.VERSION}); upgrade procession to open it"
                 )
+            if version == 0 and await (await conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")).fetchone():
+                raise WorkspaceError(f"{path} is an SQLite database of another program, not a Procession workspace")
             await conn.execute("PRAGMA foreign_keys = ON")
             await conn.execute("PRAGMA synchronous = NORMAL")
             mode = (await (await conn.execute("PRAGMA journal_mode")).fetchone())[0]

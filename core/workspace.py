@@ -242,10 +242,10 @@ class Workspace:
         await tx.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", [*cols.values(), sid])
 
     async def _append(
-        self, tx: Tx, row: Any, messages: Iterable[tuple[str, str, str, bool, dict[str, Any] | None]],
+        self, tx: Tx, row: Any, messages: Iterable[tuple[Any, ...]],
         progress: Progress | None = None, total: int = 0,
     ) -> int:
-        """Append ``(role, content, author, pinned, meta)`` messages to a session's history.
+        """Append ``(role, content, author, pinned, meta[, created])`` messages to a session's history.
 
         Tokens are counted here, once; the session's totals move by what was added, so no
         later listing needs to read a message. Returns how many were appended.
@@ -258,14 +258,14 @@ class Workspace:
             "INSERT INTO messages (session_id, seq, role, content, tokens, cum_tokens, author, pinned, meta, created)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        for role, content, author, pinned, meta in messages:
+        for role, content, author, pinned, meta, *when in messages:
             tokens = count(content)
             seq += 1
             cum += tokens
             added_tokens += tokens
             n += 1
             batch.append((sid, seq, role, content, tokens, cum, author, int(pinned),
-                          json.dumps(meta) if meta else None, now))
+                          json.dumps(meta) if meta else None, when[0] if when else now))
             if len(batch) >= CHUNK:
                 await tx.many(insert, batch)
                 batch.clear()
@@ -941,7 +941,8 @@ class Workspace:
                 trig_specs.append((t["kind"], triggers.revalidate(t["kind"], t["spec"])))
             except InvalidArgument as exc:
                 raise SnapshotError(f"{file} is not a valid snapshot: {exc}") from None
-        msgs = [(m["role"], m["content"], m["author"], m["pinned"], m.get("meta")) for m in snap.messages]
+        msgs = [(m["role"], m["content"], m["author"], m["pinned"], m.get("meta"), m["created"])
+                for m in snap.messages]
         history_items = [ContextItem(i, m[0], m[1], self.store.count_tokens(m[1]), m[2], m[3])
                          for i, m in enumerate(msgs, start=1)]
         folds = _refold(history_items, snap.folds, self.store.count_tokens, file)
@@ -972,11 +973,13 @@ class Workspace:
 
     @syscall("approve")
     async def approve(self, tx: Tx, sid: int) -> None:
-        """Arm a loaded session's runner and triggers, after the user has looked at them."""
+        """Arm a session's runner and all its triggers, after the user has looked at them: a
+        session loaded from a file, or a fork (whose copied triggers arrive disarmed)."""
         row = await self._row(tx, sid)
         self._check(row, "approve")
-        if row["armed"]:
-            raise ProcessionError(f"session {sid} is already approved")
+        disarmed = await tx.value("SELECT count(*) FROM triggers WHERE session_id = ? AND armed = 0", (sid,))
+        if row["armed"] and not disarmed:
+            raise ProcessionError(f"session {sid} is already approved and all its triggers are armed")
         await tx.execute("UPDATE triggers SET armed = 1 WHERE session_id = ?", (sid,))
         await self._set(tx, sid, armed=1)
 
