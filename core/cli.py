@@ -186,7 +186,13 @@ async def cmd_send(ws: Workspace, args: argparse.Namespace) -> int:
         return 0
     if args.text is None:
         raise UsageError("send needs TEXT (or - to read standard input) or --jsonl FILE")
-    text = sys.stdin.read() if args.text == "-" else args.text
+    if args.text == "-":
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(f"standard input is not UTF-8 text (invalid byte at {exc.start})") from None
+    else:
+        text = args.text
     seq = await ws.send(args.sid, text, role=args.role, sender=args.sender, pin=args.pin)
     emit(args, {"seq": seq}, f"message {seq} sent to session {args.sid}")
     return 0
@@ -505,10 +511,24 @@ async def cmd_log(ws: Workspace, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
+INT64 = 2**63 - 1
+
+
 def sid_type(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"not a session id: {text!r}")
+    if not text.isdigit() or not 0 < int(text) <= INT64:
+        raise argparse.ArgumentTypeError(f"not a valid id: {text!r}")
     return int(text)
+
+
+def count_type(text: str) -> int:
+    """A whole number of things, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 < value <= INT64:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -641,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--debounce", type=int, metavar="MS")
     t = tsub.add_parser("rm", parents=[common])
     t.add_argument("sid", type=sid_type)
-    t.add_argument("tid", type=int)
+    t.add_argument("tid", type=sid_type)
     tsub.add_parser("ls", parents=[common]).add_argument("sid", type=sid_type)
 
     p = add("approve", cmd_approve, "arm a loaded session's runner and triggers")
@@ -654,7 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("runs", cmd_runs, "runs: cause, start, outcome, exit status, pid, tokens")
     p.add_argument("sid", type=sid_type, nargs="?")
-    p.add_argument("-n", "--limit", type=int, default=50)
+    p.add_argument("-n", "--limit", type=count_type, default=50)
 
     p = add("demo", cmd_demo, "build the demo workspace (once) and open the monitor on it")
     p.set_defaults(needs_ws=False)
@@ -663,7 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("log", cmd_log, "the journal of system calls")
     p.add_argument("sid", type=sid_type, nargs="?")
-    p.add_argument("-n", "--limit", type=int, default=50)
+    p.add_argument("-n", "--limit", type=count_type, default=50)
     return parser
 
 

@@ -2,7 +2,9 @@
 
 Names (sessions, agents, checkpoints, memory keys) are short labels shown in a table, so
 control characters are refused. Message texts are the user's content and are stored
-exactly as given, whatever they hold; faces make them safe when they show them.
+exactly as given, control characters included; faces make them safe when they show them.
+Only text that is not Unicode at all (invalid bytes) is refused, since it cannot be stored
+as the UTF-8 the store holds.
 """
 
 from __future__ import annotations
@@ -24,9 +26,18 @@ RESOURCE_MODES: Final = ("ro", "rw")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def _unicode(value: str, what: str) -> None:
+    """SQLite stores UTF-8: a lone surrogate (invalid bytes decoded with surrogateescape) cannot be kept."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"{what} is not valid Unicode text (invalid byte at position {exc.start})") from None
+
+
 def name(value: str, what: str = "name", limit: int = NAME_MAX) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{what} must not be empty")
+    _unicode(value, what)
     if len(value) > limit:
         raise InvalidArgument(f"{what} is longer than {limit} characters")
     if _CONTROL.search(value):
@@ -39,6 +50,7 @@ def text(value: str, what: str = "text") -> str:
         raise InvalidArgument(f"{what} must be text")
     if len(value) > TEXT_MAX:
         raise InvalidArgument(f"{what} is larger than {TEXT_MAX // (1024 * 1024)} MiB")
+    _unicode(value, what)
     return value
 
 

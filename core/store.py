@@ -21,15 +21,15 @@ import sqlite3
 from stat import S_ISREG
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from . import schema, tokens
-from .errors import StoreBusy, WorkspaceError
+from .errors import InvalidArgument, StoreBusy, WorkspaceError
 
 BUSY_TIMEOUT_MS = 10_000
 Clock = Callable[[], float]
@@ -94,8 +94,20 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
     if "malformed" in text or "corrupt" in text:
         return WorkspaceError(f"{path} is damaged ({text})")
     if "unable to open" in text:
+        if path.exists() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+            return WorkspaceError(f"cannot open {path}: it (or its folder) is read-only, and a workspace needs"
+                                  " to write beside itself; copy it somewhere writable")
         return WorkspaceError(f"cannot open {path}")
     return exc
+
+
+@contextmanager
+def _numbers_in_range() -> Iterator[None]:
+    """SQLite integers are 64-bit: a bigger number is a user's mistake, not a crash."""
+    try:
+        yield
+    except OverflowError:
+        raise InvalidArgument("a number is out of range (SQLite integers are 64-bit)") from None
 
 
 _JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -112,16 +124,19 @@ class Tx:
         self.followers: list[tuple[Any, ...]] = []
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
-        return await self.conn.execute(sql, params)
+        with _numbers_in_range():
+            return await self.conn.execute(sql, params)
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self.conn.executemany(sql, rows)
+        with _numbers_in_range():
+            await self.conn.executemany(sql, rows)
 
     async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
-        return list(await self.conn.execute_fetchall(sql, params))
+        with _numbers_in_range():
+            return list(await self.conn.execute_fetchall(sql, params))
 
     async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
-        rows = await self.conn.execute_fetchall(sql, params)
+        rows = await self.all(sql, params)
         return rows[0] if rows else None
 
     async def value(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:

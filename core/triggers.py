@@ -16,6 +16,7 @@ from .errors import InvalidArgument
 KINDS: Final = ("watch", "cron", "every", "inbox", "after")
 DEFAULT_DEBOUNCE_MS: Final = 500
 MIN_EVERY_S: Final = 1.0
+MAX_EVERY_S: Final = 10 * 365 * 86400.0
 
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -56,8 +57,8 @@ def parse(kind: str, args: list[str], *, cwd: str, debounce_ms: int | None = Non
             if len(args) != 1:
                 raise InvalidArgument("every takes one duration, like 5m")
             seconds = duration(args[0])
-            if seconds < MIN_EVERY_S:
-                raise InvalidArgument(f"every must be at least {MIN_EVERY_S:g}s")
+            if not MIN_EVERY_S <= seconds <= MAX_EVERY_S:
+                raise InvalidArgument(f"every must be between {MIN_EVERY_S:g}s and 3650d")
             return {"seconds": seconds, "text": args[0]}
         case "inbox":
             if args:
