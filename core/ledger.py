@@ -20,7 +20,8 @@ from .runners import protocol
 from .runners.protocol import Events
 from .states import Reason, State
 from .store import Tx
-from .workspace import ENGINE_STALE_S, Workspace, syscall
+from .merge import canonical
+from .workspace import ENGINE_STALE_S, MEMORY_PUT, Workspace, syscall
 
 #: A lease whose heartbeat is older than this is dead, whoever held it.
 LEASE_TTL_S = ENGINE_STALE_S
@@ -221,15 +222,11 @@ class Ledger(Workspace):
         problems = []
         for key, value in events.memory_set.items():
             try:
-                text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+                text = canonical(value)
             except (TypeError, ValueError):
                 problems.append(f"memory {key!r}: not JSON")
                 continue
-            await tx.execute(
-                "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated",
-                (sid, key, text, tx.now),
-            )
+            await tx.execute(MEMORY_PUT, (sid, key, text, tx.now))
         for key in events.memory_delete:
             await tx.execute("DELETE FROM memory WHERE session_id = ? AND key = ?", (sid, key))
         for to, text in events.sends:

@@ -75,13 +75,14 @@ def _decode(text: str | _Missing) -> Any:
 
 @dataclass(slots=True, frozen=True)
 class Link:
-    """One step up a session's ancestry: the session, where it forked, its memory then."""
+    """One step up a session's ancestry: the session, where it forked, the memory it started
+    from and the moment that memory was taken (a fork's creation, a checkpoint's save)."""
 
     session: int
     fork_seq: int
     length: int
     base_memory: dict[str, str] | None
-    created: float
+    base_at: float
 
 
 @dataclass(slots=True, frozen=True)
@@ -97,9 +98,10 @@ def common_ancestor(source: list[Link], target: list[Link]) -> Ancestor:
     """Where ``source`` and ``target`` (each listed from itself up to its root) part.
 
     The shared history ends at the earlier of the two points where the paths leave the
-    deepest common session; the base memory is that session's memory as it was copied to
-    the fork made first (in time: a later fork at an earlier message still carries the
-    memory of its later moment). Unrelated sessions share nothing: seq 0, empty memory.
+    deepest common session; the base memory is the older of the two memories the branches
+    started from (by the moment each was taken: a later fork at an earlier message still
+    carries the memory of its later moment, a branch restored from a checkpoint the memory
+    of the checkpoint's moment). Unrelated sessions share nothing: seq 0, empty memory.
     """
     in_source = {link.session: i for i, link in enumerate(source)}
     for j, link in enumerate(target):
@@ -113,7 +115,7 @@ def common_ancestor(source: list[Link], target: list[Link]) -> Ancestor:
         point_target = via_target.fork_seq if via_target else link.length
         forks = [c for c in (via_source, via_target) if c is not None]
         # memory has no positions, only a past: the base is what the earlier fork copied
-        earliest = min(forks, key=lambda c: c.created) if forks else None
+        earliest = min(forks, key=lambda c: c.base_at) if forks else None
         memory = (earliest.base_memory or {}) if earliest else {}
         return Ancestor(link.session, min(point_source, point_target), memory)
     return Ancestor(None, 0, {})

@@ -48,6 +48,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         parent_id       INTEGER REFERENCES sessions(id),
         fork_seq        INTEGER NOT NULL DEFAULT 0,
         base_memory     TEXT,
+        base_at         REAL,
         merged_into     INTEGER REFERENCES sessions(id),
         length          INTEGER NOT NULL DEFAULT 0,
         history_tokens  INTEGER NOT NULL DEFAULT 0,

@@ -62,6 +62,10 @@ Progress = Callable[[int, int], None]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+MEMORY_PUT = (
+    "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
+)
 _SESSION_SELECT = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
 _PS_SELECT = (
     "SELECT s.*, a.name AS agent, r.pid AS run_pid, r.cpu AS run_cpu, r.rss AS run_rss, r.started AS run_started"
@@ -290,10 +294,12 @@ class Workspace:
     async def _ancestry(self, tx: Tx, sid: int) -> list[Link]:
         rows = await tx.all(
             """
-            WITH RECURSIVE chain(id, parent_id, fork_seq, length, base_memory, created, depth) AS (
-                SELECT id, parent_id, fork_seq, length, base_memory, created, 0 FROM sessions WHERE id = ?
+            WITH RECURSIVE chain(id, parent_id, fork_seq, length, base_memory, base_at, depth) AS (
+                SELECT id, parent_id, fork_seq, length, base_memory, coalesce(base_at, created), 0
+                FROM sessions WHERE id = ?
                 UNION ALL
-                SELECT s.id, s.parent_id, s.fork_seq, s.length, s.base_memory, s.created, c.depth + 1
+                SELECT s.id, s.parent_id, s.fork_seq, s.length, s.base_memory, coalesce(s.base_at, s.created),
+                       c.depth + 1
                 FROM sessions s JOIN chain c ON s.id = c.parent_id
             )
             SELECT * FROM chain ORDER BY depth
@@ -302,7 +308,7 @@ class Workspace:
         )
         return [
             Link(r["id"], r["fork_seq"], r["length"], json.loads(r["base_memory"]) if r["base_memory"] else None,
-                 r["created"])
+                 r["base_at"])
             for r in rows
         ]
 
@@ -541,11 +547,7 @@ class Workspace:
             text = canonical(value)
         except (TypeError, ValueError):
             raise InvalidArgument("the memory value must be JSON") from None
-        await tx.execute(
-            "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated",
-            (sid, key, text, tx.now),
-        )
+        await tx.execute(MEMORY_PUT, (sid, key, text, tx.now))
         await tx.touch(sid)
 
     @syscall("memory")
@@ -770,11 +772,14 @@ class Workspace:
         row = await self._row(tx, sid)
         self._check(row, "fork")
         return await self._branch(tx, row, name or f"{row['name']} fork", at, await self._memory_texts(tx, sid),
-                                  await history.folds(tx, sid))
+                                  await history.folds(tx, sid), tx.now)
 
     async def _branch(
-        self, tx: Tx, row: Any, name: str, at: int | None, memory: dict[str, str], in_force: Sequence[Fold]
+        self, tx: Tx, row: Any, name: str, at: int | None, memory: dict[str, str], in_force: Sequence[Fold],
+        memory_at: float,
     ) -> int:
+        """A child of ``row`` at history position ``at``, starting from ``memory`` as it was at
+        time ``memory_at`` (the merge base of this branch)."""
         sid = row["id"]
         at = row["length"] if at is None else at
         if not 0 <= at <= row["length"]:
@@ -785,7 +790,7 @@ class Workspace:
             tx, agent_id=row["agent_id"], name=limits.name(name, "session name"), goal=row["goal"],
             system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
             timeout=row["timeout"], cwd=row["cwd"], armed=row["armed"], parent_id=sid, fork_seq=at,
-            base_memory=json.dumps(memory), length=at, history_tokens=hist_tokens,
+            base_memory=json.dumps(memory), base_at=memory_at, length=at, history_tokens=hist_tokens,
             context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
             context_count=at - sum(f.archived_count - 1 for f in inherited),
         )
@@ -846,11 +851,7 @@ class Workspace:
             if value is MISSING:
                 await tx.execute("DELETE FROM memory WHERE session_id = ? AND key = ?", (target, key))
             else:
-                await tx.execute(
-                    "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated",
-                    (target, key, value, tx.now),
-                )
+                await tx.execute(MEMORY_PUT, (target, key, value, tx.now))
         cur = await tx.execute(
             "INSERT OR IGNORE INTO resources (session_id, kind, uri, mode, created)"
             " SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?",
@@ -884,12 +885,14 @@ class Workspace:
     async def restore(self, tx: Tx, sid: int, checkpoint: str, name: str | None = None) -> int:
         """A new session forked at ``sid``'s checkpoint, with the memory and folds it had then."""
         row = await self._row(tx, sid)
-        cp = await tx.one("SELECT seq, state FROM checkpoints WHERE session_id = ? AND name = ?", (sid, checkpoint))
+        cp = await tx.one("SELECT seq, state, created FROM checkpoints WHERE session_id = ? AND name = ?",
+                          (sid, checkpoint))
         if cp is None:
             raise NotFound(f"session {sid} has no checkpoint named {checkpoint!r}")
         state = json.loads(cp["state"])
         folds = [Fold(**f) for f in state["folds"]]
-        return await self._branch(tx, row, name or f"{row['name']}@{checkpoint}", cp["seq"], state["memory"], folds)
+        return await self._branch(tx, row, name or f"{row['name']}@{checkpoint}", cp["seq"], state["memory"], folds,
+                                  cp["created"])
 
     @syscall("save")
     async def export(self, tx: Tx, sid: int, file: str) -> dict[str, Any]:
