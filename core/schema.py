@@ -29,17 +29,16 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
 
     CREATE TABLE sessions (
+        -- small, often-read columns first and long texts last, so that a scan of the table
+        -- (the process table) never walks their overflow pages
         id              INTEGER PRIMARY KEY,
         uuid            TEXT NOT NULL UNIQUE,
         agent_id        INTEGER NOT NULL REFERENCES agents(id),
         name            TEXT NOT NULL,
-        goal            TEXT NOT NULL DEFAULT '',
-        system          TEXT NOT NULL DEFAULT '',
-        system_tokens   INTEGER NOT NULL DEFAULT 0,
-        priority        INTEGER NOT NULL DEFAULT 0,
         state           TEXT NOT NULL,
         reason          TEXT,
         resume_to       TEXT,
+        priority        INTEGER NOT NULL DEFAULT 0,
         runner          TEXT NOT NULL,
         window          INTEGER NOT NULL,
         timeout         REAL,
@@ -47,18 +46,21 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         armed           INTEGER NOT NULL DEFAULT 1,
         parent_id       INTEGER REFERENCES sessions(id),
         fork_seq        INTEGER NOT NULL DEFAULT 0,
-        base_memory     TEXT,
-        base_at         REAL,
         merged_into     INTEGER REFERENCES sessions(id),
         length          INTEGER NOT NULL DEFAULT 0,
         history_tokens  INTEGER NOT NULL DEFAULT 0,
+        system_tokens   INTEGER NOT NULL DEFAULT 0,
         context_tokens  INTEGER NOT NULL DEFAULT 0,
         context_count   INTEGER NOT NULL DEFAULT 0,
         created         REAL NOT NULL,
         last_active     REAL NOT NULL,
         queued_at       REAL,
+        rev             INTEGER NOT NULL DEFAULT 0,
+        base_at         REAL,
+        goal            TEXT NOT NULL DEFAULT '',
         causes          TEXT,
-        rev             INTEGER NOT NULL DEFAULT 0
+        base_memory     TEXT,
+        system          TEXT NOT NULL DEFAULT ''
     );
     CREATE INDEX sessions_rev ON sessions(rev);
     CREATE INDEX sessions_parent ON sessions(parent_id);

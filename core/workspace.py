@@ -67,11 +67,18 @@ MEMORY_PUT = (
     " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
 )
 _SESSION_SELECT = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
+#: The columns of ``SessionInfo``, in its field order (triggers come from their own table).
+PS_COLUMNS = (
+    "s.id, s.uuid, s.name, a.name, s.goal, s.state, s.reason, s.priority, s.parent_id, s.fork_seq,"
+    " s.merged_into, s.runner, s.window, s.context_tokens, s.context_count, s.length, s.created, s.last_active,"
+    " s.armed, s.timeout, s.cwd, s.rev, r.pid, r.cpu, r.rss, r.started"
+)
 _PS_SELECT = (
-    "SELECT s.*, a.name AS agent, r.pid AS run_pid, r.cpu AS run_cpu, r.rss AS run_rss, r.started AS run_started"
-    " FROM sessions s JOIN agents a ON a.id = s.agent_id"
+    f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
     " LEFT JOIN runs r ON r.session_id = s.id AND r.ended IS NULL"
 )
+_TRIGGER_COLUMNS = "id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL"
+_STATES = {s.value: s for s in State}
 
 
 def syscall(
@@ -139,23 +146,19 @@ def _plain(result: Any) -> Any:
     return result
 
 
-def _info(row: Any, trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
-    return SessionInfo(
-        id=row["id"], uuid=row["uuid"], name=row["name"], agent=row["agent"], goal=row["goal"],
-        state=State(row["state"]), reason=row["reason"], priority=row["priority"], parent=row["parent_id"],
-        fork_seq=row["fork_seq"], merged_into=row["merged_into"], runner=row["runner"],
-        context_window=row["window"], context_tokens=row["context_tokens"], messages=row["context_count"],
-        length=row["length"], created=row["created"], last_active=row["last_active"], armed=bool(row["armed"]),
-        timeout=row["timeout"], cwd=row["cwd"], rev=row["rev"], triggers=tuple(trigs),
-        pid=row["run_pid"], cpu=row["run_cpu"], rss=row["run_rss"], run_started=row["run_started"],
-    )
+def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
+    """A ``SessionInfo`` from a row of ``PS_COLUMNS`` (read by position: this runs 100,000
+    times when a monitor opens a big workspace)."""
+    return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
+                       r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], tuple(trigs), r[22],
+                       r[23], r[24], r[25])
 
 
-def _trigger(row: Any) -> TriggerInfo:
-    return TriggerInfo(
-        id=row["id"], session=row["session_id"], kind=row["kind"], spec=json.loads(row["spec"]),
-        armed=bool(row["armed"]), last_fired=row["last_fired"], fired=row["fired"], pending=row["pending"] is not None,
-    )
+def _triggers_by_session(rows: Iterable[Sequence[Any]]) -> dict[int, list[TriggerInfo]]:
+    by_session: dict[int, list[TriggerInfo]] = {}
+    for r in rows:
+        by_session.setdefault(r[1], []).append(TriggerInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7])))
+    return by_session
 
 
 class Workspace:
@@ -196,12 +199,6 @@ class Workspace:
 
     async def _row(self, tx: Tx, sid: int) -> Any:
         row = await tx.one(f"{_SESSION_SELECT} WHERE s.id = ?", (sid,))
-        if row is None:
-            raise SessionNotFound(sid)
-        return row
-
-    async def _ps_row(self, tx: Tx, sid: int) -> Any:
-        row = await tx.one(f"{_PS_SELECT} WHERE s.id = ?", (sid,))
         if row is None:
             raise SessionNotFound(sid)
         return row
@@ -329,27 +326,20 @@ class Workspace:
             params.append(state)
         sql = _PS_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY s.id"
         async with self.store.snapshot() as tx:
-            rows = await tx.all(sql, params)
-            trig_rows = await tx.all("SELECT * FROM triggers ORDER BY id")
-        by_session: dict[int, list[TriggerInfo]] = {}
-        for t in trig_rows:
-            by_session.setdefault(t["session_id"], []).append(_trigger(t))
-        return [_info(r, by_session.get(r["id"], ())) for r in rows]
+            rows = await tx.tuples(sql, params)
+            trigs = _triggers_by_session(await tx.tuples(f"SELECT {_TRIGGER_COLUMNS} FROM triggers ORDER BY id"))
+        return [_info(r, trigs.get(r[0], ())) for r in rows]
 
     async def changes(self, since: int = 0) -> tuple[int, list[SessionInfo]]:
         """Sessions changed after revision ``since`` (every session for 0), and the revision
         they bring the reader to. A monitor asks for this on each tick and redraws only them."""
         async with self.store.snapshot() as tx:
             rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            rows = await tx.all(f"{_PS_SELECT} WHERE s.rev > ? ORDER BY s.id", (since,))
-            trig_rows = await tx.all(
-                "SELECT * FROM triggers WHERE session_id IN (SELECT id FROM sessions WHERE rev > ?) ORDER BY id",
-                (since,),
-            )
-        by_session: dict[int, list[TriggerInfo]] = {}
-        for t in trig_rows:
-            by_session.setdefault(t["session_id"], []).append(_trigger(t))
-        return rev, [_info(r, by_session.get(r["id"], ())) for r in rows]
+            rows = await tx.tuples(f"{_PS_SELECT} WHERE s.rev > ? ORDER BY s.id", (since,))
+            trigs = _triggers_by_session(await tx.tuples(
+                f"SELECT {_TRIGGER_COLUMNS} FROM triggers"
+                " WHERE session_id IN (SELECT id FROM sessions WHERE rev > ?) ORDER BY id", (since,)))
+        return rev, [_info(r, trigs.get(r[0], ())) for r in rows]
 
     async def stats(self, window_s: float = 60.0) -> dict[str, Any]:
         """What a header shows: sessions by state, context totals, recent firings, the engine."""
@@ -370,22 +360,28 @@ class Workspace:
 
     async def info(self, sid: int) -> SessionInfo:
         async with self.store.snapshot() as tx:
-            row = await self._ps_row(tx, sid)
-            trig = await tx.all("SELECT * FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
-        return _info(row, [_trigger(t) for t in trig])
+            return await self._ps_info(tx, sid)
+
+    async def _ps_info(self, tx: Tx, sid: int) -> SessionInfo:
+        rows = await tx.tuples(f"{_PS_SELECT} WHERE s.id = ?", (sid,))
+        if not rows:
+            raise SessionNotFound(sid)
+        trigs = _triggers_by_session(await tx.tuples(
+            f"SELECT {_TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
+        return _info(rows[0], trigs.get(sid, ()))
 
     async def show(self, sid: int) -> SessionDetail:
         async with self.store.snapshot() as tx:
-            row = await self._ps_row(tx, sid)
-            trig = await tx.all("SELECT * FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
+            info = await self._ps_info(tx, sid)
+            system = await tx.value("SELECT system FROM sessions WHERE id = ?", (sid,))
             memory = await self._memory_texts(tx, sid)
             res = await tx.all("SELECT id, kind, uri, mode FROM resources WHERE session_id = ? ORDER BY id", (sid,))
             in_force = await history.folds(tx, sid)
             items = history.active(await history.read(tx, sid), in_force)
             cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
         return SessionDetail(
-            info=_info(row, [_trigger(t) for t in trig]),
-            system=row["system"],
+            info=info,
+            system=system,
             memory={k: json.loads(v) for k, v in sorted(memory.items())},
             resources=tuple(Resource(*r) for r in res),
             context=tuple(items),
