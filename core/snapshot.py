@@ -77,6 +77,13 @@ def _need(cond: bool, what: str) -> None:
         raise SnapshotError(what)
 
 
+def _keys(obj: dict[str, Any], keys: set[str], what: str) -> None:
+    """An object has exactly these keys: a file either says everything we write, or is not ours."""
+    missing, extra = keys - obj.keys(), obj.keys() - keys
+    _need(not missing, f"{what} lacks {', '.join(sorted(missing))}")
+    _need(not extra, f"{what} has unknown {', '.join(sorted(extra))}")
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -91,9 +98,11 @@ def _text(v: Any, what: str, *, empty: bool = True) -> str:
 
 
 def _validate(p: dict[str, Any]) -> Snapshot:
-    _need(set(p) >= {"session", "messages", "folds", "memory", "resources", "triggers"}, "payload is incomplete")
+    _keys(p, {"session", "messages", "folds", "memory", "resources", "triggers"}, "the payload")
     s = p["session"]
     _need(isinstance(s, dict), "session must be an object")
+    _keys(s, {"uuid", "name", "agent", "goal", "system", "priority", "runner", "window", "timeout", "created"},
+          "session")
     for key in ("name", "agent"):
         _text(s.get(key), f"session.{key}", empty=False)
     for key in ("goal", "system", "runner", "uuid"):
@@ -112,6 +121,7 @@ def _validate(p: dict[str, Any]) -> Snapshot:
     _need(isinstance(messages, list), "messages must be a list")
     for i, m in enumerate(messages, start=1):
         _need(isinstance(m, dict), f"message {i} must be an object")
+        _keys(m, {"seq", "role", "content", "author", "pinned", "created", "meta"}, f"message {i}")
         _need(m.get("seq") == i, f"message {i} is out of order")
         _need(m.get("role") in limits.ROLES, f"message {i} has a bad role")
         _text(m.get("content"), f"message {i} content")
@@ -124,6 +134,7 @@ def _validate(p: dict[str, Any]) -> Snapshot:
     _need(isinstance(folds, list), "folds must be a list")
     for i, f in enumerate(folds, start=1):
         _need(isinstance(f, dict), f"fold {i} must be an object")
+        _keys(f, {"lo", "hi", "summary"}, f"fold {i}")
         _need(_is_int(f.get("lo")) and _is_int(f.get("hi")), f"fold {i} range must be integers")
         _need(1 <= f["lo"] <= f["hi"] <= len(messages), f"fold {i} range is outside the history")
         _text(f.get("summary"), f"fold {i} summary")
@@ -137,6 +148,7 @@ def _validate(p: dict[str, Any]) -> Snapshot:
     _need(isinstance(resources, list), "resources must be a list")
     for i, r in enumerate(resources, start=1):
         _need(isinstance(r, dict), f"resource {i} must be an object")
+        _keys(r, {"kind", "uri", "mode"}, f"resource {i}")
         _need(r.get("kind") in limits.RESOURCE_KINDS, f"resource {i} has a bad kind")
         _text(r.get("uri"), f"resource {i} uri", empty=False)
         _need(r.get("mode") in limits.RESOURCE_MODES, f"resource {i} mode must be ro or rw")
@@ -144,6 +156,8 @@ def _validate(p: dict[str, Any]) -> Snapshot:
     trigs = p["triggers"]
     _need(isinstance(trigs, list), "triggers must be a list")
     for i, t in enumerate(trigs, start=1):
-        _need(isinstance(t, dict) and t.get("kind") in triggers.KINDS, f"trigger {i} has a bad kind")
+        _need(isinstance(t, dict), f"trigger {i} must be an object")
+        _keys(t, {"kind", "spec"}, f"trigger {i}")
+        _need(t["kind"] in triggers.KINDS, f"trigger {i} has a bad kind")
         _need(isinstance(t.get("spec"), dict), f"trigger {i} spec must be an object")
     return Snapshot(s, messages, folds, memory, resources, trigs)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from procession import ProcessionError, SnapshotError, Workspace
 from procession.humanize import printable
 from procession.snapshot import canonical_bytes, dump
+from procession.triggers import revalidate
 
 TABLES = ("agents", "sessions", "messages", "folds", "memory", "resources", "triggers", "checkpoints", "runs",
           "journal", "meta")
@@ -46,9 +47,12 @@ async def make_snapshot(db: Path, out: Path) -> dict:
 
 
 def payload_of(ws_export: dict) -> dict:
+    """What must survive a load: all but the identity and birth of the session, with trigger
+    specs in the normal form a load brings them to (paths absolute, durations recomputed)."""
     p = json.loads(json.dumps(ws_export["payload"]))
     p["session"].pop("uuid")
     p["session"].pop("created")
+    p["triggers"] = [{"kind": t["kind"], "spec": revalidate(t["kind"], t["spec"])} for t in p["triggers"]]
     return p
 
 
