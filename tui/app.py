@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
@@ -62,6 +63,14 @@ CALLS: tuple[tuple[str, str, str | None], ...] = (
     ("approve", "Approve (arm runner and triggers)", "approve"),
 )
 MUTATING = {c[0] for c in CALLS} | {"suspend_resume"}
+#: Keys of the table view, off in the detail view.
+TABLE_KEYS = {"search", "filter", "toggle_tree", "sort_menu", "sort_column", "invert_sort", "tag", "untag_all",
+              "details", "follow", "pause", "toggle_terminated", "clear"}
+
+
+def _unapproved(session: SessionInfo) -> bool:
+    """A runner or a trigger is disarmed (a loaded session, or a fork's copied triggers)."""
+    return not session.armed or any(not t.armed for t in session.triggers)
 
 
 class SessionCommands(Provider):
@@ -76,7 +85,7 @@ class SessionCommands(Provider):
         label = f"session {targets[0].id} ({targets[0].name})" if len(targets) == 1 else f"{len(targets)} sessions"
         matcher = self.matcher(query)
         for action, text, _ in CALLS:
-            if app.check_action(action, ()) is not True:
+            if not app.applies(action):
                 continue
             title = f"{text.rstrip('…')}: {label}"
             score = matcher.match(title)
@@ -102,8 +111,8 @@ class ProcessionApp(App[int]):
         Binding("greater_than_sign,full_stop", "sort_column(1)", "Sort next", show=False, id="sort_next"),
         Binding("less_than_sign,comma", "sort_column(-1)", "Sort previous", show=False, id="sort_prev"),
         Binding("I", "invert_sort", "Invert sort", show=False, id="invert"),
-        Binding("f7,right_square_bracket", "nice_up", "Pri+", key_display="F7", id="nice_up"),
-        Binding("f8,left_square_bracket", "nice_down", "Pri-", key_display="F8", id="nice_down"),
+        Binding("f7,right_square_bracket", "nice_up", "Priority up", show=False, key_display="F7", id="nice_up"),
+        Binding("f8,left_square_bracket", "nice_down", "Priority down", show=False, key_display="F8", id="nice_down"),
         Binding("f9,k", "actions", "Actions", key_display="F9", id="actions"),
         Binding("f10,q", "quit", "Quit", key_display="F10", id="quit"),
         Binding("space", "tag", "Tag", show=False, id="tag"),
@@ -158,6 +167,11 @@ class ProcessionApp(App[int]):
         self._engine_task: asyncio.Task[None] | None = None
         self._last_tick = 0.0
 
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """Notifications carry session names, paths and reasons: plain text unless asked."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
@@ -165,7 +179,8 @@ class ProcessionApp(App[int]):
         yield TableHeader(id="header")
         yield SessionTable(id="table")
         yield Input(id="bar", classes="hidden")
-        yield Footer()
+        # F1..F10 fit an 80-column terminal: compact, and Ctrl+P is in the help instead
+        yield Footer(compact=True, show_command_palette=False)
 
     @property
     def table(self) -> SessionTable:
@@ -190,6 +205,12 @@ class ProcessionApp(App[int]):
         self._watch_themes()
 
     async def on_unmount(self) -> None:
+        # Textual has asked the workers to stop; let them (a poll tick above all) finish
+        # before the connection closes under them.
+        for worker in list(self.workers):
+            worker.cancel()
+            with contextlib.suppress(Exception):
+                await worker.wait()
         await self._stop_engine()
         if self.ws is not None:
             await self.ws.close()
@@ -210,6 +231,8 @@ class ProcessionApp(App[int]):
             self.theme = config_mod.DEFAULT_THEME
 
     def _theme_changed(self, theme: Any) -> None:
+        if isinstance(self.screen, Setup):
+            return  # a preview: Setup saves the theme on Save, and puts the old one back on Cancel
         if self.theme_override is None and self.settings.theme != self.theme and not self.readonly:
             self.settings.theme = self.theme
             with contextlib.suppress(OSError):
@@ -271,11 +294,15 @@ class ProcessionApp(App[int]):
     @work(exclusive=True, group="poll")
     async def _poll(self) -> None:
         """Forever: notice changes (cheaply) and redraw what changed. Ticks never overlap."""
-        while True:
+        while self.is_running:
             try:
                 await self.tick()
             except ProcessionError as exc:
                 self.notify(str(exc), severity="error")
+            except (NoMatches, ScreenStackError):
+                if self.is_running:
+                    raise
+                return  # quitting: Textual removes the screens before it stops this worker
             await asyncio.sleep(POLL_S)
 
     async def tick(self) -> None:
@@ -336,10 +363,14 @@ class ProcessionApp(App[int]):
         if self.following is not None:
             notes.append(f"following {self.following} (F)")
         if self.spec.filter:
-            notes.append(f"filter: {self.spec.filter}")
+            notes.append(f"filter: {self.spec.filter} (Esc clears)")
         if not self.spec.show_terminated:
             notes.append("ended hidden (H)")
         self.query_one(Meters).show(stats, label, slots, "  ".join(notes))
+
+    def _header_soon(self) -> None:
+        """Redraw the header's notes now rather than at the next interval."""
+        self.run_worker(self._refresh_header(), group="header")
 
     def _highlight(self, sid: int, kind: str, now: float) -> None:
         self.table.highlights[sid] = kind
@@ -365,21 +396,26 @@ class ProcessionApp(App[int]):
         return [session] if session else []
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in MUTATING:
-            if self.readonly:
-                return False
-            if not isinstance(self.screen, (Detail,)) and self.screen is not self.screen_stack[0]:
-                return True
-            needs = {c[0]: c[2] for c in CALLS}.get(action)
-            targets = self.targets()
-            if action == "suspend_resume":
-                ok = any(allowed("suspend", t.state) or allowed("resume", t.state) for t in targets)
-            elif action == "approve":
-                ok = any(not t.armed and allowed("approve", t.state) for t in targets)
-            else:
-                ok = bool(targets) and needs is not None and any(allowed(needs, t.state) for t in targets)
-            return True if ok else None
+        """A read-only monitor hides every changing call. Otherwise a key always makes its
+        call, so that a refusal says why instead of the key doing nothing; the action menu
+        and the palette grey out what would be refused (``applies``)."""
+        if action in MUTATING and self.readonly:
+            return False
+        if action in TABLE_KEYS and isinstance(self.screen, Detail):
+            return False  # they would act on the table hidden under the detail view
         return True
+
+    def applies(self, action: str) -> bool:
+        """Whether the lifecycle table lets ``action`` act on at least one of the targets."""
+        if self.readonly and action in MUTATING:
+            return False
+        needs = {c[0]: c[2] for c in CALLS}.get(action)
+        targets = self.targets()
+        if action == "suspend_resume":
+            return any(allowed("suspend", t.state) or allowed("resume", t.state) for t in targets)
+        if action == "approve":
+            return any(_unapproved(t) and allowed("approve", t.state) for t in targets)
+        return bool(targets) and needs is not None and any(allowed(needs, t.state) for t in targets)
 
     async def call(self, label: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
         """Make one call; a refusal becomes a notification with its one-line reason."""
@@ -389,6 +425,8 @@ class ProcessionApp(App[int]):
             self.notify(str(exc), title=label, severity="error", timeout=6)
             return None
         self.dirty = True
+        if not self.paused:
+            await self.refresh_data()  # show it now: the next key must see the new state
         return result
 
     async def each(self, label: str, call: str, done: str) -> None:
@@ -413,8 +451,8 @@ class ProcessionApp(App[int]):
                 continue
             keys = ", ".join(self.get_key_display(Binding(k, "")) for k in binding.key.split(","))
             rows.append((keys, binding.description))
-        rows += [("↑ ↓ PgUp PgDn Home End", "move the cursor"), ("Ctrl+P", "command palette: every call"),
-                 ("click a column title", "sort by it")]
+        rows += [("↑ ↓ PgUp PgDn", "move the cursor"), ("Home End", "first, last row"),
+                 ("Ctrl+P", "command palette: every call"), ("click a title", "sort by that column")]
         self.push_screen(Help(rows, self.readonly))
 
     def action_setup(self) -> None:
@@ -440,6 +478,7 @@ class ProcessionApp(App[int]):
         bar = self.query_one("#bar", Input)
         self.bar_mode = mode
         bar.placeholder = placeholder
+        bar.border_title = "Search (F3 next)" if mode == "search" else "Filter (Esc clears)"
         bar.value = value
         bar.remove_class("hidden")
         bar.focus()
@@ -450,10 +489,11 @@ class ProcessionApp(App[int]):
         self.table.focus()
 
     def action_search(self) -> None:
-        if self.bar_mode == "search" or (self.search_text and self.focused is self.table):
+        if self.bar_mode == "search":
             self._next_match(self.search_text, skip=True)
             return
-        self._show_bar("search", "search: name, agent or state — Enter keeps, F3 next, Esc closes", self.search_text)
+        # Reopened with the last search selected: F3 again finds the next match, typing starts a new one.
+        self._show_bar("search", "search: name, agent or state — F3 next, Enter or Esc closes", self.search_text)
 
     def action_filter(self) -> None:
         self._show_bar("filter", "filter: name, agent or state — Enter keeps, Esc clears", self.spec.filter)
@@ -466,13 +506,18 @@ class ProcessionApp(App[int]):
         elif self.bar_mode == "filter":
             self.spec.filter = event.value
             self.rebuild()
+            self._header_soon()
 
     @on(Input.Submitted, "#bar")
     def bar_submitted(self, event: Input.Submitted) -> None:
         self._hide_bar()
 
     def _next_match(self, query: str, *, skip: bool) -> None:
+        """Move to the next session matching ``query``. While typing, a miss only turns the bar
+        red (a toast per keystroke is noise); F3 with no match says so."""
         rows = self.table.rows
+        bar = self.query_one("#bar", Input)
+        bar.remove_class("-nomatch")
         if not query or not rows:
             return
         start = self.table.cursor + (1 if skip else 0)
@@ -481,14 +526,16 @@ class ProcessionApp(App[int]):
             if row.session is not None and matches(row.session, query):
                 self.table.move_to(row.key)
                 return
-        self.notify(f"no session matches {query!r}", severity="warning", timeout=2)
+        bar.add_class("-nomatch")
+        if skip:
+            self.notify(f"no session matches {query!r}", severity="warning", timeout=2)
 
     def action_clear(self) -> None:
-        if self.bar_mode == "filter":
+        if self.bar_mode == "filter" or (not self.bar_mode and self.spec.filter):
             self.spec.filter = ""
             self.rebuild()
         self._hide_bar()
-        self.run_worker(self._refresh_header())
+        self._header_soon()
 
     def action_toggle_tree(self) -> None:
         self.spec.tree = not self.spec.tree
@@ -557,17 +604,17 @@ class ProcessionApp(App[int]):
     def action_follow(self) -> None:
         session = self.table.cursor_session
         self.following = None if self.following is not None or session is None else session.id
-        self.run_worker(self._refresh_header())
+        self._header_soon()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.dirty = True
-        self.run_worker(self._refresh_header())
+        self._header_soon()
 
     def action_toggle_terminated(self) -> None:
         self.spec.show_terminated = not self.spec.show_terminated
         self.rebuild()
-        self.run_worker(self._refresh_header())
+        self._header_soon()
 
     # ------------------------------------------------------------------ calls
 
@@ -764,8 +811,9 @@ class ProcessionApp(App[int]):
 
     def action_approve(self) -> None:
         assert self.ws is not None
-        targets = [t for t in self.targets() if not t.armed]
+        targets = [t for t in self.targets() if _unapproved(t)]
         if not targets:
+            self.notify("nothing to approve: the runner and every trigger are armed already", severity="warning")
             return
 
         async def confirmed(yes: bool | None) -> None:
@@ -781,6 +829,7 @@ class ProcessionApp(App[int]):
         assert self.ws is not None
         targets = [t for t in self.targets() if allowed("cancel", t.state)]
         if not targets:
+            self.notify("nothing to cancel: it has ended already", severity="warning")
             return
 
         async def confirmed(yes: bool | None) -> None:
@@ -794,7 +843,15 @@ class ProcessionApp(App[int]):
         targets = self.targets()
         if not targets:
             return
-        actions = [Action(action, label, self.check_action(action, ()) is True) for action, label, _ in CALLS]
+        keys: dict[str, str] = {}  # the key of each call, as the keymap has it, shown beside it
+        for key, active in self.screen_stack[0].active_bindings.items():
+            keys.setdefault(active.binding.action, self.get_key_display(Binding(key, "")))
+        keys["suspend"] = keys["resume"] = keys.get("suspend_resume", "")
+        actions = [Action(action, f"{label:<36}{keys.get(action, '')}", self.applies(action))
+                   for action, label, _ in CALLS if self.check_action(action, ()) is not False]
+        if not actions:
+            self.notify("read-only monitor: no call can be made from here", severity="warning")
+            return
         title = (f"Session {targets[0].id} ({targets[0].name})" if len(targets) == 1
                  else f"{len(targets)} tagged sessions")
 

@@ -48,7 +48,8 @@ class Detail(Screen[None]):
                     with TabPane(tab, id=f"tab-{tab.lower()}"):
                         with VerticalScroll():
                             yield Static(id=f"body-{tab.lower()}", markup=False)
-        yield Footer()
+        # F1..F10 fit an 80-column terminal: compact, and Ctrl+P is in the help instead
+        yield Footer(compact=True, show_command_palette=False)
 
     async def on_mount(self) -> None:
         await self.reload()
@@ -57,15 +58,20 @@ class Detail(Screen[None]):
         detail = await self.ws.show(self.sid)
         if detail.info.rev == self.rev:
             return
+        first = self.rev < 0
         self.rev = detail.info.rev
         runs = await self.ws.runs(self.sid, limit=60)
         journal = await self.ws.journal(self.sid, limit=100)
         curve = await self.ws.context_curve(self.sid)
-        self.query_one("#summary", Static).update(_summary(detail))
+        now = getattr(self.app, "clock", time.time)()  # the monitor's clock, so tests and screenshots are stable
+        self.query_one("#summary", Static).update(_summary(detail, now))
         self.query_one("#context-curve", Sparkline).data = curve
-        self.query_one("#runs-curve", Sparkline).data = [max((r.ended or time.time()) - r.started, 0.0)
+        self.query_one("#runs-curve", Sparkline).data = [max((r.ended or now) - r.started, 0.0)
                                                           for r in runs]
         self.query_one("#body-context", Static).update(_context(detail))
+        if first:  # the newest messages are what one opens a session to see
+            scroll = self.query_one("#tab-context VerticalScroll", VerticalScroll)
+            self.call_after_refresh(scroll.scroll_end, animate=False)
         self.query_one("#body-memory", Static).update(
             "\n".join(f"{printable(k)} = {printable(json.dumps(v, ensure_ascii=False))}"
                       for k, v in detail.memory.items()) or "(empty)")
@@ -75,14 +81,14 @@ class Detail(Screen[None]):
             "\n".join(f"[{t.id}] {printable(t.label)}  {'armed' if t.armed else 'disarmed'}  fired {t.fired}x"
                       f"{', last ' + humanize.clock(t.last_fired) if t.last_fired else ''}"
                       f"{'  (pending)' if t.pending else ''}" for t in detail.info.triggers) or "(none)")
-        self.query_one("#body-runs", Static).update(_runs(runs))
+        self.query_one("#body-runs", Static).update(_runs(runs, now))
         self.query_one("#body-journal", Static).update(
             "\n".join(f"{humanize.clock(e.ts)}  {e.actor:<7} {e.call:<9} "
                       f"{printable(json.dumps(e.args, ensure_ascii=False, default=str))[:90]}" for e in journal)
             or "(empty)")
 
 
-def _summary(d: SessionDetail) -> Text:
+def _summary(d: SessionDetail, now: float) -> Text:
     s = d.info
     text = Text()
     text.append(f"{s.id}  {printable(s.name)}", "bold")
@@ -95,7 +101,8 @@ def _summary(d: SessionDetail) -> Text:
         text.append(f"   forked from {s.parent} at {s.fork_seq}")
     if s.merged_into:
         text.append(f"   merged into {s.merged_into}")
-    text.append(f"\ncreated {humanize.clock(s.created)}   last active {humanize.age(s.last_active)} ago")
+    age = humanize.age(s.last_active, now)
+    text.append(f"\ncreated {humanize.clock(s.created)}   last active {'just now' if age == 'now' else age + ' ago'}")
     if s.goal:
         text.append(f"\ngoal: {printable(s.goal)}")
     return text
@@ -121,10 +128,10 @@ def _context(d: SessionDetail) -> Text:
     return text
 
 
-def _runs(runs: list[RunInfo]) -> Text:
+def _runs(runs: list[RunInfo], now: float) -> Text:
     text = Text()
     for r in reversed(runs):
-        took = (r.ended or time.time()) - r.started
+        took = (r.ended or now) - r.started
         text.append(f"run {r.id:<5}", "bold")
         text.append(f" {r.outcome or 'running':<12}", OUTCOME_STYLE.get(r.outcome, ""))
         text.append(f" {humanize.clock(r.started)}  {took:6.1f}s  exit {r.exit_code if r.exit_code is not None else '-'}"

@@ -31,10 +31,10 @@ class Prompt(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog--title")
+            yield Label(self.title_text, classes="dialog--title", markup=False)
             yield Input(self.value, placeholder=self.placeholder, id="prompt")
             if self.help:
-                yield Label(self.help, classes="dialog--help")
+                yield Label(self.help, classes="dialog--help", markup=False)
 
     @on(Input.Submitted, "#prompt")
     def submitted(self, event: Input.Submitted) -> None:
@@ -52,8 +52,8 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog--title")
-            yield Static("\n".join(self.lines), classes="dialog--body")
+            yield Label(self.title_text, classes="dialog--title", markup=False)
+            yield Static("\n".join(self.lines), classes="dialog--body", markup=False)
             with Horizontal(classes="dialog--buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", id="no")
@@ -84,8 +84,9 @@ class ActionMenu(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog--title")
-            yield OptionList(*[Option(a.label, id=a.id, disabled=not a.enabled) for a in self.actions], id="actions")
+            yield Label(self.title_text, classes="dialog--title", markup=False)
+            yield OptionList(*[Option(Text(a.label), id=a.id, disabled=not a.enabled) for a in self.actions],
+                             id="actions")
 
     @on(OptionList.OptionSelected, "#actions")
     def chosen(self, event: OptionList.OptionSelected) -> None:
@@ -168,12 +169,12 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
             try:
                 json.loads(value)
             except ValueError:
-                self.notify(f"{key}: not JSON; quote text like \"this\"", severity="error")
+                self.notify(f"{key}: not JSON; quote text like \"this\"", severity="error", markup=False)
                 return
             self.choices[key] = ("set", value)
             self._redraw(key)
 
-        self.app.push_screen(Prompt(f"Value of {key} (JSON)", "" if ours is MISSING else canonical(ours)), done)
+        self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", "" if ours is MISSING else canonical(ours)), done)
 
     def action_apply(self) -> None:
         if len(self.choices) < len(self.conflicts):
@@ -193,12 +194,16 @@ class Setup(ModalScreen[dict[str, Any] | None]):
         self.columns, self.themes, self.theme_name, self.interval = list(columns), list(themes), theme, interval
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog dialog--wide"):
+        # Side by side and scrollable, so that Save stays reachable on a 24-line terminal.
+        with VerticalScroll(classes="dialog dialog--wide", id="setup"):
             yield Label("Setup", classes="dialog--title")
-            yield Label("Columns")
-            yield SelectionList[str](*[(title, key, on) for key, title, on in self.columns], id="columns")
-            yield Label("Theme")
-            yield OptionList(*[Option(t, id=t) for t in self.themes], id="themes")
+            with Horizontal(id="setup-lists"):
+                with Vertical():
+                    yield Label("Columns")
+                    yield SelectionList[str](*[(title, key, on) for key, title, on in self.columns], id="columns")
+                with Vertical(id="setup-themes"):
+                    yield Label("Theme")
+                    yield OptionList(*[Option(t, id=t) for t in self.themes], id="themes")
             yield Label("Refresh interval (seconds)")
             yield Input(f"{self.interval:g}", id="interval")
             with Horizontal(classes="dialog--buttons"):
@@ -245,13 +250,18 @@ class Help(ModalScreen[None]):
         self.rows, self.readonly = list(rows), readonly
 
     def compose(self) -> ComposeResult:
-        text = Text()
-        for keys, description in self.rows:
-            text.append(f"{keys:<22}", "bold")
-            text.append(f"{description}\n")
+        half = (len(self.rows) + 1) // 2
+        columns = []
+        for rows in (self.rows[:half], self.rows[half:]):  # two columns: every key on one screen
+            text = Text(no_wrap=True, overflow="ellipsis")
+            for keys, description in rows:
+                text.append(f"{keys:<14}", "bold")
+                text.append(f"{description}\n")
+            columns.append(Static(text, classes="help--column"))
         with Vertical(classes="dialog dialog--wide"):
             yield Label("Procession — keys" + (" (read-only monitor)" if self.readonly else ""),
                         classes="dialog--title")
             with VerticalScroll(classes="dialog--scroll"):
-                yield Static(text)
+                with Horizontal(classes="help--columns"):
+                    yield from columns
             yield Label("Every call is also in the command palette (Ctrl+P). Esc closes.", classes="dialog--help")

@@ -48,27 +48,35 @@ class Meters(Widget):
         value = self.get_component_rich_style("meter--value")
         stats = self.stats
         states = stats.get("states", {})
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append("Sessions[", label)
-        for letter, name in STATES:
-            line.append(f"{letter} ", self.get_component_rich_style(f"state--{letter}"))
-            line.append(f"{states.get(name, 0)}  ", value)
-        line.append("]  ", label)
+        width = max(self.content_region.width, 20)
+        first = Text()
+        first.append("Sessions[", label)
+        for i, (letter, name) in enumerate(STATES):
+            first.append(f"{letter} ", self.get_component_rich_style(f"state--{letter}"))
+            first.append(f"{states.get(name, 0)}" + ("  " if i < len(STATES) - 1 else ""), value)
+        first.append("]  ", label)
         running = stats.get("running", 0)
         slots = max(self.slots, 1)
-        self._bar(line, "Slots", running / slots, f"{running}/{self.slots}" if self.slots else f"{running}/-", 10)
+        slot_text = f"{running}/{self.slots}" if self.slots else f"{running}/-"
         tokens, windows = stats.get("context_tokens", 0), stats.get("context_windows", 0)
-        self._bar(line, "Context", tokens / windows if windows else 0.0,
-                  f"{humanize.count(tokens)}/{humanize.count(windows)}")
-        line.append("\n")
-        line.append("Fired(1m) ", label)
-        line.append(f"{stats.get('fired', 0):<5}", value)
-        line.append("Engine ", label)
-        line.append(f"{self.engine:<30}", value)
+        context_text = f"{humanize.count(tokens)}/{humanize.count(windows)}"
+        # The bars shrink on a narrow terminal so that the first line never wraps into the second.
+        room = width - first.cell_len - len("Slots[ ]  Context[ ]") - len(slot_text) - len(context_text)
+        slot_cells, context_cells = max(0, min(10, room * 2 // 5)), max(0, min(16, room - room * 2 // 5))
+        self._bar(first, "Slots", running / slots, slot_text, slot_cells)
+        self._bar(first, "Context", tokens / windows if windows else 0.0, context_text, context_cells)
+        first.rstrip()
+        first.truncate(width, overflow="ellipsis")
+        second = Text()
+        second.append("Fired(1m) ", label)
+        second.append(f"{stats.get('fired', 0):<5}", value)
+        second.append("Engine ", label)
+        second.append(f"{self.engine:<30}", value)
         if self.tokenizer:
-            line.append("Tokens ", label)
-            line.append(f"{self.tokenizer:<10}", value)
+            second.append("Tokens ", label)
+            second.append(f"{self.tokenizer:<10}", value)
         if self.note:
-            line.append(f" {self.note} ", self.get_component_rich_style("meter--paused"))
-        line.append(f"  {time.strftime('%H:%M:%S', time.localtime(self.clock()))}", value)
-        return line
+            second.append(f" {self.note} ", self.get_component_rich_style("meter--paused"))
+        second.append(f"  {time.strftime('%H:%M:%S', time.localtime(self.clock()))}", value)
+        second.truncate(width, overflow="ellipsis")
+        return Text("\n").join([first, second])

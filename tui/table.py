@@ -32,6 +32,8 @@ from .columns import Column
 
 CACHE_ROWS = 512
 MIN_FLEX = 12
+#: Fixed columns are dropped from the right until the flexible one (the name) gets this many cells.
+WANT_FLEX = 24
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,13 +48,25 @@ class Row:
     tokens: int = 0
 
 
-def layout(columns: Sequence[Column], width: int) -> list[int]:
-    """The width of each column at a table width: the flexible one takes what is left.
+def layout(columns: Sequence[Column], width: int) -> list[tuple[Column, int]]:
+    """The columns that fit a table width, each with its width: the flexible one takes what
+    is left. On a narrow terminal the rightmost fixed columns go (as they would off the edge
+    of htop's screen) rather than squeezing the name to nothing.
 
     One cell at the left of every row is kept for the tag mark."""
-    fixed = 1 + sum(c.width for c in columns if c.width) + len(columns) - 1
-    flex = max(MIN_FLEX, width - fixed)
-    return [c.width or flex for c in columns]
+    shown = list(columns)
+
+    def fixed() -> int:
+        return 1 + sum(c.width for c in shown if c.width) + len(shown) - 1
+
+    want = WANT_FLEX if any(not c.width for c in shown) else 0
+    while width - fixed() < want:
+        droppable = [i for i, c in enumerate(shown) if c.width and i > 0]  # the first (SID) stays
+        if not droppable:
+            break
+        del shown[droppable[-1]]
+    flex = max(MIN_FLEX, width - fixed())
+    return [(c, c.width or flex) for c in shown]
 
 
 def fit(text: str, width: int, right: bool = False) -> str:
@@ -88,19 +102,20 @@ class TableHeader(Widget):
         base = self.get_component_rich_style("header")
         sorted_style = self.get_component_rich_style("header--sorted")
         segments = [Segment(" ", base)]
-        for i, (column, width) in enumerate(zip(self.columns, layout(self.columns, self.size.width))):
+        shown = layout(self.columns, self.size.width)
+        for i, (column, width) in enumerate(shown):
             title = column.title
             if column.key == self.sort_key:
                 title += "▼" if self.reverse else "▲"
             segments.append(Segment(fit(title, width, column.right), sorted_style if column.key == self.sort_key
                                     else base))
-            if i < len(self.columns) - 1:
+            if i < len(shown) - 1:
                 segments.append(Segment(" ", base))
         return Strip(segments).adjust_cell_length(self.size.width, base)
 
     def on_click(self, event: events.Click) -> None:
         x = 1
-        for column, width in zip(self.columns, layout(self.columns, self.size.width)):
+        for column, width in layout(self.columns, self.size.width):
             if x <= event.x < x + width + 1:
                 self.post_message(self.Clicked(column.key))
                 return
@@ -284,13 +299,13 @@ class SessionTable(ScrollView, can_focus=True):
             style = base if cursor else base + self._style("table--agent")
             return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
         segments = [Segment("*" if tagged else " ", base)]
-        widths = layout(self.columns, width)
-        for i, (column, cell_width) in enumerate(zip(self.columns, widths)):
+        shown = layout(self.columns, width)
+        for i, (column, cell_width) in enumerate(shown):
             parts = column.cell(row.session, self.now)
             if column.key == "name" and row.prefix:
                 parts = [(row.prefix, "cell--muted"), *parts]
             segments.extend(self._cell(parts, cell_width, column.right, base, cursor))
-            if i < len(self.columns) - 1:
+            if i < len(shown) - 1:
                 segments.append(Segment(" ", base))
         return Strip(segments).adjust_cell_length(width, base)
 
