@@ -342,21 +342,27 @@ async def cmd_expand(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
+async def each(ws: Workspace, args: argparse.Namespace, call: str) -> tuple[int, list[dict[str, Any]]]:
+    """A lifecycle call on every SID given, like kill: a refusal is reported and the rest go on."""
+    status, results = 0, []
+    for sid in args.sids:
+        try:
+            state = await getattr(ws, call)(sid)
+            results.append({"id": sid, "state": str(state)})
+            if not args.json:
+                print(f"{sid}: {state}")
+        except ProcessionError as exc:
+            status = 1
+            results.append({"id": sid, "error": str(exc)})
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+    return status, results
+
+
 def lifecycle(call: str) -> Callable[[Workspace, argparse.Namespace], Any]:
-    """activate / suspend / resume / interrupt / cancel on one or more sessions, like kill."""
+    """suspend / resume / interrupt / cancel on one or more sessions."""
 
     async def run(ws: Workspace, args: argparse.Namespace) -> int:
-        status, results = 0, []
-        for sid in args.sids:
-            try:
-                state = await getattr(ws, call)(sid)
-                results.append({"id": sid, "state": str(state)})
-                if not args.json:
-                    print(f"{sid}: {state}")
-            except ProcessionError as exc:
-                status = 1
-                results.append({"id": sid, "error": str(exc)})
-                print(f"{PROG}: error: {exc}", file=sys.stderr)
+        status, results = await each(ws, args, call)
         if args.json:
             emit(args, results, "")
         return status
@@ -365,18 +371,21 @@ def lifecycle(call: str) -> Callable[[Workspace, argparse.Namespace], Any]:
 
 
 async def cmd_activate(ws: Workspace, args: argparse.Namespace) -> int:
-    status = await lifecycle("activate")(ws, args)
-    queued = [sid for sid in args.sids if (await ws.info(sid)).state is State.READY]
+    status, results = await each(ws, args, "activate")
+    queued = [r["id"] for r in results if r.get("state") == State.READY]
     if not queued:
+        if args.json:
+            emit(args, results, "")
         return status
     from .ledger import Ledger
 
     holder = await Ledger(ws.store).holder()
-    if holder is not None:
-        return status
-    if not args.now:
-        print(f"{PROG}: no engine runs on this workspace: the run waits in the queue; start one with"
-              f" `{PROG} run`, or use `activate --now`", file=sys.stderr)
+    if holder is not None or not args.now:
+        if holder is None:
+            print(f"{PROG}: no engine runs on this workspace: the run waits in the queue; start one with"
+                  f" `{PROG} run`, or use `activate --now`", file=sys.stderr)
+        if args.json:
+            emit(args, results, "")
         return status
     before = {sid: (await ws.info(sid)).length for sid in queued}
     await run_until_idle(ws, set(queued))

@@ -88,7 +88,7 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
 
     payroll_dir = folder / "payroll"
     s["monthly payroll"] = sid = await ws.spawn(
-        "monthly payroll", "hr", priority=5, window=16_000, cwd=str(payroll_dir),
+        "monthly payroll", "hr", priority=5, window=4_000, cwd=str(payroll_dir),
         system="You compute the monthly payroll from the employee list and the grade rates. Be exact.",
         goal="Pay everyone correctly on the 1st; recompute when the rates change.",
         runner=f"command:{py} {payroll_dir / 'payroll.py'}",
@@ -98,28 +98,28 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
     await ws.bind(sid, "file", "employees.csv", mode="ro")
     await ws.trigger_add(sid, "cron", ["0 9 1 * *"])
     await ws.trigger_add(sid, "watch", ["rates.csv"], debounce_ms=300)
-    await ws.send_many(sid, _conversation(PAYROLL, 3))
+    await ws.send_many(sid, _conversation(PAYROLL, 12))
     await ws.memory_set(sid, "currency", "EUR")
 
     s["recruiting screening"] = sid = await ws.spawn(
-        "recruiting screening", "hr", priority=0, window=32_000,
+        "recruiting screening", "hr", priority=0, window=8_000,
         system="You screen applications for the open backend role against the job profile.",
         goal="Shortlist five candidates by Friday.", runner="builtin:sleep:4",
     )
+    await ws.send_many(sid, _conversation(SCREENING, 20))
+    await ws.compress(sid, keep_last=40)
     await ws.trigger_add(sid, "every", ["30s"])
     await ws.trigger_add(sid, "inbox")
-    await ws.send_many(sid, _conversation(SCREENING, 6))
-    await ws.compress(sid, keep_last=10)
 
     s["social insurance filing"] = sid = await ws.spawn(
-        "social insurance filing", "hr", priority=2, window=16_000,
+        "social insurance filing", "hr", priority=2, window=4_000,
         system="You prepare the quarterly social insurance filing.", goal="File before the 15th.",
     )
-    await ws.send_many(sid, _conversation(FILING, 2))
+    await ws.send_many(sid, _conversation(FILING, 12))
     await ws.suspend(sid)
 
     s["quarterly audit"] = sid = await ws.spawn(
-        "quarterly audit", "hr", window=16_000, system="You audited Q3 payroll records.",
+        "quarterly audit", "hr", window=4_000, system="You audited Q3 payroll records.",
         goal="Q3 audit (closed).",
     )
     await ws.send_many(sid, _conversation(AUDIT, 1))
@@ -127,19 +127,19 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
 
     docs_dir = folder / "apidocs"
     s["api docs"] = sid = await ws.spawn(
-        "api docs", "docs", priority=3, window=32_000, cwd=str(docs_dir),
+        "api docs", "docs", priority=3, window=4_000, cwd=str(docs_dir),
         system="You keep API.md in step with the code under src/.", goal="API.md matches src/ at every commit.",
         runner=f"command:{py} {docs_dir / 'apidocs.py'}",
     )
     await ws.bind(sid, "folder", str(docs_dir))
     await ws.trigger_add(sid, "watch", ["src"], debounce_ms=300)
-    await ws.send_many(sid, _conversation(APIDOCS, 2))
+    await ws.send_many(sid, _conversation(APIDOCS, 6))
 
     s["design review"] = sid = await ws.spawn(
-        "design review", "review", priority=1, window=24_000,
+        "design review", "review", priority=1, window=6_000,
         system="You review the session-engine design for risks.", goal="A verdict on the merge semantics.",
     )
-    await ws.send_many(sid, _conversation(REVIEW, 8))
+    await ws.send_many(sid, _conversation(REVIEW, 40))
     await ws.memory_set(sid, "verdict", "undecided")
     await ws.memory_set(sid, "risks", ["lost updates", "merge conflicts"])
     s["review: strict"] = strict = await ws.fork(sid, "review: strict")

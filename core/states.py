@@ -115,5 +115,5 @@ def next_state(call: str, state: State, prior: State | None = None) -> State | N
 def hint(call: str, state: State) -> str:
     """A short suggestion for a refused call, or ''."""
     if state is Z:
-        return "it has ended"
+        return "fork it to go on from where it ended"
     return HINTS.get((call, state), "")

@@ -330,30 +330,29 @@ class Workspace:
             trigs = _triggers_by_session(await tx.tuples(f"SELECT {_TRIGGER_COLUMNS} FROM triggers ORDER BY id"))
         return [_info(r, trigs.get(r[0], ())) for r in rows]
 
-    async def changes(self, since: int = 0) -> tuple[int, list[SessionInfo]]:
-        """Sessions changed after revision ``since`` (every session for 0), and the revision
-        they bring the reader to. A monitor asks for this on each tick and redraws only them."""
+    async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
+        """Sessions changed after revision ``since`` (every session for 0), in SID order from
+        ``after`` on, at most ``limit`` of them; and the revision they bring the reader to.
+        A monitor asks for this on each tick and redraws only them; it reads a big workspace
+        a page at a time, so that its first screen does not wait for the last row."""
         async with self.store.snapshot() as tx:
             rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            rows = await tx.tuples(f"{_PS_SELECT} WHERE s.rev > ? ORDER BY s.id", (since,))
+            rows = await tx.tuples(f"{_PS_SELECT} WHERE s.rev > ? AND s.id > ? ORDER BY s.id LIMIT ?",
+                                   (since, after, limit))
             trigs = _triggers_by_session(await tx.tuples(
-                f"SELECT {_TRIGGER_COLUMNS} FROM triggers"
-                " WHERE session_id IN (SELECT id FROM sessions WHERE rev > ?) ORDER BY id", (since,)))
+                f"SELECT {_TRIGGER_COLUMNS} FROM triggers WHERE session_id IN"
+                " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?) ORDER BY id",
+                (since, after, limit))) if rows else {}
         return rev, [_info(r, trigs.get(r[0], ())) for r in rows]
 
-    async def stats(self, window_s: float = 60.0) -> dict[str, Any]:
-        """What a header shows: sessions by state, context totals, recent firings, the engine."""
+    async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
+        """What a monitor's header shows besides its own rows: recent firings, live runs, the engine."""
         async with self.store.snapshot() as tx:
-            by_state = {r[0]: r[1] for r in await tx.all("SELECT state, count(*) FROM sessions GROUP BY state")}
-            tokens, windows = await tx.one(
-                "SELECT total(context_tokens), total(window) FROM sessions WHERE state != 'terminated'"
-            )
             fired = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND ts > ?",
                                    (tx.now - window_s,))
             live = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL")
             lease = await tx.one("SELECT pid, host, heartbeat, slots FROM lease WHERE id = 1")
         return {
-            "states": by_state, "context_tokens": int(tokens), "context_windows": int(windows),
             "fired": int(fired), "running": int(live),
             "engine": dict(lease) if lease is not None and tx.now - lease["heartbeat"] < ENGINE_STALE_S else None,
         }
@@ -574,14 +573,15 @@ class Workspace:
             )
         return await self._write_fold(tx, row, *plan)
 
-    async def _plan_fold(self, tx: Tx, row: Any, keep_last: int) -> tuple[history.FoldPlan, str, int] | None:
+    async def _plan_fold(self, tx: Tx, row: Any, keep_last: int,
+                         budget: int | None = None) -> tuple[history.FoldPlan, str, int] | None:
         in_force = await history.folds(tx, row["id"])
         items = history.active(await history.read(tx, row["id"]), in_force)
         plan = history.plan_fold(items, in_force, keep_last)
         if plan is None:
             return None
         archived_tokens = sum(i.tokens for i in plan.archived)
-        budget = max(32, min(512, archived_tokens // 4))
+        budget = min(budget or 512, max(32, archived_tokens // 4))
         summary = summarise([(i.role, i.content) for i in plan.archived], budget, self.store.count_tokens)
         summary_tokens = self.store.count_tokens(summary)
         if summary_tokens >= archived_tokens:
@@ -741,7 +741,7 @@ class Workspace:
                     " compress it first or pass --compress"
                 )
             for keep in (DEFAULT_KEEP_LAST, 4, 2, 1, 0):
-                plan = await self._plan_fold(tx, row, keep)
+                plan = await self._plan_fold(tx, row, keep, budget=max(32, new_window // 4))
                 if plan and tokens - sum(i.tokens for i in plan[0].archived) + plan[2] <= new_window:
                     fold = await self._write_fold(tx, row, *plan)
                     break

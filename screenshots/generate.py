@@ -98,7 +98,7 @@ async def shoot(db: Path, folder: Path, name: str, steps: Steps, options: dict[s
     app = ProcessionApp(db, engine=False, clock=lambda: FIXED, config=Config(path=None),
                         user_themes=folder / "themes", **options)
     async with app.run_test(size=SIZE) as pilot:
-        await _until(pilot, lambda: bool(app.table.rows))
+        await _until(pilot, lambda: bool(app.table.keys))
         await steps(pilot, app)
         await pilot.pause()
         await pilot.wait_for_scheduled_animations()

@@ -83,7 +83,7 @@ async def monitor(db: Path, seconds: float, out: Path) -> None:
         while loop.time() < end:
             await pilot.pause(0.1)
             ticks += 1
-        rows = len(app.table.rows)
+        rows = len(app.table.keys)
     out.write_text(json.dumps({"ticks": ticks, "rows": rows}))
 
 

@@ -7,6 +7,7 @@ SQL dump of the file); an accepted one adds exactly one journal row.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -498,6 +499,20 @@ async def test_fork_copies_no_message_row(ws: Workspace) -> None:
     assert count_rows(ws.path, "messages") == 401
 
 
+async def test_long_transcripts_and_forks_across_write_batches(ws: Workspace) -> None:
+    """More messages than one insert batch: seqs, token sums and forks stay exact."""
+    sid = await ws.spawn("big", "hr")
+    n = await ws.send_many(sid, [{"role": "user", "content": f"entry {i}"} for i in range(23_456)])
+    assert n == 23_456
+    rows = count_rows(ws.path, "messages")
+    child = await ws.fork(sid, at=12_345)
+    assert count_rows(ws.path, "messages") == rows
+    hist = await ws.history(child)
+    assert len(hist) == 12_345 and hist[-1].content == "entry 12344" and hist[-1].seq == 12_345
+    await check_tokens(ws, sid)
+    await check_tokens(ws, child)
+
+
 async def test_fork_history_is_parent_prefix_plus_own(ws: Workspace) -> None:
     a = await session_with(ws, 6, "a")
     b = await ws.fork(a, "b")
@@ -727,6 +742,19 @@ async def test_merge_sibling_base_is_the_memory_both_sides_descend_from(ws: Work
     assert (await ws.show(e)).memory == {"x": 1, "y": 1}
 
 
+async def test_merge_base_of_a_restored_branch_is_its_checkpoint_memory(ws: Workspace) -> None:
+    """A session restored from a checkpoint starts from the memory of the checkpoint's time,
+    however late it is made: merging it must not undo what its parent did after that."""
+    a = await session_with(ws, 4, "a")
+    await ws.save(a, "early")  # memory {}
+    await ws.memory_set(a, "x", 1)
+    f = await ws.fork(a, "f")  # memory {x: 1}
+    r = await ws.restore(a, "early")  # memory {}: made after f, but from an older moment
+    await ws.send(r, "work on the old branch")
+    await ws.merge(r, f)
+    assert (await ws.show(f)).memory == {"x": 1}  # r never touched x
+
+
 async def test_merge_parent_into_child_and_child_into_parent(ws: Workspace) -> None:
     p = await session_with(ws, 4, "p")
     await ws.memory_set(p, "k", "base")
@@ -902,6 +930,22 @@ async def test_compress_a_long_history_is_fast_and_exact(ws: Workspace) -> None:
     await check_tokens(ws, sid)
     await ws.expand(sid)
     assert await ws.context(sid) == before
+
+
+async def test_fork_inside_nested_folds_keeps_only_the_folds_it_holds_whole(ws: Workspace) -> None:
+    a = await session_with(ws, 8)
+    first = await ws.compress(a, 3)  # folds 1..5
+    await ws.send_many(a, [{"role": "user", "content": text(i)} for i in range(20, 26)])
+    between = await ws.context(a)
+    second = await ws.compress(a, 2)  # swallows the first summary: folds 1..12
+    assert first.hi < 9 < second.hi
+    child = await ws.fork(a, at=9)
+    assert norm(await ws.context(child)) == norm([i for i in between if i.seq <= 9])
+    await check_tokens(ws, child)
+    await ws.expand(child)
+    assert norm(await ws.context(child)) == [
+        (m.seq, m.role, m.content, m.tokens, m.author, m.pinned, False, 0, m.meta) for m in await ws.history(child)]
+    await check_tokens(ws, child)
 
 
 # ---------------------------------------------------------------- tokens
@@ -1181,6 +1225,54 @@ async def test_migrate_with_compress_refuses_when_protected_items_alone_do_not_f
 
 
 # ---------------------------------------------------------------- send, memory, nice, bind, triggers
+
+
+async def test_two_connections_writing_at_once_lose_nothing(ws: Workspace) -> None:
+    other = await Workspace.open(ws.path, actor="tui")
+    try:
+        sid = await ws.spawn("shared", "hr")
+
+        async def writer(w: Workspace, tag: str) -> None:
+            for i in range(60):
+                await w.send(sid, f"{tag} {i}")
+                if i % 20 == 0:
+                    await w.memory_set(sid, tag, i)
+
+        await asyncio.gather(writer(ws, "cli"), writer(other, "tui"))
+        hist = await ws.history(sid)
+        assert [m.seq for m in hist] == list(range(1, 121))
+        for tag in ("cli", "tui"):
+            assert [m.content for m in hist if m.content.startswith(tag)] == [f"{tag} {i}" for i in range(60)]
+        assert (await ws.show(sid)).memory == {"cli": 40, "tui": 40}
+        assert len(await journal_all(ws)) == 1 + 2 * (60 + 3)
+        await check_tokens(ws, sid)
+    finally:
+        await other.close()
+
+
+async def test_inbox_trigger_wakes_a_sleeping_session_and_is_journaled(ws: Workspace) -> None:
+    sid = await ws.spawn("listener", "hr")
+    await ws.trigger_add(sid, "inbox")
+    before = len(await journal_all(ws))
+    await ws.send(sid, "you have mail")
+    entries = (await journal_all(ws))[before:]
+    assert [(e.call, e.actor) for e in entries] == [("send", "cli"), ("wake", "trigger")]
+    assert (await ws.info(sid)).state == State.READY
+    # suspended: the wake waits, and is delivered on resume
+    await ws.interrupt(sid)
+    await ws.suspend(sid)
+    await ws.send(sid, "more mail")
+    assert (await ws.info(sid)).state == State.SUSPENDED
+    assert await ws.resume(sid) == State.READY
+
+
+async def test_unapproved_session_cannot_be_activated(ws: Workspace, tmp_path: Path) -> None:
+    a = await session_with(ws, 2)
+    await ws.export(a, str(tmp_path / "a.json"))
+    b = await ws.load(str(tmp_path / "a.json"))
+    await refused(ws, ProcessionError, ws.activate(b))
+    await ws.approve(b)
+    assert await ws.activate(b) == State.READY
 
 
 async def test_send_stores_content_exactly(ws: Workspace) -> None:

@@ -21,6 +21,16 @@ def files_of(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in path.parent.iterdir() if p.name.startswith(path.name)}
 
 
+async def expect_refused(path: Path) -> None:
+    """Opening ``path`` must raise ``WorkspaceError`` (and a wrongly opened one is closed)."""
+    try:
+        ws = await Workspace.open(path)
+    except WorkspaceError:
+        return
+    await ws.close()
+    pytest.fail(f"{path.name} was opened as a workspace")
+
+
 async def make_workspace(path: Path) -> None:
     ws = await Workspace.open(path)
     sid = await ws.spawn("a", "hr")
@@ -115,8 +125,7 @@ async def test_foreign_sqlite_database_is_refused_unchanged(tmp_path: Path) -> N
     con.commit()
     con.close()
     before = path.read_bytes()
-    with pytest.raises(WorkspaceError):
-        await Workspace.open(path)
+    await expect_refused(path)
     assert path.read_bytes() == before
 
 
@@ -126,8 +135,7 @@ async def test_foreign_sqlite_database_with_a_clashing_table_is_a_workspace_erro
     con.execute("CREATE TABLE meta (k TEXT)")
     con.commit()
     con.close()
-    with pytest.raises(WorkspaceError):
-        await Workspace.open(path)
+    await expect_refused(path)
 
 
 async def test_missing_file_without_create_is_refused_and_not_made(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ async def _wait(pilot: Any, predicate: Any) -> None:
 
 def _cursor_on(sid: int) -> Any:
     async def run_before(pilot: Any) -> None:
-        await _wait(pilot, lambda: sid in pilot.app.table.index)
+        await _wait(pilot, lambda: sid in pilot.app.table.keys)
         pilot.app.table.move_to(sid)
         await pilot.pause()
 

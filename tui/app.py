@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -37,11 +38,14 @@ from .columns import BY_KEY, COLUMNS
 from .detail import Detail
 from .dialogs import Action, ActionMenu, Confirm, Conflicts, Help, Prompt, Setup
 from .meters import Meters
-from .table import Row, SessionTable, TableHeader
-from .view import ViewSpec, build, matches
+from .table import SessionTable, TableHeader
+from .view import View, ViewSpec, matches
 
 POLL_S = 0.1
 HIGHLIGHT_S = 3.0
+#: Sessions read before the first paint, then per page while the rest loads.
+FIRST_PAGE = 200
+PAGE = 5_000
 
 #: The calls of the action menu and the palette: id, label, the lifecycle call it needs.
 CALLS: tuple[tuple[str, str, str | None], ...] = (
@@ -149,8 +153,12 @@ class ProcessionApp(App[int]):
         self.clock = clock
         self.user_themes = user_themes
         self.ws: Workspace | None = None
+        self._table = SessionTable(id="table")
         self.sessions: dict[int, SessionInfo] = {}
-        self.spec = ViewSpec()
+        self.view = View()
+        self.by_state: dict[str, int] = {s.value: 0 for s in State}
+        self.tokens = 0
+        self.windows = 0
         self.rev = 0
         self.seen_version: int | None = None
         self.dirty = True
@@ -177,14 +185,19 @@ class ProcessionApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Meters(id="meters")
         yield TableHeader(id="header")
-        yield SessionTable(id="table")
+        yield self._table
         yield Input(id="bar", classes="hidden")
         # F1..F10 fit an 80-column terminal: compact, and Ctrl+P is in the help instead
         yield Footer(compact=True, show_command_palette=False)
 
     @property
     def table(self) -> SessionTable:
-        return self.query_one(SessionTable)
+        """The table, whatever screen is on top (workers reach it while a dialog is open)."""
+        return self._table
+
+    @property
+    def spec(self) -> ViewSpec:
+        return self.view.spec
 
     async def on_mount(self) -> None:
         self._load_themes()
@@ -200,8 +213,8 @@ class ProcessionApp(App[int]):
             await self._start_engine()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.table.focus()
-        await self.refresh_data()
-        self._poll()
+        self.table.sessions = self.sessions
+        await self._load()
         self._watch_themes()
 
     async def on_unmount(self) -> None:
@@ -309,7 +322,7 @@ class ProcessionApp(App[int]):
         assert self.ws is not None
         version = await self.ws.store.data_version()
         now = self.clock()
-        if (version != self.seen_version or self.dirty) and not self.paused:
+        if (version != self.seen_version or self.dirty) and not self.paused and self.loaded:
             self.seen_version = version
             self.dirty = False
             await self.refresh_data()
@@ -320,36 +333,95 @@ class ProcessionApp(App[int]):
                 self._expire_highlights(now)
                 self.table.tick(now)
 
+    async def _load(self) -> None:
+        """Paint the first screenful before anything else; a bigger workspace then loads in
+        the background (``_load_rest``)."""
+        assert self.ws is not None
+        self.rev, page = await self.ws.changes(0, limit=FIRST_PAGE)
+        self._absorb(page, highlight=False)
+        self.rebuild()
+        if len(page) == FIRST_PAGE:
+            self._load_rest(page[-1].id)
+        else:
+            await self._loaded()
+
+    @work(exclusive=True, group="load")
+    async def _load_rest(self, after: int) -> None:
+        """Read the rest a page at a time, yielding to the event loop between pages."""
+        assert self.ws is not None
+        page: list[SessionInfo] = []
+        while after:
+            _, page = await self.ws.changes(0, after=after, limit=PAGE)
+            before = self._absorb(page, highlight=False)
+            if self.view.update(self.sessions, [s.id for s in page], before):
+                self._show()
+            await self._refresh_header()
+            after = page[-1].id if len(page) == PAGE else 0
+        await self._loaded()
+
+    async def _loaded(self) -> None:
+        self.loaded = True
+        gc.freeze()  # the sessions read so far live as long as the app: keep them out of GC passes
+        await self.refresh_data()
+        self._poll()
+
+    def _absorb(self, changed: list[SessionInfo], *, highlight: bool) -> dict[int, SessionInfo | None]:
+        """Take fresh records in; keep the header's totals by difference; return the old ones."""
+        now = self.clock()
+        before: dict[int, SessionInfo | None] = {}
+        for info in changed:
+            old = self.sessions.get(info.id)
+            before[info.id] = old
+            if old is not None:
+                self._count(old, -1)
+                if highlight and old.state is not State.TERMINATED and info.state is State.TERMINATED:
+                    self._highlight(info.id, "ended", now)
+            elif highlight:
+                self._highlight(info.id, "new", now)
+            self._count(info, 1)
+            self.sessions[info.id] = info
+        return before
+
+    def _count(self, info: SessionInfo, sign: int) -> None:
+        self.by_state[info.state.value] += sign
+        if info.state is not State.TERMINATED:
+            self.tokens += sign * info.context_tokens
+            self.windows += sign * info.context_window
+
     async def refresh_data(self) -> None:
         """Fetch sessions changed since the last revision and redraw them."""
         assert self.ws is not None
         rev, changed = await self.ws.changes(self.rev)
-        now = self.clock()
-        for info in changed:
-            old = self.sessions.get(info.id)
-            if self.loaded and old is None:
-                self._highlight(info.id, "new", now)
-            elif old is not None and old.state is not State.TERMINATED and info.state is State.TERMINATED:
-                self._highlight(info.id, "ended", now)
-            self.sessions[info.id] = info
-        self.rev = rev
-        if changed or not self.loaded:
-            self.rebuild()
-        self.loaded = True
+        before = self._absorb(changed, highlight=True)
+        self.rev = max(self.rev, rev)
+        if changed:
+            if self.view.update(self.sessions, list(before), before):
+                self._show()
+            else:
+                self.table.refresh_keys(before)
+                self._follow()
         await self._refresh_header()
-        if isinstance(self.screen, Detail) and any(s.id == self.screen.sid for s in changed):
+        if isinstance(self.screen, Detail) and self.screen.sid in before:
             await self.screen.reload()
-        self.refresh_bindings()
 
     def rebuild(self) -> None:
-        rows = build(self.sessions, self.spec)
-        self.table.set_rows(rows, self.clock())
+        """Recompute the order of rows from scratch (after a change of sort, filter or view)."""
+        self.view.rebuild(self.sessions)
+        self._show()
+
+    def _show(self) -> None:
+        self.table.show(self.view.keys, self.clock(), headings=self.view.headings, prefixes=self.view.prefixes)
+        self._follow()
+
+    def _follow(self) -> None:
+        """F: the followed session stays under the cursor, in view, wherever it moves."""
         if self.following is not None:
-            self.table.move_to(self.following, center=True)
+            self.table.move_to(self.following, center=self.table.cursor_key != self.following)
 
     async def _refresh_header(self) -> None:
         assert self.ws is not None
-        stats = await self.ws.stats()
+        stats = await self.ws.activity()
+        stats.update(states=self.by_state, context_tokens=self.tokens, context_windows=self.windows)
         if self._engine_task is not None and not self._engine_task.done():
             label = f"this process (pid {stats['engine']['pid']})" if stats["engine"] else "this process"
         elif stats["engine"]:
@@ -358,6 +430,8 @@ class ProcessionApp(App[int]):
             label = "none (read-only)" if self.readonly else "none"
         slots = stats["engine"]["slots"] if stats["engine"] else 0
         notes = []
+        if not self.loaded:
+            notes.append(f"loading {len(self.sessions):,}")
         if self.paused:
             notes.append("PAUSED (Z)")
         if self.following is not None:
@@ -390,8 +464,8 @@ class ProcessionApp(App[int]):
         if isinstance(self.screen, Detail):
             info = self.sessions.get(self.screen.sid)
             return [info] if info else []
-        if self.table.tags:
-            return [self.sessions[s] for s in sorted(self.table.tags) if s in self.sessions]
+        if self.table.tags:  # tagged sessions a filter hides are left alone
+            return [self.sessions[s] for s in sorted(self.table.tags) if s in self.view.shown]
         session = self.table.cursor_session
         return [session] if session else []
 
@@ -515,16 +589,16 @@ class ProcessionApp(App[int]):
     def _next_match(self, query: str, *, skip: bool) -> None:
         """Move to the next session matching ``query``. While typing, a miss only turns the bar
         red (a toast per keystroke is noise); F3 with no match says so."""
-        rows = self.table.rows
+        keys = self.table.keys
         bar = self.query_one("#bar", Input)
         bar.remove_class("-nomatch")
-        if not query or not rows:
+        if not query or not keys:
             return
         start = self.table.cursor + (1 if skip else 0)
-        for offset in range(len(rows)):
-            row = rows[(start + offset) % len(rows)]
-            if row.session is not None and matches(row.session, query):
-                self.table.move_to(row.key)
+        for offset in range(len(keys)):
+            key = keys[(start + offset) % len(keys)]
+            if isinstance(key, int) and matches(self.sessions[key], query):
+                self.table.move_to(key)
                 return
         bar.add_class("-nomatch")
         if skip:
@@ -579,13 +653,11 @@ class ProcessionApp(App[int]):
         self.table.tags ^= {session.id}
         self.table.refresh_keys([session.id])
         self.table.action_cursor(1)
-        self.refresh_bindings()
 
     def action_untag_all(self) -> None:
         tagged = list(self.table.tags)
         self.table.tags.clear()
         self.table.refresh_keys(tagged)
-        self.refresh_bindings()
 
     def action_details(self) -> None:
         session = self.table.cursor_session
@@ -596,10 +668,6 @@ class ProcessionApp(App[int]):
     def chosen(self, event: SessionTable.Chosen) -> None:
         if isinstance(event.key, int) and self.ws is not None:
             self.push_screen(Detail(self.ws, event.key))
-
-    @on(SessionTable.CursorMoved)
-    def cursor_moved(self, event: SessionTable.CursorMoved) -> None:
-        self.refresh_bindings()
 
     def action_follow(self) -> None:
         session = self.table.cursor_session

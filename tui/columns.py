@@ -84,7 +84,7 @@ COLUMNS: tuple[Column, ...] = (
            "active-context tokens, and a bar against the window"),
     Column("messages", "MSGS", 6, True, lambda s: (s.messages, s.id), lambda s, n: [(str(s.messages), "")],
            "items in the active context"),
-    Column("triggers", "TRIGGERS", 14, False,
+    Column("triggers", "TRIGGERS", 16, False,
            lambda s: (max((t.last_fired or 0 for t in s.triggers), default=-1), s.id), _triggers,
            "trigger kinds and when one last fired"),
     Column("active", "ACTIVE", 6, True, lambda s: (s.last_active, s.id),

@@ -1,19 +1,29 @@
-"""Which sessions the table shows, in which order: filter, sort, tree.
+"""Which sessions the table shows, in which order: filter, sort, tree — kept up to date
+incrementally.
 
-Pure functions of the sessions and a ``ViewSpec``, kept apart from the widgets so that
-they can be tested and measured on their own.
+A refresh usually changes a few sessions out of many, and most changes (tokens, ages, CPU)
+do not move a row in the default order. ``View.update`` therefore finds the sessions whose
+place or visibility really changed and moves only those (by bisection in the sorted keys);
+it re-sorts everything only when many rows move, the order is reversed, or the tree is
+shown. With 100,000 sessions and 1% of them changed, a refresh in the default view moves
+nothing and costs a dictionary lookup per changed session.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from procession.records import SessionInfo
 from procession.states import State
 
 from .columns import BY_KEY
-from .table import Row
+
+#: Above this many moved rows, one sort is cheaper than moving them one by one.
+MOVE_ONE_BY_ONE = 64
+_LETTERS = {s.letter: s for s in State}
 
 
 @dataclass(slots=True)
@@ -25,53 +35,122 @@ class ViewSpec:
     filter: str = ""
 
 
+@dataclass(slots=True)
+class Heading:
+    """An agent's line in the tree view."""
+
+    agent: str
+    count: int
+    tokens: int
+
+
 def matches(session: SessionInfo, query: str) -> bool:
-    """A search or filter matches the name, the agent or the state (word or letter), any case."""
-    q = query.strip().lower()
-    if not q:
+    """A search or filter matches the name, the agent or the state word, any case; a single
+    capital state letter (R, Q, S, T, Z) matches that state only."""
+    if not query.strip():
         return True
-    return (q in session.name.lower() or q in session.agent.lower() or q == session.state.value
-            or (len(q) == 1 and q == session.state.letter.lower()))
+    if query.strip() in _LETTERS:
+        return session.state is _LETTERS[query.strip()]
+    q = query.strip().lower()
+    return q in session.name.lower() or q in session.agent.lower() or q == session.state.value
 
 
-def visible(sessions: Iterable[SessionInfo], spec: ViewSpec) -> list[SessionInfo]:
-    return [s for s in sessions
-            if (spec.show_terminated or s.state is not State.TERMINATED) and matches(s, spec.filter)]
+@dataclass(slots=True)
+class View:
+    """The rows to show: ``keys`` (SIDs, and ``agent:NAME`` headings in the tree view)."""
+
+    spec: ViewSpec = field(default_factory=ViewSpec)
+    keys: list[int | str] = field(default_factory=list)
+    headings: dict[str, Heading] = field(default_factory=dict)
+    prefixes: dict[int, str] = field(default_factory=dict)
+    #: sort key of every shown session (flat view: ``ordered`` holds them in order)
+    shown: dict[int, Any] = field(default_factory=dict)
+    ordered: list[Any] = field(default_factory=list)
+
+    def visible(self, session: SessionInfo) -> bool:
+        return ((self.spec.show_terminated or session.state is not State.TERMINATED)
+                and matches(session, self.spec.filter))
+
+    def rebuild(self, sessions: Mapping[int, SessionInfo]) -> None:
+        key_of = BY_KEY[self.spec.sort].sort
+        pairs = sorted((key_of(s), s.id) for s in sessions.values() if self.visible(s))
+        self.shown = dict((sid, key) for key, sid in pairs)
+        self.ordered = [key for key, _ in pairs]
+        if self.spec.tree:
+            self._tree(sessions, [sessions[sid] for _, sid in pairs])
+            return
+        self.headings, self.prefixes = {}, {}
+        self.keys = [sid for _, sid in pairs]
+        if self.spec.reverse:
+            self.keys.reverse()
+
+    def update(self, sessions: Mapping[int, SessionInfo], changed: Iterable[int],
+               before: Mapping[int, SessionInfo | None]) -> bool:
+        """Take changed sessions into account; True when the order of rows changed."""
+        key_of = BY_KEY[self.spec.sort].sort
+        moves = []
+        for sid in changed:
+            session = sessions[sid]
+            new = key_of(session) if self.visible(session) else None
+            old = self.shown.get(sid)
+            if old != new or (self.spec.tree and _tree_moved(before.get(sid), session)):
+                moves.append((sid, old, new))
+            elif self.spec.tree and new is not None:
+                self._retotal(before.get(sid), session)
+        if not moves:
+            return False
+        if self.spec.tree or self.spec.reverse or len(moves) > MOVE_ONE_BY_ONE:
+            self.rebuild(sessions)
+            return True
+        for sid, old, new in moves:
+            if old is not None:
+                i = bisect.bisect_left(self.ordered, old)
+                del self.ordered[i], self.keys[i]
+                del self.shown[sid]
+            if new is not None:
+                i = bisect.bisect_left(self.ordered, new)
+                self.ordered.insert(i, new)
+                self.keys.insert(i, sid)
+                self.shown[sid] = new
+        return True
+
+    def _retotal(self, before: SessionInfo | None, session: SessionInfo) -> None:
+        heading = self.headings.get(f"agent:{session.agent}")
+        if heading is not None and before is not None:
+            heading.tokens += session.context_tokens - before.context_tokens
+
+    def _tree(self, sessions: Mapping[int, SessionInfo], shown: list[SessionInfo]) -> None:
+        """Agents, their sessions, forks under their parents (siblings in the sort order)."""
+        children: dict[int | None, list[SessionInfo]] = {}
+        by_agent: dict[str, list[SessionInfo]] = {}
+        roots: dict[str, list[SessionInfo]] = {}
+        for s in shown:
+            parent = s.parent if s.parent in self.shown else None
+            children.setdefault(parent, []).append(s)
+            by_agent.setdefault(s.agent, []).append(s)
+            if parent is None:
+                roots.setdefault(s.agent, []).append(s)
+        if self.spec.reverse:
+            for kids in (*children.values(), *roots.values()):
+                kids.reverse()
+        self.keys, self.prefixes, self.headings = [], {}, {}
+        for agent in sorted(by_agent):
+            members = by_agent[agent]
+            key = f"agent:{agent}"
+            self.headings[key] = Heading(agent, len(members), sum(s.context_tokens for s in members))
+            self.keys.append(key)
+            tops = roots.get(agent, [])
+            for i, root in enumerate(tops):
+                self._walk(root, children, "", i == len(tops) - 1)
+
+    def _walk(self, session: SessionInfo, children: dict[int | None, list[SessionInfo]], indent: str,
+              last: bool) -> None:
+        self.keys.append(session.id)
+        self.prefixes[session.id] = indent + ("└─ " if last else "├─ ")
+        kids = children.get(session.id, [])
+        for i, kid in enumerate(kids):
+            self._walk(kid, children, indent + ("   " if last else "│  "), i == len(kids) - 1)
 
 
-def build(sessions: Mapping[int, SessionInfo], spec: ViewSpec) -> list[Row]:
-    """The rows to show."""
-    shown = visible(sessions.values(), spec)
-    shown.sort(key=BY_KEY[spec.sort].sort, reverse=spec.reverse)
-    if not spec.tree:
-        return [Row(s.id, s) for s in shown]
-    return _tree(shown)
-
-
-def _tree(shown: list[SessionInfo]) -> list[Row]:
-    """Agents, their sessions, forks under their parents (siblings in the sort order)."""
-    ids = {s.id for s in shown}
-    children: dict[int | None, list[SessionInfo]] = {}
-    by_agent: dict[str, list[SessionInfo]] = {}
-    for s in shown:
-        parent = s.parent if s.parent in ids else None
-        children.setdefault(parent, []).append(s)
-        by_agent.setdefault(s.agent, [])
-        if parent is None:
-            by_agent[s.agent].append(s)
-    rows: list[Row] = []
-    for agent in sorted(by_agent):
-        members = [s for s in shown if s.agent == agent]
-        rows.append(Row(f"agent:{agent}", None, agent, "", len(members), sum(s.context_tokens for s in members)))
-        roots = by_agent[agent]
-        for i, root in enumerate(roots):
-            _walk(root, children, "", i == len(roots) - 1, rows)
-    return rows
-
-
-def _walk(session: SessionInfo, children: dict[int | None, list[SessionInfo]], indent: str, last: bool,
-          rows: list[Row]) -> None:
-    rows.append(Row(session.id, session, prefix=indent + ("└─ " if last else "├─ ")))
-    kids = children.get(session.id, [])
-    for i, kid in enumerate(kids):
-        _walk(kid, children, indent + ("   " if last else "│  "), i == len(kids) - 1, rows)
+def _tree_moved(before: SessionInfo | None, after: SessionInfo) -> bool:
+    return before is None or before.parent != after.parent or before.agent != after.agent
