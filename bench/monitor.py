@@ -467,6 +467,7 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
     from procession.store import Store
     from procession.tui.config import Config
     from procession.tui.table import SessionTable
+    from procession.tui.view import View
 
     loop_clock = LoopClock()
     loop_clock.install()
@@ -504,9 +505,9 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
     # Phases of a tick, wrapped in this process only (the app's code is not changed).
     timed_async(Store, "data_version", "data_version")
     timed_async(Workspace, "changes", "changes")
-    timed_async(Workspace, "stats", "stats")
-    timed_sync(app_mod, "build", "build")  # filter + sort + Row objects (view.build, as app.py imported it)
-    timed_sync(app_mod.ProcessionApp, "rebuild", "rebuild")  # build + table.set_rows
+    timed_async(Workspace, "activity", "activity")
+    timed_sync(View, "update", "view.update")  # which rows move, moved one by one or re-sorted
+    timed_sync(app_mod.ProcessionApp, "rebuild", "rebuild")  # a full re-sort + table.show
 
     app = app_mod.ProcessionApp(db, engine=False, config=Config(), user_themes=db.with_suffix(".themes"))
     marks: dict[str, float] = {}
@@ -514,7 +515,7 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
     orig_render_line = SessionTable.render_line
 
     def render_line(table: SessionTable, y: int) -> Any:
-        if table.rows and int(table.scroll_offset.y) + y < len(table.rows):
+        if table.keys and int(table.scroll_offset.y) + y < len(table.keys):
             drew_rows[0] = True
         return orig_render_line(table, y)
 
@@ -545,6 +546,9 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
         result["paint_busy_s"] = marks["paint_busy"] - b0
         result["startup_phases"] = {k: [[round(w, 6), round(b, 6)] for w, b in v] for k, v in phases.items()}
         result["rss_after_paint_mb"], result["rss_peak_after_paint_mb"] = rss_mb()
+        while not app.loaded:  # the rest of a big workspace loads in pages after the first paint
+            await asyncio.sleep(0.01)
+        result["loaded_s"] = time.perf_counter() - t0
         await pilot.pause(0.5)
         app.workers.cancel_group(app, "poll")  # from here on, ticks are driven one at a time by this loop
         await pilot.pause(0.3)
@@ -776,7 +780,7 @@ def environment(root: Path) -> dict[str, Any]:
     }
 
 
-PHASES = ("data_version", "changes", "rebuild", "build", "stats")
+PHASES = ("data_version", "changes", "view.update", "rebuild", "activity")
 
 
 def split(ticks: list[dict[str, Any]]) -> dict[str, float]:

@@ -148,7 +148,8 @@ class SessionTable(ScrollView, can_focus=True):
         self.columns: list[Column] = []
         self.now = 0.0
         self._cache: OrderedDict[tuple[object, ...], Strip] = OrderedDict()
-        self._styles: dict[str, Style] = {}
+        self._styles: dict[object, Style] = {}
+        self._drawn_ages: dict[int, tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ data
 
@@ -188,10 +189,17 @@ class SessionTable(ScrollView, can_focus=True):
             return None
 
     def tick(self, now: float) -> None:
-        """Redraw for the passing of time (ages), without new data."""
+        """Redraw for the passing of time: only the rows on screen whose ages read differently."""
         self.now = now
-        self._cache.clear()
-        self.refresh()
+        top = int(self.scroll_offset.y)
+        for y, key in enumerate(self.keys[top: top + self.size.height]):
+            if isinstance(key, int) and self._drawn_ages.get(key) != self._ages(self.sessions[key]):
+                self.refresh_line(y)
+
+    def _ages(self, session: SessionInfo) -> tuple[str, str]:
+        """What of a row depends on the clock: its age and its triggers' last firing."""
+        fired = max((t.last_fired for t in session.triggers if t.last_fired), default=None)
+        return humanize.age(session.last_active, self.now), humanize.age(fired, self.now)
 
     def move_to(self, key: int | str, *, center: bool = False) -> bool:
         index = self.index_of(key)
@@ -277,7 +285,8 @@ class SessionTable(ScrollView, can_focus=True):
         else:
             session = self.sessions[key]
             flags = (index == self.cursor, key in self.tags, self.highlights.get(key, ""))
-            cache_key = (key, session.rev, self.prefixes.get(key, ""), width, flags, len(self.columns))
+            ages = self._drawn_ages[key] = self._ages(session)
+            cache_key = (key, session.rev, self.prefixes.get(key, ""), width, flags, len(self.columns), ages)
         strip = self._cache.get(cache_key)
         if strip is None:
             strip = self._render_row(key, width, *flags)
@@ -288,18 +297,36 @@ class SessionTable(ScrollView, can_focus=True):
             self._cache.move_to_end(cache_key)
         return strip
 
+    def _base(self, cursor: bool, tagged: bool, highlight: str) -> Style:
+        key = ("", cursor, tagged, highlight)
+        style = self._styles.get(key)
+        if style is None:
+            style = self.rich_style
+            if highlight:
+                style = style + self._style(f"row--{highlight}")
+            if tagged:
+                style = style + self._style("table--tagged")
+            if cursor:
+                style = style + self._style("table--cursor")
+            self._styles[key] = style
+        return style
+
+    def _part(self, base: Style, name: str, cursor: bool) -> Style:
+        """A cell part's style over its row's (the cursor row stays one colour)."""
+        if cursor or not name:
+            return base
+        key = (base, name)
+        style = self._styles.get(key)
+        if style is None:
+            style = self._styles[key] = base + self._style(name)
+        return style
+
     def _render_row(self, key: int | str, width: int, cursor: bool, tagged: bool, highlight: str) -> Strip:
-        base = self.rich_style
-        if highlight:
-            base = base + self._style(f"row--{highlight}")
-        if tagged:
-            base = base + self._style("table--tagged")
-        if cursor:
-            base = base + self._style("table--cursor")
+        base = self._base(cursor, tagged, highlight)
         if isinstance(key, str):
             h = self.headings[key]
             text = f"{printable(h.agent)}  ({h.count} session{'s' if h.count != 1 else ''}, {humanize.count(h.tokens)} tokens)"
-            style = base if cursor else base + self._style("table--agent")
+            style = self._part(base, "table--agent", cursor)
             return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
         session = self.sessions[key]
         prefix = self.prefixes.get(key, "")
@@ -319,13 +346,12 @@ class SessionTable(ScrollView, can_focus=True):
         total = sum(cell_len(t) for t, _ in parts)
         if total > width:
             text = fit("".join(t for t, _ in parts), width, right)
-            first_style = parts[0][1] if parts else ""
-            return [Segment(text, base if cursor or not first_style else base + self._style(first_style))]
+            return [Segment(text, self._part(base, parts[0][1] if parts else "", cursor))]
         out = []
         if right and total < width:
             out.append(Segment(" " * (width - total), base))
         for text, style in parts:
-            out.append(Segment(text, base if cursor or not style else base + self._style(style)))
+            out.append(Segment(text, self._part(base, style, cursor)))
         if not right and total < width:
             out.append(Segment(" " * (width - total), base))
         return out
