@@ -12,7 +12,6 @@ wakes. Nothing needs an API key.
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -83,7 +82,8 @@ async def build(db: Path, *, fresh: bool = False, clock: Clock = time.time) -> D
 
 
 async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
-    py = sys.executable
+    # The example runners need only Python's standard library, so any python3 will do; they
+    # run in their bound folder, where their scripts and data files are.
     s: dict[str, int] = {}
 
     payroll_dir = folder / "payroll"
@@ -91,7 +91,7 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
         "monthly payroll", "hr", priority=5, window=4_000, cwd=str(payroll_dir),
         system="You compute the monthly payroll from the employee list and the grade rates. Be exact.",
         goal="Pay everyone correctly on the 1st; recompute when the rates change.",
-        runner=f"command:{py} {payroll_dir / 'payroll.py'}",
+        runner="command:python3 payroll.py",
     )
     await ws.bind(sid, "folder", str(payroll_dir))
     await ws.bind(sid, "file", "rates.csv", mode="ro")
@@ -129,7 +129,7 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
     s["api docs"] = sid = await ws.spawn(
         "api docs", "docs", priority=3, window=4_000, cwd=str(docs_dir),
         system="You keep API.md in step with the code under src/.", goal="API.md matches src/ at every commit.",
-        runner=f"command:{py} {docs_dir / 'apidocs.py'}",
+        runner="command:python3 apidocs.py",
     )
     await ws.bind(sid, "folder", str(docs_dir))
     await ws.trigger_add(sid, "watch", ["src"], debounce_ms=300)

@@ -4,8 +4,7 @@ Builds the demo workspace in a temporary folder at a fixed clock, opens the moni
 headless (no engine: nothing moves while the pictures are taken) and writes one SVG per
 view beside this script, plus a PNG of each when ``rsvg-convert`` (Debian: librsvg2-bin)
 is installed. Runs in a few seconds and gives the same pictures on every machine: the
-clock, the time zone and the token counter are pinned, and the two sessions whose runner
-names this machine's Python are migrated to the relative command a user would write.
+clock, the time zone and the token counter are pinned.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ time.tzset()
 for _name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
     os.environ.pop(_name, None)
 
-from procession import Workspace, demo  # noqa: E402
+from procession import demo  # noqa: E402
 from procession.tui.app import ProcessionApp  # noqa: E402
 from procession.tui.config import Config  # noqa: E402
 from procession.tui.detail import Detail  # noqa: E402
@@ -88,9 +87,6 @@ VIEWS: dict[str, tuple[Steps, dict[str, Any]]] = {
 
 async def build(folder: Path) -> Path:
     made = await demo.build(folder / "demo.db", clock=lambda: FIXED)
-    async with await Workspace.open(made.db, clock=lambda: FIXED) as ws:
-        await ws.migrate(made.sessions["monthly payroll"], "command:python payroll.py")
-        await ws.migrate(made.sessions["api docs"], "command:python apidocs.py")
     return made.db
 
 

@@ -144,7 +144,20 @@ async def running_pid(ws: Workspace, sid: int) -> int | None:
     return info.pid if info.state is State.RUNNING else None
 
 
-async def test_suspend_resume_stop_the_process_for_real(live, engine):
+async def test_suspend_resume_stop_the_process_for_real(db, live):
+    # a grace period long enough for a loaded machine: the step must end by its SIGINT handler
+    engine = Engine(db, grace=5.0)
+    await engine.start()
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(engine.serve(stop))
+    try:
+        await _suspend_resume_interrupt(live)
+    finally:
+        stop.set()
+        await serving
+
+
+async def _suspend_resume_interrupt(live):
     sid = await live.spawn("sleeper", "a", runner="builtin:sleep:30")
     await live.activate(sid)
     pid = await until(lambda: running_pid(live, sid))

@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import until
-from procession import Workspace
 
 WORKER = str(Path(__file__).with_name("loadworker.py"))
 CALLS = 2500

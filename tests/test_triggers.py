@@ -8,7 +8,6 @@ import os
 import sqlite3
 import time
 
-import pytest
 
 from conftest import until
 from procession import State, Workspace
@@ -108,8 +107,9 @@ async def test_every_fires_on_its_interval(live, engine):
     await live.trigger_add(sid, "every", ["1s"])
     start = time.time()
     runs = await until(lambda: n_runs(live, sid, 2), timeout=5)
-    assert runs[1].started - runs[0].started == pytest.approx(1.0, abs=0.4)
-    assert runs[0].started - start == pytest.approx(1.0, abs=0.5)
+    # never early; late only by what a loaded machine adds (the exact latency is in bench/)
+    assert 0.95 <= runs[1].started - runs[0].started < 3.0
+    assert 0.95 <= runs[0].started - start < 3.0
 
 
 async def test_inbox_and_after(live, engine):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from collections.abc import AsyncIterator

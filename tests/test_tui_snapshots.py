@@ -3,9 +3,8 @@
 Regenerate after a deliberate change of the look (or a Textual upgrade) with
 ``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the new SVGs before
 committing them. Everything that could differ between machines is pinned: the clock (the
-store's and the monitor's), the time zone, the token counter, and the runner column, which
-would show this machine's Python and temp folder (the two command sessions are migrated to
-relative commands, which is what a user with ``python`` on the PATH would write).
+store's and the monitor's), the time zone and the token counter; the demo's runners are
+relative commands, so no machine path shows.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from procession import Workspace, demo
+from procession import demo
 from procession.tui.app import ProcessionApp
 from procession.tui.config import Config
 from procession.tui.dialogs import Conflicts, Help
@@ -48,9 +47,6 @@ def _pinned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 
 async def _build(db: Path) -> Path:
     made = await demo.build(db, clock=lambda: FIXED)
-    async with await Workspace.open(db, clock=lambda: FIXED) as ws:
-        await ws.migrate(made.sessions["monthly payroll"], "command:python payroll.py")
-        await ws.migrate(made.sessions["api docs"], "command:python apidocs.py")
     return made.db
 
 

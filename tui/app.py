@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
