@@ -102,6 +102,17 @@ async def engine(db: Path, live: Workspace):
     await task
 
 
+def dump(path: Path) -> list[str]:
+    """Every row of every table of a workspace file, as SQL text: equal dumps, equal stores."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
 def proc_state(pid: int) -> str | None:
     """The one-letter state of a process in /proc (T stopped, S sleeping, Z zombie), None if gone."""
     try:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from conftest import dump
 from procession import (
     ContextTooLarge,
     IllegalTransition,
@@ -45,15 +46,6 @@ def text(i: int) -> str:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def dump(path: Path) -> list[str]:
-    """Every row of every table of the workspace file, as SQL text."""
-    con = sqlite3.connect(path)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
 
 
 async def journal_all(ws: Workspace) -> list[Any]:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from conftest import dump
 from procession import Workspace
 
 PS_KEYS = {"id", "name", "agent", "state", "priority", "parent", "context_tokens", "context_window", "messages",
@@ -42,14 +43,6 @@ def run_all(cli: Any, *commands: tuple[str, ...]) -> list[subprocess.CompletedPr
 def usage(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
-
-
-def dump(path: Path) -> list[str]:
-    con = sqlite3.connect(path)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
 
 
 def spawn(cli: Any, name: str = "s", *extra: str) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -16,20 +15,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from conftest import dump as store_dump
 from procession import ProcessionError, SnapshotError, Workspace
 from procession.humanize import printable
 from procession.snapshot import canonical_bytes, dump
 from procession.triggers import revalidate
-
-TABLES = ("agents", "sessions", "messages", "folds", "memory", "resources", "triggers", "checkpoints", "runs",
-          "journal", "meta")
-
-
-def table_dump(db: Path) -> dict[str, list[tuple]]:
-    with sqlite3.connect(db) as conn:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() if t != "memory" and t != "meta"
-                else conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in TABLES}
-
 
 async def make_snapshot(db: Path, out: Path) -> dict:
     ws = await Workspace.open(db)
@@ -114,13 +104,13 @@ def test_fuzzed_snapshots_load_exactly_or_are_refused_leaving_the_store_unchange
         ws = await Workspace.open(db)
         await ws.spawn("bystander", "other")
         await ws.close()
-        before = table_dump(db)
+        before = store_dump(db)
         ws = await Workspace.open(db)
         try:
             sid = await asyncio.wait_for(ws.load(str(file)), 10)
         except ProcessionError as exc:
             await ws.close()
-            assert table_dump(db) == before, "a refused load changed the store"
+            assert store_dump(db) == before, "a refused load changed the store"
             return None, str(exc)
         out = tmp_path / "roundtrip.json"
         await ws.export(sid, str(out))

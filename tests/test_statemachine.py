@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from conftest import dump
 from procession import (
     ContextTooLarge,
     IllegalTransition,
@@ -119,14 +120,6 @@ def protected(item: Item) -> bool:
 def norm(items: Any) -> list[Item]:
     return [(i.seq, i.role, i.content, i.tokens, i.author, i.pinned, i.fold is not None, i.folded, i.meta)
             for i in items]
-
-
-def dump(path: Path) -> list[str]:
-    con = sqlite3.connect(path)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
 
 
 class ProcessionMachine(RuleBasedStateMachine):
