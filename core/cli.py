@@ -432,6 +432,8 @@ async def cmd_run(ws: Workspace, args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event is noise
     engine = Engine(ws.path, slots=args.slots, grace=args.grace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
