@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from . import history, limits, runners, snapshot, states, triggers
 from .errors import (
@@ -59,7 +59,6 @@ MAX_CAUSES = 20
 CHUNK = 10_000
 Progress = Callable[[int, int], None]
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 MEMORY_PUT = (

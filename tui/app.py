@@ -167,9 +167,6 @@ class ProcessionApp(App[int]):
         self.search_text = ""
         self.bar_mode = ""
         self.highlight_until: dict[int, float] = {}
-        self.engine_label = "none"
-        self.engine_slots = 0
-        self._engine: Any = None
         self._engine_stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
         self._last_tick = 0.0
@@ -291,7 +288,6 @@ class ProcessionApp(App[int]):
         except ProcessionError as exc:
             self.notify(f"cannot run the engine here: {exc}", severity="error")
             return
-        self._engine = engine
         self._engine_task = asyncio.ensure_future(engine.serve(self._engine_stop))
 
     async def _stop_engine(self) -> None:
