@@ -148,12 +148,14 @@ class Engine:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self.watcher:
-            await self.watcher.close()
-        with contextlib.suppress(ProcessionError):
-            await self.ledger.release(self.token)
-        await self.ledger.close()
-        self.ledger = None
+        try:
+            if self.watcher:
+                await self.watcher.close()
+            with contextlib.suppress(ProcessionError):
+                await self.ledger.release(self.token)
+        finally:
+            await self.ledger.close()  # an open aiosqlite connection would keep the process from exiting
+            self.ledger = None
         log.info("engine %s stopped", os.getpid())
 
     async def _loop(self, stop: asyncio.Event) -> None:

@@ -261,12 +261,43 @@ class Store:
     async def close(self) -> None:
         await self.conn.close()
 
+    async def _settle(self, sql: str) -> None:
+        """Run a transaction statement to its end even if the caller is cancelled meanwhile.
+
+        aiosqlite runs statements on its own thread: cancelling the await does not cancel
+        the statement. A BEGIN that went through after its caller was cancelled would leave
+        the connection in a transaction holding the write lock, and every other process
+        waiting on it; so the statement is shielded, and awaited to its end before the
+        cancellation goes on.
+        """
+        done = asyncio.ensure_future(self.conn.execute(sql))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            if not done.cancelled() and done.exception() is None and sql.startswith("BEGIN"):
+                await self._rollback()
+            raise
+
+    async def _rollback(self) -> None:
+        """End whatever transaction is open (none is fine), whatever happens to the caller."""
+        done = asyncio.ensure_future(self.conn.execute("ROLLBACK"))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            raise
+        except sqlite3.OperationalError as exc:
+            if "no transaction is active" not in str(exc):
+                raise
+
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
-        """A write transaction: all of it commits, or none of it does."""
+        """A write transaction: all of it commits, or none of it does, even when the task
+        running it is cancelled half-way."""
         async with self._lock:
             try:
-                await self.conn.execute("BEGIN IMMEDIATE")
+                await self._settle("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
             tx = Tx(self)
@@ -274,10 +305,9 @@ class Store:
                 yield tx
                 if tx.followers:
                     await tx.many(_JOURNAL, tx.followers)
-                await self.conn.execute("COMMIT")
+                await self._settle("COMMIT")
             except BaseException as exc:
-                if self.conn.in_transaction:
-                    await self.conn.execute("ROLLBACK")
+                await self._rollback()
                 if isinstance(exc, sqlite3.Error):
                     raise translate(exc, self.path) from None
                 raise
@@ -287,13 +317,15 @@ class Store:
         """A read transaction: every query inside sees the same committed state."""
         async with self._lock:
             try:
-                await self.conn.execute("BEGIN")
+                await self._settle("BEGIN")
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            try:
                 yield Tx(self)
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
             finally:
-                if self.conn.in_transaction:
-                    await self.conn.execute("COMMIT")
+                await self._rollback()
 
     async def data_version(self) -> int:
         """Changes when another connection commits: a cheap "something changed" signal."""

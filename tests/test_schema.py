@@ -186,3 +186,37 @@ async def test_two_workspaces_on_one_file_see_each_other(tmp_path: Path) -> None
         await one.close()
         await two.close()
 
+
+
+async def test_a_cancelled_call_never_leaves_the_workspace_locked(tmp_path):
+    """Cancel tasks at every point of a transaction (BEGIN in flight, body, COMMIT): the
+    connection always ends outside a transaction and other processes can write at once."""
+    import asyncio
+    import sqlite3 as sync_sqlite
+
+    from procession import Workspace
+
+    ws = await Workspace.open(tmp_path / "ws.db")
+    sid = await ws.spawn("s", "a")
+    other = sync_sqlite.connect(tmp_path / "ws.db", timeout=0.05, isolation_level=None)
+    cancelled = 0
+    for i in range(200):
+        task = asyncio.ensure_future(ws.send(sid, f"message {i}"))
+        for _ in range(i % 7):
+            await asyncio.sleep(0)
+        if not task.done():
+            task.cancel()
+            cancelled += 1
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        assert not ws.store.conn.in_transaction
+        other.execute("BEGIN IMMEDIATE")  # raises "database is locked" if our connection kept the lock
+        other.execute("ROLLBACK")
+    other.close()
+    history = await ws.history(sid)
+    async with ws.store.snapshot() as tx:
+        journaled = await tx.value("SELECT count(*) FROM journal WHERE call = 'send'")
+    assert journaled == len(history) and cancelled > 50  # whole calls or none
+    await ws.close()

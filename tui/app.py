@@ -220,9 +220,11 @@ class ProcessionApp(App[int]):
             worker.cancel()
             with contextlib.suppress(Exception):
                 await worker.wait()
-        await self._stop_engine()
-        if self.ws is not None:
-            await self.ws.close()
+        try:
+            await self._stop_engine()
+        finally:
+            if self.ws is not None:
+                await self.ws.close()
 
     # ------------------------------------------------------------------ themes and settings
 
