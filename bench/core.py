@@ -20,10 +20,8 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -33,8 +31,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from report import Results, environment, table
+
 try:
-    import procession
     from procession import Workspace
 except ImportError:  # pragma: no cover - a usage error, not a benchmark result
     sys.exit("bench/core.py: procession is not importable; run `pip install -e .` first")
@@ -119,7 +118,7 @@ class Bench:
     def __init__(self, root: Path, reps: int) -> None:
         self.root = root
         self.reps = reps
-        self.results: list[dict[str, Any]] = []
+        self.results = Results()
         self.setup: dict[str, float] = {}
 
     # -- running things
@@ -154,25 +153,8 @@ class Bench:
                 times.append(dt)
         return times
 
-    # -- recording
-
-    def record(self, key: str, measure: str, size: str, runs: list[float], *, unit: str = "s",
-               goal: str = "", ok: bool | None = None, value: float | None = None, **extra: Any) -> dict[str, Any]:
-        median = value if value is not None else statistics.median(runs)
-        row = {"key": key, "measure": measure, "size": size, "median": median, "unit": unit, "goal": goal,
-               "ok": ok, "runs": [round(r, 6) for r in runs], **extra}
-        self.results.append(row)
-        print(f"  {measure} [{size}]: {fmt(median, unit)}" + (f"  (goal {goal}: {'ok' if ok else 'MISSED'})"
-                                                               if goal else ""), file=sys.stderr, flush=True)
-        return row
-
-
-def fmt(value: float, unit: str) -> str:
-    if unit == "s":
-        return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.3f} s"
-    if unit == "x":
-        return f"{value:.2f}x"
-    return f"{value:,.0f} {unit}"
+    def record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.results.record(*args, **kwargs)
 
 
 def run(coro: Any) -> Any:
@@ -429,53 +411,6 @@ def bench_context(b: Bench, n: int) -> None:
 # ---------------------------------------------------------------- report
 
 
-def environment(root: Path) -> dict[str, Any]:
-    import aiosqlite
-
-    source = Path(procession.__file__).resolve().parent
-    commit = dirty = None
-    try:
-        git = ["git", "-C", str(source)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], text=True, capture_output=True,
-                                check=True).stdout.strip()
-        dirty = bool(subprocess.run([*git, "status", "--porcelain", "--", "."], text=True, capture_output=True,
-                                    check=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        pass  # not a git checkout (an installed or copied package)
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {
-        "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
-        "sqlite": sqlite3.sqlite_version,
-        "aiosqlite": getattr(aiosqlite, "__version__", None),
-        "procession": procession.__version__,
-        "procession_source": str(source),
-        "commit": commit,
-        "source_modified": dirty,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "loadavg_at_start": load,
-        "tmpdir": str(root),
-    }
-
-
-def table(results: list[dict[str, Any]]) -> str:
-    header = ("measure", "size", "median", "goal", "ok?")
-    rows = [header]
-    for r in results:
-        ok = "" if r["ok"] is None else ("ok" if r["ok"] else "MISSED")
-        rows.append((r["measure"], r["size"], fmt(r["median"], r["unit"]), r["goal"] or "-", ok or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(widths[i]) if i == 2 else c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (~30 s)")
@@ -524,10 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": env,
         "setup_seconds": {k: round(v, 3) for k, v in b.setup.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
-        "goals_met": all(r["ok"] for r in b.results if r["ok"] is not None),
-        "results": {r["key"]: {k: v for k, v in r.items() if k != "key"} for r in b.results},
+        **b.results.summary(),
     }
-    print(table(b.results))
+    print(table(b.results.rows))
     if args.quick:
         print("(--quick: smaller sizes; the goals are stated for the full sizes, so ok?/MISSED is only indicative)")
     print()

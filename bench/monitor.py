@@ -33,7 +33,6 @@ import fcntl
 import importlib.util
 import json
 import os
-import platform
 import pty
 import random
 import select
@@ -49,12 +48,13 @@ import termios
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from report import Results, environment, table
+
 try:
-    import procession
     from procession import Workspace
 except ImportError:  # pragma: no cover - a usage error, not a benchmark result
     sys.exit("bench/monitor.py: procession is not importable; run `pip install -e .` first")
@@ -699,87 +699,6 @@ def measure_ticks(db: Path, root: Path, sizes: dict[str, Any], profile: Path | N
 # ---------------------------------------------------------------- report
 
 
-class Results:
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def record(self, key: str, measure: str, size: str, runs: Sequence[float], *, unit: str = "s", goal: str = "",
-               check: Callable[[float], bool] | None = None, value: float | None = None,
-               **extra: Any) -> dict[str, Any]:
-        median = value if value is not None else statistics.median(runs)
-        top = max(runs) if runs else median
-        ok = check(median) if check else None
-        row = {"key": key, "measure": measure, "size": size, "median": median, "max": top, "unit": unit,
-               "goal": goal, "ok": ok, "runs": [round(r, 6) for r in runs], **extra}
-        self.rows.append(row)
-        print(f"  {measure} [{size}]: {fmt(median, unit)}" + (f"  (goal {goal}: {'ok' if ok else 'MISSED'})"
-                                                               if goal else ""), file=sys.stderr, flush=True)
-        return row
-
-
-def fmt(value: float, unit: str) -> str:
-    if unit == "s":
-        return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.3f} s"
-    if unit == "%":
-        return f"{value:.2f} %"
-    if unit == "MB":
-        return f"{value:.0f} MB"
-    return f"{value:,.0f} {unit}"
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    header = ("measure", "size", "median", "max", "goal", "ok?")
-    lines_ = [header]
-    for r in rows:
-        ok = "" if r["ok"] is None else ("ok" if r["ok"] else "MISSED")
-        lines_.append((r["measure"], r["size"], fmt(r["median"], r["unit"]),
-                       fmt(r["max"], r["unit"]) if len(r["runs"]) > 1 else "", r["goal"] or "-", ok or "-"))
-    widths = [max(len(row[i]) for row in lines_) for i in range(len(header))]
-    out = ["  ".join(c.rjust(widths[i]) if i in (2, 3) else c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
-           for row in lines_]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
-def environment(root: Path) -> dict[str, Any]:
-    import aiosqlite
-    import rich
-    import textual
-
-    source = Path(procession.__file__).resolve().parent
-    commit = dirty = None
-    try:
-        git = ["git", "-C", str(source)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], text=True, capture_output=True,
-                                check=True).stdout.strip()
-        dirty = bool(subprocess.run([*git, "status", "--porcelain", "--", ".", "../tui"], text=True,
-                                    capture_output=True, check=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    from importlib.metadata import version
-
-    return {
-        "python": sys.version.split()[0],
-        "sqlite": sqlite3.sqlite_version,
-        "aiosqlite": getattr(aiosqlite, "__version__", None),
-        "textual": version("textual"),
-        "rich": version("rich"),
-        "procession": procession.__version__,
-        "procession_source": str(source),
-        "commit": commit,
-        "source_modified": dirty,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "loadavg_at_start": load,
-        "screen": list(SCREEN),
-        "tmpdir": str(root),
-    }
-
-
 PHASES = ("data_version", "changes", "view.update", "rebuild", "activity")
 
 
@@ -879,7 +798,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = Path(args.profile).resolve() if args.profile else None
 
     root = Path(tempfile.mkdtemp(prefix="procession-monitor-bench-"))
-    env = environment(root)
+    from importlib.metadata import version
+
+    env = environment(root, (".", "../tui"), textual=version("textual"), rich=version("rich"), screen=list(SCREEN))
     res = Results()
     setup: dict[str, Any] = {}
     raw: dict[str, Any] = {}
@@ -919,11 +840,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": env,
         "setup": setup,
         "total_seconds": round(time.perf_counter() - started, 1),
-        "goals_met": all(r["ok"] for r in res.rows if r["ok"] is not None),
-        "results": {r["key"]: {k: v for k, v in r.items() if k != "key"} for r in res.rows},
+        **res.summary(),
         "raw": raw,
     }
-    print(table(res.rows))
+    print(table(res.rows, with_max=True))
     print()
     print(split_table(res))
     if goal_size != GOAL_SIZE:

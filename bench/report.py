@@ -1,0 +1,97 @@
+"""What every benchmark here prints: recorded figures, a table of them, the environment.
+
+Imported by the scripts beside it (``python bench/core.py`` puts this folder first on the
+import path).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+class Results:
+    """Figures as recorded rows: a median (or a given value), its runs, a goal and whether it is met."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def record(self, key: str, measure: str, size: str, runs: Sequence[float], *, unit: str = "s", goal: str = "",
+               ok: bool | None = None, check: Callable[[float], bool] | None = None, value: float | None = None,
+               **extra: Any) -> dict[str, Any]:
+        median = value if value is not None else statistics.median(runs)
+        if check is not None:
+            ok = check(median)
+        row = {"key": key, "measure": measure, "size": size, "median": median,
+               "max": max(runs) if runs else median, "unit": unit, "goal": goal, "ok": ok,
+               "runs": [round(r, 6) for r in runs], **extra}
+        self.rows.append(row)
+        print(f"  {measure} [{size}]: {fmt(median, unit)}" + (f"  (goal {goal}: {'ok' if ok else 'MISSED'})"
+                                                               if goal else ""), file=sys.stderr, flush=True)
+        return row
+
+    def summary(self) -> dict[str, Any]:
+        return {"goals_met": all(r["ok"] for r in self.rows if r["ok"] is not None),
+                "results": {r["key"]: {k: v for k, v in r.items() if k != "key"} for r in self.rows}}
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.3f} s"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "%":
+        return f"{value:.2f} %"
+    if unit == "MB":
+        return f"{value:.0f} MB"
+    return f"{value:,.0f} {unit}"
+
+
+def table(rows: list[dict[str, Any]], *, with_max: bool = False) -> str:
+    header = ("measure", "size", "median", *(("max",) if with_max else ()), "goal", "ok?")
+    lines = [header]
+    for r in rows:
+        ok = "" if r["ok"] is None else ("ok" if r["ok"] else "MISSED")
+        top = (fmt(r["max"], r["unit"]) if len(r["runs"]) > 1 else "",) if with_max else ()
+        lines.append((r["measure"], r["size"], fmt(r["median"], r["unit"]), *top, r["goal"] or "-", ok or "-"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    numbers = {2, 3} if with_max else {2}
+    out = ["  ".join(c.rjust(widths[i]) if i in numbers else c.ljust(widths[i]) for i, c in enumerate(line)).rstrip()
+           for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def environment(root: Path, watched: Sequence[str] = (".",), **extra: Any) -> dict[str, Any]:
+    """Where the figures come from: versions, the commit and whether the source had changes."""
+    import aiosqlite
+
+    import procession
+
+    source = Path(procession.__file__).resolve().parent
+    commit = dirty = None
+    try:
+        git = ["git", "-C", str(source)]
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], text=True, capture_output=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run([*git, "status", "--porcelain", "--", *watched], text=True, capture_output=True,
+                                    check=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        pass  # not a git checkout (an installed or copied package)
+    try:
+        load: Any = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "python": sys.version.split()[0], "python_implementation": platform.python_implementation(),
+        "sqlite": sqlite3.sqlite_version, "aiosqlite": getattr(aiosqlite, "__version__", None),
+        "procession": procession.__version__, "procession_source": str(source), "commit": commit,
+        "source_modified": dirty, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+        "machine": platform.machine(), "loadavg_at_start": load, "tmpdir": str(root), **extra,
+    }
