@@ -19,6 +19,8 @@ import datetime
 import json
 import logging
 import os
+import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -73,6 +75,26 @@ def proc_start(pid: int | None) -> float | None:
         return None
 
 
+def let_steps_be_interrupted() -> None:
+    """Make sure steps start with SIGINT and SIGTERM at their defaults.
+
+    A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored
+    across ``exec``: every step would then shrug off an interrupt until the escalation kills
+    it. A *caught* signal, though, is reset to its default in a child at ``exec``; so an
+    ignored one here becomes a caught one that does nothing, which this process does not
+    notice and its steps do not inherit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, _ignore)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    pass
+
+
 def next_due(kind: str, spec: dict[str, Any], base: float) -> float:
     """When a cron or interval trigger is next due after ``base`` (local time zone)."""
     if kind == "every":
@@ -109,6 +131,7 @@ class Engine:
 
     async def start(self) -> None:
         """Take the lease (or raise ``EngineBusy``), recover a dead engine's runs, catch up."""
+        let_steps_be_interrupted()
         store = await Store.open(self.path)
         self.ledger = Ledger(store, actor="engine")
         try:
@@ -427,8 +450,6 @@ class Engine:
 
 def _kill_orphan(orphan: Orphan) -> None:
     """Kill a dead engine's step group, if the pid is still that step (not a reused pid)."""
-    import signal
-
     if orphan.pid is None:
         return
     started = proc_start(orphan.pid)

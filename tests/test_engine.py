@@ -344,3 +344,26 @@ def test_activate_now_runs_in_the_foreground_without_an_engine(cli):
     assert "no engine runs on this workspace" in queued.stderr
     runs = cli.json("runs", sid)
     assert [r["outcome"] for r in runs] == ["ok"]
+
+
+async def test_steps_can_be_interrupted_even_if_the_engine_ignores_sigint(db, live):
+    """An engine started as a background job has SIGINT ignored; its steps must not inherit that."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        engine = Engine(db, grace=5.0)
+        await engine.start()
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(engine.serve(stop))
+        try:
+            sid = await live.spawn("sleeper", "a", runner="builtin:sleep:30")
+            await live.activate(sid)
+            await until(lambda: running_pid(live, sid))
+            await asyncio.sleep(0.3)
+            await live.interrupt(sid)
+            run = await until(lambda: finished(live, sid))
+            assert run.outcome == "interrupted" and run.exit_code == 130  # its own SIGINT handler ended it
+        finally:
+            stop.set()
+            await serving
+    finally:
+        signal.signal(signal.SIGINT, previous)
