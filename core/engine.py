@@ -315,8 +315,12 @@ class Engine:
         try:
             await self.ledger.finish_run(live.sid, live.run, outcome, exit_code=result.exit_code, events=events,
                                          error="\n".join(notes), requeue=live.intent == "suspend")
-        except ProcessionError as exc:
+        except Exception as exc:  # noqa: BLE001 - a run whose output cannot be recorded still ends
             log.error("cannot record run %d: %s", live.run, exc)
+            with contextlib.suppress(Exception):
+                await self.ledger.finish_run(live.sid, live.run, FAILED, exit_code=result.exit_code,
+                                             events=protocol.Events(),
+                                             error=f"the engine could not record this run's output: {exc}")
         finally:
             self.live.pop(live.sid, None)
             self.kick.set()

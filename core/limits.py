@@ -26,12 +26,19 @@ RESOURCE_MODES: Final = ("ro", "rw")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _unicode(value: str, what: str) -> None:
-    """SQLite stores UTF-8: a lone surrogate (invalid bytes decoded with surrogateescape) cannot be kept."""
+def is_unicode(value: str) -> bool:
+    """Whether the store can keep ``value``: SQLite stores UTF-8, and a lone surrogate (from
+    invalid bytes decoded with surrogateescape, or a JSON ``\\udcff`` escape) has no UTF-8 form."""
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(f"{what} is not valid Unicode text (invalid byte at position {exc.start})") from None
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unicode(value: str, what: str) -> None:
+    if not is_unicode(value):
+        raise InvalidArgument(f"{what} is not valid Unicode text (it holds a lone surrogate)")
 
 
 def name(value: str, what: str = "name", limit: int = NAME_MAX) -> str:

@@ -525,7 +525,7 @@ class Workspace:
                     raise InvalidArgument(f"message {n}: needs a role and a content string")
                 if m["role"] not in limits.ROLES:
                     raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
-                yield m["role"], m["content"], author, bool(m.get("pinned", False)), None
+                yield m["role"], limits.text(m["content"], f"message {n}"), author, bool(m.get("pinned", False)), None
 
         if not messages:
             return 0

@@ -237,3 +237,21 @@ async def test_tampered_snapshot_with_a_stale_hash_is_refused(tmp_path, source, 
     file.write_text(json.dumps(doc))
     with pytest.raises(SnapshotError, match="does not match its content hash"):
         await ws.load(str(file))
+
+
+def test_transcripts_and_runner_output_with_lone_surrogates_are_refused_cleanly(tmp_path, cli):
+    """JSON can spell text that has no UTF-8 form (``\\udcff``): refused in one line from a
+    transcript; skipped (and reported) from a runner's events, the rest of its output kept."""
+    sid = cli("spawn", "s", "--agent", "a").stdout.strip()
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text('{"role": "user", "content": "fine"}\n{"role": "user", "content": "bad \\udcff"}\n')
+    out = cli("send", sid, "--jsonl", str(transcript), check=False)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "message 2" in out.stderr
+    assert cli.json("history", sid) == []
+    step = ("command:printf '{\"type\": \"message\", \"content\": \"kept\"}\\n"
+            "{\"type\": \"message\", \"content\": \"x \\\\udcff\"}\\n{\"type\": \"memory\", \"set\": {\"k\": \"\\\\ud800\"}}\\n'")
+    runner = cli("spawn", "r", "--agent", "a", "--runner", step).stdout.strip()
+    assert "run 1 ok" in cli("activate", runner, "--now").stdout
+    assert [m["content"] for m in cli.json("history", runner)] == ["kept"]
+    assert "not valid Unicode" in cli.json("runs", runner)[0]["error"]
+    assert cli.json("memory", runner, "ls") == {}

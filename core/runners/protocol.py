@@ -139,8 +139,20 @@ def _is_event(line: str) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("type"), str)
 
 
+def _storable(value: Any) -> bool:
+    """Whether every string in a JSON value can be stored (no lone surrogates from ``\\udcxx``)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return False
+    return True
+
+
 def _apply(event: dict[str, Any], events: Events, n: int) -> None:
     kind = event.get("type")
+    if not _storable(event):
+        events.problems.append(f"line {n}: holds text that is not valid Unicode; ignored")
+        return
     if kind == "message":
         content, role = event.get("content"), event.get("role", "assistant")
         if isinstance(content, str) and role in ("assistant", "user", "system", "tool"):
