@@ -102,12 +102,15 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
 
 
 @contextmanager
-def _numbers_in_range() -> Iterator[None]:
-    """SQLite integers are 64-bit: a bigger number is a user's mistake, not a crash."""
+def _storable() -> Iterator[None]:
+    """Values SQLite cannot hold are a user's mistake, not a crash: integers are 64-bit, text
+    is UTF-8 (a lone surrogate has no UTF-8 form)."""
     try:
         yield
     except OverflowError:
         raise InvalidArgument("a number is out of range (SQLite integers are 64-bit)") from None
+    except UnicodeEncodeError:
+        raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
 
 
 _JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -124,20 +127,20 @@ class Tx:
         self.followers: list[tuple[Any, ...]] = []
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
-        with _numbers_in_range():
+        with _storable():
             return await self.conn.execute(sql, params)
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        with _numbers_in_range():
+        with _storable():
             await self.conn.executemany(sql, rows)
 
     async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
-        with _numbers_in_range():
+        with _storable():
             return list(await self.conn.execute_fetchall(sql, params))
 
     async def tuples(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         """Rows as plain tuples: cheaper than ``sqlite3.Row`` when there are many to read."""
-        with _numbers_in_range():
+        with _storable():
             cursor = await self.conn.execute(sql, params)
             cursor.row_factory = None
             return list(await cursor.fetchall())

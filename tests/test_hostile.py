@@ -255,3 +255,5 @@ def test_transcripts_and_runner_output_with_lone_surrogates_are_refused_cleanly(
     assert [m["content"] for m in cli.json("history", runner)] == ["kept"]
     assert "not valid Unicode" in cli.json("runs", runner)[0]["error"]
     assert cli.json("memory", runner, "ls") == {}
+    bad = cli("memory", sid, "set", "k", '"\\udcff"', check=False)
+    assert bad.returncode == 1 and "not valid Unicode" in bad.stderr and "Traceback" not in bad.stderr
