@@ -1,0 +1,49 @@
+"""The monitor's config file: remapped keys work, mistakes are reported and replaced by defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import until
+from procession import State, Workspace, demo
+from procession.tui import config as config_mod
+from procession.tui.app import ProcessionApp
+
+
+async def test_a_remapped_key_makes_its_call_and_the_old_key_does_not(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    db = (await demo.build(tmp_path / "demo.db")).db
+    path = tmp_path / "config.toml"
+    path.write_text('[keys]\nsuspend = "ctrl+z"\n')
+    config = config_mod.load(path)
+    assert config.keys == {"suspend": "ctrl+z"} and not config.problems
+    app = ProcessionApp(db, engine=False, config=config, user_themes=tmp_path / "themes")
+    witness = await Workspace.open(db)
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await until(lambda: app.loaded)
+            assert app.table.cursor_key == 1
+            await pilot.press("z")
+            await pilot.pause()
+            assert (await witness.info(1)).state is State.SLEEPING
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+            await until(lambda: _state(witness, 1, State.SUSPENDED), timeout=3)
+    finally:
+        await witness.close()
+
+
+async def _state(ws: Workspace, sid: int, state: State) -> bool:
+    return (await ws.info(sid)).state is state
+
+
+def test_bad_settings_are_reported_and_defaults_used(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('theme = 3\ninterval = 500\ncolumns = ["sid", "nonsense"]\nkeys = "z"\n')
+    config = config_mod.load(path)
+    assert (config.theme, config.interval, config.columns, config.keys) == (
+        config_mod.DEFAULT_THEME, config_mod.DEFAULT_INTERVAL, list(config_mod.DEFAULT), {})
+    assert len(config.problems) == 4 and all(str(path) in p for p in config.problems)
+    path.write_text("this is [not toml")
+    broken = config_mod.load(path)
+    assert broken.problems and broken.theme == config_mod.DEFAULT_THEME
