@@ -19,8 +19,9 @@ CALLS = 2500
 
 
 async def test_four_processes_at_once_lose_nothing(db, live, tmp_path):
-    """A monitor, an engine and two loops of random calls on one workspace: every accepted
-    call is journaled, counters and messages add up, and no call meets 'database is locked'."""
+    """A monitor, an engine and two loops of 2,500 random CLI calls each (through the CLI's
+    entry point, each opening and closing the workspace) on one workspace: every accepted call
+    is journaled, counters and messages add up, and no call meets 'database is locked'."""
     sessions = [await live.spawn(f"s{i}", "load", runner="builtin:digest") for i in range(12)]
     engine = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.2"],
                               stderr=subprocess.DEVNULL)
