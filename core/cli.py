@@ -342,12 +342,17 @@ async def cmd_expand(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
-async def each(ws: Workspace, args: argparse.Namespace, call: str) -> tuple[int, list[dict[str, Any]]]:
-    """A lifecycle call on every SID given, like kill: a refusal is reported and the rest go on."""
+async def each(ws: Workspace, args: argparse.Namespace, call: str,
+               already: State | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """A lifecycle call on every SID given, like kill: a refusal is reported and the rest go on.
+    A session already in the state ``already`` counts as done (``activate --now`` of a queued one)."""
     status, results = 0, []
     for sid in args.sids:
         try:
-            state = await getattr(ws, call)(sid)
+            if already is not None and (await ws.info(sid)).state is already:
+                state = already
+            else:
+                state = await getattr(ws, call)(sid)
             results.append({"id": sid, "state": str(state)})
             if not args.json:
                 print(f"{sid}: {state}")
@@ -371,7 +376,7 @@ def lifecycle(call: str) -> Callable[[Workspace, argparse.Namespace], Any]:
 
 
 async def cmd_activate(ws: Workspace, args: argparse.Namespace) -> int:
-    status, results = await each(ws, args, "activate")
+    status, results = await each(ws, args, "activate", already=State.READY if args.now else None)
     queued = [r["id"] for r in results if r.get("state") == State.READY]
     if not queued:
         if args.json:

@@ -239,10 +239,15 @@ class Engine:
         free = self.slots - len(self.live)
         if free <= 0 or self.stopping:
             return
-        for row in await self.ledger.ready(free + len(self.live)):
+        for row in await self.ledger.ready(free + len(self.live), self.only):
             if free <= 0:
                 break
-            if row["id"] in self.live or (self.only is not None and row["id"] not in self.only):
+            if row["id"] in self.live:
+                continue
+            if row["context_tokens"] > row["window"]:
+                await self._fail_to_start(
+                    row, f"its context ({row['context_tokens']} tokens) is over its window ({row['window']}):"
+                         f" compress it (procession compress {row['id']}) or migrate it to a larger window")
                 continue
             if await self._launch(row):
                 free -= 1

@@ -34,9 +34,8 @@ class NotFound(ProcessionError):
 class IllegalTransition(ProcessionError):
     """The lifecycle table does not allow this call in the session's current state."""
 
-    def __init__(self, call: str, sid: int, state: str, hint: str = "") -> None:
-        msg = f"cannot {call} session {sid}: it is {state}"
-        super().__init__(f"{msg}; {hint}" if hint else msg)
+    def __init__(self, call: str, sid: int, state: str, reason: str = "") -> None:
+        super().__init__(f"cannot {call} session {sid}: {reason or f'it is {state}'}")
         self.call, self.sid, self.state = call, sid, state
 
 

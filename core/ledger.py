@@ -119,11 +119,14 @@ class Ledger(Workspace):
 
     # ------------------------------------------------------------------ runs
 
-    async def ready(self, limit: int) -> list[Any]:
-        """Sessions waiting for a slot: highest priority first, oldest first within one."""
+    async def ready(self, limit: int, only: set[int] | None = None) -> list[Any]:
+        """Sessions waiting for a slot (of ``only``, when given): highest priority first,
+        oldest first within one."""
+        among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
         async with self.store.snapshot() as tx:
             return await tx.all(
-                "SELECT id, runner, cwd, timeout FROM sessions WHERE state = 'ready' AND armed = 1"
+                "SELECT id, runner, cwd, timeout, context_tokens, window FROM sessions"
+                f" WHERE state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
                 (limit,),
             )

@@ -81,17 +81,19 @@ TABLE: Final[dict[str, dict[State, State | str]]] = {
     "recover": {R: S},
 }
 
+#: Why a call is refused, where the bare state ("it is suspended") is not enough.
 HINTS: Final[dict[tuple[str, State], str]] = {
-    ("activate", Q): "it is already queued",
-    ("activate", R): "it is already running",
-    ("activate", T): "resume it first",
-    ("interrupt", S): "no step is running",
-    ("interrupt", T): "resume it first, or cancel it",
-    ("compress", R): "interrupt it or wait for the step to finish",
-    ("expand", R): "interrupt it or wait for the step to finish",
-    ("migrate", R): "interrupt it or wait for the step to finish",
-    ("merge-from", R): "interrupt it or wait for the step to finish",
-    ("resume", S): "it is not suspended",
+    ("activate", Q): "it is ready (already queued)",
+    ("activate", R): "it is running already",
+    ("activate", T): "it is suspended: resume it first",
+    ("suspend", T): "it is suspended already",
+    ("resume", S): "it is sleeping, not suspended",
+    ("resume", Q): "it is ready, not suspended",
+    ("resume", R): "it is running, not suspended",
+    ("interrupt", S): "it is sleeping: no step is running",
+    ("interrupt", T): "it is suspended: resume it first, or cancel it",
+    **{(call, R): "it is running: interrupt it or wait for the step to finish"
+       for call in ("compress", "expand", "migrate", "merge-from")},
 }
 
 
@@ -112,8 +114,8 @@ def next_state(call: str, state: State, prior: State | None = None) -> State | N
     return State(target)
 
 
-def hint(call: str, state: State) -> str:
-    """A short suggestion for a refused call, or ''."""
+def reason(call: str, state: State) -> str:
+    """Why ``call`` is refused in ``state``, in a few words."""
     if state is Z:
-        return "fork it to go on from where it ended"
-    return HINTS.get((call, state), "")
+        return "it is terminated: fork it to go on from where it ended"
+    return HINTS.get((call, state), f"it is {state}")

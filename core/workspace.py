@@ -209,7 +209,7 @@ class Workspace:
         prior = State(row["resume_to"]) if row["resume_to"] else None
         target = states.next_state(call, state, prior)
         if target is None:
-            raise IllegalTransition(call.split("-")[0], row["id"], state, states.hint(call, state))
+            raise IllegalTransition(call.split("-")[0], row["id"], state, states.reason(call, state))
         return target
 
     async def _agent_id(self, tx: Tx, name: str) -> int:
@@ -1033,6 +1033,11 @@ class Workspace:
             if spec["session"] == sid:
                 raise InvalidArgument("a session cannot wake after itself")
             await self._row(tx, spec["session"])
+            loop = await self._after_path(tx, sid, spec["session"])
+            if loop:
+                raise InvalidArgument(
+                    f"session {sid} would wake after {spec['session']}, but {spec['session']} already wakes when"
+                    f" {sid} runs ({' -> '.join(map(str, loop))}): they would wake each other forever")
         state = None
         if kind == "watch":
             from .watch import scan
@@ -1044,6 +1049,30 @@ class Workspace:
         )
         await tx.touch(sid)
         return int(cur.lastrowid)
+
+    async def _after_path(self, tx: Tx, start: int, goal: int) -> list[int]:
+        """A chain of ``after`` triggers by which ``goal`` already wakes when ``start`` runs
+        (``start``, ..., ``goal``), or [] when there is none."""
+        came_from: dict[int, int | None] = {start: None}
+        frontier = [start]
+        while frontier:
+            rows = await tx.all(
+                "SELECT session_id, json_extract(spec, '$.session') AS waker FROM triggers"
+                f" WHERE kind = 'after' AND json_extract(spec, '$.session') IN ({','.join('?' * len(frontier))})",
+                frontier,
+            )
+            frontier = []
+            for row in rows:
+                if row["session_id"] not in came_from:
+                    came_from[row["session_id"]] = row["waker"]
+                    frontier.append(row["session_id"])
+            if goal in came_from:
+                path, node = [], goal
+                while node is not None:
+                    path.append(node)
+                    node = came_from[node]
+                return path[::-1]
+        return []
 
     @syscall("trigger")
     async def trigger_remove(self, tx: Tx, sid: int, trigger: int) -> None:

@@ -367,3 +367,23 @@ async def test_steps_can_be_interrupted_even_if_the_engine_ignores_sigint(db, li
             await serving
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_activate_now_runs_the_asked_session_even_behind_another_in_the_queue(cli):
+    first = cli("spawn", "first", "--agent", "a").stdout.strip()
+    second = cli("spawn", "second", "--agent", "a").stdout.strip()
+    cli("activate", first)  # queued, no engine
+    out = subprocess.run([sys.executable, "-m", "procession", "activate", "--now", second], capture_output=True,
+                         text=True, timeout=30, env={**os.environ, "PROCESSION_DB": str(cli.db)}, cwd=cli.cwd)
+    assert out.returncode == 0 and "run 1 ok" in out.stdout
+    assert [s["state"] for s in cli.json("ps") if s["id"] == int(first)] == ["ready"]  # left for an engine
+    assert "run 2 ok" in cli("activate", "--now", first).stdout  # already queued: --now runs it
+
+
+async def test_a_context_over_its_window_is_not_sent_to_the_runner(live, engine):
+    sid = await live.spawn("tight", "a", window=50, runner="command:cat > /dev/null; echo ran")
+    await live.send(sid, "x" * 1000)
+    await live.activate(sid)
+    run = await until(lambda: finished(live, sid))
+    assert run.outcome == "failed" and "over its window (50)" in run.error and "compress" in run.error
+    assert [m.content for m in await live.history(sid)] == ["x" * 1000]

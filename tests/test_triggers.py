@@ -10,6 +10,8 @@ import time
 
 
 from conftest import until
+import pytest
+from procession import InvalidArgument
 from procession import State, Workspace
 from procession.engine import Engine, next_due
 from procession.watch import compile_pattern, scan
@@ -223,3 +225,14 @@ async def test_ps_json_shows_triggers_and_last_firing(live, engine, cli):
     kinds = {t["kind"]: t for t in row["triggers"]}
     assert kinds["inbox"]["fired"] == 1 and kinds["inbox"]["last_fired"]
     assert kinds["cron"]["fired"] == 0 and kinds["cron"]["spec"] == {"expr": "0 9 1 * *"}
+
+
+async def test_after_triggers_cannot_make_a_loop(ws):
+    a, b, c = [await ws.spawn(n, "x") for n in "abc"]
+    await ws.trigger_add(b, "after", [str(a)])
+    await ws.trigger_add(c, "after", [str(b)])
+    with pytest.raises(InvalidArgument, match=r"wake each other forever"):
+        await ws.trigger_add(a, "after", [str(c)])
+    with pytest.raises(InvalidArgument, match=rf"{b} already wakes when {a} runs"):
+        await ws.trigger_add(a, "after", [str(b)])
+    await ws.trigger_add(c, "after", [str(a)])  # a second path to c is not a loop
