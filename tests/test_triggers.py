@@ -9,10 +9,10 @@ import sqlite3
 import time
 
 
-from conftest import until
 import pytest
-from procession import InvalidArgument
-from procession import State, Workspace
+
+from conftest import until
+from procession import InvalidArgument, State, Workspace
 from procession.engine import Engine, next_due
 from procession.watch import compile_pattern, scan
 
