@@ -21,7 +21,7 @@ from typing import Any
 
 from . import humanize, runners, triggers
 from .humanize import printable as safe
-from .errors import InvalidArgument, MergeConflict, ProcessionError
+from .errors import InvalidArgument, MergeConflict, ProcessionError, WorkspaceError
 from .merge import MISSING, Resolution, canonical
 from .records import SessionInfo
 from .states import State
@@ -480,9 +480,26 @@ async def cmd_nice(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
+def here(path: str) -> str:
+    """A path the user typed, made absolute against their shell's folder, as every shell
+    command reads it (the engine would read it against the session's folder)."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def note_missing(paths: Sequence[str]) -> None:
+    """After a bind or a watch was accepted: say which of its paths hold nothing yet."""
+    for path in paths:
+        if not any(ch in path for ch in "*?[") and not os.path.exists(path):
+            print(f"{PROG}: note: {path} does not exist (yet)", file=sys.stderr)
+
+
 async def cmd_bind(ws: Workspace, args: argparse.Namespace) -> int:
-    rid = await ws.bind(args.sid, args.kind, args.uri, mode=args.mode)
+    local = args.kind in ("file", "folder", "db")
+    uri = here(args.uri) if local else args.uri
+    rid = await ws.bind(args.sid, args.kind, uri, mode=args.mode)
     emit(args, {"id": rid}, str(rid))
+    if local:
+        note_missing([uri])
     return 0
 
 
@@ -495,8 +512,11 @@ async def cmd_unbind(ws: Workspace, args: argparse.Namespace) -> int:
 async def cmd_trigger(ws: Workspace, args: argparse.Namespace) -> int:
     match args.op:
         case "add":
-            tid = await ws.trigger_add(args.sid, args.kind, args.args, debounce_ms=args.debounce)
+            words = [here(p) for p in args.args] if args.kind == "watch" else args.args
+            tid = await ws.trigger_add(args.sid, args.kind, words, debounce_ms=args.debounce)
             emit(args, {"id": tid}, str(tid))
+            if args.kind == "watch":
+                note_missing(words)
         case "rm":
             await ws.trigger_remove(args.sid, args.tid)
             emit(args, {"ok": True}, "")
@@ -718,7 +738,13 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 async def monitor_command(args: argparse.Namespace) -> int:
-    db = Path(args.db).expanduser() if getattr(args, "db", None) else None
+    """The monitor on the workspace given (which must exist), or on the default one (made if new)."""
+    from .store import default_path
+
+    explicit = getattr(args, "db", None) or os.environ.get("PROCESSION_DB")
+    db = Path(explicit).expanduser() if explicit else default_path()
+    if explicit and not db.exists():
+        raise WorkspaceError(f"no workspace at {db}: spawn a session there to make one, or try `{PROG} demo`")
     return await open_monitor(db, args)
 
 
@@ -735,10 +761,14 @@ async def open_monitor(db: Path | None, args: argparse.Namespace) -> int:
     return await run_monitor(db, readonly=args.readonly, theme=args.theme)
 
 
+#: The commands that may make a new workspace; any other on a missing file is a typo.
+CREATING = ("spawn", "load")
+
+
 async def run(args: argparse.Namespace) -> int:
     if not getattr(args, "needs_ws", True):
         return int(await args.fn(args))
-    ws = await Workspace.open(getattr(args, "db", None), actor="cli")
+    ws = await Workspace.open(getattr(args, "db", None), actor="cli", create=args.command in CREATING)
     try:
         return int(await args.fn(ws, args))
     finally:

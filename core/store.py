@@ -203,7 +203,7 @@ class Store:
         exists = _check_file(path)
         if not exists:
             if not create:
-                raise WorkspaceError(f"no workspace at {path}")
+                raise WorkspaceError(f"no workspace at {path} (a spawn or a load makes one)")
             _create_file(path)
         try:
             conn = await aiosqlite.connect(path, isolation_level=None)

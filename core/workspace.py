@@ -473,6 +473,8 @@ class Workspace:
         folder = cwd or os.getcwd()
         if not os.path.isabs(folder):
             raise InvalidArgument(f"the session folder must be absolute: {folder!r}")
+        if not os.path.isdir(folder):
+            raise InvalidArgument(f"the session folder {folder} does not exist")
         return await self._insert_session(
             tx, agent_id=await self._agent_id(tx, agent), name=limits.name(name, "session name"),
             system=limits.text(system, "system prompt"), goal=limits.text(goal, "goal"),

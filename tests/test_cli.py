@@ -381,14 +381,15 @@ def test_db_option_and_bad_workspace_files(cli: Any, tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     assert cli.json("spawn", "x", "--agent", "hr", "--db", str(other)) == {"id": 1}
     assert cli.json("ps", "--db", str(other))[0]["name"] == "x"
-    assert cli.json("ps") == []
+    assert "no workspace at" in refused(cli("ps", check=False))  # a typo'd path is not made into a workspace
+    assert not cli.db.exists()
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
     err = refused(cli("ps", "--db", str(notes), check=False))
     assert "not" in err
     assert notes.read_text() == "my notes\n"
     newer = tmp_path / "newer.db"
-    cli("ps", "--db", str(newer))
+    cli("spawn", "y", "--agent", "hr", "--db", str(newer))
     con = sqlite3.connect(newer)
     con.execute("PRAGMA user_version = 99")
     con.commit()
@@ -407,7 +408,8 @@ def test_foreign_sqlite_file_is_a_one_line_error(cli: Any, tmp_path: Path) -> No
     refused(cli("ps", "--db", str(path), check=False))
 
 
-def test_ps_does_not_import_textual(db: Path, tmp_path: Path) -> None:
+def test_ps_does_not_import_textual(db: Path, tmp_path: Path, cli: Any) -> None:
+    cli("spawn", "s", "--agent", "a")
     env = {**os.environ, "PROCESSION_DB": str(db)}
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "procession", "ps"], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=60)
@@ -416,3 +418,21 @@ def test_ps_does_not_import_textual(db: Path, tmp_path: Path) -> None:
     assert "procession.cli" in imported  # the check sees what the command imports
     assert not [m for m in imported if m.split(".")[0] == "textual" or m.startswith("procession.tui")]
 
+
+
+def test_paths_are_read_against_the_shell_folder(cli: Any, tmp_path: Path) -> None:
+    """Like every shell command: `bind 1 folder .` and `watch rates.csv` mean here, not the
+    session's folder; a path with nothing there yet is accepted with a note."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sid = str(spawn(cli, "s", "--cwd", str(elsewhere)))
+    (tmp_path / "rates.csv").write_text("a,b\n")
+    bound = cli("bind", sid, "folder", ".")
+    assert bound.stderr == ""
+    watched = cli("trigger", "add", sid, "watch", "rates.csv", "later.csv")
+    assert watched.stderr.strip() == f"procession: note: {tmp_path / 'later.csv'} does not exist (yet)"
+    shown = cli.json("show", sid)
+    assert [r["uri"] for r in shown["resources"]] == [str(tmp_path)]
+    assert shown["triggers"][0]["spec"]["paths"] == [str(tmp_path / "rates.csv"), str(tmp_path / "later.csv")]
+    missing = cli("spawn", "x", "--agent", "a", "--cwd", str(tmp_path / "nope"), check=False)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr

@@ -112,7 +112,10 @@ async def test_step_runs_in_the_bound_folder(live, engine, tmp_path):
 
 
 async def test_missing_folder_fails_the_run_not_the_engine(live, engine, tmp_path):
-    sid = await live.spawn("nowhere", "a", runner="command:true", cwd=str(tmp_path / "gone"))
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    sid = await live.spawn("nowhere", "a", runner="command:true", cwd=str(folder))
+    folder.rmdir()  # removed after the session was made
     await live.activate(sid)
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "failed" and "cannot start the step" in run.error
