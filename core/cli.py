@@ -55,9 +55,8 @@ def one_line(text: str, width: int) -> str:
 def trigger_summary(info: SessionInfo) -> str:
     if not info.triggers:
         return "-"
-    kinds = ",".join(dict.fromkeys(t.kind for t in info.triggers))
-    fired = [t.last_fired for t in info.triggers if t.last_fired]
-    return f"{kinds} {humanize.age(max(fired))}" if fired else kinds
+    fired = info.last_fired
+    return f"{info.trigger_kinds} {humanize.age(fired)}" if fired else info.trigger_kinds
 
 
 def ps_table(rows: Sequence[SessionInfo]) -> str:
@@ -67,7 +66,7 @@ def ps_table(rows: Sequence[SessionInfo]) -> str:
         pct = 100 * s.context_tokens / s.context_window if s.context_window else 0
         table.append((
             str(s.id), one_line(s.agent, 12), one_line(s.name, 28), s.state.letter, str(s.priority),
-            f"{humanize.count(s.context_tokens)}/{humanize.count(s.context_window)} {pct:3.0f}%",
+            f"{humanize.count(s.context_tokens):>6}/{humanize.count(s.context_window):<5} {pct:4.0f}%",
             str(s.messages), trigger_summary(s), humanize.age(s.last_active),
             "-" if s.cpu is None else f"{s.cpu:.0f}", "-" if s.rss is None else humanize.size(s.rss),
             one_line(s.runner, 28),
@@ -104,7 +103,7 @@ def progress_bar(args: argparse.Namespace, label: str) -> tuple[Callable[[int, i
 
 async def cmd_ps(ws: Workspace, args: argparse.Namespace) -> int:
     rows = await ws.ps(all=args.all, agent=args.agent, state=args.state)
-    emit(args, [r.to_json() for r in rows], lambda: ps_table(rows) + f"\n({len(rows)} sessions; tokens: {ws.tokenizer})")
+    emit(args, [r.to_json() for r in rows], lambda: ps_table(rows) + f"\n({humanize.plural(len(rows), 'session')}; tokens: {ws.tokenizer})")
     return 0
 
 
@@ -193,6 +192,8 @@ async def cmd_send(ws: Workspace, args: argparse.Namespace) -> int:
             raise InvalidArgument(f"standard input is not UTF-8 text (invalid byte at {exc.start})") from None
     else:
         text = args.text
+    if not text.strip():
+        raise InvalidArgument("the message is empty (an empty one is likely a mistake on the command line)")
     seq = await ws.send(args.sid, text, role=args.role, sender=args.sender, pin=args.pin)
     emit(args, {"seq": seq}, f"message {seq} sent to session {args.sid}")
     return 0
@@ -246,6 +247,10 @@ async def cmd_memory(ws: Workspace, args: argparse.Namespace) -> int:
 async def cmd_fork(ws: Workspace, args: argparse.Namespace) -> int:
     sid = await ws.fork(args.sid, args.name, at=args.at)
     emit(args, {"id": sid}, str(sid))
+    copied = (await ws.info(sid)).triggers
+    if copied and not args.json:
+        print(f"{PROG}: note: {humanize.plural(len(copied), 'trigger')} copied disarmed; `{PROG} approve {sid}`"
+              " arms them", file=sys.stderr)
     return 0
 
 
@@ -280,8 +285,12 @@ async def cmd_merge(ws: Workspace, args: argparse.Namespace) -> int:
                       file=sys.stderr)
         return exc.exit_code
     emit(args, asdict(result),
-         f"merged {result.source} into {result.target}: {result.messages} messages joined,"
-         f" {len(result.memory_changed)} memory keys changed, {result.resources_added} resources added")
+         f"merged {result.source} into {result.target}: {humanize.plural(result.messages, 'message')} joined,"
+         f" {humanize.plural(len(result.memory_changed), 'memory key')} changed,"
+         f" {humanize.plural(result.resources_added, 'resource')} added")
+    if result.base is None and not args.json:
+        print(f"{PROG}: note: {args.source} and {args.target} share no history, so all of {args.source}'s"
+              " messages joined (merging a copy into its original repeats them)", file=sys.stderr)
     return 0
 
 
@@ -297,6 +306,8 @@ async def cmd_save(ws: Workspace, args: argparse.Namespace) -> int:
     if args.output:
         if args.name:
             raise UsageError("give either a checkpoint NAME or -o FILE, not both")
+        if os.path.exists(args.output) and not args.force:
+            raise InvalidArgument(f"{args.output} exists; give --force to replace it")
         out = await ws.export(args.sid, args.output)
         emit(args, out, f"wrote {out['file']} ({out['messages']} messages, {humanize.size(out['bytes'])})")
         return 0
@@ -644,6 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sid", type=sid_type)
     p.add_argument("name", nargs="?")
     p.add_argument("-o", "--output", metavar="FILE")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
     p = add("load", cmd_load, "load a snapshot FILE, or SID CHECKPOINT, as a new session")
     p.add_argument("source", metavar="FILE|SID")

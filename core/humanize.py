@@ -18,6 +18,11 @@ def count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def plural(n: int, word: str) -> str:
+    """``1 session``, ``2 sessions``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
 def size(n: float) -> str:
     """Bytes as ``512B``, ``3.2K``, ``41M`` (binary units, as htop shows memory)."""
     n = float(n)

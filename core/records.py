@@ -85,6 +85,19 @@ class SessionInfo:
     rss: int | None = None
     run_started: float | None = None
 
+    @property
+    def trigger_kinds(self) -> str:
+        """``cron,watch``; a kind whose triggers are all disarmed (a fork's copies, a loaded
+        session's) reads ``watch(off)``, so that nobody waits for a wake that cannot come."""
+        kinds: dict[str, bool] = {}
+        for t in self.triggers:
+            kinds[t.kind] = kinds.get(t.kind, False) or (t.armed and self.armed)
+        return ",".join(kind if armed else f"{kind}(off)" for kind, armed in kinds.items())
+
+    @property
+    def last_fired(self) -> float | None:
+        return max((t.last_fired for t in self.triggers if t.last_fired), default=None)
+
     def to_json(self) -> dict[str, Any]:
         data = fields_of(self)
         data["state"] = self.state.value

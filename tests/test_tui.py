@@ -591,8 +591,9 @@ async def test_merge_conflict_edited_by_hand(make, store: Workspace) -> None:
         await keys(pilot, "e")
         assert isinstance(app.screen, Prompt)
         await answer(pilot, app, "not json")
-        assert app.said("not JSON", severity="error") and app.screen is dialog and dialog.choices == {}
-        await keys(pilot, "e")
+        assert app.said("not JSON", severity="error") and dialog.choices == {}
+        assert isinstance(app.screen, Prompt)  # back in the editor, with what was typed
+        assert app.screen.query_one(Input).value == "not json"
         await answer(pilot, app, '"ship after review"')
         assert dialog.choices == {"verdict": ("set", '"ship after review"')}
         await keys(pilot, "enter")

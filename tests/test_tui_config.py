@@ -47,3 +47,30 @@ def test_bad_settings_are_reported_and_defaults_used(tmp_path: Path) -> None:
     path.write_text("this is [not toml")
     broken = config_mod.load(path)
     assert broken.problems and broken.theme == config_mod.DEFAULT_THEME
+
+
+async def test_quitting_with_steps_running_in_the_monitors_engine_asks_first(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    from procession.tui.dialogs import Confirm
+
+    db = tmp_path / "ws.db"
+    ws = await Workspace.open(db)
+    sid = await ws.spawn("long", "a", runner="builtin:sleep:30")
+    await ws.activate(sid)
+    app = ProcessionApp(db, engine=True, config=config_mod.Config(path=None), user_themes=tmp_path / "themes")
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await until(lambda: _state(ws, sid, State.RUNNING), timeout=10)
+            await pilot.press("q")
+            await pilot.pause()
+            assert isinstance(app.screen, Confirm) and "1 step running" in app.screen.title_text
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.is_running and (await ws.info(sid)).state is State.RUNNING
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+        assert (await ws.runs(sid))[-1].outcome == "interrupted"
+    finally:
+        await ws.close()

@@ -28,6 +28,7 @@ from textual.widgets import Footer, Input
 
 from procession import ContextTooLarge, MergeConflict, ProcessionError, Resolution, State, Workspace
 from procession.errors import EngineBusy
+from procession.humanize import plural
 from procession.states import allowed
 from procession.records import SessionInfo
 
@@ -167,6 +168,7 @@ class ProcessionApp(App[int]):
         self.search_text = ""
         self.bar_mode = ""
         self.highlight_until: dict[int, float] = {}
+        self._engine: Any = None
         self._engine_stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
         self._last_tick = 0.0
@@ -290,6 +292,7 @@ class ProcessionApp(App[int]):
         except ProcessionError as exc:
             self.notify(f"cannot run the engine here: {exc}", severity="error")
             return
+        self._engine = engine
         self._engine_task = asyncio.ensure_future(engine.serve(self._engine_stop))
 
     async def _stop_engine(self) -> None:
@@ -426,7 +429,7 @@ class ProcessionApp(App[int]):
         else:
             label = "none (read-only)" if self.readonly else "none"
         slots = stats["engine"]["slots"] if stats["engine"] else 0
-        notes = []
+        notes = ["READ-ONLY"] if self.readonly else []
         if not self.loaded:
             notes.append(f"loading {len(self.sessions):,}")
         if self.paused:
@@ -509,7 +512,7 @@ class ProcessionApp(App[int]):
             if await self.call(label, getattr(self.ws, call), target.id) is not None:
                 ok += 1
         if ok:
-            self.notify(f"{done} {ok} session{'s' if ok != 1 else ''}" if len(targets) > 1
+            self.notify(f"{done} {plural(ok, 'session')}" if len(targets) > 1
                         else f"{done} {targets[0].id} ({targets[0].name})", timeout=3)
 
     # ------------------------------------------------------------------ view keys
@@ -751,7 +754,8 @@ class ProcessionApp(App[int]):
         async def fork(name: str) -> None:
             sid = await self.call("fork", self.ws.fork, target.id, name)
             if sid:
-                self.notify(f"forked {target.id} into {sid} ({name})", timeout=4)
+                armed = "; its triggers are copied disarmed (A arms them)" if target.triggers else ""
+                self.notify(f"forked {target.id} into {sid} ({name}){armed}", timeout=5)
                 await self.refresh_data()
                 self.table.move_to(sid)
 
@@ -792,8 +796,9 @@ class ProcessionApp(App[int]):
             self.notify(str(exc), title="merge", severity="error", timeout=6)
             return
         self.dirty = True
-        self.notify(f"merged {source} into {target}: {result.messages} messages joined,"
-                    f" {len(result.memory_changed)} memory keys changed", timeout=5)
+        unrelated = "" if result.base is not None else " (they shared no history)"
+        self.notify(f"merged {source} into {target}{unrelated}: {plural(result.messages, 'message')} joined,"
+                    f" {plural(len(result.memory_changed), 'memory key')} changed", timeout=5)
 
     def action_send(self) -> None:
         assert self.ws is not None
@@ -866,10 +871,22 @@ class ProcessionApp(App[int]):
         if target is None:
             return
 
-        async def export(path: str) -> None:
-            out = await self.call("export", self.ws.export, target.id, str(Path(path).expanduser()))
+        async def write(path: str) -> None:
+            out = await self.call("export", self.ws.export, target.id, path)
             if out:
-                self.notify(f"wrote {out['file']} ({out['messages']} messages)", timeout=5)
+                self.notify(f"wrote {out['file']} ({plural(out['messages'], 'message')})", timeout=5)
+
+        async def export(answer: str) -> None:
+            path = str(Path(answer).expanduser())
+            if not Path(path).exists():
+                await write(path)
+                return
+
+            async def confirmed(yes: bool | None) -> None:
+                if yes:
+                    await write(path)
+
+            self.push_screen(Confirm(f"{path} exists. Replace it?", ["The file there is lost."]), confirmed)
 
         slug = "".join(ch if ch.isalnum() else "-" for ch in target.name).strip("-") or "session"
         self._ask(f"Export session {target.id} to a snapshot file", f"{slug}-{target.id}.json", export)
@@ -928,6 +945,22 @@ class ProcessionApp(App[int]):
 
     def run_action_sync(self, action: str) -> None:
         self.run_worker(self.run_action(action))
+
+    async def action_quit(self) -> None:
+        """Quit; the steps this monitor's engine is running are interrupted, so ask first."""
+        running = len(self._engine.live) if self._engine is not None and self._engine_task is not None else 0
+        if not running:
+            self.exit()
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.exit()
+
+        self.push_screen(Confirm(f"Quit? {plural(running, 'step')} running in this monitor's engine will be"
+                                 " interrupted (their partial output is kept).",
+                                 ["Another engine (`procession run`) can keep sessions running without a monitor."]),
+                         confirmed)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

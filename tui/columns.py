@@ -52,12 +52,10 @@ def _context(s: SessionInfo, now: float) -> Parts:
 def _triggers(s: SessionInfo, now: float) -> Parts:
     if not s.triggers:
         return [("-", "cell--muted")]
-    kinds = ",".join(dict.fromkeys(t.kind for t in s.triggers))
-    fired = max((t.last_fired for t in s.triggers if t.last_fired), default=None)
-    style = "" if s.armed and any(t.armed for t in s.triggers) else "cell--muted"
-    parts = [(kinds, style)]
-    if fired:
-        parts.append((f" {humanize.age(fired, now)}", "cell--muted"))
+    kinds = s.trigger_kinds
+    parts = [(kinds, "cell--muted" if "(off)" in kinds else "")]
+    if s.last_fired:
+        parts.append((f" {humanize.age(s.last_fired, now)}", "cell--muted"))
     return parts
 
 
@@ -85,7 +83,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("messages", "MSGS", 6, True, lambda s: (s.messages, s.id), lambda s, n: [(str(s.messages), "")],
            "items in the active context"),
     Column("triggers", "TRIGGERS", 16, False,
-           lambda s: (max((t.last_fired or 0 for t in s.triggers), default=-1), s.id), _triggers,
+           lambda s: (s.last_fired or -1.0, s.id), _triggers,
            "trigger kinds and when one last fired"),
     Column("active", "ACTIVE", 6, True, lambda s: (s.last_active, s.id),
            lambda s, n: [(humanize.age(s.last_active, n), "")], "time since last activity"),

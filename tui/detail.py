@@ -41,7 +41,7 @@ class Detail(Screen[None]):
                     yield Label("context tokens over the history", classes="curve--label")
                     yield Sparkline([], id="context-curve")
                 with Vertical():
-                    yield Label("run durations (newest right)", classes="curve--label")
+                    yield Label("run durations", classes="curve--label", id="runs-label")
                     yield Sparkline([], id="runs-curve")
             with TabbedContent(id="tabs"):
                 for tab in ("Context", "Memory", "Resources", "Triggers", "Runs", "Journal"):
@@ -66,8 +66,12 @@ class Detail(Screen[None]):
         now = getattr(self.app, "clock", time.time)()  # the monitor's clock, so tests and screenshots are stable
         self.query_one("#summary", Static).update(_summary(detail, now))
         self.query_one("#context-curve", Sparkline).data = curve
-        self.query_one("#runs-curve", Sparkline).data = [max((r.ended or now) - r.started, 0.0)
-                                                          for r in runs]
+        durations = [max((r.ended or now) - r.started, 0.0) for r in runs]
+        # a sparkline scales from its lowest to its highest value: say what those are
+        self.query_one("#runs-curve", Sparkline).data = durations if len(durations) > 1 else []
+        self.query_one("#runs-label", Label).update(
+            f"run durations, newest right: {min(durations):.1f}–{max(durations):.1f} s" if len(durations) > 1
+            else "run durations: fewer than two runs yet")
         self.query_one("#body-context", Static).update(_context(detail))
         if first:  # the newest messages are what one opens a session to see
             scroll = self.query_one("#tab-context VerticalScroll", VerticalScroll)

@@ -157,7 +157,7 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
             self.choices[key] = (side, "")
             self._redraw(key)
 
-    def action_edit(self) -> None:
+    def action_edit(self, draft: str | None = None) -> None:
         key = self._current()
         if key is None:
             return
@@ -170,11 +170,13 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
                 json.loads(value)
             except ValueError:
                 self.notify(f"{key}: not JSON; quote text like \"this\"", severity="error", markup=False)
+                self.action_edit(value)  # back to the editor with what was typed
                 return
             self.choices[key] = ("set", value)
             self._redraw(key)
 
-        self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", "" if ours is MISSING else canonical(ours)), done)
+        value = draft if draft is not None else "" if ours is MISSING else canonical(ours)
+        self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", value), done)
 
     def action_apply(self) -> None:
         if len(self.choices) < len(self.conflicts):
@@ -214,6 +216,7 @@ class Setup(ModalScreen[dict[str, Any] | None]):
         themes = self.query_one("#themes", OptionList)
         if self.theme_name in self.themes:
             themes.highlighted = self.themes.index(self.theme_name)
+        self.query_one("#columns", SelectionList).focus()
 
     @on(OptionList.OptionHighlighted, "#themes")
     def preview(self, event: OptionList.OptionHighlighted) -> None:

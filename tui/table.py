@@ -198,8 +198,7 @@ class SessionTable(ScrollView, can_focus=True):
 
     def _ages(self, session: SessionInfo) -> tuple[str, str]:
         """What of a row depends on the clock: its age and its triggers' last firing."""
-        fired = max((t.last_fired for t in session.triggers if t.last_fired), default=None)
-        return humanize.age(session.last_active, self.now), humanize.age(fired, self.now)
+        return humanize.age(session.last_active, self.now), humanize.age(session.last_fired, self.now)
 
     def move_to(self, key: int | str, *, center: bool = False) -> bool:
         index = self.index_of(key)
@@ -325,7 +324,7 @@ class SessionTable(ScrollView, can_focus=True):
         base = self._base(cursor, tagged, highlight)
         if isinstance(key, str):
             h = self.headings[key]
-            text = f"{printable(h.agent)}  ({h.count} session{'s' if h.count != 1 else ''}, {humanize.count(h.tokens)} tokens)"
+            text = f"{printable(h.agent)}  ({humanize.plural(h.count, 'session')}, {humanize.count(h.tokens)} tokens)"
             style = self._part(base, "table--agent", cursor)
             return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
         session = self.sessions[key]
