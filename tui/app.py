@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
+import os
+import shlex
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Any
 from textual import on, work
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
-from textual.command import Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input
@@ -65,7 +68,15 @@ CALLS: tuple[tuple[str, str, str | None], ...] = (
     ("save", "Save a checkpoint…", "save"),
     ("export", "Export a snapshot file…", "save"),
     ("approve", "Approve (arm runner and triggers)", "approve"),
+    ("set_priority", "Set the priority…", "nice"),
+    ("set_memory", "Set or delete a memory key…", "memory"),
+    ("bind", "Bind a resource…", "bind"),
+    ("add_trigger", "Add a trigger…", "trigger"),
+    ("spawn", "Spawn a new session…", None),
+    ("load", "Load a snapshot file as a new session…", None),
 )
+#: Calls that make a new session: they need no session at the cursor.
+NEW_SESSION = {"spawn", "load"}
 MUTATING = {c[0] for c in CALLS} | {"suspend_resume"}
 #: Keys of the table view, off in the detail view.
 TABLE_KEYS = {"search", "filter", "toggle_tree", "sort_menu", "sort_column", "invert_sort", "tag", "untag_all",
@@ -80,21 +91,25 @@ def _unapproved(session: SessionInfo) -> bool:
 class SessionCommands(Provider):
     """The command palette: every system call, for the sessions the next call would act on."""
 
-    async def search(self, query: str) -> Hits:
+    def _commands(self) -> list[tuple[str, str, str]]:
         app = self.app
         assert isinstance(app, ProcessionApp)
         targets = app.targets()
-        if not targets:
-            return
         label = f"session {targets[0].id} ({targets[0].name})" if len(targets) == 1 else f"{len(targets)} sessions"
+        return [(action, text.rstrip("…") if action in NEW_SESSION else f"{text.rstrip('…')}: {label}", text)
+                for action, text, _ in CALLS if app.applies(action)]
+
+    async def discover(self) -> Hits:
+        """With nothing typed yet, the palette lists the calls that apply."""
+        for action, title, text in self._commands():
+            yield DiscoveryHit(title, lambda a=action: self.app.run_action(a), help=text)
+
+    async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for action, text, _ in CALLS:
-            if not app.applies(action):
-                continue
-            title = f"{text.rstrip('…')}: {label}"
+        for action, title, text in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), lambda a=action: app.run_action(a), help=text)
+                yield Hit(score, matcher.highlight(title), lambda a=action: self.app.run_action(a), help=text)
 
 
 class ProcessionApp(App[int]):
@@ -483,6 +498,8 @@ class ProcessionApp(App[int]):
         """Whether the lifecycle table lets ``action`` act on at least one of the targets."""
         if self.readonly and action in MUTATING:
             return False
+        if action in NEW_SESSION:
+            return True
         needs = {c[0]: c[2] for c in CALLS}.get(action)
         targets = self.targets()
         if action == "suspend_resume":
@@ -945,6 +962,113 @@ class ProcessionApp(App[int]):
 
     def run_action_sync(self, action: str) -> None:
         self.run_worker(self.run_action(action))
+
+    def action_spawn(self) -> None:
+        assert self.ws is not None
+        agent = self.targets()[0].agent if self.targets() else ""
+
+        async def named(name: str) -> None:
+            async def spawn(agent_name: str) -> None:
+                sid = await self.call("spawn", self.ws.spawn, name, agent_name)
+                if sid:
+                    self.notify(f"spawned {sid} ({name}) for {agent_name}", timeout=4)
+                    await self.refresh_data()
+                    self.table.move_to(sid)
+
+            self._ask(f"Agent of {name}", agent, spawn)
+
+        self._ask("Name of the new session", "", named)
+
+    def action_load(self) -> None:
+        assert self.ws is not None
+
+        async def load(path: str) -> None:
+            sid = await self.call("load", self.ws.load, os.path.abspath(os.path.expanduser(path)))
+            if sid:
+                self.notify(f"loaded as {sid}: its runner and triggers stay disarmed until you approve it (A)",
+                            timeout=6)
+                await self.refresh_data()
+                self.table.move_to(sid)
+
+        self._ask("Snapshot file to load", "", load)
+
+    def action_set_priority(self) -> None:
+        assert self.ws is not None
+        target = self._single("priority")
+        if target is None:
+            return
+
+        async def nice(text: str) -> None:
+            try:
+                value = int(text)
+            except ValueError:
+                self.notify("the priority is a whole number (-100..100)", severity="error")
+                return
+            await self.call("nice", self.ws.nice, target.id, value)
+
+        self._ask(f"Priority of {target.id} (higher runs first)", str(target.priority), nice)
+
+    def action_set_memory(self) -> None:
+        assert self.ws is not None
+        target = self._single("memory")
+        if target is None:
+            return
+
+        async def memory(text: str) -> None:
+            if text.startswith("-") and "=" not in text:
+                if await self.call("memory", self.ws.memory_delete, target.id, text[1:]) is not None:
+                    self.notify(f"{target.id}: deleted {text[1:]}", timeout=3)
+                return
+            key, sep, raw = text.partition("=")
+            try:
+                value = json.loads(raw) if sep else None
+            except ValueError:
+                self.notify(f"{key}: the value is not JSON (quote text: {key}=\"text\")", severity="error")
+                return
+            if not sep:
+                self.notify("write KEY=JSON to set, -KEY to delete", severity="error")
+                return
+            if await self.call("memory", self.ws.memory_set, target.id, key.strip(), value) is not None:
+                self.notify(f"{target.id}: {key.strip()} set", timeout=3)
+
+        self._ask(f"Memory of {target.id}: KEY=JSON sets, -KEY deletes", "", memory)
+
+    def action_bind(self) -> None:
+        assert self.ws is not None
+        target = self._single("bind")
+        if target is None:
+            return
+
+        async def bind(text: str) -> None:
+            kind, _, uri = text.partition(" ")
+            uri = uri.strip()
+            if kind in ("file", "folder", "db"):
+                uri = os.path.abspath(os.path.expanduser(uri))
+            if await self.call("bind", self.ws.bind, target.id, kind, uri) is not None:
+                self.notify(f"{target.id}: {kind} {uri} bound", timeout=3)
+
+        self._ask(f"Bind to {target.id}: KIND URI", "folder ", bind,
+                  help="kinds: file, folder, db (paths are read against this monitor's folder), mcp, tool, url")
+
+    def action_add_trigger(self) -> None:
+        assert self.ws is not None
+        target = self._single("trigger")
+        if target is None:
+            return
+
+        async def trigger(text: str) -> None:
+            try:
+                kind, *words = shlex.split(text)
+            except ValueError as exc:
+                self.notify(f"cannot read that: {exc}", severity="error")
+                return
+            if kind == "watch":
+                words = [os.path.abspath(os.path.expanduser(w)) for w in words]
+            if await self.call("trigger", self.ws.trigger_add, target.id, kind, words) is not None:
+                self.notify(f"{target.id}: {text} added", timeout=3)
+
+        self._ask(f"Trigger for {target.id}", "", trigger,
+                  help='watch PATH… · cron "0 9 1 * *" · every 5m · inbox · after SID')
 
     async def action_quit(self) -> None:
         """Quit; the steps this monitor's engine is running are interrupted, so ask first."""

@@ -32,6 +32,7 @@ class Column:
     sort: Callable[[SessionInfo], Any]
     cell: Callable[[SessionInfo, float], Parts]
     help: str
+    grow: bool = False  # takes the width the flexible column has beyond what it needs
 
 
 def bar(fraction: float, cells: int = BAR_CELLS) -> Parts:
@@ -94,7 +95,7 @@ COLUMNS: tuple[Column, ...] = (
            lambda s, n: [("-", "cell--muted")] if s.rss is None else [(humanize.size(s.rss), "")],
            "memory of a running step"),
     Column("runner", "RUNNER", 18, False, lambda s: (s.runner, s.id),
-           lambda s, n: [(printable(s.runner), "cell--muted")], "runner / model"),
+           lambda s, n: [(printable(s.runner), "cell--muted")], "runner / model", grow=True),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 DEFAULT = tuple(c.key for c in COLUMNS)

@@ -33,6 +33,8 @@ from .view import Heading
 
 CACHE_ROWS = 512
 MIN_FLEX = 12
+#: Beyond this, the flexible column (the name) gives its width to growing ones (the runner).
+MAX_FLEX = 44
 #: Fixed columns are dropped from the right until the flexible one (the name) gets this many cells.
 WANT_FLEX = 24
 
@@ -55,7 +57,11 @@ def layout(columns: Sequence[Column], width: int) -> list[tuple[Column, int]]:
             break
         del shown[droppable[-1]]
     flex = max(MIN_FLEX, width - fixed())
-    return [(c, c.width or flex) for c in shown]
+    growing = [c for c in shown if c.grow]
+    extra = (flex - MAX_FLEX) // len(growing) if growing and flex > MAX_FLEX else 0
+    if extra:
+        flex -= extra * len(growing)
+    return [(c, c.width + extra if c.grow else c.width or flex) for c in shown]
 
 
 def fit(text: str, width: int, right: bool = False) -> str:
