@@ -167,7 +167,8 @@ async def cmd_history(ws: Workspace, args: argparse.Namespace) -> int:
     msgs = await ws.history(args.sid)
     emit(args, [{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
                  "pinned": m.pinned, "created": m.created, "meta": m.meta} for m in msgs],
-         lambda: "\n".join(f"[{m.seq:>5}] {m.role:<9} {safe(m.author):<12} {one_line(m.content, 100)}" for m in msgs))
+         lambda: "\n".join(f"[{m.seq:>5}]{'*' if m.pinned else ' '}{m.role:<9} {safe(m.author):<12}"
+                           f" {one_line(m.content, 100)}" for m in msgs))
     return 0
 
 
@@ -263,7 +264,7 @@ async def cmd_merge(ws: Workspace, args: argparse.Namespace) -> int:
         try:
             values[key] = canonical(json.loads(raw))
         except ValueError:
-            raise InvalidArgument(f"--set {key}: the value is not JSON") from None
+            raise InvalidArgument(f"--set {key}: the value is not JSON (quote text: --set '{key}=\"text\"')") from None
     picks: dict[str, str] = {}
     for item in args.pick or []:
         key, sep, side = item.partition("=")
@@ -344,6 +345,11 @@ async def cmd_compress(ws: Workspace, args: argparse.Namespace) -> int:
     fold = await ws.compress(args.sid, args.keep_last)
     emit(args, asdict(fold), f"folded {fold.archived_count} items ({fold.archived_tokens} tokens) into a summary"
                               f" of {fold.summary_tokens} tokens")
+    info = await ws.info(args.sid)
+    if info.context_tokens > info.context_window and not args.json:
+        print(f"{PROG}: note: the context ({info.context_tokens} tokens) is still over the window"
+              f" ({info.context_window}); runs will refuse it until it fits: keep fewer with --keep-last,"
+              " or migrate to a larger window", file=sys.stderr)
     return 0
 
 

@@ -749,7 +749,7 @@ class Workspace:
             else:
                 raise ContextTooLarge(
                     f"session {sid}'s context ({tokens} tokens) cannot be compressed under {new_window} tokens:"
-                    " its system prompt and pinned messages alone are too large"
+                    " what must stay (the system prompt, pinned messages, a summary) is larger than that"
                 )
             tokens = tokens + fold.summary_tokens - fold.archived_tokens
         await self._set(tx, sid, runner=runner, window=new_window)

@@ -106,7 +106,11 @@ class TableHeader(Widget):
                                     else base))
             if i < len(shown) - 1:
                 segments.append(Segment(" ", base))
-        return Strip(segments).adjust_cell_length(self.size.width, base)
+        strip = Strip(segments).adjust_cell_length(self.size.width, base)
+        if len(shown) < len(self.columns):  # columns that did not fit: say so at the edge
+            strip = strip.crop(0, self.size.width - 1).adjust_cell_length(self.size.width - 1, base)
+            strip = Strip([*strip, Segment("›", sorted_style)])
+        return strip
 
     def on_click(self, event: events.Click) -> None:
         x = 1
