@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import runners, watch
-from .errors import ProcessionError
+from .errors import ProcessionError, StoreBusy
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger, Orphan
 from .runners import protocol
 from .runners.openai import HttpStep
@@ -44,6 +44,8 @@ SAMPLE_S = 1.0
 DEFAULT_SLOTS = 2
 DEFAULT_GRACE_S = 2.0
 DEFAULT_TIMEOUT_S = 1800.0
+#: How many times the end of a run is tried when the workspace stays busy (about 2 minutes).
+RECORD_ATTEMPTS = 30
 
 Step = ProcessStep | HttpStep
 
@@ -187,15 +189,19 @@ class Engine:
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
-                version = await self.ledger.store.data_version()
-                if version != seen or self.kick.is_set():
-                    self.kick.clear()
-                    seen = version
-                    await self._reconcile()
-                    if self.with_triggers:
-                        await self._refresh_triggers()
-                    await self._schedule()
-                await self._fire_due()
+                try:
+                    version = await self.ledger.store.data_version()
+                    if version != seen or self.kick.is_set():
+                        self.kick.clear()
+                        seen = version
+                        await self._reconcile()
+                        if self.with_triggers:
+                            await self._refresh_triggers()
+                        await self._schedule()
+                    await self._fire_due()
+                except ProcessionError as exc:  # the workspace held by another process too long: try again
+                    log.warning("engine loop: %s", exc)
+                    seen = None
                 wait = POLL_S
                 if self.due:
                     wait = max(0.0, min(wait, min(d for d, _, _ in self.due.values()) - time.time()))
@@ -267,11 +273,13 @@ class Engine:
         try:
             start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, pid=step.pid,
                                                 proc_start=proc_start(step.pid))
-        except ProcessionError:
+        except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
             step.kill()
             if isinstance(step, ProcessStep):
                 await step.wait()
-            return False
+            if isinstance(exc, ProcessionError):
+                return False
+            raise
         live = Live(sid, start.run, step, row["timeout"] or DEFAULT_TIMEOUT_S)
         self.live[sid] = live
         live.task = asyncio.ensure_future(self._supervise(live, start.document))
@@ -318,18 +326,35 @@ class Engine:
             notes.append(f"{result.output.cut} bytes of output cut (kept the first and last"
                          f" {protocol.HEAD_BYTES // 1024} KiB)")
         try:
-            await self.ledger.finish_run(live.sid, live.run, outcome, exit_code=result.exit_code, events=events,
-                                         error="\n".join(notes), requeue=live.intent == "suspend")
-        except Exception as exc:  # noqa: BLE001 - a run whose output cannot be recorded still ends
-            log.error("cannot record run %d: %s", live.run, exc)
-            with contextlib.suppress(Exception):
-                await self.ledger.finish_run(live.sid, live.run, FAILED, exit_code=result.exit_code,
-                                             events=protocol.Events(),
-                                             error=f"the engine could not record this run's output: {exc}")
+            await self._record(live, outcome, result.exit_code, events, "\n".join(notes))
         finally:
             self.live.pop(live.sid, None)
             self.kick.set()
         log.info("run %d of session %d ended: %s", live.run, live.sid, outcome)
+
+    async def _record(self, live: Live, outcome: str, exit_code: int | None, events: protocol.Events,
+                      error: str) -> None:
+        """Record the end of a run, however long the workspace is held by others: a run left
+        open would leave its session ``running`` with no step."""
+        assert self.ledger is not None
+        delay = 0.5
+        for attempt in range(RECORD_ATTEMPTS):
+            try:
+                await self.ledger.finish_run(live.sid, live.run, outcome, exit_code=exit_code, events=events,
+                                             error=error, requeue=live.intent == "suspend")
+                return
+            except StoreBusy as exc:
+                log.warning("run %d not recorded yet (%s); retrying", live.run, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except ProcessionError as exc:
+                log.error("cannot record run %d: %s", live.run, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - output that cannot be stored still ends the run
+                log.error("cannot record the output of run %d: %s", live.run, exc)
+                events, outcome = protocol.Events(), FAILED
+                error = f"the engine could not record this run's output: {exc}"
+        log.error("run %d of session %d could not be recorded; the next engine start will", live.run, live.sid)
 
     def _interrupt(self, live: Live, why: str) -> None:
         if live.intent is not None and why != "cancel":
@@ -452,7 +477,12 @@ class Engine:
         cause: dict[str, Any] = {"paths": paths}
         if more:
             cause["more"] = more
-        result = await self.ledger.fire(tid, cause, state=fingerprint)
+        try:
+            result = await self.ledger.fire(tid, cause, state=fingerprint)
+        except ProcessionError as exc:
+            log.warning("trigger %d (watch) could not fire (%s); its paths wait for the next window", tid, exc)
+            self.watcher.dispatch(paths)
+            return
         log.info("trigger %d (watch) fired: %d path(s) changed: %s", tid, len(paths) + more, result)
         self.kick.set()
 

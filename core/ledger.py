@@ -186,14 +186,16 @@ class Ledger(Workspace):
             raise NotFound(f"run {run} of session {sid} is not live")
         row = await self._row(tx, sid)
         state = State(row["state"])
+        ended = state is State.TERMINATED  # cancelled or merged away while the step ran: apply nothing
         problems = list(events.problems)
-        if state is State.RUNNING:
-            call = "done" if outcome == OK and events.done else "finish"
-            state = self._check(row, call)
-        if outcome in (OK, INTERRUPTED, TIMEOUT) and events.messages and row["state"] != State.TERMINATED:
+        if state is State.RUNNING and requeue:
+            state = State.READY  # interrupted by a suspend the user has undone since: run it again
+        elif state is State.RUNNING:
+            state = self._check(row, "done" if outcome == OK and events.done else "finish")
+        if outcome in (OK, INTERRUPTED, TIMEOUT) and events.messages and not ended:
             meta = None if outcome == OK else {"outcome": outcome, "run": run}
             await self._append(tx, row, [(role, text, "runner", False, meta) for role, text in events.messages])
-        if outcome == OK:
+        if outcome == OK and not ended:
             problems += await self._apply_events(tx, sid, events)
         if problems:
             error = "\n".join(filter(None, [error, *problems]))
@@ -202,15 +204,17 @@ class Ledger(Workspace):
             " cpu = NULL WHERE id = ?",
             (tx.now, outcome, exit_code, events.tokens_in, events.tokens_out, error[-4096:] or None, run),
         )
-        changes: dict[str, Any] = {"state": state.value}
-        if state is State.TERMINATED and row["state"] == State.RUNNING:
-            changes["reason"] = Reason.DONE.value
-        if state is State.SUSPENDED:
-            changes["resume_to"] = State.READY.value if requeue else State.SLEEPING.value
-        await self._set(tx, sid, **changes)
-        if state is State.SLEEPING:
-            await self._release_pending(tx, sid)
-        if outcome not in (CANCELLED, LOST):
+        if state is State.READY and row["state"] == State.RUNNING:
+            await self._queue(tx, row, [{"kind": "resume", "run": run}])
+        else:
+            changes: dict[str, Any] = {"state": state.value}
+            if state is State.TERMINATED and row["state"] == State.RUNNING:
+                changes["reason"] = Reason.DONE.value
+            if state is State.SUSPENDED:
+                changes["resume_to"] = State.READY.value if requeue else State.SLEEPING.value
+            await self._set(tx, sid, **changes)
+        await self._release_pending(tx, sid)
+        if outcome not in (CANCELLED, LOST) and not ended:
             for trig in await tx.all(
                 "SELECT t.*, s.id AS sid FROM triggers t JOIN sessions s ON s.id = t.session_id"
                 " WHERE t.kind = 'after' AND json_extract(t.spec, '$.session') = ?",
@@ -301,6 +305,7 @@ class Ledger(Workspace):
             state = State(row["state"])
             if state is State.RUNNING:
                 await self._set(tx, row["id"], state=self._check(row, "recover").value)
+                await self._release_pending(tx, row["id"])
             elif state is State.SUSPENDED and row["resume_to"] == State.RUNNING:
                 await self._set(tx, row["id"], resume_to=State.SLEEPING.value)
             sessions.append(row["id"])

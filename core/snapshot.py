@@ -150,6 +150,9 @@ def _validate(p: dict[str, Any]) -> Snapshot:
         _need(isinstance(r, dict), f"resource {i} must be an object")
         _keys(r, {"kind", "uri", "mode"}, f"resource {i}")
         _need(r.get("kind") in limits.RESOURCE_KINDS, f"resource {i} has a bad kind")
+        if r["kind"] in ("file", "folder", "db"):
+            _need(isinstance(r.get("uri"), str) and r["uri"].startswith("/") and "/../" not in f"{r['uri']}/",
+                  f"resource {i} must be an absolute path")
         _text(r.get("uri"), f"resource {i} uri", empty=False)
         _need(r.get("mode") in limits.RESOURCE_MODES, f"resource {i} mode must be ro or rw")
 

@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -671,14 +671,16 @@ class Workspace:
         return result
 
     async def _release_pending(self, tx: Tx, sid: int) -> None:
-        """Deliver causes kept while the session ran or was suspended, now that it is idle."""
+        """Deliver causes kept while the session ran or was suspended, if it is idle now; a
+        session still running (resumed with its step) keeps them for when its run ends."""
+        row = await self._row(tx, sid)
+        if row["state"] not in (State.SLEEPING, State.READY):
+            return
         rows = await tx.all("SELECT pending FROM triggers WHERE session_id = ? AND pending IS NOT NULL", (sid,))
         if not rows:
             return
         await tx.execute("UPDATE triggers SET pending = NULL WHERE session_id = ?", (sid,))
-        row = await self._row(tx, sid)
-        if row["state"] in (State.SLEEPING, State.READY):
-            await self._queue(tx, row, [c for r in rows for c in json.loads(r["pending"])])
+        await self._queue(tx, row, [c for r in rows for c in json.loads(r["pending"])])
 
     @syscall("suspend")
     async def suspend(self, tx: Tx, sid: int) -> State:
@@ -826,6 +828,11 @@ class Workspace:
         dst = await self._row(tx, target)
         self._check(src, "merge-from")
         self._check(dst, "merge-into")
+        if not src["armed"]:
+            raise ProcessionError(
+                f"session {source} came from a snapshot file and is not approved: review it, approve it"
+                f" (procession approve {source}), then merge it"
+            )
         for key, text in (resolution.values or {}).items():
             limits.name(key, "memory key", limits.KEY_MAX)
             try:
@@ -891,52 +898,59 @@ class Workspace:
         return await self._branch(tx, row, name or f"{row['name']}@{checkpoint}", cp["seq"], state["memory"], folds,
                                   cp["created"])
 
-    @syscall("save")
-    async def export(self, tx: Tx, sid: int, file: str) -> dict[str, Any]:
-        """Write a portable snapshot file (owner-only, written whole or not at all)."""
-        row = await self._row(tx, sid)
-        self._check(row, "save")
-        msgs = await history.read(tx, sid)
-        payload = {
-            "session": {
-                "uuid": row["uuid"], "name": row["name"], "agent": row["agent"], "goal": row["goal"],
-                "system": row["system"], "priority": row["priority"], "runner": row["runner"],
-                "window": row["window"], "timeout": row["timeout"], "created": row["created"],
-            },
-            "messages": [
-                {"seq": m.seq, "role": m.role, "content": m.content, "author": m.author, "pinned": m.pinned,
-                 "created": m.created, "meta": m.meta}
-                for m in msgs
-            ],
-            "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary} for f in await history.folds(tx, sid)],
-            "memory": {k: json.loads(v) for k, v in (await self._memory_texts(tx, sid)).items()},
-            "resources": [
-                {"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]}
-                for r in await tx.all("SELECT kind, uri, mode FROM resources WHERE session_id = ? ORDER BY id", (sid,))
-            ],
-            "triggers": [
-                {"kind": t["kind"], "spec": json.loads(t["spec"])}
-                for t in await tx.all("SELECT kind, spec FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
-            ],
-        }
+    async def export(self, sid: int, file: str) -> dict[str, Any]:
+        """Write a portable snapshot file (owner-only, written whole or not at all), journaled
+        as a ``save``. The session is read in one read transaction; the file is written after
+        it, so no lock is held while the disk works."""
+        async with self.store.snapshot() as tx:
+            row = await self._row(tx, sid)
+            self._check(row, "save")
+            msgs = await history.read(tx, sid)
+            payload = {
+                "session": {
+                    "uuid": row["uuid"], "name": row["name"], "agent": row["agent"], "goal": row["goal"],
+                    "system": row["system"], "priority": row["priority"], "runner": row["runner"],
+                    "window": row["window"], "timeout": row["timeout"], "created": row["created"],
+                },
+                "messages": [
+                    {"seq": m.seq, "role": m.role, "content": m.content, "author": m.author, "pinned": m.pinned,
+                     "created": m.created, "meta": m.meta}
+                    for m in msgs
+                ],
+                "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary} for f in await history.folds(tx, sid)],
+                "memory": {k: json.loads(v) for k, v in (await self._memory_texts(tx, sid)).items()},
+                "resources": [
+                    {"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]}
+                    for r in await tx.all("SELECT kind, uri, mode FROM resources WHERE session_id = ? ORDER BY id",
+                                          (sid,))
+                ],
+                "triggers": [
+                    {"kind": t["kind"], "spec": json.loads(t["spec"])}
+                    for t in await tx.all("SELECT kind, spec FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
+                ],
+            }
         data = snapshot.dump(payload)
         _write_private(Path(file), data)
-        return {"file": str(Path(file).resolve()), "messages": len(msgs), "bytes": len(data),
-                "sha256": hashlib.sha256(snapshot.canonical_bytes(payload)).hexdigest()}
+        out = {"file": str(Path(file).resolve()), "messages": len(msgs), "bytes": len(data),
+               "sha256": hashlib.sha256(snapshot.canonical_bytes(payload)).hexdigest()}
+        async with self.store.tx() as tx:
+            await tx.journal(self.actor, "save", sid, {"sid": sid, "file": file}, out)
+        return out
 
-    @syscall("load", session="result")
-    async def load(self, tx: Tx, file: str, *, progress: Progress | None = None) -> int:
+    async def load(self, file: str, *, progress: Progress | None = None) -> int:
         """A new session from a snapshot file. Its runner and triggers arrive disarmed
-        (``approve`` arms them): a file from elsewhere never runs anything by itself."""
-        path = Path(file)
+        (``approve`` arms them): a file from elsewhere never runs anything by itself. ``after``
+        triggers are left out: they name sessions of the workspace the file came from. The
+        file is read and checked before the store is opened for writing."""
         try:
-            data = path.read_bytes()
+            data = Path(file).read_bytes()
         except OSError as exc:
             raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
         snap = snapshot.parse(data, file)
-        s = snap.session
         trig_specs = []
         for t in snap.triggers:
+            if t["kind"] == "after":
+                continue
             try:
                 trig_specs.append((t["kind"], triggers.revalidate(t["kind"], t["spec"])))
             except InvalidArgument as exc:
@@ -946,6 +960,12 @@ class Workspace:
         history_items = [ContextItem(i, m[0], m[1], self.store.count_tokens(m[1]), m[2], m[3])
                          for i, m in enumerate(msgs, start=1)]
         folds = _refold(history_items, snap.folds, self.store.count_tokens, file)
+        return await self._load(file, _Prepared(snap, msgs, folds, trig_specs), progress=progress)
+
+    @syscall("load", session="result")
+    async def _load(self, tx: Tx, file: str, prepared: _Prepared, *, progress: Progress | None = None) -> int:
+        snap, msgs = prepared.snapshot, prepared.messages
+        s = snap.session
         sid = await self._insert_session(
             tx, agent_id=await self._agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=s["system"],
             priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"], cwd=os.getcwd(),
@@ -954,7 +974,7 @@ class Workspace:
         row = await self._row(tx, sid)
         await self._append(tx, row, msgs, progress, len(msgs))
         row = await self._row(tx, sid)
-        for f in folds:
+        for f in prepared.folds:
             await self._write_fold(tx, row, *f)
             row = await self._row(tx, sid)
         await tx.many(
@@ -967,7 +987,7 @@ class Workspace:
         )
         await tx.many(
             "INSERT INTO triggers (session_id, kind, spec, armed, created) VALUES (?, ?, ?, 0, ?)",
-            [(sid, kind, json.dumps(spec), tx.now) for kind, spec in trig_specs],
+            [(sid, kind, json.dumps(spec), tx.now) for kind, spec in prepared.triggers],
         )
         return sid
 
@@ -1084,6 +1104,19 @@ class Workspace:
         if cur.rowcount == 0:
             raise NotFound(f"session {sid} has no trigger {trigger}")
         await tx.touch(sid)
+
+
+@dataclass(slots=True, frozen=True)
+class _Prepared:
+    """A snapshot read, checked and counted before its transaction."""
+
+    snapshot: snapshot.Snapshot
+    messages: list[tuple[Any, ...]]
+    folds: list[tuple[history.FoldPlan, str, int]]
+    triggers: list[tuple[str, dict[str, Any]]]
+
+    def journal(self) -> dict[str, Any]:
+        return {"messages": len(self.messages), "folds": len(self.folds), "triggers": len(self.triggers)}
 
 
 def _refold(

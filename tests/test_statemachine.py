@@ -374,6 +374,9 @@ class ProcessionMachine(RuleBasedStateMachine):
         if a.state == Z or b.state == Z:
             self.refuse(IllegalTransition, call)
             return
+        if not a.armed:  # what came from a snapshot file joins nothing before it is approved
+            self.refuse(ProcessionError, call)
+            return
         base_sid, seq, base = self.ancestor(a, b)
         changes: dict[str, Any] = {}
         conflicts: dict[str, tuple[Any, Any, Any]] = {}
@@ -491,7 +494,7 @@ class ProcessionMachine(RuleBasedStateMachine):
             id=sid, system=s.system, history=[Msg(m.role, m.content, m.author, m.pinned, copy.deepcopy(m.meta))
                                               for m in s.history],
             memory=dict(s.memory), base_tick=self.tick, stack=copy.deepcopy(s.stack), resources=dict(s.resources),
-            triggers=[Trig(t.kind, dict(t.spec), False) for t in s.triggers], armed=False,
+            triggers=[Trig(t.kind, dict(t.spec), False) for t in s.triggers if t.kind != "after"], armed=False,
         )
 
     @rule(pick=PICK, waiting=st.booleans())
