@@ -192,7 +192,7 @@ def bench_fork(b: Bench, sizes: Sequence[int]) -> None:
     async def build() -> None:
         async with await Workspace.open(db) as ws:
             for n in sizes:
-                sid = await ws.spawn(f"fork source {n}", "bench", system="You are a benchmark.")
+                sid = (await ws.spawn(f"fork source {n}", "bench", system="You are a benchmark.")).sid
                 await ws.send_many(sid, messages(n, seed=n))
                 await ws.memory_set(sid, "plan", {"step": 3, "files": ["rates.csv", "out/report.json"]})
                 await ws.bind(sid, "file", "rates.csv", mode="ro")
@@ -238,7 +238,7 @@ def bench_send(b: Bench, api_n: int, cli_n: int, jsonl_n: int) -> None:
     async def api() -> tuple[int, list[float]]:
         rates = []
         async with await Workspace.open(db) as ws:
-            sid = await ws.spawn("send target", "bench")
+            sid = (await ws.spawn("send target", "bench")).sid
             for i in range(b.reps + 1):
                 t0 = time.perf_counter()
                 for text in texts:
@@ -266,7 +266,7 @@ def bench_send(b: Bench, api_n: int, cli_n: int, jsonl_n: int) -> None:
 
     async def spawn_targets(k: int) -> list[int]:
         async with await Workspace.open(db) as ws:
-            return [await ws.spawn(f"transcript {i}", "bench") for i in range(k)]
+            return [(await ws.spawn(f"transcript {i}", "bench")).sid for i in range(k)]
 
     targets = run(spawn_targets(b.reps + 1))
     times = b.time_cli(db, ["send", "0", "--jsonl", str(path), "--json"], out=True,
@@ -288,11 +288,11 @@ def bench_ps(b: Bench, n: int) -> None:
             prev = None
             # n sessions in all: one in 50 is a fork of the session spawned before it
             for i in range(1, n - n // 50 + 1):
-                sid = await ws.spawn(
+                sid = (await ws.spawn(
                     f"task {i} {rng.choice(['payroll', 'triage', 'refactor', 'report', 'review'])}",
                     f"agent-{i % 20}", goal=_text(rng) if i % 3 == 0 else "", priority=i % 7 - 3,
                     system="You are a helpful agent." if i % 2 else "",
-                )
+                )).sid
                 if i % 20 == 0:
                     await ws.send_many(sid, messages(3, seed=i))
                 if i % 7 == 0:
@@ -350,7 +350,7 @@ def bench_context(b: Bench, n: int) -> None:
 
     async def build() -> int:
         async with await Workspace.open(db) as ws:
-            sid = await ws.spawn("long session", "bench", system="You are the payroll agent.")
+            sid = (await ws.spawn("long session", "bench", system="You are the payroll agent.")).sid
             await ws.send_many(sid, messages(n, seed=1))
             return sid
 

@@ -139,7 +139,7 @@ def throughput(tmp: Path, runs: int) -> dict:
     async def build() -> None:
         ws = await Workspace.open(db)
         for i in range(runs):
-            sid = await ws.spawn(f"s{i}", "bench", runner="builtin:echo")
+            sid = (await ws.spawn(f"s{i}", "bench", runner="builtin:echo")).sid
             await ws.send(sid, "ping")
             await ws.activate(sid)
         await ws.close()

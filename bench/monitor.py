@@ -335,14 +335,14 @@ def rss_mb(pid: int | str = "self") -> tuple[float, float]:
 def child_app(db: str, stamp: str) -> int:
     """Run the monitor as a user would (real driver), recording when ``run()`` was called."""
     t_import = time.time()
-    from procession.tui.app import ProcessionApp
+    import asyncio
+
+    from procession.tui.app import run_monitor
     from procession.tui.config import Config
 
-    app = ProcessionApp(db, engine=False, config=Config(), user_themes=Path(stamp).with_suffix(".themes"))
     t_run = time.time()
     Path(stamp).write_text(json.dumps({"t_import": t_import, "t_run": t_run}), encoding="utf-8")
-    app.run()
-    return 0
+    return asyncio.run(run_monitor(db, engine=False, config=Config(), user_themes=Path(stamp).with_suffix(".themes")))
 
 
 class PtyRun:
@@ -507,9 +507,12 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
     timed_async(Workspace, "changes", "changes")
     timed_async(Workspace, "activity", "activity")
     timed_sync(View, "update", "view.update")  # which rows move, moved one by one or re-sorted
-    timed_sync(app_mod.ProcessionApp, "rebuild", "rebuild")  # a full re-sort + table.show
+    from procession.tui.main import MainScreen
 
-    app = app_mod.ProcessionApp(db, engine=False, config=Config(), user_themes=db.with_suffix(".themes"))
+    timed_sync(MainScreen, "rebuild", "rebuild")  # a full re-sort + table.show
+
+    ws = await Workspace.open(db, actor="tui")
+    app = app_mod.ProcessionApp(ws, engine=False, config=Config(), user_themes=db.with_suffix(".themes"))
     marks: dict[str, float] = {}
     drew_rows = [False]
     orig_render_line = SessionTable.render_line
@@ -552,7 +555,7 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
         await pilot.pause(0.5)
         app.workers.cancel_group(app, "poll")  # from here on, ticks are driven one at a time by this loop
         await pilot.pause(0.3)
-        n = len(app.sessions)
+        n = len(app.feed.sessions)
         k = max(1, round(n * CHANGED_FRACTION))
         changer = Changer(db)
 
@@ -567,14 +570,14 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
             owners0, gc0 = dict(loop_clock.by_owner), loop_clock.gc
             cpu0 = time.process_time()
             w0, b0 = time.perf_counter(), loop_clock.now()
-            rev0 = app.rev
+            rev0 = app.feed.rev
             await app.tick()
             w1, b1 = time.perf_counter(), loop_clock.now()
             marks.pop("last_display", None)
             await asyncio.sleep(0.25)  # Textual draws the refreshed widgets in its own callbacks (<= 1 frame)
             b2 = loop_clock.now()
             cpu = time.process_time() - cpu0
-            if change and app.rev == rev0:
+            if change and app.feed.rev == rev0:
                 raise RuntimeError("the tick did not see the change")
             owners = {name: busy - owners0.get(name, 0.0) for name, busy in loop_clock.by_owner.items()}
             return {
@@ -600,14 +603,14 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
             prof.stop("tick")
         result["idle_ticks"] = [await one_tick(False) for _ in range(variant_ticks + 1)][1:]
         result["data_ticks"] = [await one_tick(True, full=False) for _ in range(variant_ticks + 1)][1:]
-        app.spec.sort, app.spec.reverse = "context", True
-        app.rebuild()
+        app.feed.view.spec.sort, app.feed.view.spec.reverse = "context", True
+        app.main.rebuild()
         result["ticks_sort_context"] = [await one_tick(True) for _ in range(variant_ticks + 1)][1:]
-        app.spec.sort, app.spec.reverse, app.spec.tree = "sid", False, True
-        app.rebuild()
+        app.feed.view.spec.sort, app.feed.view.spec.reverse, app.feed.view.spec.tree = "sid", False, True
+        app.main.rebuild()
         result["ticks_tree"] = [await one_tick(True) for _ in range(variant_ticks + 1)][1:]
-        app.spec.tree = False
-        app.rebuild()
+        app.feed.view.spec.tree = False
+        app.main.rebuild()
         result["rss_after_ticks_mb"], result["rss_peak_mb"] = rss_mb()
         result["sessions"] = n
         changer.close()
@@ -615,6 +618,7 @@ async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None,
         prof.write()
     if profile and kind == "cprofile":
         result["memory_top"] = await _memory_profile(db, profile)
+    await ws.close()
     return result
 
 
@@ -668,13 +672,15 @@ async def _memory_profile(db: Path, folder: Path) -> list[str]:
     from procession.tui.config import Config
 
     tracemalloc.start(1)
-    app = ProcessionApp(db, engine=False, config=Config(), user_themes=db.with_suffix(".themes"))
+    ws = await Workspace.open(db, actor="tui")
+    app = ProcessionApp(ws, engine=False, config=Config(), user_themes=db.with_suffix(".themes"))
     async with app.run_test(size=SCREEN) as pilot:
         while not app.loaded:
             await asyncio.sleep(0.01)
         await pilot.pause(0.3)
         snap = tracemalloc.take_snapshot()
         current, peak = tracemalloc.get_traced_memory()
+    await ws.close()
     tracemalloc.stop()
     lines = [f"traced now {current / 2**20:.1f} MB, traced peak {peak / 2**20:.1f} MB"]
     for stat in snap.statistics("lineno")[:25]:

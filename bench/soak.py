@@ -32,7 +32,7 @@ async def build(db: Path, sessions: int, folder: Path) -> None:
     ws = await Workspace.open(db)
     period_s = sessions * 60 / 200  # every session once per period: ~200 runs a minute in all
     for i in range(sessions):
-        sid = await ws.spawn(f"soak {i}", f"agent{i % 20}", runner="builtin:digest")
+        sid = (await ws.spawn(f"soak {i}", f"agent{i % 20}", runner="builtin:digest")).sid
         await ws.send(sid, f"session {i} keeps a small history")
         await ws.trigger_add(sid, "every", [f"{period_s:.0f}s"])
         if i % 100 == 0:

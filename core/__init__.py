@@ -2,7 +2,9 @@
 
 The embedded engine: a session store on SQLite and the system-call table that changes it
 (``Workspace``). It knows no screen; the CLI (``procession.cli``) and the monitor
-(``procession.tui``) are faces over the same calls.
+(``procession.tui``) are faces over the same calls. The layers, from the faces down:
+``cli`` and ``tui`` (faces), ``present`` (their words), ``engine`` (runs steps), ``calls``
+(the call table), ``store`` (the SQLite file), ``model`` (the vocabulary).
 
 Names are imported on first use, so that a step started as ``python -m
 procession.runners.builtin`` does not pay for the store and its dependencies.
@@ -16,11 +18,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Workspace": "workspace",
-    "Resolution": "merge",
-    "State": "states",
-    "Reason": "states",
-    **{name: "errors" for name in (
+    "Workspace": "calls",
+    "Resolution": "calls.merge",
+    "Call": "model.calls",
+    "State": "model.states",
+    "Reason": "model.states",
+    **{name: "model.errors" for name in (
         "ContextTooLarge", "EngineBusy", "IllegalTransition", "InvalidArgument", "MergeConflict", "NotFound",
         "ProcessionError", "SessionNotFound", "SnapshotError", "StoreBusy", "WorkspaceError",
     )},

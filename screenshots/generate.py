@@ -30,11 +30,12 @@ time.tzset()
 for _name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
     os.environ.pop(_name, None)
 
-from procession import demo  # noqa: E402
+from procession import Workspace  # noqa: E402
+from procession.cli import demo  # noqa: E402
 from procession.tui.app import ProcessionApp  # noqa: E402
 from procession.tui.config import Config  # noqa: E402
 from procession.tui.detail import Detail  # noqa: E402
-from procession.tui.dialogs import Conflicts  # noqa: E402
+from procession.tui.dialogs import Conflicts, Form  # noqa: E402
 
 REVIEW, STRICT, SCREENING, APIDOCS = 6, 7, 2, 5
 Steps = Callable[[Any, ProcessionApp], Awaitable[None]]
@@ -68,7 +69,9 @@ async def detail(pilot: Any, app: ProcessionApp) -> None:
 
 async def merge(pilot: Any, app: ProcessionApp) -> None:
     app.table.move_to(STRICT)
-    await pilot.press("m", "enter")
+    await pilot.press("m")
+    await _until(pilot, lambda: isinstance(app.screen, Form))
+    await pilot.press("enter")
     await _until(pilot, lambda: isinstance(app.screen, Conflicts))
 
 
@@ -86,20 +89,22 @@ VIEWS: dict[str, tuple[Steps, dict[str, Any]]] = {
 
 
 async def build(folder: Path) -> Path:
+    os.chdir("/")  # the demo's sessions without a folder of their own show where it was built: nowhere in particular
     made = await demo.build(folder / "demo.db", clock=lambda: FIXED)
     return made.db
 
 
 async def shoot(db: Path, folder: Path, name: str, steps: Steps, options: dict[str, Any]) -> Path:
-    app = ProcessionApp(db, engine=False, clock=lambda: FIXED, config=Config(path=None),
-                        user_themes=folder / "themes", **options)
-    async with app.run_test(size=SIZE) as pilot:
-        await _until(pilot, lambda: bool(app.table.keys))
-        await steps(pilot, app)
-        await pilot.pause()
-        await pilot.wait_for_scheduled_animations()
-        await pilot.pause()
-        return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
+    async with await Workspace.open(db, actor="tui") as ws:
+        app = ProcessionApp(ws, engine=False, clock=lambda: FIXED, config=Config(path=None),
+                            user_themes=folder / "themes", **options)
+        async with app.run_test(size=SIZE) as pilot:
+            await _until(pilot, lambda: bool(app.table.keys))
+            await steps(pilot, app)
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 
 
 def png(svg: Path) -> Path | None:

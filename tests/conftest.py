@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
 
 from procession import Workspace
+from support.wait import until  # noqa: F401  (tests import it from here)
 
 
 class Clock:
@@ -60,24 +62,6 @@ def cli(db: Path, tmp_path: Path) -> Iterator[Cli]:
     yield Cli(db, tmp_path)
 
 
-async def until(predicate, timeout: float = 10.0, interval: float = 0.02):
-    """Wait for ``predicate()`` (sync or async) to be truthy; return its value or fail."""
-    import asyncio
-    import inspect
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
-
-
 @pytest.fixture
 async def live(db: Path) -> AsyncIterator[Workspace]:
     """A workspace on the real clock, for tests that run an engine (timers are real)."""
@@ -123,3 +107,32 @@ def proc_state(pid: int) -> str | None:
     except FileNotFoundError:
         return None
     return None
+
+
+FIXED = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC: the monitor's clock in tests and snapshots
+
+
+@pytest.fixture
+async def monitor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    """Make monitors: ``await monitor(db, **options)`` opens the workspace, then the app on it,
+    with no engine (nothing runs by itself), a fixed clock, a config never written unless the
+    test says where, and a themes folder of its own. Workspaces are closed after the test."""
+    from procession.tui.config import Config
+    from support.monitor import Monitor
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    opened: list[Workspace] = []
+
+    async def make(db: Path, **kwargs: Any) -> Monitor:
+        kwargs.setdefault("config", Config(path=None))
+        kwargs.setdefault("user_themes", tmp_path / "themes")
+        kwargs.setdefault("clock", lambda: FIXED)
+        kwargs.setdefault("engine", False)
+        ws = await Workspace.open(db, actor="tui")
+        opened.append(ws)
+        return Monitor(ws, **kwargs)
+
+    yield make
+    for ws in opened:
+        await ws.close()

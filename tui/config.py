@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .columns import BY_KEY, DEFAULT
+from procession.present.cells import BY_KEY, DEFAULT
 
 DEFAULT_THEME = "procession"
 DEFAULT_INTERVAL = 1.0

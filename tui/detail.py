@@ -1,21 +1,24 @@
-"""The detail view of one session: context, memory, resources, triggers, runs, journal."""
+"""The detail view of one session: context, memory, resources, triggers, runs, journal.
+
+It is a ``Calling`` screen too: every call's key acts on the session shown. Its texts are the
+present layer's lines, the same ``procession show`` prints.
+"""
 
 from __future__ import annotations
 
-import json
 import time
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Label, Sparkline, Static, TabbedContent, TabPane
 
-from procession import humanize
-from procession.humanize import printable
-from procession.records import RunInfo, SessionDetail
-from procession.workspace import Workspace
+from procession.model.records import RunInfo, SessionDetail, SessionInfo
+from procession.present import lines, words
+from procession.present.words import printable
+
+from .calling import Calling, call_bindings
 
 #: Items of the active context shown; older ones are summarised in one line.
 SHOWN_ITEMS = 400
@@ -23,15 +26,19 @@ OUTCOME_STYLE = {"ok": "green", "failed": "red", "interrupted": "yellow", "timeo
                  "cancelled": "bright_black", "lost": "red", None: "cyan"}
 
 
-class Detail(Screen[None]):
+class Detail(Calling):
     """Everything about one session; Escape goes back to the table."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="back"), *call_bindings()]
 
-    def __init__(self, ws: Workspace, sid: int) -> None:
+    def __init__(self, sid: int) -> None:
         super().__init__()
-        self.ws, self.sid = ws, sid
+        self.sid = sid
         self.rev = -1
+
+    def targets(self) -> list[SessionInfo]:
+        info = self.monitor.feed.sessions.get(self.sid)
+        return [info] if info else []
 
     def compose(self) -> ComposeResult:
         with Vertical(id="detail"):
@@ -55,16 +62,17 @@ class Detail(Screen[None]):
         await self.reload()
 
     async def reload(self) -> None:
-        detail = await self.ws.show(self.sid)
+        ws = self.ws
+        detail = await ws.show(self.sid)
         if detail.info.rev == self.rev:
             return
         first = self.rev < 0
         self.rev = detail.info.rev
-        runs = await self.ws.runs(self.sid, limit=60)
-        journal = await self.ws.journal(self.sid, limit=100)
-        curve = await self.ws.context_curve(self.sid)
-        now = getattr(self.app, "clock", time.time)()  # the monitor's clock, so tests and screenshots are stable
-        self.query_one("#summary", Static).update(_summary(detail, now))
+        runs = await ws.runs(self.sid, limit=60)
+        journal = await ws.journal(self.sid, limit=100)
+        curve = await ws.context_curve(self.sid)
+        now = self.monitor.clock()  # the monitor's clock, so tests and screenshots are stable
+        self.query_one("#summary", Static).update(_summary(detail, now, self.size.width or 160))
         self.query_one("#context-curve", Sparkline).data = curve
         durations = [max((r.ended or now) - r.started, 0.0) for r in runs]
         # a sparkline scales from its lowest to its highest value: say what those are
@@ -77,38 +85,30 @@ class Detail(Screen[None]):
             scroll = self.query_one("#tab-context VerticalScroll", VerticalScroll)
             self.call_after_refresh(scroll.scroll_end, animate=False)
         self.query_one("#body-memory", Static).update(
-            "\n".join(f"{printable(k)} = {printable(json.dumps(v, ensure_ascii=False))}"
-                      for k, v in detail.memory.items()) or "(empty)")
+            "\n".join(lines.memory_line(k, v) for k, v in detail.memory.items()) or "(empty)")
         self.query_one("#body-resources", Static).update(
-            "\n".join(f"[{r.id}] {r.kind:<7} {printable(r.uri)}  ({r.mode})" for r in detail.resources) or "(none)")
+            "\n".join(lines.resource_line(r) for r in detail.resources) or "(none)")
         self.query_one("#body-triggers", Static).update(
-            "\n".join(f"[{t.id}] {printable(t.label)}  {'armed' if t.armed else 'disarmed'}  fired {t.fired}x"
-                      f"{', last ' + humanize.clock(t.last_fired) if t.last_fired else ''}"
-                      f"{'  (pending)' if t.pending else ''}" for t in detail.info.triggers) or "(none)")
+            "\n".join(lines.trigger_line(t, now) for t in detail.info.triggers) or "(none)")
         self.query_one("#body-runs", Static).update(_runs(runs, now))
         self.query_one("#body-journal", Static).update(
-            "\n".join(f"{humanize.clock(e.ts)}  {e.actor:<7} {e.call:<9} "
-                      f"{printable(json.dumps(e.args, ensure_ascii=False, default=str))[:90]}" for e in journal)
-            or "(empty)")
+            "\n".join(lines.journal_line(e, 90) for e in journal) or "(empty)")
 
 
-def _summary(d: SessionDetail, now: float) -> Text:
-    s = d.info
+def _summary(d: SessionDetail, now: float, width: int) -> Text:
+    """The title, then the facts, two a line on a wide screen (the header leaves the room to
+    the context), one a line on a narrow one."""
     text = Text()
-    text.append(f"{s.id}  {printable(s.name)}", "bold")
-    text.append(f"   agent {printable(s.agent)}   {s.state}{f' ({s.reason})' if s.reason else ''}")
-    if not s.armed:
-        text.append("   NOT APPROVED: runner and triggers disarmed (A approves)", "bold red")
-    text.append(f"\nrunner {printable(s.runner)}   window {s.context_window}   priority {s.priority}")
-    text.append(f"\ncontext {s.context_tokens} tokens ({d.tokenizer}), {s.messages} items; history {s.length}")
-    if s.parent:
-        text.append(f"   forked from {s.parent} at {s.fork_seq}")
-    if s.merged_into:
-        text.append(f"   merged into {s.merged_into}")
-    age = humanize.age(s.last_active, now)
-    text.append(f"\ncreated {humanize.clock(s.created)}   last active {'just now' if age == 'now' else age + ' ago'}")
-    if s.goal:
-        text.append(f"\ngoal: {printable(s.goal)}")
+    text.append(lines.title(d.info), "bold")
+    facts = lines.facts(d, now)
+    per_line = 2 if width >= 120 else 1
+    column = width // 2 - 10
+    for i in range(0, len(facts), per_line):
+        pair = facts[i:i + per_line]
+        text.append("\n")
+        for j, (label, value) in enumerate(pair):
+            text.append(f"{label:<9}", "dim")
+            text.append(f"{value:<{column}}" if j < len(pair) - 1 else value)
     return text
 
 
@@ -138,8 +138,8 @@ def _runs(runs: list[RunInfo], now: float) -> Text:
         took = (r.ended or now) - r.started
         text.append(f"run {r.id:<5}", "bold")
         text.append(f" {r.outcome or 'running':<12}", OUTCOME_STYLE.get(r.outcome, ""))
-        text.append(f" {humanize.clock(r.started)}  {took:6.1f}s  exit {r.exit_code if r.exit_code is not None else '-'}"
-                    f"  tokens {r.tokens_in}/{r.tokens_out}  cause {','.join(c.get('kind', '?') for c in r.cause)}\n")
+        text.append(f" {words.clock(r.started)}  {took:6.1f}s  exit {r.exit_code if r.exit_code is not None else '-'}"
+                    f"  tokens {r.tokens_in}/{r.tokens_out}  cause {lines.causes(r)}\n")
         if r.error:
             text.append(f"    {printable(r.error.splitlines()[-1])[:150]}\n", "red")
     return text or Text("(no runs yet)")

@@ -1,4 +1,9 @@
-"""Modal screens: prompts, confirmations, the action menu, merge conflicts, setup, help."""
+"""Modal screens: forms and prompts, confirmations, the action menu, merge conflicts, setup, help.
+
+Every text in a dialog wraps to the dialog's width: nothing is cut, at 80x24 or wider. A
+form that a call refused is opened again with what was typed and the reason shown in it
+(``error``), so nothing typed is lost.
+"""
 
 from __future__ import annotations
 
@@ -13,47 +18,91 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
+from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from procession.humanize import printable
-from procession.merge import MISSING, canonical
+from procession.calls.merge import MISSING, canonical
+from procession.present import lines
+from procession.present.words import plural, printable
 
 
-class Prompt(ModalScreen[str | None]):
-    """Ask for one line of text; Enter gives it, Escape gives None."""
+@dataclass(slots=True, frozen=True)
+class Field:
+    """One input of a form: ``key`` names it in the answer; a ``multiline`` one is a text area."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    key: str
+    label: str
+    value: str = ""
+    placeholder: str = ""
+    multiline: bool = False
 
-    def __init__(self, title: str, value: str = "", placeholder: str = "", help: str = "") -> None:
+
+def _error_label(error: str) -> Static:
+    return Static(printable(error), classes="dialog--error" + ("" if error else " hidden"), id="error",
+                  markup=False)
+
+
+class Form(ModalScreen[dict[str, str] | None]):
+    """Ask for a few values. Enter in a one-line field submits, Tab moves on, Escape gives None."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "submit", "Submit", show=False)]
+    AUTO_FOCUS = "Input, TextArea"
+
+    def __init__(self, title: str, fields: Sequence[Field], *, help: str = "", error: str = "") -> None:
         super().__init__()
-        self.title_text, self.value, self.placeholder, self.help = title, value, placeholder, help
+        self.title_text, self.fields, self.help, self.error = title, list(fields), help, error
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog--title", markup=False)
-            yield Input(self.value, placeholder=self.placeholder, id="prompt")
+        with VerticalScroll(classes="dialog"):
+            yield Static(self.title_text, classes="dialog--title", markup=False)
+            yield _error_label(self.error)
+            for f in self.fields:
+                if len(self.fields) > 1 or f.label:
+                    yield Static(f.label, classes="dialog--label", markup=False)
+                if f.multiline:
+                    yield TextArea(f.value, id=f"field-{f.key}", classes="dialog--text", soft_wrap=True)
+                else:
+                    yield Input(f.value, placeholder=f.placeholder, id=f"field-{f.key}")
             if self.help:
-                yield Label(self.help, classes="dialog--help", markup=False)
+                yield Static(self.help, classes="dialog--help", markup=False)
 
-    @on(Input.Submitted, "#prompt")
-    def submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
+    def values(self) -> dict[str, str]:
+        out = {}
+        for f in self.fields:
+            widget = self.query_one(f"#field-{f.key}")
+            out[f.key] = widget.text if isinstance(widget, TextArea) else widget.value  # type: ignore[attr-defined]
+        return out
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_submit()
+
+    def action_submit(self) -> None:
+        self.dismiss(self.values())
+
+
+class Prompt(Form):
+    """Ask for one line of text (a form of one field); the answer is under ``"value"``."""
+
+    def __init__(self, title: str, value: str = "", *, placeholder: str = "", help: str = "",
+                 error: str = "") -> None:
+        super().__init__(title, [Field("value", "", value, placeholder)], help=help, error=error)
 
 
 class Confirm(ModalScreen[bool]):
-    """Ask before a destructive call, listing what it will touch."""
+    """Ask before a call that ends or replaces something, listing what it will touch."""
 
     BINDINGS = [Binding("escape,n", "dismiss(False)", "No"), Binding("y", "dismiss(True)", "Yes")]
 
-    def __init__(self, title: str, lines: Sequence[str]) -> None:
+    def __init__(self, title: str, body: Sequence[str]) -> None:
         super().__init__()
-        self.title_text, self.lines = title, list(lines)
+        self.title_text, self.body = title, list(body)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog--title", markup=False)
-            yield Static("\n".join(self.lines), classes="dialog--body", markup=False)
+            yield Static(self.title_text, classes="dialog--title", markup=False)
+            with VerticalScroll(classes="dialog--scroll"):
+                yield Static("\n".join(self.body), classes="dialog--body", markup=False)
             with Horizontal(classes="dialog--buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", id="no")
@@ -67,34 +116,32 @@ class Confirm(ModalScreen[bool]):
 
 
 @dataclass(slots=True, frozen=True)
-class Action:
+class Choice:
     id: str
     label: str
     enabled: bool = True
 
 
 class ActionMenu(ModalScreen[str | None]):
-    """htop's signal menu: every call that applies; Enter runs it, Escape leaves."""
+    """htop's signal menu: a list to pick from; Enter picks, Escape leaves."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Leave")]
 
-    def __init__(self, title: str, actions: Sequence[Action]) -> None:
+    def __init__(self, title: str, choices: Sequence[Choice], help: str = "") -> None:
         super().__init__()
-        self.title_text, self.actions = title, list(actions)
+        self.title_text, self.choices, self.help = title, list(choices), help
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog--title", markup=False)
-            yield OptionList(*[Option(Text(a.label), id=a.id, disabled=not a.enabled) for a in self.actions],
-                             id="actions")
+            yield Static(self.title_text, classes="dialog--title", markup=False)
+            yield OptionList(*[Option(Text(c.label), id=c.id, disabled=not c.enabled) for c in self.choices],
+                             id="choices")
+            if self.help:
+                yield Static(self.help, classes="dialog--help", markup=False)
 
-    @on(OptionList.OptionSelected, "#actions")
+    @on(OptionList.OptionSelected, "#choices")
     def chosen(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
-
-
-def _show(value: Any) -> str:
-    return "(absent)" if value is MISSING else printable(canonical(value))
 
 
 class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
@@ -116,11 +163,12 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog--wide"):
-            yield Label(f"Merge {self.source} into {self.target}: {len(self.conflicts)} conflict(s)",
-                        classes="dialog--title")
+            yield Static(f"Merge {self.source} into {self.target}: {plural(len(self.conflicts), 'conflict')}"
+                         " (nothing is applied until all are settled)",
+                         classes="dialog--title", markup=False)
             yield OptionList(*[Option(self._line(k), id=k) for k in sorted(self.conflicts)], id="conflicts")
-            yield Label("o ours · t theirs · e edit · Enter merge when all are settled · Esc cancel",
-                        classes="dialog--help", id="status")
+            yield Static("o ours · t theirs · e edit · Enter merge when all are settled · Esc cancel",
+                         classes="dialog--help", id="status", markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#conflicts", OptionList).highlighted = 0
@@ -132,8 +180,8 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
         text = Text()
         text.append(f"{mark:<10}", "bold")
         text.append(f"{printable(key)}\n", "bold")
-        text.append(f"    base   {_show(base)}\n    ours   ({self.target}) {_show(ours)}\n"
-                    f"    theirs ({self.source}) {_show(theirs)}")
+        text.append(f"    base   {lines.value(base)}\n    ours   ({self.target}) {lines.value(ours)}\n"
+                    f"    theirs ({self.source}) {lines.value(theirs)}")
         if choice and choice[0] == "set":
             text.append(f"\n    edited {printable(choice[1])}")
         return text
@@ -147,7 +195,7 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
     def _redraw(self, key: str) -> None:
         self.query_one("#conflicts", OptionList).replace_option_prompt(key, self._line(key))
         left = len(self.conflicts) - len(self.choices)
-        self.query_one("#status", Label).update(
+        self.query_one("#status", Static).update(
             f"{left} left to settle · o ours · t theirs · e edit · Esc cancel" if left
             else "all settled: Enter merges · Esc cancels")
 
@@ -157,30 +205,31 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
             self.choices[key] = (side, "")
             self._redraw(key)
 
-    def action_edit(self, draft: str | None = None) -> None:
+    def action_edit(self, draft: str | None = None, error: str = "") -> None:
         key = self._current()
         if key is None:
             return
         _, ours, _ = self.conflicts[key]
 
-        def done(value: str | None) -> None:
-            if value is None:
+        def done(answer: dict[str, str] | None) -> None:
+            if answer is None:
                 return
+            value = answer["value"]
             try:
                 json.loads(value)
             except ValueError:
-                self.notify(f"{key}: not JSON; quote text like \"this\"", severity="error", markup=False)
-                self.action_edit(value)  # back to the editor with what was typed
+                self.action_edit(value, f"{key}: not JSON; quote text like \"this\"")  # what was typed stays
                 return
             self.choices[key] = ("set", value)
             self._redraw(key)
 
         value = draft if draft is not None else "" if ours is MISSING else canonical(ours)
-        self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", value), done)
+        self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", value, error=error), done)
 
     def action_apply(self) -> None:
         if len(self.choices) < len(self.conflicts):
-            self.notify(f"{len(self.conflicts) - len(self.choices)} conflict(s) not settled yet", severity="warning")
+            left = len(self.conflicts) - len(self.choices)
+            self.notify(f"{plural(left, 'conflict')} not settled yet", severity="warning")
             return
         self.dismiss(self.choices)
 
@@ -198,15 +247,15 @@ class Setup(ModalScreen[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         # Side by side and scrollable, so that Save stays reachable on a 24-line terminal.
         with VerticalScroll(classes="dialog dialog--wide", id="setup"):
-            yield Label("Setup", classes="dialog--title")
+            yield Static("Setup", classes="dialog--title")
             with Horizontal(id="setup-lists"):
                 with Vertical():
-                    yield Label("Columns")
+                    yield Static("Columns")
                     yield SelectionList[str](*[(title, key, on) for key, title, on in self.columns], id="columns")
                 with Vertical(id="setup-themes"):
-                    yield Label("Theme")
+                    yield Static("Theme")
                     yield OptionList(*[Option(t, id=t) for t in self.themes], id="themes")
-            yield Label("Refresh interval (seconds)")
+            yield Static("Refresh interval (seconds)")
             yield Input(f"{self.interval:g}", id="interval")
             with Horizontal(classes="dialog--buttons"):
                 yield Button("Save", variant="primary", id="save")
@@ -244,7 +293,7 @@ class Setup(ModalScreen[dict[str, Any] | None]):
 
 
 class Help(ModalScreen[None]):
-    """Every key, generated from the bindings."""
+    """Every key, as the keymap has it now (remapped keys shown as remapped); it scrolls."""
 
     BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss(None)", "Close")]
 
@@ -253,18 +302,18 @@ class Help(ModalScreen[None]):
         self.rows, self.readonly = list(rows), readonly
 
     def compose(self) -> ComposeResult:
-        half = (len(self.rows) + 1) // 2
-        columns = []
-        for rows in (self.rows[:half], self.rows[half:]):  # two columns: every key on one screen
-            text = Text(no_wrap=True, overflow="ellipsis")
-            for keys, description in rows:
-                text.append(f"{keys:<14}", "bold")
-                text.append(f"{description}\n")
-            columns.append(Static(text, classes="help--column"))
-        with Vertical(classes="dialog dialog--wide"):
-            yield Label("Procession — keys" + (" (read-only monitor)" if self.readonly else ""),
-                        classes="dialog--title")
-            with VerticalScroll(classes="dialog--scroll"):
-                with Horizontal(classes="help--columns"):
-                    yield from columns
-            yield Label("Every call is also in the command palette (Ctrl+P). Esc closes.", classes="dialog--help")
+        width = max((len(keys) for keys, _ in self.rows), default=8) + 2
+        text = Text()
+        for i, (keys, description) in enumerate(self.rows):
+            text.append(f"{keys:<{width}}", "bold")
+            text.append(description + ("\n" if i < len(self.rows) - 1 else ""))
+        with Vertical(classes="dialog dialog--wide", id="help"):
+            yield Static("Procession — keys" + (" (read-only monitor)" if self.readonly else ""),
+                         classes="dialog--title")
+            with VerticalScroll(id="help-keys"):
+                yield Static(text, classes="help--keys")
+            yield Static("↑ ↓ PgUp PgDn scroll · Esc closes · every call is also in the command palette (Ctrl+P)",
+                         classes="dialog--help")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-keys", VerticalScroll).focus()

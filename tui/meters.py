@@ -8,9 +8,11 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from procession import humanize
+from procession.present import words
 
-from .columns import bar
+from procession.present.cells import bar
+
+from .feed import Header
 
 STATES = (("R", "running"), ("Q", "ready"), ("S", "sleeping"), ("T", "suspended"), ("Z", "terminated"))
 
@@ -25,14 +27,14 @@ class Meters(Widget):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.stats: dict[str, Any] = {}
+        self.stats = Header({}, 0, 0, 0, 0, None)
         self.engine = "none"
         self.slots = 0
         self.note = ""
         self.tokenizer = ""
         self.clock = time.time
 
-    def show(self, stats: dict[str, Any], engine: str, slots: int, note: str = "") -> None:
+    def show(self, stats: Header, engine: str, slots: int, note: str = "") -> None:
         self.stats, self.engine, self.slots, self.note = stats, engine, slots, note
         self.refresh()
 
@@ -47,7 +49,7 @@ class Meters(Widget):
         label = self.get_component_rich_style("meter--label")
         value = self.get_component_rich_style("meter--value")
         stats = self.stats
-        states = stats.get("states", {})
+        states = stats.states
         width = max(self.content_region.width, 20)
         first = Text()
         first.append("Sessions[", label)
@@ -55,11 +57,11 @@ class Meters(Widget):
             first.append(f"{letter} ", self.get_component_rich_style(f"state--{letter}"))
             first.append(f"{states.get(name, 0)}" + ("  " if i < len(STATES) - 1 else ""), value)
         first.append("]  ", label)
-        running = stats.get("running", 0)
+        running = stats.running
         slots = max(self.slots, 1)
         slot_text = f"{running}/{self.slots}" if self.slots else f"{running}/-"
-        tokens, windows = stats.get("context_tokens", 0), stats.get("context_windows", 0)
-        context_text = f"{humanize.count(tokens)}/{humanize.count(windows)}"
+        tokens, windows = stats.context_tokens, stats.context_windows
+        context_text = f"{words.count(tokens)}/{words.count(windows)}"
         # The bars shrink on a narrow terminal so that the first line never wraps into the second.
         room = width - first.cell_len - len("Slots[ ]  Context[ ]") - len(slot_text) - len(context_text)
         slot_cells, context_cells = max(0, min(10, room * 2 // 5)), max(0, min(16, room - room * 2 // 5))
@@ -69,7 +71,7 @@ class Meters(Widget):
         first.truncate(width, overflow="ellipsis")
         second = Text()
         second.append("Fired(1m) ", label)
-        second.append(f"{stats.get('fired', 0):<5}", value)
+        second.append(f"{stats.fired:<5}", value)
         second.append("Engine ", label)
         second.append(f"{self.engine:<30}", value)
         if self.tokenizer:

@@ -24,11 +24,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from procession import humanize
-from procession.humanize import printable
-from procession.records import SessionInfo
+from procession.present import words
+from procession.present.words import printable
+from procession.model.records import SessionInfo
 
-from .columns import Column
+from procession.present.cells import Column
 from .view import Heading
 
 CACHE_ROWS = 512
@@ -208,7 +208,7 @@ class SessionTable(ScrollView, can_focus=True):
 
     def _ages(self, session: SessionInfo) -> tuple[str, str]:
         """What of a row depends on the clock: its age and its triggers' last firing."""
-        return humanize.age(session.last_active, self.now), humanize.age(session.last_fired, self.now)
+        return words.age(session.last_active, self.now), words.age(session.last_fired, self.now)
 
     def move_to(self, key: int | str, *, center: bool = False) -> bool:
         index = self.index_of(key)
@@ -334,7 +334,7 @@ class SessionTable(ScrollView, can_focus=True):
         base = self._base(cursor, tagged, highlight)
         if isinstance(key, str):
             h = self.headings[key]
-            text = f"{printable(h.agent)}  ({humanize.plural(h.count, 'session')}, {humanize.count(h.tokens)} tokens)"
+            text = f"{printable(h.agent)}  ({words.plural(h.count, 'session')}, {words.count(h.tokens)} tokens)"
             style = self._part(base, "table--agent", cursor)
             return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
         session = self.sessions[key]

@@ -54,7 +54,7 @@ def parse(text: str) -> Theme:
     dark = data.get("dark", True)
     if not isinstance(dark, bool):
         raise _Bad("dark", "must be true or false")
-    colours: dict[str, str] = {}
+    colours: dict[str, Any] = {}
     for field in COLOURS:
         if field in data:
             colours[field] = _colour(field, data[field])

@@ -15,12 +15,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from procession.records import SessionInfo
-from procession.states import State
+from procession.model.records import SessionInfo
+from procession.model.states import State
 
-from .columns import BY_KEY
+from procession.present.cells import BY_KEY
 
 _LETTERS = {s.letter: s for s in State}
 
@@ -85,7 +85,7 @@ class View:
             self._tree(sessions, [sessions[sid] for sid in self.ascending])
             return
         self.headings, self.prefixes = {}, {}
-        self.keys = self.ascending[::-1] if self.spec.reverse else self.ascending
+        self.keys = cast(list[int | str], self.ascending[::-1] if self.spec.reverse else self.ascending)
 
     def update(self, sessions: Mapping[int, SessionInfo], changed: Iterable[int],
                before: Mapping[int, SessionInfo | None]) -> bool:
@@ -106,7 +106,7 @@ class View:
         if self.spec.tree:
             self._tree(sessions, [sessions[sid] for sid in self.ascending])
         else:
-            self.keys = self.ascending[::-1] if self.spec.reverse else self.ascending
+            self.keys = cast(list[int | str], self.ascending[::-1] if self.spec.reverse else self.ascending)
         return True
 
     def _move(self, moves: list[tuple[int, Any, Any]]) -> None:

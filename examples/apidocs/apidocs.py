@@ -13,17 +13,17 @@ import sys
 from pathlib import Path
 
 
-def first_line(node):
+def first_line(node: ast.AsyncFunctionDef | ast.FunctionDef | ast.ClassDef | ast.Module) -> str:
     doc = ast.get_docstring(node) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-def signature(fn):
+def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     args = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
     return f"{fn.name}({', '.join(args)})"
 
 
-def main():
+def main() -> int:
     doc = json.load(sys.stdin)
     root = Path.cwd() / "src"
     out, modules, items = ["# API", ""], 0, 0

@@ -13,13 +13,14 @@ import datetime
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def emit(**event):
+def emit(**event: Any) -> None:
     print(json.dumps(event), flush=True)
 
 
-def month_for(causes):
+def month_for(causes: list[dict[str, Any]]) -> str:
     now = datetime.date.today()
     for cause in causes:
         if cause.get("kind") == "cron":
@@ -29,14 +30,15 @@ def month_for(causes):
     return now.strftime("%Y-%m")
 
 
-def main():
+def main() -> int:
     doc = json.load(sys.stdin)
     causes = doc["run"]["cause"]
     folder = Path.cwd()
     with open(folder / "rates.csv", newline="") as fh:
         rates = {r["grade"]: r for r in csv.DictReader(fh)}
     month = month_for(causes)
-    lines, totals = [], {"gross": 0.0, "social_insurance": 0.0, "tax": 0.0, "net": 0.0}
+    lines: list[dict[str, Any]] = []
+    totals = {"gross": 0.0, "social_insurance": 0.0, "tax": 0.0, "net": 0.0}
     with open(folder / "employees.csv", newline="") as fh:
         for e in csv.DictReader(fh):
             rate = rates.get(e["grade"])

@@ -1,0 +1,57 @@
+"""``procession``: every system call from the shell, ``--json`` for scripts; with no command,
+the monitor.
+
+The CLI is a face: each command maps its arguments to one call of ``procession.calls`` and
+prints what the present layer makes of the outcome. A refused call prints one line,
+``procession: error: ...``, and exits 1 (3 for unresolved merge conflicts); a usage mistake
+exits 2. Its commands live in modules named like the call table's (``lifecycle``,
+``context``, ``lineage``, ``files``, ``bindings``, ``reads``), each with its options beside
+its handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from procession.calls import Workspace
+from procession.model.errors import ProcessionError
+from procession.present.parse import Malformed
+
+from . import bindings, context, engine, files, lifecycle, lineage, monitor, reads  # noqa: F401  (they register)
+from .registry import Command, build_parser
+from .terminal import UsageError, error
+
+__all__ = ["main"]
+
+
+async def run(command: Command, args: object) -> int:
+    if not command.workspace:
+        return await command.handler(args)
+    ws = await Workspace.open(getattr(args, "db", None), actor="cli", create=command.creates)
+    try:
+        return await command.handler(ws, args)
+    finally:
+        await ws.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.json = getattr(args, "json", False)
+    try:
+        if args.command is None:
+            return asyncio.run(monitor.monitor(args))
+        return asyncio.run(run(args.command_, args))
+    except (UsageError, Malformed) as exc:
+        parser.error(str(exc))
+    except ProcessionError as exc:
+        error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

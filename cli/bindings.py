@@ -1,0 +1,52 @@
+"""Commands on bindings and approval: approve, bind, unbind, trigger."""
+
+from __future__ import annotations
+
+import argparse
+
+from procession.calls import Workspace
+from procession.model import trigger_spec
+from procession.model.calls import Call
+from procession.present import lines, parse
+
+from .registry import SID, SIDS, arg, command, sid_type
+from .lifecycle import each
+from .terminal import done, emit
+
+
+@command(Call.APPROVE, args=[SIDS])
+async def approve(ws: Workspace, args: argparse.Namespace) -> int:
+    status, _ = await each(args, ws.approve)
+    return status
+
+
+@command(Call.BIND, args=[
+    SID, arg("kind", help="file, folder, db, mcp, tool, url"), arg("uri"),
+    arg("--mode", default="rw", choices=("ro", "rw")),
+])
+async def bind(ws: Workspace, args: argparse.Namespace) -> int:
+    uri = parse.local_paths(args.kind, [args.uri])[0]
+    return done(args, await ws.bind(args.sid, args.kind, uri, mode=args.mode))
+
+
+@command(Call.UNBIND, args=[SID, arg("resource", help="its id, or its URI")])
+async def unbind(ws: Workspace, args: argparse.Namespace) -> int:
+    return done(args, await ws.unbind(args.sid, args.resource))
+
+
+@command(Call.TRIGGER, ops={
+    "add": [SID, arg("kind", help=", ".join(trigger_spec.KINDS)), arg("args", nargs="*"),
+            arg("--debounce", type=int, metavar="MS")],
+    "rm": [SID, arg("tid", type=sid_type)],
+    "ls": [SID],
+})
+async def trigger(ws: Workspace, args: argparse.Namespace) -> int:
+    match args.op:
+        case "add":
+            words = parse.local_paths(args.kind, args.args)
+            return done(args, await ws.trigger_add(args.sid, args.kind, words, debounce_ms=args.debounce))
+        case "rm":
+            return done(args, await ws.trigger_remove(args.sid, args.tid))
+    found = await ws.triggers(args.sid)
+    emit(args, [t.to_json() for t in found], lambda: "\n".join(lines.trigger_line(t) for t in found))
+    return 0

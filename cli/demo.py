@@ -1,0 +1,200 @@
+"""The demo workspace: the mission's own stories, ready to watch and steer.
+
+An HR agent owns three narrow sessions (monthly payroll, recruiting screening, social
+insurance filing); a docs agent regenerates an API summary when its ``src/`` changes; a
+review agent has a session with two forks, one of which disagrees with its parent on a
+memory key, so merging it shows a conflict to resolve. The payroll and API-docs sessions
+run the real example runners (``procession.examples``) on files copied into a folder
+beside the workspace: touch ``rates.csv`` or a file under ``src/`` there and the session
+wakes. Nothing needs an API key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from procession.calls import Workspace
+from procession.model.errors import WorkspaceError
+from procession.store import Clock
+
+MARK = "demo"
+
+
+@dataclass(slots=True, frozen=True)
+class Demo:
+    db: Path
+    folder: Path
+    sessions: dict[str, int]
+
+
+def files_folder(db: Path) -> Path:
+    return db.with_name(f"{db.stem}-files")
+
+
+def _copy_examples(folder: Path) -> None:
+    source = resources.files("procession.examples")
+    for name in ("payroll", "apidocs"):
+        with resources.as_file(source / name) as path:
+            shutil.copytree(path, folder / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+async def is_demo(db: Path) -> bool:
+    if not db.exists():
+        return False
+    ws = await Workspace.open(db, create=False)
+    try:
+        async with ws.store.snapshot() as tx:
+            return bool(await tx.value("SELECT value FROM meta WHERE key = ?", (MARK,)))
+    finally:
+        await ws.close()
+
+
+async def build(db: Path, *, fresh: bool = False, clock: Clock = time.time) -> Demo:
+    """Make the demo workspace at ``db`` (and its files beside it), unless it is there already."""
+    folder = files_folder(db)
+    if db.exists():
+        if not await is_demo(db):
+            raise WorkspaceError(f"{db} exists and is not a demo workspace; give another --db")
+        if not fresh:
+            ws = await Workspace.open(db)
+            try:
+                return Demo(db, folder, {s.name: s.id for s in await ws.ps(all=True)})
+            finally:
+                await ws.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    _copy_examples(folder)
+    ws = await Workspace.open(db, clock=clock)
+    try:
+        sessions = await _populate(ws, folder)
+        async with ws.store.tx() as tx:
+            await tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (MARK, str(folder)))
+    finally:
+        await ws.close()
+    return Demo(db, folder, sessions)
+
+
+async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
+    # The example runners need only Python's standard library, so any python3 will do; they
+    # run in their bound folder, where their scripts and data files are.
+    s: dict[str, int] = {}
+
+    payroll_dir = folder / "payroll"
+    s["monthly payroll"] = sid = (await ws.spawn(
+        "monthly payroll", "hr", priority=5, window=4_000, cwd=str(payroll_dir),
+        system="You compute the monthly payroll from the employee list and the grade rates. Be exact.",
+        goal="Pay everyone correctly on the 1st; recompute when the rates change.",
+        runner="command:python3 payroll.py",
+    )).sid
+    await ws.bind(sid, "folder", str(payroll_dir))
+    await ws.bind(sid, "file", "rates.csv", mode="ro")
+    await ws.bind(sid, "file", "employees.csv", mode="ro")
+    await ws.trigger_add(sid, "cron", ["0 9 1 * *"])
+    await ws.trigger_add(sid, "watch", ["rates.csv"], debounce_ms=300)
+    await ws.send_many(sid, _conversation(PAYROLL, 12))
+    await ws.memory_set(sid, "currency", "EUR")
+
+    s["recruiting screening"] = sid = (await ws.spawn(
+        "recruiting screening", "hr", priority=0, window=8_000,
+        system="You screen applications for the open backend role against the job profile.",
+        goal="Shortlist five candidates by Friday.", runner="builtin:sleep:4",
+    )).sid
+    await ws.send_many(sid, _conversation(SCREENING, 20))
+    await ws.compress(sid, keep_last=40)
+    await ws.trigger_add(sid, "every", ["30s"])
+    await ws.trigger_add(sid, "inbox")
+
+    s["social insurance filing"] = sid = (await ws.spawn(
+        "social insurance filing", "hr", priority=2, window=4_000,
+        system="You prepare the quarterly social insurance filing.", goal="File before the 15th.",
+    )).sid
+    await ws.send_many(sid, _conversation(FILING, 12))
+    await ws.suspend(sid)
+
+    s["quarterly audit"] = sid = (await ws.spawn(
+        "quarterly audit", "hr", window=4_000, system="You audited Q3 payroll records.",
+        goal="Q3 audit (closed).",
+    )).sid
+    await ws.send_many(sid, _conversation(AUDIT, 1))
+    await ws.cancel(sid)
+
+    docs_dir = folder / "apidocs"
+    s["api docs"] = sid = (await ws.spawn(
+        "api docs", "docs", priority=3, window=4_000, cwd=str(docs_dir),
+        system="You keep API.md in step with the code under src/.", goal="API.md matches src/ at every commit.",
+        runner="command:python3 apidocs.py",
+    )).sid
+    await ws.bind(sid, "folder", str(docs_dir))
+    await ws.trigger_add(sid, "watch", ["src"], debounce_ms=300)
+    await ws.send_many(sid, _conversation(APIDOCS, 6))
+
+    s["design review"] = sid = (await ws.spawn(
+        "design review", "review", priority=1, window=6_000,
+        system="You review the session-engine design for risks.", goal="A verdict on the merge semantics.",
+    )).sid
+    await ws.send_many(sid, _conversation(REVIEW, 40))
+    await ws.memory_set(sid, "verdict", "undecided")
+    await ws.memory_set(sid, "risks", ["lost updates", "merge conflicts"])
+    s["review: strict"] = strict = (await ws.fork(sid, "review: strict")).sid
+    s["review: lenient"] = lenient = (await ws.fork(sid, "review: lenient", at=12)).sid
+    await ws.send_many(strict, [{"role": "assistant", "author": "runner",
+                                 "content": "Strict reading: every conflict must stop the merge until a person decides."}])
+    await ws.memory_set(strict, "verdict", "block until resolved")
+    await ws.send_many(lenient, [{"role": "assistant", "author": "runner",
+                                  "content": "Lenient reading: last writer wins is acceptable for scratch keys."}])
+    await ws.memory_set(sid, "verdict", "ship with conflict reports")
+    await ws.memory_set(lenient, "owner", "review team")
+    return s
+
+
+def _conversation(lines: list[tuple[str, str]], repeat: int) -> list[dict[str, str]]:
+    """Rounds of a conversation; the replies are the session's own (its runner's), not the user's."""
+    out = []
+    for round_ in range(repeat):
+        for role, text in lines:
+            message = {"role": role, "content": text if round_ == 0 else f"{text} (round {round_ + 1})"}
+            if role == "assistant":
+                message["author"] = "runner"
+            out.append(message)
+    return out
+
+
+PAYROLL = [
+    ("user", "Compute the October payroll. Rates are in rates.csv, hours in employees.csv."),
+    ("assistant", "Payroll 2026-10 for 5 employees: gross 27,214.00, social insurance 3,946.03, tax 4,522.13."),
+    ("user", "Grade B's hourly rate goes to 35.50 from November; recompute when the table changes."),
+    ("assistant", "Noted. I watch rates.csv and recompute the current month when it changes."),
+]
+SCREENING = [
+    ("user", "New application: backend engineer, 6 years of Go and PostgreSQL, remote."),
+    ("assistant", "Strong match on the database requirements; asks for remote work, which the role allows."),
+    ("user", "New application: junior developer, bootcamp graduate, strong portfolio of small web apps."),
+    ("assistant", "Below the experience bar for this role; suggest the junior opening in January instead."),
+    ("user", "Shortlist so far?"),
+    ("assistant", "Two candidates shortlisted; three more needed by Friday."),
+]
+FILING = [
+    ("user", "Collect the Q4 headcount and contribution bases for the filing."),
+    ("assistant", "Headcount 5; contribution bases drafted from the October payroll. Waiting for November."),
+]
+AUDIT = [
+    ("user", "Audit the Q3 payroll against the bank transfers."),
+    ("assistant", "All 15 transfers match the payroll lines. No findings. Closing the audit."),
+]
+APIDOCS = [
+    ("user", "Keep API.md in step with src/ledger."),
+    ("assistant", "API.md regenerated: 3 modules, 7 public names."),
+]
+REVIEW = [
+    ("user", "Review the merge semantics: three-way on working memory, conflicts reported."),
+    ("assistant", "The base is the common ancestor at the fork point, so one-sided changes merge cleanly."),
+    ("user", "What happens when both sides change the same key?"),
+    ("assistant", "A conflict is reported with base, ours and theirs; nothing is applied until it is resolved."),
+]

@@ -1,0 +1,34 @@
+"""The engine from the shell: ``procession run``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from procession.calls import Workspace
+
+from .registry import arg, command
+
+
+@command("run", "run the engine in the foreground (no monitor); logs to stderr", args=[
+    arg("--slots", type=int, default=2, help="how many steps may run at once"),
+    arg("--grace", type=float, default=2.0, help="seconds between SIGINT, SIGTERM and SIGKILL"),
+    arg("-v", "--verbose", action="store_true"),
+])
+async def run(ws: Workspace, args: argparse.Namespace) -> int:
+    from procession.engine import Engine
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event is noise
+    engine = Engine(ws.path, slots=args.slots, grace=args.grace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await engine.serve(stop)
+    return 0

@@ -1,0 +1,163 @@
+"""Commands of a session's life: spawn, set, the lifecycle moves, nice, migrate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from procession.calls import Workspace
+from procession.calls.lifecycle import DEFAULT_WINDOW
+from procession.model import runner_spec
+from procession.model.calls import Call
+from procession.model.errors import ProcessionError
+from procession.model.outcomes import Moved, Outcome
+from procession.model.states import State
+from procession.present import results
+from procession.present.words import printable
+
+from .terminal import UsageError, done, emit, error, notes, read_text
+from .registry import SID, SIDS, arg, command
+
+RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME"
+
+
+@command(Call.SPAWN, creates=True, args=[
+    arg("name"), arg("--agent", required=True), arg("--system", default="", help="system prompt"),
+    arg("--goal", default=""), arg("--priority", type=int, default=0),
+    arg("--runner", default=runner_spec.DEFAULT, help=RUNNER_HELP),
+    arg("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens"),
+    arg("--timeout", type=float, help="seconds a run may take"),
+    arg("--cwd", help="the session's working folder (default: here)"),
+])
+async def spawn(ws: Workspace, args: argparse.Namespace) -> int:
+    outcome = await ws.spawn(args.name, args.agent, system=args.system, goal=args.goal, priority=args.priority,
+                             runner=args.runner, window=args.window, timeout=args.timeout,
+                             cwd=str(Path(args.cwd).resolve()) if args.cwd else None)
+    return done(args, outcome, str(outcome.sid))
+
+
+@command(Call.SET, args=[
+    SID, arg("--name"), arg("--goal"), arg("--system", help="the new system prompt"),
+    arg("--system-file", metavar="FILE", help="read the new system prompt from FILE (- for standard input)"),
+    arg("--timeout", type=float, help="seconds a run may take (0: no limit)"),
+    arg("--window", type=int, help="context window in tokens (the context must fit it)"),
+])
+async def set_(ws: Workspace, args: argparse.Namespace) -> int:
+    system = args.system
+    if args.system_file is not None:
+        if system is not None:
+            raise UsageError("give either --system or --system-file, not both")
+        system = read_text(args.system_file)
+    return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
+                                   window=args.window))
+
+
+async def each(args: argparse.Namespace, call: Callable[[int], Awaitable[Outcome]], *,
+               report_json: bool = True) -> tuple[int, list[Outcome]]:
+    """A call on every SID given, like kill: a refusal is reported and the rest go on."""
+    status, made, report = 0, [], []
+    for sid in args.sids:
+        try:
+            outcome = await call(sid)
+        except ProcessionError as exc:
+            status = 1
+            error(str(exc))
+            report.append({"sid": sid, "error": str(exc)})
+            continue
+        made.append(outcome)
+        report.append(outcome.to_json())
+        if not args.json:
+            print(results.describe(outcome))
+    if args.json and report_json:
+        emit(args, report, "")
+    notes(args, made)
+    return status, made
+
+
+def _lifecycle(call: Call) -> None:
+    async def handler(ws: Workspace, args: argparse.Namespace) -> int:
+        status, _ = await each(args, getattr(ws, call.value))
+        return status
+
+    command(call, args=[SIDS])(handler)
+
+
+for _call in (Call.SUSPEND, Call.RESUME, Call.INTERRUPT, Call.CANCEL):
+    _lifecycle(_call)
+
+
+@command(Call.ACTIVATE, args=[
+    SIDS, arg("--now", action="store_true", help="with no engine running, run it here in the foreground"),
+])
+async def activate(ws: Workspace, args: argparse.Namespace) -> int:
+    from procession.engine.ledger import Ledger
+
+    if not args.now or await Ledger(ws.store).holder() is not None:
+        status, _ = await each(args, ws.activate)
+        return status
+    before: dict[int, int] = {}  # where each session's history stood, to show what the run added
+    async with foreground_engine(ws, set(args.sids)) as idle:
+        async def queue(sid: int) -> Outcome:
+            info = await ws.info(sid)
+            before[sid] = info.length
+            return Moved(sid, State.READY) if info.state is State.READY else await ws.activate(sid)
+
+        status, made = await each(args, queue, report_json=False)
+        await idle()
+    report = []
+    for outcome in made:
+        run = (await ws.runs(outcome.sid, limit=1))[-1]
+        new = await ws.history(outcome.sid, before[outcome.sid])
+        report.append({"sid": outcome.sid, "run": run.id, "outcome": run.outcome, "error": run.error,
+                       "messages": [{"seq": m.seq, "role": m.role, "content": m.content} for m in new]})
+        if not args.json:
+            print(f"{outcome.sid}: run {run.id} {run.outcome}" + (f": {run.error}" if run.error else ""))
+            for m in new:
+                print(f"  [{m.seq}] {m.role}: {printable(m.content)}")
+    if args.json:
+        emit(args, report, "")
+    return status if all(r["outcome"] == "ok" for r in report) else 1
+
+
+@contextlib.asynccontextmanager
+async def foreground_engine(ws: Workspace, sids: set[int]) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """An engine in this process for these sessions only; ``await idle()`` waits until none of
+    them is queued or running."""
+    from procession.engine import Engine
+
+    engine = Engine(ws.path, slots=max(1, len(sids)), only=sids, triggers=False)
+    stop = asyncio.Event()
+    await engine.start()
+    serving = asyncio.ensure_future(engine.serve(stop))
+
+    async def idle() -> None:
+        while not serving.done():
+            states = [(await ws.info(sid)).state for sid in sids]
+            if all(s not in (State.READY, State.RUNNING) for s in states):
+                return
+            await asyncio.sleep(0.05)
+
+    try:
+        yield idle
+    finally:
+        stop.set()
+        await serving
+
+
+@command(Call.NICE, args=[
+    SID, arg("priority", type=int, help="the priority (higher runs first)"),
+    arg("--relative", action="store_true", help="move the priority by this much"),
+])
+async def nice(ws: Workspace, args: argparse.Namespace) -> int:
+    return done(args, await ws.nice(args.sid, args.priority, relative=args.relative))
+
+
+@command(Call.MIGRATE, args=[
+    SID, arg("--runner", required=True, help=RUNNER_HELP), arg("--window", type=int),
+    arg("--compress", action="store_true", help="compress the context if it does not fit"),
+])
+async def migrate(ws: Workspace, args: argparse.Namespace) -> int:
+    return done(args, await ws.migrate(args.sid, args.runner, window=args.window, compress=args.compress))

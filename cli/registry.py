@@ -1,0 +1,115 @@
+"""The commands of ``procession``: each declared where its handler is, with its options on it.
+
+A handler is registered with ``@command``, which lists its arguments, as sqlite-utils keeps
+each command's options on the command itself; the parser is built from the registry. A command that
+makes a system call names it (``@command(Call.FORK)``): its verb and its help are the call's
+own (``procession.model.calls``), which is how the suite checks that every call of the
+table has a command. Commands with operations (``trigger add``, ``memory SID set``) declare
+them as ``ops``: arguments each operation takes after the command's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from procession.model.calls import INFO, Call
+
+Handler = Callable[..., Awaitable[int]]
+PROG = "procession"
+INT64 = 2**63 - 1
+
+
+@dataclass(slots=True, frozen=True)
+class Arg:
+    flags: tuple[str, ...]
+    options: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Command:
+    name: str
+    help: str
+    handler: Handler
+    call: Call | None
+    args: list[Arg] = field(default_factory=list)
+    ops: dict[str, list[Arg]] = field(default_factory=dict)
+    default_op: str | None = None  # the operation when none is given
+    workspace: bool = True  # the handler takes an open workspace
+    creates: bool = False  # it may make a new workspace (any other on a missing file is a typo)
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def arg(*flags: str, **options: Any) -> Arg:
+    return Arg(flags, options)
+
+
+def command(name: str | Call, help: str | None = None, *, args: list[Arg] | None = None,
+            ops: dict[str, list[Arg]] | None = None, default_op: str | None = None, workspace: bool = True,
+            creates: bool = False) -> Callable[[Handler], Handler]:
+    """Register ``handler`` as the command ``name`` (a call's name, or a read's verb)."""
+    call = name if isinstance(name, Call) else None
+    text = help or (INFO[call].summary if call else "")
+
+    def wrap(handler: Handler) -> Handler:
+        COMMANDS[str(name)] = Command(str(name), text, handler, call, list(args or ()), dict(ops or {}),
+                                      default_op, workspace, creates)
+        return handler
+
+    return wrap
+
+
+# ---------------------------------------------------------------- argument types
+
+
+def sid_type(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) <= INT64:
+        raise argparse.ArgumentTypeError(f"not a valid id: {text!r}")
+    return int(text)
+
+
+def count_type(text: str) -> int:
+    """A whole number of things, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 < value <= INT64:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
+    return value
+
+
+SID = arg("sid", type=sid_type)
+SIDS = arg("sids", type=sid_type, nargs="+", metavar="SID")
+
+
+# ---------------------------------------------------------------- the parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
+                        help="workspace file (default: $PROCESSION_DB or the user data folder)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
+    parser = argparse.ArgumentParser(prog=PROG, parents=[common],
+                                     description="Agent sessions as processes. With no command, opens the monitor.")
+    parser.add_argument("--readonly", action="store_true", help="a monitor that changes nothing")
+    parser.add_argument("--theme", help="the monitor's colour theme")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for cmd in COMMANDS.values():
+        p = sub.add_parser(cmd.name, parents=[common], help=cmd.help, description=cmd.help)
+        p.set_defaults(command_=cmd)
+        for a in cmd.args:
+            p.add_argument(*a.flags, **a.options)
+        if cmd.ops:
+            ops = p.add_subparsers(dest="op", metavar="OP", required=cmd.default_op is None)
+            p.set_defaults(op=cmd.default_op)
+            for op, op_args in cmd.ops.items():
+                o = ops.add_parser(op, parents=[common])
+                for a in op_args:
+                    o.add_argument(*a.flags, **a.options)
+    return parser

@@ -1,0 +1,91 @@
+"""How the CLI reads and speaks: files and standard input in; data as JSON with ``--json``,
+else the present layer's words; notes and refusals on standard error, as ``procession: note:
+...`` and ``procession: error: ...``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from procession.model.calls import Call
+from procession.model.errors import InvalidArgument
+from procession.model.outcomes import Outcome
+from procession.present import results
+
+from .registry import PROG
+
+Progress = Callable[[int, int], None]
+
+
+class UsageError(Exception):
+    """A mistake in the command line found after parsing (exit status 2)."""
+
+
+def read_text(file: str) -> str:
+    """A UTF-8 text file, or standard input for ``-``."""
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read {file}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        what = "standard input" if file == "-" else file
+        raise InvalidArgument(f"{what} is not UTF-8 text (invalid byte at {exc.start})") from None
+
+
+def how(call: Call, sid: int | None) -> str:
+    """How to make ``call`` from a shell: the command line."""
+    return f"`{PROG} {call}{f' {sid}' if sid is not None else ''}`"
+
+
+def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> None:
+    """Print ``data`` as JSON with ``--json``, else the human ``text``."""
+    if args.json:
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    else:
+        out = text() if callable(text) else text
+        if out:
+            sys.stdout.write(out + "\n")
+
+
+def notes(args: argparse.Namespace, outcomes: Iterable[Outcome]) -> None:
+    """The notes calls left, on standard error (with ``--json`` they are in the data)."""
+    if args.json:
+        return
+    for outcome in outcomes:
+        for n in outcome.notes:
+            print(f"{PROG}: note: {results.note(n, how)}", file=sys.stderr)
+
+
+def done(args: argparse.Namespace, outcome: Outcome, text: str | None = None) -> int:
+    """Report one call: its outcome (``text``, else the present layer's sentence), its notes."""
+    emit(args, outcome.to_json(), text if text is not None else results.describe(outcome))
+    notes(args, [outcome])
+    return 0
+
+
+def error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def progress_bar(args: argparse.Namespace, label: str) -> tuple[Progress | None, Callable[[], None]]:
+    """A rich progress bar on a terminal; nothing with ``--json`` or when not on a terminal."""
+    if args.json or not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task(label, total=None)
+    bar.start()
+
+    def update(n: int, total: int) -> None:
+        bar.update(task, completed=n, total=total or None)
+
+    return update, bar.stop

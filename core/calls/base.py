@@ -1,0 +1,44 @@
+"""What every part of the call table shares: an open store and the actor it acts for."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Self
+
+from ..store.sqlite import Clock, Store
+
+
+class Calls:
+    """An open workspace, acting on behalf of one ``actor`` (cli, tui, engine, mcp...)."""
+
+    def __init__(self, store: Store, actor: str = "cli") -> None:
+        self.store = store
+        self.actor = actor
+
+    @classmethod
+    async def open(cls, path: Path | str | None = None, *, actor: str = "cli", clock: Clock = time.time,
+                   create: bool = True) -> Self:
+        """Open (``create``: or make) the workspace at ``path`` (default: ``store.default_path()``)."""
+        return cls(await Store.open(path, clock=clock, create=create), actor)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def as_actor(self, actor: str) -> Self:
+        """The same open workspace, journaling its calls under another actor."""
+        return type(self)(self.store, actor)
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    @property
+    def tokenizer(self) -> str:
+        return self.store.tokenizer

@@ -1,0 +1,187 @@
+"""Calls on a session's context: messages in, working memory, compress and expand."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..model import limits
+from ..model.calls import Call
+from ..model.errors import InvalidArgument, NotFound, ProcessionError
+from ..model.outcomes import Compressed, Expanded, MemoryChanged, Sent
+from ..model.records import Fold
+from ..store import rows
+from ..store.sqlite import Tx
+from . import history, waking
+from .base import Calls
+from .merge import canonical
+from .summarise import summarise
+from .syscall import Act, syscall
+
+DEFAULT_KEEP_LAST = 8
+#: Messages an inbox trigger's cause carries (the newest), and how much of each text.
+CAUSE_MESSAGES = 20
+CAUSE_TEXT = 2_000
+Progress = Callable[[int, int], None]
+FoldPlan = tuple[history.FoldPlan, str, int]
+
+
+class ContextCalls(Calls):
+    @syscall(Call.SEND, other="sender")
+    async def send(self, act: Act, sid: int, text: str, *, role: str = "user", sender: int | None = None,
+                   pin: bool = False) -> Sent:
+        """Append one message; ``sender`` is the session it comes from (else the user)."""
+        author = await _author(act.tx, sid, sender)
+        message = (limits.role(role), limits.text(text, "message"), author, pin, None)
+        seq = await deliver(act.tx, act.row, [message], author)
+        return Sent(sid, seq, 1)
+
+    @syscall(Call.SEND, other="sender")
+    async def send_many(self, act: Act, sid: int, messages: Sequence[dict[str, Any]], *, sender: int | None = None,
+                        progress: Progress | None = None) -> Sent:
+        """Append a transcript (``{"role", "content"[, "pinned"][, "author"]}`` objects) in one
+        transaction. A message's ``author`` says who wrote it (default: the sender, else the
+        user), so that a transcript's replies are not taken for the user's words."""
+        author = await _author(act.tx, sid, sender)
+
+        def checked() -> Iterable[tuple[str, str, str, bool, Any]]:
+            for n, m in enumerate(messages, start=1):
+                if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
+                    raise InvalidArgument(f"message {n}: needs a role and a content string")
+                if m["role"] not in limits.ROLES:
+                    raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
+                by = limits.name(m["author"], f"message {n} author") if "author" in m else author
+                yield m["role"], limits.text(m["content"], f"message {n}"), by, bool(m.get("pinned", False)), None
+
+        if not messages:
+            raise InvalidArgument("the transcript holds no message")
+        seq = await deliver(act.tx, act.row, checked(), author, len(messages), progress)
+        return Sent(sid, seq, len(messages))
+
+    @syscall(Call.MEMORY)
+    async def memory_set(self, act: Act, sid: int, key: str, value: Any) -> MemoryChanged:
+        limits.name(key, "memory key", limits.KEY_MAX)
+        try:
+            text = canonical(value)
+        except (TypeError, ValueError):
+            raise InvalidArgument("the memory value must be JSON") from None
+        await rows.put_memory(act.tx, sid, {key: text})
+        await act.tx.touch(sid)
+        return MemoryChanged(sid, set=(key,))
+
+    @syscall(Call.MEMORY)
+    async def memory_delete(self, act: Act, sid: int, key: str) -> MemoryChanged:
+        if not await rows.delete_memory(act.tx, sid, [key]):
+            raise NotFound(f"session {sid} has no memory key {key!r}")
+        await act.tx.touch(sid)
+        return MemoryChanged(sid, deleted=(key,))
+
+    @syscall(Call.COMPRESS)
+    async def compress(self, act: Act, sid: int, keep_last: int = DEFAULT_KEEP_LAST) -> Compressed:
+        """Fold all but the last ``keep_last`` context items behind one summary.
+
+        System and pinned messages stay in place. The archived messages stay in the history;
+        ``expand`` restores the context exactly.
+        """
+        if keep_last < 0:
+            raise InvalidArgument("--keep-last must be 0 or more")
+        plan = await plan_fold(act.tx, act.row, keep_last)
+        if plan is None:
+            raise ProcessionError(
+                f"nothing to compress in session {sid}: all but the last {keep_last} context items are"
+                " pinned or system messages, or there are none"
+            )
+        fold = await write_fold(act.tx, act.row, *plan)
+        row = await act.reload()
+        if row["context_tokens"] > row["window"]:
+            act.note(f"the context ({row['context_tokens']} tokens) is still over the window ({row['window']});"
+                     " runs will refuse it until it fits: keep fewer items, or migrate to a larger window",
+                     Call.MIGRATE, sid)
+        return Compressed(sid, fold, row["context_tokens"], row["window"])
+
+    @syscall(Call.EXPAND)
+    async def expand(self, act: Act, sid: int) -> Expanded:
+        """Undo the newest compress: its archived items come back exactly as they were."""
+        in_force = await history.folds(act.tx, sid)
+        if not in_force:
+            raise ProcessionError(f"nothing to expand in session {sid}: it has no compressed range")
+        fold = in_force[-1]
+        await rows.expand_fold(act.tx, fold.id)
+        tokens = act.row["context_tokens"] - fold.summary_tokens + fold.archived_tokens
+        await rows.update_session(act.tx, sid, context_tokens=tokens,
+                                  context_count=act.row["context_count"] - 1 + fold.archived_count)
+        return Expanded(sid, fold, tokens)
+
+
+async def _author(tx: Tx, sid: int, sender: int | None) -> str:
+    if sender is None:
+        return "user"
+    if sender == sid:
+        raise InvalidArgument("a session cannot send to itself")
+    await rows.session(tx, sender)
+    return f"session:{sender}"
+
+
+async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[str, str, str, bool, Any]], author: str,
+                  total: int = 1, progress: Progress | None = None) -> int:
+    """Append messages into a session's inbox and fire its inbox triggers; returns the last seq.
+
+    The cause an inbox trigger hands to the run carries the messages themselves (the newest
+    ``CAUSE_MESSAGES``, each text cut at ``CAUSE_TEXT`` characters), so a step knows what
+    arrived without reading the whole context.
+    """
+    kept: list[tuple[str, str]] = []
+
+    def remember(items: Iterable[tuple[str, str, str, bool, Any]]) -> Iterable[tuple[str, str, str, bool, Any]]:
+        for item in items:
+            kept.append((item[0], item[1]))
+            if len(kept) > CAUSE_MESSAGES:
+                del kept[0]
+            yield item
+
+    start = int(row["length"])
+    n = await rows.append(tx, row, remember(messages), tx.store.count_tokens, progress, total)
+    inbox = await rows.triggers(tx, row["id"], "inbox")
+    if inbox:
+        first = start + n - len(kept) + 1
+        cause = {"from": author, "count": n, "messages": [
+            {"seq": first + i, "author": author, "role": role, "text": text[:CAUSE_TEXT],
+             **({"cut": len(text)} if len(text) > CAUSE_TEXT else {})}
+            for i, (role, text) in enumerate(kept)]}
+        for trig in inbox:
+            await waking.wake(tx, await rows.session(tx, row["id"]), trig, cause)
+    return start + n
+
+
+async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None = None) -> FoldPlan | None:
+    """What a compress keeping the last ``keep_last`` items would archive, and its summary;
+    None when it would hide nothing or save nothing."""
+    count = tx.store.count_tokens
+    in_force = await history.folds(tx, row["id"])
+    items = history.active(await history.read(tx, row["id"]), in_force)
+    plan = history.plan_fold(items, in_force, keep_last)
+    if plan is None:
+        return None
+    archived_tokens = sum(i.tokens for i in plan.archived)
+    budget = min(budget or 512, max(32, archived_tokens // 4))
+    summary = summarise([(i.role, i.content) for i in plan.archived], budget, count)
+    summary_tokens = count(summary)
+    if summary_tokens >= archived_tokens:
+        return None
+    return plan, summary, summary_tokens
+
+
+async def write_fold(tx: Tx, row: sqlite3.Row, plan: history.FoldPlan, summary: str, summary_tokens: int) -> Fold:
+    """Hide ``plan``'s items behind ``summary``; the session's totals move by the difference."""
+    archived_tokens = sum(i.tokens for i in plan.archived)
+    archived_count = len(plan.archived)
+    fid = await rows.insert_fold(tx, row["id"], plan.lo, plan.hi, summary, summary_tokens, archived_count,
+                                 archived_tokens)
+    await rows.update_session(
+        tx, row["id"],
+        context_tokens=row["context_tokens"] + summary_tokens - archived_tokens,
+        context_count=row["context_count"] + 1 - archived_count,
+    )
+    return Fold(fid, plan.lo, plan.hi, summary, summary_tokens, archived_count, archived_tokens, tx.now)
+

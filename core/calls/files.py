@@ -1,0 +1,237 @@
+"""``save`` and ``load``: checkpoints inside the store, and portable snapshot files.
+
+One call each, whatever the form: ``save SID NAME`` keeps a checkpoint in the store and
+``save SID file=F`` writes a snapshot file; ``load FILE`` makes a session from a snapshot and
+``load SID CHECKPOINT`` one from a checkpoint. File work never happens under the write lock:
+a snapshot is read in one read transaction and written to a temporary file beside its
+destination, the call is journaled, and the file is renamed into place after the commit; a
+file to load is read and checked whole before the write transaction opens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..model import limits, trigger_spec
+from ..model.calls import Call
+from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
+from ..model.outcomes import Loaded, Saved
+from ..model.records import Checkpoint, ContextItem, Fold
+from ..store import rows
+from . import history, snapshot
+from .base import Calls
+from .context import write_fold
+from .lineage import branch
+from .merge import canonical
+from .syscall import Act, syscall
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(slots=True, frozen=True)
+class _Prepared:
+    """A snapshot read, checked and counted before its transaction."""
+
+    snapshot: snapshot.Snapshot
+    messages: list[tuple[Any, ...]]
+    folds: list[tuple[history.FoldPlan, str, int]]
+    triggers: list[tuple[str, dict[str, Any]]]
+
+    def journal(self) -> dict[str, Any]:
+        return {"messages": len(self.messages), "folds": len(self.folds), "triggers": len(self.triggers)}
+
+
+@dataclass(slots=True)
+class _Staged:
+    """A snapshot written whole to a temporary file, waiting to be renamed into place."""
+
+    tmp: Path
+    path: Path
+    size: int
+    sha256: str
+    messages: int
+
+    def journal(self) -> dict[str, Any]:
+        return {"bytes": self.size}
+
+    def commit(self) -> None:
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+
+
+class FileCalls(Calls):
+    async def save(self, sid: int, name: str | None = None, *, file: str | None = None,
+                   replace: bool = False) -> Saved:
+        """A checkpoint ``name`` in the store, or a snapshot ``file`` (owner-only, written whole
+        or not at all; an existing file is replaced only with ``replace``)."""
+        if (name is None) == (file is None):
+            raise InvalidArgument("save takes a checkpoint name or a file, not both and not neither")
+        if name is not None:
+            return await self._checkpoint(sid, name)
+        assert file is not None
+        path = Path(file).expanduser().absolute()
+        if path.exists() and not replace:
+            raise InvalidArgument(f"{path} exists; replace it explicitly (--force) or choose another file")
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            payload, count = await _payload(tx, sid)
+        staged = _stage(path, snapshot.dump(payload), hashlib.sha256(snapshot.canonical_bytes(payload)).hexdigest(),
+                        count)
+        try:
+            return await self._saved(sid, str(path), staged)
+        finally:
+            staged.discard()
+
+    @syscall(Call.SAVE)
+    async def _checkpoint(self, act: Act, sid: int, name: str) -> Saved:
+        limits.name(name, "checkpoint name")
+        if await act.tx.value("SELECT 1 FROM checkpoints WHERE session_id = ? AND name = ?", (sid, name)):
+            raise InvalidArgument(f"session {sid} already has a checkpoint named {name!r}")
+        state = {"memory": await rows.memory(act.tx, sid),
+                 "folds": [f.to_json() for f in await history.folds(act.tx, sid)]}
+        cid = await rows.insert_checkpoint(act.tx, sid, name, act.row["length"], state)
+        return Saved(sid, checkpoint=Checkpoint(cid, name, act.row["length"], act.now), messages=act.row["length"])
+
+    @syscall(Call.SAVE)
+    async def _saved(self, act: Act, sid: int, file: str, staged: _Staged) -> Saved:
+        act.after(staged.commit)
+        return Saved(sid, file=file, messages=staged.messages, bytes=staged.size, sha256=staged.sha256)
+
+    async def load(self, source: str | int, checkpoint: str | None = None, *, name: str | None = None,
+                   progress: Progress | None = None) -> Loaded:
+        """A new session from a snapshot file (``source`` a path), or forked at a session's
+        checkpoint (``source`` its SID, with ``checkpoint``).
+
+        A loaded file's runner and triggers arrive disarmed (``approve`` arms them): a file
+        from elsewhere never runs anything by itself; its ``after`` triggers are left out,
+        since they name sessions of the workspace it came from.
+        """
+        if checkpoint is not None:
+            if not isinstance(source, int):
+                raise InvalidArgument("loading a checkpoint takes the session's SID first")
+            return await self._restore(source, checkpoint, name)
+        if name is not None:
+            raise InvalidArgument("a name applies to loading a checkpoint; a snapshot keeps its own")
+        file = str(source)
+        try:
+            data = Path(file).read_bytes()
+        except OSError as exc:
+            raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
+        snap = snapshot.parse(data, file)
+        trig_specs = []
+        for t in snap.triggers:
+            if t["kind"] == "after":
+                continue
+            try:
+                trig_specs.append((t["kind"], trigger_spec.revalidate(t["kind"], t["spec"])))
+            except InvalidArgument as exc:
+                raise SnapshotError(f"{file} is not a valid snapshot: {exc}") from None
+        msgs = [(m["role"], m["content"], m["author"], m["pinned"], m.get("meta"), m["created"])
+                for m in snap.messages]
+        count = self.store.count_tokens
+        items = [ContextItem(i, m[0], m[1], count(m[1]), m[2], m[3]) for i, m in enumerate(msgs, start=1)]
+        folds = _refold(items, snap.folds, count, file)
+        return await self._load_file(os.path.abspath(file), _Prepared(snap, msgs, folds, trig_specs),
+                                     progress=progress)
+
+    @syscall(Call.LOAD, session="result", check=None)
+    async def _load_file(self, act: Act, file: str, prepared: _Prepared, *,
+                         progress: Progress | None = None) -> Loaded:
+        tx, snap, msgs = act.tx, prepared.snapshot, prepared.messages
+        s = snap.session
+        system = s["system"]
+        sid = await rows.insert_session(
+            tx, self.store.count_tokens(system) if system else 0,
+            agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
+            priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"], cwd=os.getcwd(),
+            armed=0,
+        )
+        row = await rows.session(tx, sid)
+        await rows.append(tx, row, msgs, self.store.count_tokens, progress, len(msgs))
+        for plan in prepared.folds:
+            await write_fold(tx, await rows.session(tx, sid), *plan)
+        await rows.put_memory(tx, sid, {k: canonical(v) for k, v in snap.memory.items()})
+        await rows.insert_resources(tx, sid, [(r["kind"], r["uri"], r["mode"]) for r in snap.resources])
+        await rows.insert_triggers(tx, sid, prepared.triggers)
+        act.note("its runner and triggers are disarmed until it is approved", Call.APPROVE, sid)
+        return Loaded(sid, file, len(msgs))
+
+    @syscall(Call.LOAD, session="result", other="sid", check="sid")
+    async def _restore(self, act: Act, sid: int, checkpoint: str, name: str | None = None) -> Loaded:
+        """A new session forked at ``sid``'s checkpoint, with the memory and folds it had then."""
+        cp = await act.tx.one("SELECT seq, state, created FROM checkpoints WHERE session_id = ? AND name = ?",
+                              (sid, checkpoint))
+        if cp is None:
+            raise NotFound(f"session {sid} has no checkpoint named {checkpoint!r}")
+        state = json.loads(cp["state"])
+        folds = [Fold(**f) for f in state["folds"]]
+        child = await branch(act.tx, act.row, name or f"{act.row['name']}@{checkpoint}", cp["seq"], state["memory"],
+                             folds, cp["created"])
+        return Loaded(child, f"{sid}:{checkpoint}", cp["seq"])
+
+
+async def _payload(tx: Any, sid: int) -> tuple[dict[str, Any], int]:
+    """A session as a snapshot's payload, and how many messages it holds."""
+    row = await rows.session(tx, sid)
+    msgs = await history.read(tx, sid)
+    payload = {
+        "session": {
+            "uuid": row["uuid"], "name": row["name"], "agent": row["agent"], "goal": row["goal"],
+            "system": row["system"], "priority": row["priority"], "runner": row["runner"],
+            "window": row["window"], "timeout": row["timeout"], "created": row["created"],
+        },
+        "messages": [
+            {"seq": m.seq, "role": m.role, "content": m.content, "author": m.author, "pinned": m.pinned,
+             "created": m.created, "meta": m.meta}
+            for m in msgs
+        ],
+        "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary} for f in await history.folds(tx, sid)],
+        "memory": {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()},
+        "resources": [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)],
+        "triggers": [{"kind": t["kind"], "spec": json.loads(t["spec"])} for t in await rows.triggers(tx, sid)],
+    }
+    return payload, len(msgs)
+
+
+def _stage(path: Path, data: bytes, sha256: str, messages: int) -> _Staged:
+    """Write ``data`` to a temporary file beside ``path``, readable by the owner only, synced."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ProcessionError(f"cannot write {path}: {exc.strerror}") from None
+    return _Staged(tmp, path, len(data), sha256, messages)
+
+
+def _refold(items: list[ContextItem], specs: list[dict[str, Any]], count: Callable[[str], int],
+            source: str) -> list[tuple[history.FoldPlan, str, int]]:
+    """Rebuild a snapshot's folds against its history, checking that they nest."""
+    plans: list[tuple[history.FoldPlan, str, int]] = []
+    made: list[Fold] = []
+    for n, spec in enumerate(specs, start=1):
+        lo, hi = spec["lo"], spec["hi"]
+        for f in made:
+            if not (f.hi < lo or f.lo > hi or (lo <= f.lo and f.hi <= hi)):
+                raise SnapshotError(f"{source} is not a valid snapshot: fold {n} overlaps an earlier one")
+        archived = tuple(i for i in items if lo <= i.seq <= hi and not i.protected)
+        if not archived:
+            raise SnapshotError(f"{source} is not a valid snapshot: fold {n} hides nothing")
+        fold = Fold(-n, lo, hi, spec["summary"], count(spec["summary"]), len(archived),
+                    sum(i.tokens for i in archived), 0.0)
+        plans.append((history.FoldPlan(lo, hi, archived), fold.summary, fold.summary_tokens))
+        made.append(fold)
+        items = history.apply_fold(items, fold)
+    return plans

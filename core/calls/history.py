@@ -1,0 +1,154 @@
+"""A session's history and its active context, read through copy-on-write lineage.
+
+A session owns only the messages written to it after it was forked; positions (``seq``)
+run on from its parent's fork point. Its history is therefore a chain of *segments*: for
+each session on the way up to the root, the range of that session's rows between the
+fork point below and the fork point above. Reading a fork of a fork of a 300,000-message
+session reads the same rows its root would, and forking copies none of them.
+
+The active context is the history seen through the session's folds (``compress``): each
+fold, applied in the order it was made, hides the unprotected items in its range and puts
+its summary in their place. Folds nest or stay disjoint, never overlap partially, so that
+undoing the newest one (``expand``) gives back exactly what it hid.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..model.records import ContextItem, Fold, Message
+from ..store.sqlite import Tx
+
+
+@dataclass(slots=True, frozen=True)
+class Segment:
+    """Rows ``lo < seq <= hi`` of ``session`` belong to the history being read."""
+
+    session: int
+    lo: int
+    hi: int
+
+
+async def lineage(tx: Tx, sid: int) -> list[Segment]:
+    """The segments of ``sid``'s history, oldest first, in one recursive query."""
+    rows = await tx.all(
+        """
+        WITH RECURSIVE chain(id, parent_id, fork_seq, length, depth) AS (
+            SELECT id, parent_id, fork_seq, length, 0 FROM sessions WHERE id = ?
+            UNION ALL
+            SELECT s.id, s.parent_id, s.fork_seq, s.length, c.depth + 1
+            FROM sessions s JOIN chain c ON s.id = c.parent_id
+        )
+        SELECT id, fork_seq, length FROM chain ORDER BY depth
+        """,
+        (sid,),
+    )
+    segments: list[Segment] = []
+    upto = rows[0]["length"] if rows else 0
+    for row in rows:
+        if upto > row["fork_seq"]:
+            segments.append(Segment(row["id"], row["fork_seq"], upto))
+        upto = min(upto, row["fork_seq"])
+        if upto <= 0:
+            break
+    segments.reverse()
+    return segments
+
+
+def _clip(segments: Sequence[Segment], lo: int, hi: int) -> list[Segment]:
+    return [Segment(s.session, max(s.lo, lo), min(s.hi, hi)) for s in segments if max(s.lo, lo) < min(s.hi, hi)]
+
+
+_COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
+
+
+async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
+    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order."""
+    segments = await lineage(tx, sid)
+    if hi is None:
+        hi = segments[-1].hi if segments else 0
+    parts = _clip(segments, lo, hi)
+    if not parts:
+        return []
+    sql = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq)"
+        for _ in parts
+    )
+    params = [v for s in parts for v in (s.session, s.lo, s.hi)]
+    rows = await tx.all(sql, params)
+    return [
+        Message(r["seq"], r["role"], r["content"], r["tokens"], r["author"], bool(r["pinned"]), r["created"],
+                json.loads(r["meta"]) if r["meta"] else None)
+        for r in rows
+    ]
+
+
+async def cum_tokens(tx: Tx, sid: int, seq: int) -> int:
+    """Sum of the tokens of history positions 1..``seq`` (one indexed lookup, no scan)."""
+    if seq <= 0:
+        return 0
+    for segment in reversed(await lineage(tx, sid)):
+        if segment.lo < seq <= segment.hi:
+            value = await tx.value(
+                "SELECT cum_tokens FROM messages WHERE session_id = ? AND seq = ?", (segment.session, seq)
+            )
+            return int(value)
+    raise ValueError(f"session {sid} has no position {seq}")
+
+
+async def folds(tx: Tx, sid: int) -> list[Fold]:
+    """The session's folds in force, oldest first."""
+    rows = await tx.all(
+        "SELECT id, lo, hi, summary, summary_tokens, archived_count, archived_tokens, created"
+        " FROM folds WHERE session_id = ? AND expanded IS NULL ORDER BY id",
+        (sid,),
+    )
+    return [Fold(*row) for row in rows]
+
+
+def apply_fold(items: list[ContextItem], fold: Fold) -> list[ContextItem]:
+    """``items`` with the unprotected ones in ``fold``'s range replaced by its summary."""
+    positions = [i.seq for i in items]
+    start = bisect.bisect_left(positions, fold.lo)
+    stop = bisect.bisect_right(positions, fold.hi)
+    inside = items[start:stop]
+    kept = [i for i in inside if i.protected]
+    summary = ContextItem(fold.lo, "system", fold.summary, fold.summary_tokens, author="compress",
+                          fold=fold.id, folded=fold.archived_count)
+    return items[:start] + [summary] + kept + items[stop:]
+
+
+def active(history: Sequence[Message], in_force: Sequence[Fold]) -> list[ContextItem]:
+    """The active context: ``history`` seen through ``in_force`` folds."""
+    items = [ContextItem(m.seq, m.role, m.content, m.tokens, m.author, m.pinned, meta=m.meta) for m in history]
+    for fold in in_force:
+        items = apply_fold(items, fold)
+    return items
+
+
+@dataclass(slots=True, frozen=True)
+class FoldPlan:
+    lo: int
+    hi: int
+    archived: tuple[ContextItem, ...]
+
+
+def plan_fold(items: Sequence[ContextItem], in_force: Sequence[Fold], keep_last: int) -> FoldPlan | None:
+    """Which items a new fold keeping the last ``keep_last`` items would archive, or None.
+
+    The range is widened to cover whole any older fold whose summary it swallows, so that
+    folds always nest.
+    """
+    candidates = items[: max(len(items) - keep_last, 0)]
+    archived = tuple(i for i in candidates if not i.protected)
+    if not archived:
+        return None
+    lo, hi = archived[0].seq, archived[-1].seq
+    swallowed = {i.fold for i in archived if i.fold is not None}
+    for fold in in_force:
+        if fold.id in swallowed:
+            lo, hi = min(lo, fold.lo), max(hi, fold.hi)
+    return FoldPlan(lo, hi, archived)

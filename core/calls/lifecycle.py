@@ -1,0 +1,163 @@
+"""Calls on a session's life: its birth, its settings, the moves of the lifecycle table."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..model import limits, runner_spec
+from ..model.calls import Call
+from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
+from ..model.outcomes import Migrated, Moved, Niced, Spawned, Updated
+from ..model.records import Fold
+from ..model.states import Reason, State
+from ..store import rows
+from . import waking
+from .base import Calls
+from .context import DEFAULT_KEEP_LAST, plan_fold, write_fold
+from .reads import live_holder
+from .syscall import Act, syscall
+
+DEFAULT_WINDOW = 128_000
+#: What ``set`` may change, in the order it reports them.
+SETTINGS = ("name", "goal", "system", "timeout", "window")
+
+
+class LifecycleCalls(Calls):
+    @syscall(Call.SPAWN, session="result", check=None)
+    async def spawn(
+        self, act: Act, name: str, agent: str, *, system: str = "", goal: str = "", priority: int = 0,
+        runner: str = runner_spec.DEFAULT, window: int = DEFAULT_WINDOW, timeout: float | None = None,
+        cwd: str | None = None,
+    ) -> Spawned:
+        """A new sleeping session for ``agent`` (made on first use), working in ``cwd``."""
+        runner_spec.parse(runner)
+        folder = cwd or os.getcwd()
+        if not os.path.isabs(folder):
+            raise InvalidArgument(f"the session folder must be absolute: {folder!r}")
+        if not os.path.isdir(folder):
+            raise InvalidArgument(f"the session folder {folder} does not exist")
+        system = limits.text(system, "system prompt")
+        sid = await rows.insert_session(
+            act.tx, self.store.count_tokens(system) if system else 0,
+            agent_id=await rows.agent_id(act.tx, limits.name(agent, "agent name")),
+            name=limits.name(name, "session name"), system=system, goal=limits.text(goal, "goal"),
+            priority=limits.priority(priority), runner=runner, window=limits.window(window),
+            timeout=limits.positive(timeout, "timeout"), cwd=folder,
+        )
+        return Spawned(sid)
+
+    @syscall(Call.SET)
+    async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
+                  system: str | None = None, timeout: float | None = None, window: int | None = None) -> Updated:
+        """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it).
+
+        A new window must hold the context as it is (compress it first, or use migrate
+        with ``compress``); a running step goes on as it started, the next run sees the change.
+        """
+        row = act.row
+        cols: dict[str, Any] = {}
+        if name is not None:
+            cols["name"] = limits.name(name, "session name")
+        if goal is not None:
+            cols["goal"] = limits.text(goal, "goal")
+        if timeout is not None:
+            cols["timeout"] = None if timeout == 0 else limits.positive(timeout, "timeout")
+        context = row["context_tokens"]
+        if system is not None:
+            cols["system"] = limits.text(system, "system prompt")
+            cols["system_tokens"] = self.store.count_tokens(system) if system else 0
+            context += cols["system_tokens"] - row["system_tokens"]
+            cols["context_tokens"] = context
+        if window is not None:
+            cols["window"] = limits.window(window)
+        new_window = cols.get("window", row["window"])
+        if context > new_window and (window is not None or system is not None):
+            raise ContextTooLarge(
+                f"session {sid}'s context would be {context} tokens, over its window of {new_window}:"
+                f" compress it first, or migrate it with compress")
+        changed = tuple(k for k in SETTINGS if k in cols and cols[k] != row[k])
+        if not changed:
+            raise InvalidArgument(f"nothing to change in session {sid}: give a new name, goal, system prompt,"
+                                  " timeout or window")
+        await rows.update_session(act.tx, sid, **cols)
+        if State(row["state"]) is State.RUNNING:
+            act.note("the running step goes on as it started; its next run sees the change")
+        return Updated(sid, changed)
+
+    @syscall(Call.ACTIVATE)
+    async def activate(self, act: Act, sid: int, cause: dict[str, Any] | None = None) -> Moved:
+        """Queue a run: the session becomes ready; the engine starts it when a slot is free."""
+        if not act.row["armed"]:
+            raise ProcessionError(
+                f"session {sid} came from a snapshot file and is not approved: review it, then approve it")
+        await waking.queue(act.tx, act.row, [cause or {"kind": "manual", "by": self.actor}])
+        if await live_holder(act.tx) is None:
+            act.note("no engine runs on this workspace: the run waits in the queue until one starts"
+                     " (`procession run`, or a monitor)")
+        return Moved(sid, act.target)
+
+    @syscall(Call.SUSPEND)
+    async def suspend(self, act: Act, sid: int) -> Moved:
+        """Freeze: a running step is stopped in place; the session remembers where it was."""
+        await rows.update_session(act.tx, sid, state=act.target.value, resume_to=act.row["state"])
+        return Moved(sid, act.target)
+
+    @syscall(Call.RESUME)
+    async def resume(self, act: Act, sid: int) -> Moved:
+        """Thaw: back to the state it was suspended in; what its triggers kept is delivered."""
+        await rows.update_session(act.tx, sid, state=act.target.value, resume_to=None)
+        await waking.release_pending(act.tx, sid)
+        return Moved(sid, State((await act.reload())["state"]))
+
+    @syscall(Call.INTERRUPT)
+    async def interrupt(self, act: Act, sid: int) -> Moved:
+        """Stop the current step (or take the session off the queue); it goes back to sleep."""
+        await rows.update_session(act.tx, sid, state=act.target.value, queued_at=None, causes=None)
+        return Moved(sid, act.target)
+
+    @syscall(Call.CANCEL)
+    async def cancel(self, act: Act, sid: int) -> Moved:
+        """Terminate: a running step is killed; the history is kept; triggers stop firing."""
+        await rows.update_session(act.tx, sid, state=act.target.value, reason=Reason.CANCELLED.value,
+                                  resume_to=None, queued_at=None, causes=None)
+        return Moved(sid, act.target)
+
+    @syscall(Call.NICE)
+    async def nice(self, act: Act, sid: int, priority: int, *, relative: bool = False) -> Niced:
+        """Set the priority (higher runs first), or move it by ``priority`` when ``relative``."""
+        value = limits.priority(act.row["priority"] + priority if relative else priority)
+        await rows.update_session(act.tx, sid, priority=value)
+        return Niced(sid, value)
+
+    @syscall(Call.MIGRATE)
+    async def migrate(self, act: Act, sid: int, runner: str, *, window: int | None = None,
+                      compress: bool = False) -> Migrated:
+        """Move to another runner and window; refuse if the context does not fit, unless
+        ``compress`` lets it fold older items (keeping as many recent ones as fit)."""
+        row = act.row
+        runner_spec.parse(runner)
+        new_window = limits.window(window if window is not None else row["window"])
+        tokens = row["context_tokens"]
+        fold: Fold | None = None
+        if tokens > new_window:
+            if not compress:
+                raise ContextTooLarge(
+                    f"session {sid}'s context is {tokens} tokens, over the new window of {new_window};"
+                    " compress it first or pass --compress"
+                )
+            for keep in (DEFAULT_KEEP_LAST, 4, 2, 1, 0):
+                plan = await plan_fold(act.tx, row, keep, budget=max(32, new_window // 4))
+                if plan and tokens - sum(i.tokens for i in plan[0].archived) + plan[2] <= new_window:
+                    fold = await write_fold(act.tx, row, *plan)
+                    break
+            else:
+                raise ContextTooLarge(
+                    f"session {sid}'s context ({tokens} tokens) cannot be compressed under {new_window} tokens:"
+                    " what must stay (the system prompt, pinned messages, a summary) is larger than that"
+                )
+            tokens = tokens + fold.summary_tokens - fold.archived_tokens
+            act.note(f"older context was compressed to fit: {fold.archived_count} items behind a summary"
+                     " (expand restores them)", Call.EXPAND, sid)
+        await rows.update_session(act.tx, sid, runner=runner, window=new_window)
+        return Migrated(sid, runner, new_window, tokens, self.tokenizer, fold)

@@ -1,0 +1,221 @@
+"""The reads: what faces show. Each is one read transaction (a consistent view of every
+table it looks at); none writes, none is journaled."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from ..model.errors import InvalidArgument, NotFound, SessionNotFound
+from ..model.records import (
+    Checkpoint,
+    Holder,
+    ContextItem,
+    JournalEntry,
+    Message,
+    Resource,
+    RunInfo,
+    SessionDetail,
+    SessionInfo,
+    TriggerInfo,
+)
+from ..model.states import State
+from ..store import rows
+from ..store.sqlite import Tx
+from . import history
+from .base import Calls
+
+#: A lease heartbeat older than this means no engine is running.
+ENGINE_STALE_S = 5.0
+_STATES = {s.value: s for s in State}
+
+
+def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
+    """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
+    times when a monitor opens a big workspace)."""
+    return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
+                       r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], tuple(trigs), r[22],
+                       r[23], r[24], r[25])
+
+
+class ReadCalls(Calls):
+    async def ps(self, *, all: bool = False, agent: str | None = None, state: str | None = None) -> list[SessionInfo]:
+        """The process table. Reads session rows and triggers only, never messages."""
+        where, params = [], []
+        if not all and state != State.TERMINATED:
+            where.append("s.state != 'terminated'")
+        if agent is not None:
+            where.append("a.name = ?")
+            params.append(agent)
+        if state is not None:
+            if state not in _STATES:
+                raise InvalidArgument(f"unknown state {state!r}; states are {', '.join(_STATES)}")
+            where.append("s.state = ?")
+            params.append(state)
+        sql = rows.PS_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY s.id"
+        async with self.store.snapshot() as tx:
+            found = await tx.tuples(sql, params)
+            trigs = rows.trigger_infos(await tx.tuples(f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers ORDER BY id"))
+        return [_info(r, trigs.get(r[0], ())) for r in found]
+
+    async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
+        """Sessions changed after revision ``since`` (every session for 0), in SID order from
+        ``after`` on, at most ``limit`` of them; and the revision they bring the reader to.
+        A monitor asks for this on each tick and redraws only them; it reads a big workspace
+        a page at a time, so that its first screen does not wait for the last row."""
+        async with self.store.snapshot() as tx:
+            rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
+            found = await tx.tuples(f"{rows.PS_SELECT} WHERE s.rev > ? AND s.id > ? ORDER BY s.id LIMIT ?",
+                                    (since, after, limit))
+            trigs = rows.trigger_infos(await tx.tuples(
+                f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN"
+                " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?) ORDER BY id",
+                (since, after, limit))) if found else {}
+        return rev, [_info(r, trigs.get(r[0], ())) for r in found]
+
+    async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
+        """What a monitor's header shows besides its own rows: recent firings, live runs, the engine."""
+        async with self.store.snapshot() as tx:
+            fired = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND ts > ?",
+                                   (tx.now - window_s,))
+            live = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL")
+            lease = await rows.lease(tx)
+        return {
+            "fired": int(fired), "running": int(live),
+            "engine": dict(lease) if lease is not None and tx.now - lease["heartbeat"] < ENGINE_STALE_S else None,
+        }
+
+    async def info(self, sid: int) -> SessionInfo:
+        """One row of the process table."""
+        async with self.store.snapshot() as tx:
+            return await _ps_info(tx, sid)
+
+    async def show(self, sid: int) -> SessionDetail:
+        """Everything about one session, its active context included."""
+        async with self.store.snapshot() as tx:
+            info = await _ps_info(tx, sid)
+            system = await tx.value("SELECT system FROM sessions WHERE id = ?", (sid,))
+            memory = await rows.memory(tx, sid)
+            res = await rows.resources(tx, sid)
+            in_force = await history.folds(tx, sid)
+            items = history.active(await history.read(tx, sid), in_force)
+            cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
+        return SessionDetail(
+            info=info,
+            system=system,
+            memory={k: json.loads(v) for k, v in sorted(memory.items())},
+            resources=tuple(Resource(*r) for r in res),
+            context=tuple(items),
+            folds=tuple(in_force),
+            checkpoints=tuple(Checkpoint(*c) for c in cps),
+            tokenizer=self.tokenizer,
+        )
+
+    async def history(self, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
+        """The whole history (archived messages included), through the fork chain."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            return await history.read(tx, sid, lo, hi)
+
+    async def context(self, sid: int) -> list[ContextItem]:
+        """The active context: what a runner is given."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            return history.active(await history.read(tx, sid), await history.folds(tx, sid))
+
+    async def context_curve(self, sid: int, points: int = 60) -> list[int]:
+        """Active-context tokens after each of ``points`` evenly spaced history positions
+        (as the folds in force now would count them): a curve for a sparkline, read with
+        one indexed lookup per point, never a scan."""
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+            length = row["length"]
+            if length == 0:
+                return [row["system_tokens"]]
+            in_force = await history.folds(tx, sid)
+            marks = sorted({max(1, round(length * (i + 1) / points)) for i in range(points)})
+            curve = []
+            for seq in marks:
+                saved = sum(f.archived_tokens - f.summary_tokens for f in in_force if f.hi <= seq)
+                curve.append(row["system_tokens"] + await history.cum_tokens(tx, sid, seq) - saved)
+        return curve
+
+    async def memory_get(self, sid: int, key: str) -> Any:
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            value = await rows.memory_value(tx, sid, key)
+        if value is None:
+            raise NotFound(f"session {sid} has no memory key {key!r}")
+        return json.loads(value)
+
+    async def triggers(self, sid: int) -> list[TriggerInfo]:
+        return list((await self.info(sid)).triggers)
+
+    async def journal(self, sid: int | None = None, limit: int = 50) -> list[JournalEntry]:
+        """The newest ``limit`` journal rows (of one session, when ``sid`` is given), oldest first."""
+        async with self.store.snapshot() as tx:
+            if sid is None:
+                found = await tx.all("SELECT * FROM journal ORDER BY id DESC LIMIT ?", (limit,))
+            else:
+                await rows.session(tx, sid)
+                found = await tx.all(
+                    "SELECT * FROM (SELECT * FROM journal WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
+                    " UNION SELECT * FROM (SELECT * FROM journal WHERE other_id = ? ORDER BY id DESC LIMIT ?)"
+                    " ORDER BY id DESC LIMIT ?",
+                    (sid, limit, sid, limit, limit),
+                )
+        return [
+            JournalEntry(r["id"], r["ts"], r["actor"], r["call"], r["session_id"], r["other_id"],
+                         json.loads(r["args"]), json.loads(r["outcome"]))
+            for r in reversed(found)
+        ]
+
+    async def runs(self, sid: int | None = None, limit: int = 100) -> list[RunInfo]:
+        async with self.store.snapshot() as tx:
+            if sid is None:
+                found = await tx.all("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (limit,))
+            else:
+                await rows.session(tx, sid)
+                found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
+                                     (sid, limit))
+        return [
+            RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
+                    r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"])
+            for r in reversed(found)
+        ]
+
+
+async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
+    found = await tx.tuples(f"{rows.PS_SELECT} WHERE s.id = ?", (sid,))
+    if not found:
+        raise SessionNotFound(sid)
+    trigs = rows.trigger_infos(await tx.tuples(
+        f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
+    return _info(found[0], trigs.get(sid, ()))
+
+
+async def live_holder(tx: Tx) -> Holder | None:
+    """The engine holding the workspace's lease, if it is alive: its heartbeat is fresh and,
+    on this machine, its process is there."""
+    row = await rows.lease(tx)
+    if row is None:
+        return None
+    holder = Holder(*row)
+    if tx.now - holder.heartbeat > ENGINE_STALE_S:
+        return None
+    if holder.host == socket.gethostname() and not _alive(holder.pid):
+        return None
+    return holder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,153 @@
+"""``@syscall``: what makes a method one atomic, checked, journaled system call.
+
+A call body never opens its own transaction, loads its session or checks the lifecycle
+table: the decorator does, the same way for every call, before the body runs. The body gets
+an ``Act`` (the transaction, the checked session row, the state the call leads it to, and a
+list of notes) and returns an ``Outcome``. The decorator then writes the call's journal
+row in the same transaction, commits, and only after the commit runs what the body asked to
+happen outside the store (``Act.after``: renaming a snapshot file into place), so that no
+file work is done while the workspace is locked and nothing is done for a call that rolled
+back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+from ..model import states
+from ..model.calls import Call
+from ..model.errors import IllegalTransition
+from ..model.outcomes import Note, Outcome
+from ..model.states import State
+from ..store import rows
+from ..store.sqlite import Tx
+
+if TYPE_CHECKING:
+    from .base import Calls
+
+
+
+class Journaled(Protocol):
+    """What a call returns: user calls an ``Outcome``; the engine's calls records of their own."""
+
+    def journal(self) -> Any: ...
+
+
+P = ParamSpec("P")
+O = TypeVar("O", bound=Journaled)
+C = TypeVar("C", bound="Calls")
+
+
+def transition(row: sqlite3.Row, call: Call, table: dict[Call, dict[State, State | str]] = states.TABLE) -> State:
+    """The state ``call`` leads the session in ``row`` to, or ``IllegalTransition``."""
+    state = State(row["state"])
+    prior = State(row["resume_to"]) if row["resume_to"] else None
+    target = states.next_state(call, state, prior, table=table)
+    if target is None:
+        raise IllegalTransition(call, row["id"], state, states.reason(call, state))
+    return target
+
+
+class Act:
+    """One call in progress."""
+
+    __slots__ = ("tx", "call", "actor", "row", "target", "other", "notes", "_after")
+
+    def __init__(self, tx: Tx, call: Call, actor: str) -> None:
+        self.tx = tx
+        self.call = call
+        self.actor = actor
+        self.row: sqlite3.Row = None  # type: ignore[assignment]  # set before the body runs when checked
+        self.target: State = State.SLEEPING
+        self.other: sqlite3.Row | None = None
+        self.notes: list[Note] = []
+        self._after: list[Callable[[], None]] = []
+
+    @property
+    def now(self) -> float:
+        return self.tx.now
+
+    def note(self, text: str, call: Call | None = None, sid: int | None = None) -> None:
+        self.notes.append(Note(text, call, sid))
+
+    def after(self, action: Callable[[], None]) -> None:
+        """Do ``action`` once the call has committed (never if it is refused)."""
+        self._after.append(action)
+
+    async def reload(self) -> sqlite3.Row:
+        """The checked session's row as this transaction has changed it so far."""
+        self.row = await rows.session(self.tx, self.row["id"])
+        return self.row
+
+
+def syscall(
+    call: Call, *, session: str | None = "sid", other: str | None = None, check: str | None = "",
+    second: str | None = None,
+) -> Callable[[Callable[Concatenate[C, Act, P], Awaitable[O]]], Callable[Concatenate[C, P], Awaitable[O]]]:
+    """Make a method one atomic, journaled system call.
+
+    ``session`` and ``other`` name the arguments holding the SIDs the journal row is about
+    (``"result"``: the SID of the outcome, for calls that make a session). ``check`` names
+    the argument whose session is loaded and checked against the lifecycle table before the
+    body runs (default: ``session``; ``None``: nothing to check), ``second`` one checked
+    against ``states.SECOND`` (a merge's target).
+    """
+    checked = session if check == "" else check
+
+    def wrap(fn: Callable[Concatenate[C, Act, P], Awaitable[O]]) -> Callable[Concatenate[C, P], Awaitable[O]]:
+        names: list[str] = []
+
+        @functools.wraps(fn)
+        async def method(self: C, /, *args: P.args, **kwargs: P.kwargs) -> O:
+            if not names:  # read on first use: inspect costs import time for every call
+                names.extend(list(inspect.signature(fn).parameters)[2:])
+            arguments: dict[str, Any] = dict(zip(names, args)) | kwargs
+            async with self.store.tx() as tx:
+                act = Act(tx, call, self.actor)
+                if checked and checked != "result":
+                    act.row = await rows.session(tx, arguments[checked])
+                    act.target = transition(act.row, call)
+                if second:
+                    act.other = await rows.session(tx, arguments[second])
+                    transition(act.other, call, states.SECOND)
+                result = await fn(self, act, *args, **kwargs)
+                if act.notes and isinstance(result, Outcome):
+                    result = dataclasses.replace(result, notes=result.notes + tuple(act.notes))
+                named = arguments | {"result": getattr(result, "sid", None)}
+                await tx.journal(self.actor, call, named.get(session) if session else None,
+                                 journal_args(arguments), result.journal(), named.get(other) if other else None)
+            for action in act._after:
+                action()
+            return result
+
+        method.call = call  # type: ignore[attr-defined]
+        return method
+
+    return wrap
+
+
+def journal_args(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a call as its journal row keeps them: long texts shortened, no content."""
+    out: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if callable(value):
+            continue
+        if hasattr(value, "journal"):
+            value = value.journal()
+        if isinstance(value, str) and len(value) > 200:
+            value = f"{value[:200]}… ({len(value)} chars)"
+        elif isinstance(value, (list, tuple)) and len(value) > 20:
+            value = f"<{len(value)} items>"
+        elif is_dataclass(value) and not isinstance(value, type):
+            value = asdict(value)
+        elif isinstance(value, Path):
+            value = str(value)
+        out[key] = value
+    return out

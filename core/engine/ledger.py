@@ -1,0 +1,311 @@
+"""The engine's own system calls: the lease, starting and finishing runs, firing triggers,
+recovering from a dead engine.
+
+``Ledger`` is the ``Workspace`` the engine acts through. Like every call, each of these is
+one transaction that checks the lifecycle table and is journaled (actor ``engine``, or
+``trigger`` for a firing), so the journal tells the whole story of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from ..calls import Workspace, history, waking
+from ..calls.context import deliver
+from ..calls.merge import canonical
+from ..calls.reads import live_holder
+from ..calls.syscall import Act, syscall
+from ..model.calls import Call
+from ..model.errors import EngineBusy, IllegalTransition, NotFound, SessionNotFound
+from ..model.records import Holder
+from ..model.states import Reason, State
+from ..store import rows
+from ..store.sqlite import Tx
+from .runners import protocol
+from .runners.protocol import Events
+
+#: Outcomes of a run.
+OK, FAILED, INTERRUPTED, CANCELLED, TIMEOUT, LOST = "ok", "failed", "interrupted", "cancelled", "timeout", "lost"
+
+
+@dataclass(slots=True, frozen=True)
+class Leased:
+    """The lease taken, and the dead holder it was taken over from (if any)."""
+
+    pid: int
+    slots: int
+    took_over: dict[str, Any] | None
+
+    def journal(self) -> dict[str, Any]:
+        return {"pid": self.pid, "slots": self.slots, "took_over": self.took_over}
+
+
+@dataclass(slots=True, frozen=True)
+class Released:
+    def journal(self) -> str:
+        return "ok"
+
+
+@dataclass(slots=True, frozen=True)
+class Start:
+    """What the engine needs to launch a claimed run."""
+
+    sid: int
+    run: int
+    document: bytes
+
+    def journal(self) -> dict[str, Any]:
+        return {"run": self.run, "bytes": len(self.document)}
+
+
+@dataclass(slots=True, frozen=True)
+class Finish:
+    sid: int
+    state: State
+
+    def journal(self) -> dict[str, Any]:
+        return {"state": self.state.value}
+
+
+@dataclass(slots=True, frozen=True)
+class Recovered:
+    lost_runs: list[int]
+    sessions: list[int]
+
+    def journal(self) -> dict[str, Any]:
+        return {"lost_runs": self.lost_runs, "sessions": self.sessions}
+
+
+@dataclass(slots=True, frozen=True)
+class Orphan:
+    run: int
+    session: int
+    pid: int | None
+    proc_start: float | None
+
+
+class Ledger(Workspace):
+    """A workspace with the calls only an engine makes."""
+
+    # ------------------------------------------------------------------ the lease
+
+    async def holder(self) -> Holder | None:
+        """The engine holding this workspace, if its lease is alive."""
+        async with self.store.snapshot() as tx:
+            return await live_holder(tx)
+
+    @syscall(Call.LEASE, session=None, check=None)
+    async def acquire(self, act: Act, token: str, slots: int) -> Leased:
+        """Take the lease, or refuse naming the live holder."""
+        holder = await live_holder(act.tx)
+        if holder is not None and holder.token != token:
+            raise EngineBusy(
+                f"an engine already runs on {self.path}: pid {holder.pid} on {holder.host}"
+                f" (heartbeat {act.now - holder.heartbeat:.1f}s ago)"
+            )
+        before = await rows.lease(act.tx)
+        await rows.put_lease(act.tx, token, os.getpid(), socket.gethostname(), slots)
+        return Leased(os.getpid(), slots, {"token": before["token"], "pid": before["pid"]} if before else None)
+
+    async def heartbeat(self, token: str) -> bool:
+        """Renew the lease; False when another engine has taken it. Not a call: not journaled."""
+        async with self.store.tx() as tx:
+            return await rows.beat(tx, token)
+
+    @syscall(Call.LEASE, session=None, check=None)
+    async def release(self, act: Act, token: str) -> Released:
+        await rows.drop_lease(act.tx, token)
+        return Released()
+
+    # ------------------------------------------------------------------ runs
+
+    async def ready(self, limit: int, only: set[int] | None = None) -> list[sqlite3.Row]:
+        """Sessions waiting for a slot (of ``only``, when given): highest priority first,
+        oldest first within one."""
+        among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
+        async with self.store.snapshot() as tx:
+            return await tx.all(
+                "SELECT id, runner, cwd, timeout, context_tokens, window FROM sessions"
+                f" WHERE state = 'ready' AND armed = 1{among}"
+                " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
+                (limit,),
+            )
+
+    async def workdir(self, sid: int) -> str:
+        """Where a step runs: the first bound folder, else the folder the session was spawned in."""
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+            folders = [r["uri"] for r in await rows.resources(tx, sid) if r["kind"] == "folder"]
+        return folders[0] if folders else str(row["cwd"])
+
+    @syscall(Call.START)
+    async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, pid: int | None,
+                        proc_start: float | None) -> Start:
+        """Claim a ready session for a step already launched with ``runner``; returns its input.
+
+        Refused (and the caller kills the step) if the session left the queue or changed
+        runner since the engine looked.
+        """
+        tx, row = act.tx, act.row
+        if not row["armed"] or row["runner"] != runner:
+            raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
+        causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
+        run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine)
+        await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None)
+        context = history.active(await history.read(tx, sid), await history.folds(tx, sid))
+        memory = {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()}
+        resources = [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)]
+        document = protocol.document(
+            {"id": sid, "uuid": row["uuid"], "name": row["name"], "agent": row["agent"], "goal": row["goal"]},
+            {"id": run, "cause": causes}, row["system"], context, memory, resources,
+        )
+        return Start(sid, run, document)
+
+    @syscall(Call.FINISH, check=None)
+    async def finish_run(self, act: Act, sid: int, run: int, outcome: str, *, exit_code: int | None,
+                         events: Events, error: str = "", requeue: bool = False) -> Finish:
+        """Record how a run ended and apply what its output asks for.
+
+        ``ok`` applies messages, memory changes and sends, and ends the session if the step
+        said ``done``; ``interrupted`` and ``timeout`` keep the partial messages, marked;
+        ``failed``, ``cancelled`` and ``lost`` apply nothing but the record. The session goes
+        back to sleep unless the user moved it meanwhile (interrupt, cancel, suspend); a run
+        of a session cancelled or merged away meanwhile applies nothing. ``requeue`` makes a
+        suspended session run again on resume (an HTTP step cannot be frozen, so suspending
+        it interrupted it).
+        """
+        tx = act.tx
+        if not await rows.live_run(tx, sid, run):
+            raise NotFound(f"run {run} of session {sid} is not live")
+        row = await rows.session(tx, sid)
+        state = State(row["state"])
+        ended = state is State.TERMINATED
+        problems = list(events.problems)
+        if state is State.RUNNING and requeue:
+            state = State.READY  # interrupted by a suspend the user has undone since: run it again
+        elif state is State.RUNNING:
+            state = State.TERMINATED if outcome == OK and events.done else State.SLEEPING
+        if outcome in (OK, INTERRUPTED, TIMEOUT) and events.messages and not ended:
+            meta = None if outcome == OK else {"outcome": outcome, "run": run}
+            await rows.append(tx, row, [(role, text, "runner", False, meta) for role, text in events.messages],
+                              self.store.count_tokens)
+        if outcome == OK and not ended:
+            problems += await _apply_events(tx, sid, events)
+        if problems:
+            error = "\n".join(filter(None, [error, *problems]))
+        await rows.end_run(tx, run, outcome, exit_code, events.tokens_in, events.tokens_out, error[-4096:] or None)
+        if state is State.READY and row["state"] == State.RUNNING:
+            await waking.queue(tx, await rows.session(tx, sid), [{"kind": "resume", "run": run}])
+        else:
+            changes: dict[str, Any] = {"state": state.value}
+            if state is State.TERMINATED and row["state"] == State.RUNNING:
+                changes["reason"] = Reason.DONE.value
+            if state is State.SUSPENDED:
+                changes["resume_to"] = State.READY.value if requeue else State.SLEEPING.value
+            await rows.update_session(tx, sid, **changes)
+        await waking.release_pending(tx, sid)
+        if outcome not in (CANCELLED, LOST) and not ended:
+            for trig in await tx.all(
+                "SELECT * FROM triggers WHERE kind = 'after' AND json_extract(spec, '$.session') = ?", (sid,)
+            ):
+                await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig,
+                                  {"session": sid, "run": run, "outcome": outcome})
+        return Finish(sid, state)
+
+    async def sample(self, stats: list[tuple[float, int, int]]) -> None:
+        """Store CPU% and RSS of live steps: ``(cpu, rss, run)`` rows. Not a call: not journaled,
+        but the sessions are stamped changed so that monitors redraw their rows."""
+        async with self.store.tx() as tx:
+            await rows.sample_runs(tx, stats)
+
+    # ------------------------------------------------------------------ triggers
+
+    async def fire(self, trigger: int, cause: dict[str, Any], state: dict[str, Any] | None = None) -> str:
+        """Fire one trigger (journaled by ``waking.wake``); ``state`` replaces its stored fingerprint."""
+        async with self.store.tx() as tx:
+            trig = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
+            if trig is None:
+                return "gone"
+            if state is not None:
+                await rows.set_trigger_state(tx, trigger, state)
+            return await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig, cause)
+
+    async def armed_triggers(self) -> list[sqlite3.Row]:
+        """Triggers that may fire: armed, of approved sessions that have not ended."""
+        async with self.store.snapshot() as tx:
+            return await tx.all(
+                "SELECT t.id, t.session_id, t.kind, t.spec, t.created, t.last_fired, t.state FROM triggers t"
+                " JOIN sessions s ON s.id = t.session_id"
+                " WHERE t.armed = 1 AND s.armed = 1 AND s.state != 'terminated' ORDER BY t.id"
+            )
+
+    async def remember(self, trigger: int, state: dict[str, Any]) -> None:
+        """Store a watch trigger's fingerprint (not a call: nothing the user sees changes)."""
+        async with self.store.tx() as tx:
+            await rows.set_trigger_state(tx, trigger, state)
+
+    # ------------------------------------------------------------------ recovery
+
+    async def orphans(self, token: str) -> list[Orphan]:
+        """Runs left live by another engine (dead, since we hold the lease)."""
+        async with self.store.snapshot() as tx:
+            found = await tx.all(
+                "SELECT id, session_id, pid, proc_start FROM runs WHERE ended IS NULL AND (engine IS NULL OR engine != ?)",
+                (token,),
+            )
+        return [Orphan(*r) for r in found]
+
+    @syscall(Call.RECOVER, session=None, check=None)
+    async def recover(self, act: Act, token: str) -> Recovered:
+        """Close the runs of a dead engine as ``lost`` and put their sessions back to sleep."""
+        tx = act.tx
+        found = await tx.all(
+            "SELECT id, session_id FROM runs WHERE ended IS NULL AND (engine IS NULL OR engine != ?)", (token,)
+        )
+        sessions = []
+        for run in found:
+            await rows.end_run(tx, run["id"], LOST)
+            row = await rows.session(tx, run["session_id"])
+            state = State(row["state"])
+            if state is State.RUNNING:
+                await rows.update_session(tx, row["id"], state=State.SLEEPING.value)
+                await waking.release_pending(tx, row["id"])
+            elif state is State.SUSPENDED and row["resume_to"] == State.RUNNING:
+                await rows.update_session(tx, row["id"], resume_to=State.SLEEPING.value)
+            sessions.append(row["id"])
+        stray = await tx.all(
+            "SELECT id FROM sessions s WHERE state = 'running'"
+            " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id AND r.ended IS NULL)"
+        )
+        for r in stray:
+            await rows.update_session(tx, r["id"], state=State.SLEEPING.value)
+            sessions.append(r["id"])
+        return Recovered([r["id"] for r in found], sessions)
+
+
+async def _apply_events(tx: Tx, sid: int, events: Events) -> list[str]:
+    """Memory changes and sends of a successful step; returns what could not be done."""
+    problems = []
+    values = {}
+    for key, value in events.memory_set.items():
+        try:
+            values[key] = canonical(value)
+        except (TypeError, ValueError):
+            problems.append(f"memory {key!r}: not JSON")
+    await rows.put_memory(tx, sid, values)
+    await rows.delete_memory(tx, sid, events.memory_delete)
+    for to, text in events.sends:
+        try:
+            target = await rows.session(tx, to)
+        except SessionNotFound:
+            target = None
+        if target is None or target["state"] == State.TERMINATED or to == sid:
+            problems.append(f"send to {to}: no such live session")
+            continue
+        await deliver(tx, target, [("user", text, f"session:{sid}", False, None)], f"session:{sid}")
+    return problems

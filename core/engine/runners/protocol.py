@@ -1,0 +1,183 @@
+"""The runner protocol: one JSON document in, plain text or JSON Lines events out.
+
+A step receives on stdin::
+
+    {"protocol": 1,
+     "session": {"id", "uuid", "name", "agent", "goal"},
+     "run": {"id", "cause": [...]},
+     "system": "...",
+     "messages": [{"seq", "role", "content", "author"}],
+     "memory": {...},
+     "resources": [{"kind", "uri", "mode"}]}
+
+and answers on stdout either with plain text (one assistant message) or, when its first
+non-blank line is a JSON object with a ``type``, with one event per line:
+
+    {"type": "message", "role": "assistant", "content": "..."}
+    {"type": "memory", "set": {"key": value}, "delete": ["key"]}
+    {"type": "send", "to": 12, "text": "..."}
+    {"type": "usage", "in": 1200, "out": 80}
+    {"type": "done"}                      (the session terminates, reason done)
+
+Output is bounded: ``Output`` keeps the head and the tail of what a step prints and counts
+what it cut, so a step that prints a gigabyte costs a megabyte.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ...model.records import ContextItem
+
+VERSION: Final = 1
+HEAD_BYTES: Final = 512 * 1024
+TAIL_BYTES: Final = 512 * 1024
+STDERR_TAIL: Final = 4096
+
+
+def document(session: dict[str, Any], run: dict[str, Any], system: str, context: list[ContextItem],
+             memory: dict[str, Any], resources: list[dict[str, Any]]) -> bytes:
+    """The JSON document a step reads on stdin."""
+    doc = {
+        "protocol": VERSION,
+        "session": session,
+        "run": run,
+        "system": system,
+        "messages": [{"seq": i.seq, "role": i.role, "content": i.content, "author": i.author} for i in context],
+        "memory": memory,
+        "resources": resources,
+    }
+    return json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+class Output:
+    """The bounded output of a step: the first ``head`` bytes, the last ``tail`` bytes."""
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    @property
+    def cut(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        """All that was kept, with a marker where the middle was cut."""
+        head = self.head.decode("utf-8", "replace")
+        if not self.tail:
+            return head
+        tail = self.tail.decode("utf-8", "replace")
+        if self.cut:
+            return f"{head}\n[… {self.cut} bytes of output cut …]\n{tail}"
+        return head + tail
+
+
+@dataclass(slots=True)
+class Events:
+    """What a step's output asks for, once parsed."""
+
+    messages: list[tuple[str, str]] = field(default_factory=list)
+    memory_set: dict[str, Any] = field(default_factory=dict)
+    memory_delete: list[str] = field(default_factory=list)
+    sends: list[tuple[int, str]] = field(default_factory=list)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    done: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    def journal(self) -> dict[str, Any]:
+        """What the journal keeps of a step's output: counts and keys, not contents."""
+        return {"messages": len(self.messages), "memory_set": sorted(self.memory_set),
+                "memory_delete": self.memory_delete, "sends": [to for to, _ in self.sends],
+                "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "done": self.done}
+
+
+def parse(output: Output) -> Events:
+    """Interpret a step's stdout as JSON Lines events or as one plain-text message."""
+    text = output.text()
+    events = Events()
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if not _is_event(first):
+        if text.strip():
+            events.messages.append(("assistant", text.rstrip("\n")))
+        return events
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            events.problems.append(f"line {n}: not JSON")
+            continue
+        if not isinstance(event, dict):
+            events.problems.append(f"line {n}: not an event object")
+            continue
+        _apply(event, events, n)
+    return events
+
+
+def _is_event(line: str) -> bool:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("type"), str)
+
+
+def _storable(value: Any) -> bool:
+    """Whether every string in a JSON value can be stored (no lone surrogates from ``\\udcxx``)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _apply(event: dict[str, Any], events: Events, n: int) -> None:
+    kind = event.get("type")
+    if not _storable(event):
+        events.problems.append(f"line {n}: holds text that is not valid Unicode; ignored")
+        return
+    if kind == "message":
+        content, role = event.get("content"), event.get("role", "assistant")
+        if isinstance(content, str) and role in ("assistant", "user", "system", "tool"):
+            events.messages.append((role, content))
+        else:
+            events.problems.append(f"line {n}: a message needs a content string and a valid role")
+    elif kind == "memory":
+        sets, deletes = event.get("set", {}), event.get("delete", [])
+        if isinstance(sets, dict) and isinstance(deletes, list) and all(isinstance(k, str) for k in deletes):
+            events.memory_set.update(sets)
+            events.memory_delete.extend(deletes)
+        else:
+            events.problems.append(f"line {n}: memory takes set {{key: value}} and delete [keys]")
+    elif kind == "send":
+        to, text = event.get("to"), event.get("text")
+        if isinstance(to, int) and not isinstance(to, bool) and isinstance(text, str):
+            events.sends.append((to, text))
+        else:
+            events.problems.append(f"line {n}: send takes to (a session id) and text")
+    elif kind == "usage":
+        for key, attr in (("in", "tokens_in"), ("out", "tokens_out")):
+            value = event.get(key, 0)
+            if isinstance(value, int) and value >= 0:
+                setattr(events, attr, getattr(events, attr) + value)
+    elif kind == "done":
+        events.done = True
+    else:
+        events.problems.append(f"line {n}: unknown event type {kind!r}")

@@ -1,0 +1,2 @@
+"""The vocabulary every layer speaks: calls, states, records, outcomes, errors, limits, and
+the languages of runner and trigger specs."""

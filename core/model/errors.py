@@ -1,0 +1,79 @@
+"""Typed refusals of the engine.
+
+Every error a user can cause is a ``ProcessionError`` whose ``str()`` is one line meant to
+be read by a person: the CLI prints it after ``procession: error:``, the monitor shows it in
+a notification. Anything that is not a ``ProcessionError`` is a bug and may show a traceback.
+A refused call never leaves a trace in the store: the transaction that raised is rolled back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .text import plural
+
+
+class ProcessionError(Exception):
+    """A call was refused; the message says why in one line."""
+
+    exit_code = 1
+
+
+class InvalidArgument(ProcessionError):
+    """An argument is malformed (bad JSON, unknown runner kind, negative window...)."""
+
+
+class SessionNotFound(ProcessionError):
+    def __init__(self, sid: int | str) -> None:
+        super().__init__(f"no session {sid}")
+        self.sid = sid
+
+
+class NotFound(ProcessionError):
+    """A named thing other than a session (trigger, checkpoint, memory key...) is missing."""
+
+
+class IllegalTransition(ProcessionError):
+    """The lifecycle table does not allow this call in the session's current state."""
+
+    def __init__(self, call: str, sid: int, state: str, reason: str = "") -> None:
+        super().__init__(f"cannot {call} session {sid}: {reason or f'it is {state}'}")
+        self.call, self.sid, self.state = call, sid, state
+
+
+class ContextTooLarge(ProcessionError):
+    """The active context does not fit the window asked for."""
+
+
+class MergeConflict(ProcessionError):
+    """Keys changed differently on both sides; nothing was applied.
+
+    ``conflicts`` maps each key to ``(base, ours, theirs)``, with ``MISSING`` for an absent
+    value, so that a face can show all three and let the user pick.
+    """
+
+    exit_code = 3
+
+    def __init__(self, source: int, target: int, conflicts: dict[str, tuple[Any, Any, Any]]) -> None:
+        keys = ", ".join(sorted(conflicts))
+        super().__init__(
+            f"merge {source} into {target} has {plural(len(conflicts), 'unresolved conflict')}: {keys};"
+            " resolve with --ours, --theirs or --set KEY=JSON"
+        )
+        self.source, self.target, self.conflicts = source, target, conflicts
+
+
+class SnapshotError(ProcessionError):
+    """A snapshot file is not one we wrote, or not intact."""
+
+
+class WorkspaceError(ProcessionError):
+    """The workspace file cannot be used (not SQLite, newer schema, unreadable...)."""
+
+
+class StoreBusy(ProcessionError):
+    """Another process held the workspace for longer than we are willing to wait."""
+
+
+class EngineBusy(ProcessionError):
+    """Another engine holds the workspace lease."""

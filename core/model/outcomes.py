@@ -1,0 +1,183 @@
+"""What each system call returns: one record per kind of call, with the notes it leaves.
+
+Every accepted call returns an ``Outcome``: the session it acted on (or made) in ``sid``,
+what it did in typed fields, and ``notes``, the things a person should know that the call
+did not refuse ("3 triggers copied disarmed", "the source session ends: merged into 4",
+"the context is still over its window"). Notes are worded here, in the core, once; faces
+show them and never word a note of their own. A note may name the call that would follow
+it up (``Note.call``): each face says how to make that call in its own terms (a command
+line, a key).
+
+``journal()`` is what the journal keeps of an outcome: its fields, without the notes (those
+are words for the person who made the call) and without long content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .calls import Call
+from .records import Checkpoint, Fold, Resource, TriggerInfo
+from .states import State
+
+
+@dataclass(slots=True, frozen=True)
+class Note:
+    """Something a person should know about a call that went through."""
+
+    text: str
+    call: Call | None = None  # the call that would follow this up, on ``sid``
+    sid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "call": self.call, "sid": self.sid}
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(slots=True, frozen=True)
+class Outcome:
+    """The common part of every call's result."""
+
+    sid: int
+    notes: tuple[Note, ...] = field(default=(), kw_only=True)
+
+    def journal(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "notes"}
+
+    def to_json(self) -> dict[str, Any]:
+        return self.journal() | {"notes": [n.to_json() for n in self.notes]}
+
+
+@dataclass(slots=True, frozen=True)
+class Spawned(Outcome):
+    """A new session (spawn)."""
+
+
+@dataclass(slots=True, frozen=True)
+class Forked(Outcome):
+    """``sid`` is the new session; it shares ``parent``'s history up to ``at``."""
+
+    parent: int
+    at: int
+
+
+@dataclass(slots=True, frozen=True)
+class Loaded(Outcome):
+    """``sid`` is the new session, made from ``source`` (a snapshot file, or ``SID:CHECKPOINT``)."""
+
+    source: str
+    messages: int
+
+
+@dataclass(slots=True, frozen=True)
+class Moved(Outcome):
+    """A lifecycle call: the state the session is in now."""
+
+    state: State
+
+
+@dataclass(slots=True, frozen=True)
+class Sent(Outcome):
+    """``count`` messages appended; the last one is at ``seq``."""
+
+    seq: int
+    count: int
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryChanged(Outcome):
+    set: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class Compressed(Outcome):
+    fold: Fold
+    context_tokens: int
+    window: int
+
+
+@dataclass(slots=True, frozen=True)
+class Expanded(Outcome):
+    fold: Fold
+    context_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
+class Updated(Outcome):
+    """``set``: the names of the settings that changed."""
+
+    changed: tuple[str, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Niced(Outcome):
+    priority: int
+
+
+@dataclass(slots=True, frozen=True)
+class Migrated(Outcome):
+    runner: str
+    window: int
+    context_tokens: int
+    tokenizer: str
+    fold: Fold | None = None  # the compress that made the context fit, if one was needed
+
+
+@dataclass(slots=True, frozen=True)
+class Merged(Outcome):
+    """``source`` merged into ``sid``; ``base`` is the common ancestor (None: unrelated)."""
+
+    source: int
+    base: int | None
+    messages: int
+    memory_changed: tuple[str, ...]
+    resources_added: int
+    resolved: dict[str, Any]
+
+
+@dataclass(slots=True, frozen=True)
+class Saved(Outcome):
+    """A checkpoint in the store, or a snapshot file (``file``, its size and content hash)."""
+
+    checkpoint: Checkpoint | None = None
+    file: str | None = None
+    messages: int = 0
+    bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class Approved(Outcome):
+    """What approving armed: the runner, and the triggers that were disarmed."""
+
+    runner: str
+    triggers: tuple[TriggerInfo, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Bound(Outcome):
+    resource: Resource
+
+
+@dataclass(slots=True, frozen=True)
+class Unbound(Outcome):
+    resource: Resource
+
+
+@dataclass(slots=True, frozen=True)
+class TriggerAdded(Outcome):
+    trigger: TriggerInfo
+
+
+@dataclass(slots=True, frozen=True)
+class TriggerRemoved(Outcome):
+    trigger: TriggerInfo

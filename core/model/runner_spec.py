@@ -1,0 +1,70 @@
+"""Runners: what executes one step of a session.
+
+This module only knows the *spec* a user writes (``command:...``, ``openai:MODEL[@URL]``,
+``builtin:NAME[:ARG]``; an openai spec may end in ``#VAR``, the environment variable
+that holds its API key) and checks its syntax when a session is spawned or migrated; the
+runners themselves live beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from .errors import InvalidArgument
+
+DEFAULT: Final = "builtin:digest"
+BUILTINS: Final = {
+    "digest": "replies with a digest of the active context (deterministic)",
+    "echo": "replies with the last message",
+    "sleep": "sleeps ARG seconds (default 5), then replies; for trying suspend and interrupt",
+    "fail": "fails with exit status 1",
+}
+
+
+@dataclass(slots=True, frozen=True)
+class RunnerSpec:
+    kind: str  # command | openai | builtin
+    target: str  # the command line, the model, or the builtin's name
+    arg: str = ""  # the base URL of an openai runner, or a builtin's argument
+
+    @property
+    def freezable(self) -> bool:
+        """Whether suspend can stop the step in place (a process), or must interrupt it (HTTP)."""
+        return self.kind != "openai"
+
+
+def parse(spec: str) -> RunnerSpec:
+    """Check a runner spec's syntax; the spec is stored as the user wrote it."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest.strip():
+        raise InvalidArgument(
+            f"bad runner {spec!r}: use command:<shell command>, openai:<model>[@<base url>] or builtin:<name>"
+        )
+    match kind:
+        case "command":
+            return RunnerSpec("command", rest)
+        case "openai":
+            main, _, key_env = rest.partition("#")
+            model, _, url = main.partition("@")
+            if not model.strip():
+                raise InvalidArgument(f"bad runner {spec!r}: the model name is missing")
+            if url and not url.startswith(("http://", "https://")):
+                raise InvalidArgument(f"bad runner {spec!r}: the base URL must start with http:// or https://")
+            if key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
+                raise InvalidArgument(f"bad runner {spec!r}: #{key_env} is not an environment variable name")
+            url = url.rstrip("/") if url else ""
+            return RunnerSpec("openai", model.strip(), f"{url}#{key_env}" if key_env else url)
+        case "builtin":
+            name, _, arg = rest.partition(":")
+            if name not in BUILTINS:
+                raise InvalidArgument(f"unknown builtin runner {name!r}; builtins are {', '.join(BUILTINS)}")
+            if name == "sleep" and arg:
+                try:
+                    float(arg)
+                except ValueError:
+                    raise InvalidArgument(f"bad runner {spec!r}: builtin:sleep takes seconds") from None
+            return RunnerSpec("builtin", name, arg)
+        case _:
+            raise InvalidArgument(f"unknown runner kind {kind!r}; kinds are command, openai, builtin")

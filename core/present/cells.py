@@ -1,0 +1,104 @@
+"""The columns of the process table, for every face: title, width, how a cell reads, how
+it sorts.
+
+A cell is a list of ``(text, style)`` parts. A style is a name, not a colour (``state--R``,
+``bar--high``, ``cell--muted``): the monitor maps it to a component class of its table, so
+themes colour it, and ``ps`` on a terminal ignores it. Everything here is a pure function
+of a ``SessionInfo`` and the time, which is what lets the monitor format only the rows on
+screen and ``ps`` print the very same cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..model.records import SessionInfo
+from ..model.states import State
+from . import words
+from .lines import trigger_kinds
+from .words import printable
+
+Parts = list[tuple[str, str]]
+STATE_ORDER = {State.RUNNING: 0, State.READY: 1, State.SUSPENDED: 2, State.SLEEPING: 3, State.TERMINATED: 4}
+BAR_CELLS = 6
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+@dataclass(slots=True, frozen=True)
+class Column:
+    key: str
+    title: str
+    width: int  # 0: takes the width left over
+    right: bool
+    sort: Callable[[SessionInfo], Any]
+    cell: Callable[[SessionInfo, float], Parts]
+    help: str
+    grow: bool = False  # takes the width the flexible column has beyond what it needs
+
+
+def bar(fraction: float, cells: int = BAR_CELLS) -> Parts:
+    """A horizontal bar in eighths of a cell, styled by how full it is."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * cells * 8)
+    full, part = divmod(eighths, 8)
+    filled = "█" * full + (_BLOCKS[part] if part and full < cells else "")
+    level = "bar--high" if fraction >= 0.85 else "bar--mid" if fraction >= 0.6 else "bar--low"
+    return [(filled, level), (" " * (cells - len(filled)), "bar--empty")]
+
+
+def _context(s: SessionInfo, now: float) -> Parts:
+    fraction = s.context_tokens / s.context_window if s.context_window else 0.0
+    return [(f"{words.count(s.context_tokens):>6} ", "")] + bar(fraction)
+
+
+def _triggers(s: SessionInfo, now: float) -> Parts:
+    if not s.triggers:
+        return [("-", "cell--muted")]
+    kinds = trigger_kinds(s)
+    parts = [(kinds, "cell--muted" if "(off)" in kinds else "")]
+    if s.last_fired:
+        parts.append((f" {words.age(s.last_fired, now)}", "cell--muted"))
+    return parts
+
+
+def _name(s: SessionInfo, now: float) -> Parts:
+    parts = [(printable(s.name).replace("\n", " "), "")]
+    if not s.armed:
+        parts.append((" [unapproved]", "cell--warning"))
+    if s.state is State.TERMINATED and s.reason:
+        parts.append((f" ({s.reason}{f' into {s.merged_into}' if s.merged_into else ''})", "cell--muted"))
+    return parts
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
+    Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
+           lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
+    Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name, "session name"),
+    Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
+           lambda s, n: [(s.state.letter, f"state--{s.state.letter}")],
+           "state: R running, Q ready, S sleeping, T suspended, Z terminated"),
+    Column("priority", "PRI", 4, True, lambda s: (s.priority, s.id), lambda s, n: [(str(s.priority), "")],
+           "priority (higher runs first)"),
+    Column("context", "CONTEXT", 6 + 1 + BAR_CELLS, False, lambda s: (s.context_tokens, s.id), _context,
+           "active-context tokens, and a bar against the window"),
+    Column("messages", "MSGS", 6, True, lambda s: (s.messages, s.id), lambda s, n: [(str(s.messages), "")],
+           "items in the active context"),
+    Column("triggers", "TRIGGERS", 16, False,
+           lambda s: (s.last_fired or -1.0, s.id), _triggers,
+           "trigger kinds and when one last fired"),
+    Column("active", "ACTIVE", 6, True, lambda s: (s.last_active, s.id),
+           lambda s, n: [(words.age(s.last_active, n), "")], "time since last activity"),
+    Column("cpu", "CPU%", 5, True, lambda s: (s.cpu or -1.0, s.id),
+           lambda s, n: [("-", "cell--muted")] if s.cpu is None else [(f"{s.cpu:.0f}", "")],
+           "CPU of a running step"),
+    Column("rss", "RSS", 6, True, lambda s: (s.rss or -1, s.id),
+           lambda s, n: [("-", "cell--muted")] if s.rss is None else [(words.size(s.rss), "")],
+           "memory of a running step"),
+    Column("runner", "RUNNER", 18, False, lambda s: (s.runner, s.id),
+           lambda s, n: [(printable(s.runner), "cell--muted")], "runner / model", grow=True),
+)
+BY_KEY = {c.key: c for c in COLUMNS}
+DEFAULT = tuple(c.key for c in COLUMNS)

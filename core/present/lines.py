@@ -1,0 +1,160 @@
+"""Lines of text about sessions, triggers, memory, runs and the journal, for every face.
+
+The CLI prints these lines and the monitor shows the same ones in its views, so that a
+session reads the same wherever it is looked at. Every string that came from a user, a
+session or a runner goes through ``printable`` here: no face has to remember to.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..calls.merge import MISSING
+from ..model.records import (
+    ContextItem,
+    JournalEntry,
+    Message,
+    Resource,
+    RunInfo,
+    SessionDetail,
+    SessionInfo,
+    TriggerInfo,
+)
+from . import words
+from .words import one_line, printable
+
+
+def value(v: Any) -> str:
+    """A JSON value as one safe line; an absent one (a merge side without the key) as such."""
+    if v is MISSING:
+        return "(absent)"
+    return printable(json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+
+
+# ---------------------------------------------------------------- triggers
+
+
+def trigger_label(t: TriggerInfo) -> str:
+    """A short human form: ``watch src/**``, ``cron 0 9 1 * *``, ``every 5m``, ``after 3``."""
+    spec = t.spec
+    match t.kind:
+        case "watch":
+            text = "watch " + " ".join(spec["paths"])
+        case "cron":
+            text = f"cron {spec['expr']}"
+        case "every":
+            text = f"every {spec['text']}"
+        case "after":
+            text = f"after {spec['session']}"
+        case _:
+            text = t.kind
+    return printable(text)
+
+
+def trigger_kinds(s: SessionInfo) -> str:
+    """``cron,watch``; a kind whose triggers are all disarmed (a fork's copies, a loaded
+    session's) reads ``watch(off)``, so that nobody waits for a wake that cannot come."""
+    kinds: dict[str, bool] = {}
+    for t in s.triggers:
+        kinds[t.kind] = kinds.get(t.kind, False) or (t.armed and s.armed)
+    return ",".join(kind if armed else f"{kind}(off)" for kind, armed in kinds.items())
+
+
+def trigger_line(t: TriggerInfo, now: float | None = None) -> str:
+    state = "armed" if t.armed else "disarmed"
+    fired = f", fired {t.fired}x, last {words.ago(t.last_fired, now)}" if t.fired else ""
+    pending = ", a firing waits for the session to be idle" if t.pending else ""
+    return f"[{t.id}] {trigger_label(t)} ({state}{fired}{pending})"
+
+
+# ---------------------------------------------------------------- one session
+
+
+def memory_line(key: str, v: Any) -> str:
+    return f"{printable(key)} = {value(v)}"
+
+
+def resource_line(r: Resource) -> str:
+    return f"[{r.id}] {r.kind} {printable(r.uri)} ({r.mode})"
+
+
+def state_text(s: SessionInfo) -> str:
+    text = f"{s.state}{f' ({s.reason})' if s.reason else ''}"
+    if s.merged_into:
+        text += f" into {s.merged_into}"
+    return text
+
+
+def title(s: SessionInfo) -> str:
+    return f"session {s.id}  {printable(s.name)}  (agent {printable(s.agent)})"
+
+
+def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
+    """What there is to say of a session before its context: ``show`` prints these one a line,
+    the detail view lays them out in its header."""
+    s = d.info
+    out = [
+        ("state", state_text(s) + ("" if s.armed else "  [not approved: runner and triggers disarmed]")),
+        ("priority", str(s.priority)),
+        ("runner", f"{printable(s.runner)}  window {s.context_window}"),
+        ("context", f"{s.context_tokens} tokens ({d.tokenizer}), {s.messages} items; history {s.length} messages"),
+        ("created", f"{words.clock(s.created)}   last active {words.ago(s.last_active, now)}"),
+        ("folder", printable(s.cwd)),
+    ]
+    if s.timeout:
+        out.append(("timeout", f"{s.timeout:g} s a run"))
+    if s.goal:
+        out.append(("goal", printable(s.goal)))
+    if s.parent:
+        out.append(("parent", f"{s.parent} at message {s.fork_seq}"))
+    return out
+
+
+def summary(d: SessionDetail, now: float | None = None) -> list[str]:
+    """``show``'s head: the title, then the facts one a line."""
+    return [title(d.info), *(f"  {label:<10} {value}" for label, value in facts(d, now))]
+
+
+def context_line(item: ContextItem, width: int = 90) -> str:
+    if item.fold is not None:
+        return f"[{item.seq:>5}] ~~ {item.folded} items folded ({item.tokens} tok): {one_line(item.content, width - 20)}"
+    pin = "*" if item.pinned else " "
+    return f"[{item.seq:>5}]{pin}{item.role:<9} {one_line(item.content, width)}"
+
+
+def history_line(m: Message, *, short: bool = False) -> str:
+    """One message of ``history``: whole (continuation lines indented), or on one line."""
+    head = f"[{m.seq:>5}]{'*' if m.pinned else ' '}{m.role:<9} {printable(m.author):<12} "
+    if short:
+        return head + one_line(m.content, 100)
+    body = printable(m.content).replace("\n", "\n" + " " * len(head))
+    return head + body
+
+
+# ---------------------------------------------------------------- runs and the journal
+
+RUNS_HEADER = (f"{'RUN':>5} {'SID':>4}  {'OUTCOME':<11} {'STARTED':<19} {'TIME':>7} {'EXIT':>4} {'PID':>7}"
+               f" {'TOKENS':>9}  CAUSE")
+
+
+def causes(r: RunInfo) -> str:
+    return ",".join(str(c.get("kind", "?")) for c in r.cause)
+
+
+def run_line(r: RunInfo, now: float | None = None) -> str:
+    took = f"{(r.ended or now or time.time()) - r.started:.1f}s"
+    line = (f"{r.id:>5} {r.session:>4}  {r.outcome or 'running':<11} {words.clock(r.started):<19}"
+            f" {took:>7} {'-' if r.exit_code is None else r.exit_code:>4} {r.pid or '-':>7}"
+            f" {r.tokens_in + r.tokens_out:>9}  {causes(r)}")
+    if r.error:
+        line += f"\n        {one_line(r.error, 100)}"
+    return line
+
+
+def journal_line(e: JournalEntry, width: int = 60) -> str:
+    session = e.session if e.session is not None else "-"
+    return (f"{words.clock(e.ts)}  {e.actor:<7} {e.call:<9} {session:>4}"
+            f"  {one_line(json.dumps(e.args, ensure_ascii=False, default=str), width)}"
+            f" -> {one_line(json.dumps(e.outcome, ensure_ascii=False, default=str), 40)}")

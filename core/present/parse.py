@@ -1,0 +1,96 @@
+"""What a person types, read once for every face: paths, JSON values, ``KEY=JSON``, trigger
+words, transcripts. A mistake is an ``InvalidArgument`` with one line that says how to
+write it right; nothing here touches the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+from ..calls.merge import canonical
+from ..model import limits
+from ..model.errors import InvalidArgument
+
+
+class Malformed(InvalidArgument):
+    """The shape of what was typed is wrong (``--set`` without ``=``): a usage mistake, not a
+    refusal of what it says."""
+
+
+def here(path: str) -> str:
+    """A path the user typed, made absolute against the folder they typed it in, as every
+    shell command reads it (an engine would read it against the session's folder)."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def local_paths(kind: str, words: Sequence[str]) -> list[str]:
+    """The words of a bind or a watch with their paths made absolute here; other words as typed."""
+    return [here(w) for w in words] if kind in (*limits.PATH_KINDS, "watch") else list(words)
+
+
+def json_value(text: str, what: str = "the value") -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidArgument(f"{what} must be JSON (for text, quote it: '\"{text}\"')") from None
+
+
+def key_json(item: str, flag: str = "--set") -> tuple[str, str]:
+    """``KEY=JSON`` as the key and the value's canonical JSON text."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise Malformed(f"{flag} takes KEY=JSON, got {item!r}")
+    return key, canonical(json_value(raw, f"{flag} {key}: the value"))
+
+
+def key_side(item: str) -> tuple[str, str]:
+    """``KEY=ours`` or ``KEY=theirs``."""
+    key, _, side = item.partition("=")
+    if side not in ("ours", "theirs") or not key:
+        raise Malformed(f"--pick takes KEY=ours or KEY=theirs, got {item!r}")
+    return key, side
+
+
+def memory_edit(text: str) -> tuple[str, Any] | str:
+    """The monitor's memory line: ``KEY=JSON`` sets (a pair), ``-KEY`` deletes (the key)."""
+    if text.startswith("-") and "=" not in text:
+        return text[1:]
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise Malformed("write KEY=JSON to set a key, -KEY to delete one")
+    return key.strip(), json_value(raw.strip(), f"{key.strip()}: the value")
+
+
+def words(text: str) -> list[str]:
+    """A line split as a shell would (quotes keep spaces)."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"cannot read that line: {exc}") from None
+
+
+def text_message(text: str) -> str:
+    """A message typed on a command line or in a prompt: an empty one is a mistake."""
+    if not text.strip():
+        raise InvalidArgument("the message is empty (an empty one is likely a mistake)")
+    return text
+
+
+def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
+    """The objects of a JSON Lines transcript, one a line (blank lines skipped)."""
+    try:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise InvalidArgument(f"{name} line {n}: not a JSON object") from None
+            if not isinstance(obj, dict):
+                raise InvalidArgument(f"{name} line {n}: not a JSON object")
+            yield obj
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{name} is not UTF-8 text") from None

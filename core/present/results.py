@@ -1,0 +1,103 @@
+"""What a call did, in one line, and the notes it left: the words every face shows after a call.
+
+``describe`` turns an outcome into the sentence the CLI prints and the monitor notifies.
+``note`` renders a note, adding how to make the call it points to; each face says that in
+its own terms (``procession approve 4`` in a shell, the key in the monitor) through the
+``how`` function it passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..model.calls import Call
+from ..model.outcomes import (
+    Approved,
+    Bound,
+    Compressed,
+    Expanded,
+    Forked,
+    Loaded,
+    MemoryChanged,
+    Merged,
+    Migrated,
+    Moved,
+    Niced,
+    Note,
+    Outcome,
+    Saved,
+    Sent,
+    Spawned,
+    TriggerAdded,
+    TriggerRemoved,
+    Unbound,
+    Updated,
+)
+from .lines import resource_line, trigger_label
+from .words import plural, printable, size
+
+How = Callable[[Call, "int | None"], str]
+
+
+def describe(o: Outcome) -> str:
+    """One line: what the call did."""
+    match o:
+        case Spawned():
+            return f"spawned session {o.sid}"
+        case Forked():
+            return f"forked {o.parent} into {o.sid} at message {o.at}"
+        case Loaded():
+            return f"loaded {printable(o.source)} as session {o.sid} ({plural(o.messages, 'message')})"
+        case Moved():
+            return f"{o.sid}: {o.state}"
+        case Sent():
+            if o.count == 1:
+                return f"message {o.seq} sent to session {o.sid}"
+            return f"appended {plural(o.count, 'message')} to session {o.sid}"
+        case MemoryChanged():
+            done = [f"set {printable(k)}" for k in o.set] + [f"deleted {printable(k)}" for k in o.deleted]
+            return f"{o.sid}: {', '.join(done)}"
+        case Compressed():
+            f = o.fold
+            return (f"{o.sid}: folded {plural(f.archived_count, 'item')} ({f.archived_tokens} tokens) into a summary"
+                    f" of {f.summary_tokens} tokens; context {o.context_tokens}/{o.window}")
+        case Expanded():
+            return (f"{o.sid}: restored {plural(o.fold.archived_count, 'item')} ({o.fold.archived_tokens} tokens);"
+                    f" context {o.context_tokens} tokens")
+        case Updated():
+            return f"{o.sid}: changed {', '.join(o.changed)}"
+        case Niced():
+            return f"session {o.sid} priority {o.priority}"
+        case Migrated():
+            return (f"session {o.sid} now runs on {printable(o.runner)} (window {o.window},"
+                    f" context {o.context_tokens} tokens{', compressed to fit' if o.fold else ''})")
+        case Merged():
+            return (f"merged {o.source} into {o.sid}: {plural(o.messages, 'message')} joined,"
+                    f" {plural(len(o.memory_changed), 'memory key')} changed,"
+                    f" {plural(o.resources_added, 'resource')} added")
+        case Saved() if o.checkpoint is not None:
+            return f"checkpoint {printable(o.checkpoint.name)!r} of session {o.sid} at message {o.checkpoint.seq}"
+        case Saved():
+            return f"wrote {printable(o.file or '')} ({plural(o.messages, 'message')}, {size(o.bytes)})"
+        case Approved():
+            armed = ", ".join(trigger_label(t) for t in o.triggers) or "no trigger"
+            return f"session {o.sid} approved: runner {printable(o.runner)} and {armed} armed"
+        case Bound():
+            return f"{o.sid}: bound {resource_line(o.resource)}"
+        case Unbound():
+            return f"{o.sid}: unbound {resource_line(o.resource)}"
+        case TriggerAdded():
+            return f"{o.sid}: trigger {o.trigger.id} added: {trigger_label(o.trigger)}"
+        case TriggerRemoved():
+            return f"{o.sid}: trigger {o.trigger.id} removed: {trigger_label(o.trigger)}"
+    return f"{o.sid}: done"
+
+
+def note(n: Note, how: How) -> str:
+    """A note, with how to make the call it points to (in the face's own terms)."""
+    text = printable(n.text)
+    if n.call is not None:
+        hint = how(n.call, n.sid)
+        if hint:
+            text += f" ({hint})"
+    return text

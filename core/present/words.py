@@ -1,0 +1,69 @@
+"""Short human forms of numbers, times and texts, shared by every face."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from ..model.text import plural
+
+__all__ = ["age", "ago", "clock", "count", "one_line", "plural", "printable", "size"]
+
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def count(n: float) -> str:
+    """``950``, ``12.3k``, ``4.1M``."""
+    n = float(n)
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.1f}{unit}" if value < 100 else f"{value:.0f}{unit}"
+    return f"{n:.0f}"
+
+
+def size(n: float) -> str:
+    """Bytes as ``512B``, ``3.2K``, ``41M`` (binary units, as htop shows memory)."""
+    n = float(n)
+    for unit, step in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= step:
+            value = n / step
+            return f"{value:.1f}{unit}" if value < 100 else f"{value:.0f}{unit}"
+    return f"{n:.0f}B"
+
+
+def age(then: float | None, now: float | None = None) -> str:
+    """How long ago: ``now``, ``45s``, ``12m``, ``3h``, ``5d``."""
+    if then is None:
+        return "-"
+    seconds = max(0.0, (time.time() if now is None else now) - then)
+    if seconds < 1:
+        return "now"
+    for unit, step in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= step:
+            return f"{int(seconds // step)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def ago(then: float | None, now: float | None = None) -> str:
+    """``just now``, ``45s ago``, ``3h ago``; ``never`` for no time."""
+    if then is None:
+        return "never"
+    text = age(then, now)
+    return "just now" if text == "now" else f"{text} ago"
+
+
+def clock(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def printable(text: str) -> str:
+    """Session content made safe for a terminal: control characters (escape sequences
+    included) are shown as ``\\xNN`` instead of reaching the terminal; newlines and tabs stay."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def one_line(text: str, width: int) -> str:
+    """``text`` on one line (whitespace runs become one space), safe, cut to ``width`` with ``…``."""
+    flat = printable(" ".join(text.split()))
+    return flat if len(flat) <= width else flat[: width - 1] + "…"

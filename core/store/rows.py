@@ -1,0 +1,363 @@
+"""Every row a call writes, and the row reads calls share: the one place with session SQL.
+
+The calls (``procession.calls``) decide what to change; these functions say how, in SQL.
+Each takes the open transaction, so a call that uses several of them is still one
+transaction. Nothing here checks the lifecycle or the user's input: that is done before.
+
+History rows are append-only (``append``): a message, once written, is never changed, which
+is what makes forks copy-on-write and compress reversible.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..model.errors import SessionNotFound
+from ..model.records import Fold, TriggerInfo
+from ..model.states import State
+from .sqlite import Tx
+
+Row = sqlite3.Row
+#: Messages written per ``executemany``: big transcripts go in batches, with progress between.
+CHUNK = 10_000
+
+_SESSION = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
+#: The columns of ``SessionInfo``, in its field order (triggers come from their own table).
+PS_COLUMNS = (
+    "s.id, s.uuid, s.name, a.name, s.goal, s.state, s.reason, s.priority, s.parent_id, s.fork_seq,"
+    " s.merged_into, s.runner, s.window, s.context_tokens, s.context_count, s.length, s.created, s.last_active,"
+    " s.armed, s.timeout, s.cwd, s.rev, r.pid, r.cpu, r.rss, r.started"
+)
+PS_SELECT = (
+    f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
+    " LEFT JOIN runs r ON r.session_id = s.id AND r.ended IS NULL"
+)
+TRIGGER_COLUMNS = "id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL"
+_MEMORY_PUT = (
+    "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
+)
+_MESSAGE = (
+    "INSERT INTO messages (session_id, seq, role, content, tokens, cum_tokens, author, pinned, meta, created)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_FOLD = (
+    "INSERT INTO folds (session_id, lo, hi, summary, summary_tokens, archived_count, archived_tokens, created)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+# ---------------------------------------------------------------- sessions
+
+
+async def session(tx: Tx, sid: int) -> Row:
+    """A session's row (with its agent's name), or ``SessionNotFound``."""
+    row = await tx.one(f"{_SESSION} WHERE s.id = ?", (sid,))
+    if row is None:
+        raise SessionNotFound(sid)
+    return row
+
+
+async def agent_id(tx: Tx, name: str) -> int:
+    """The agent of this name, made on first use."""
+    found = await tx.value("SELECT id FROM agents WHERE name = ?", (name,))
+    if found is not None:
+        return int(found)
+    cur = await tx.execute("INSERT INTO agents (name, created) VALUES (?, ?)", (name, tx.now))
+    return int(cur.lastrowid or 0)
+
+
+async def insert_session(tx: Tx, system_tokens: int, **cols: Any) -> int:
+    """A new session row, sleeping, stamped changed; returns its SID."""
+    base = {
+        "uuid": str(uuid.uuid4()), "state": State.SLEEPING.value, "created": tx.now, "last_active": tx.now,
+        "rev": await tx.rev(), "system_tokens": system_tokens, "context_tokens": system_tokens,
+    }
+    base.update(cols)
+    names = ", ".join(base)
+    marks = ", ".join("?" for _ in base)
+    cur = await tx.execute(f"INSERT INTO sessions ({names}) VALUES ({marks})", list(base.values()))
+    return int(cur.lastrowid or 0)
+
+
+async def update_session(tx: Tx, sid: int, **cols: Any) -> None:
+    """Change columns of one session and stamp it changed (and active now)."""
+    cols["rev"] = await tx.rev()
+    cols["last_active"] = tx.now
+    assignments = ", ".join(f"{k} = ?" for k in cols)
+    await tx.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", [*cols.values(), sid])
+
+
+async def ancestry(tx: Tx, sid: int) -> list[Row]:
+    """``sid`` and its ancestors, nearest first: what lineage and merge walk up."""
+    return await tx.all(
+        """
+        WITH RECURSIVE chain(id, parent_id, fork_seq, length, base_memory, base_at, depth) AS (
+            SELECT id, parent_id, fork_seq, length, base_memory, coalesce(base_at, created), 0
+            FROM sessions WHERE id = ?
+            UNION ALL
+            SELECT s.id, s.parent_id, s.fork_seq, s.length, s.base_memory, coalesce(s.base_at, s.created),
+                   c.depth + 1
+            FROM sessions s JOIN chain c ON s.id = c.parent_id
+        )
+        SELECT * FROM chain ORDER BY depth
+        """,
+        (sid,),
+    )
+
+
+# ---------------------------------------------------------------- history
+
+
+async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: Any,
+                 progress: Any = None, total: int = 0) -> int:
+    """Append ``(role, content, author, pinned, meta[, created])`` messages to a session.
+
+    Tokens are counted here (``count``), once; the session's totals move by what was added,
+    so no listing needs to read a message again. Returns how many were appended.
+    """
+    seq, cum, added, n = row["length"], row["history_tokens"], 0, 0
+    batch: list[tuple[Any, ...]] = []
+    sid, now = row["id"], tx.now
+    for role, content, author, pinned, meta, *when in messages:
+        tokens = count(content)
+        seq += 1
+        cum += tokens
+        added += tokens
+        n += 1
+        batch.append((sid, seq, role, content, tokens, cum, author, int(pinned),
+                      json.dumps(meta) if meta else None, when[0] if when else now))
+        if len(batch) >= CHUNK:
+            await tx.many(_MESSAGE, batch)
+            batch.clear()
+            if progress:
+                progress(n, total)
+    if batch:
+        await tx.many(_MESSAGE, batch)
+    if progress:
+        progress(n, total)
+    if n:
+        await tx.execute(
+            "UPDATE sessions SET length = ?, history_tokens = ?, context_tokens = context_tokens + ?,"
+            " context_count = context_count + ?, rev = ?, last_active = ? WHERE id = ?",
+            (seq, cum, added, n, await tx.rev(), now, sid),
+        )
+    return n
+
+
+async def insert_fold(tx: Tx, sid: int, lo: int, hi: int, summary: str, summary_tokens: int,
+                      archived_count: int, archived_tokens: int) -> int:
+    cur = await tx.execute(_FOLD, (sid, lo, hi, summary, summary_tokens, archived_count, archived_tokens, tx.now))
+    return int(cur.lastrowid or 0)
+
+
+async def copy_folds(tx: Tx, sid: int, folds: Sequence[Fold]) -> None:
+    await tx.many(_FOLD, [(sid, f.lo, f.hi, f.summary, f.summary_tokens, f.archived_count, f.archived_tokens,
+                           f.created) for f in folds])
+
+
+async def expand_fold(tx: Tx, fold: int) -> None:
+    await tx.execute("UPDATE folds SET expanded = ? WHERE id = ?", (tx.now, fold))
+
+
+# ---------------------------------------------------------------- memory
+
+
+async def memory(tx: Tx, sid: int) -> dict[str, str]:
+    """A session's working memory, each value as its canonical JSON text."""
+    rows = await tx.all("SELECT key, value FROM memory WHERE session_id = ?", (sid,))
+    return {r["key"]: r["value"] for r in rows}
+
+
+async def memory_value(tx: Tx, sid: int, key: str) -> str | None:
+    value = await tx.value("SELECT value FROM memory WHERE session_id = ? AND key = ?", (sid, key))
+    return None if value is None else str(value)
+
+
+async def put_memory(tx: Tx, sid: int, values: dict[str, str]) -> None:
+    """Set keys (canonical JSON texts), replacing what was there."""
+    await tx.many(_MEMORY_PUT, [(sid, k, v, tx.now) for k, v in values.items()])
+
+
+async def delete_memory(tx: Tx, sid: int, keys: Iterable[str]) -> int:
+    """Delete keys; returns how many were there."""
+    deleted = 0
+    for key in keys:
+        cur = await tx.execute("DELETE FROM memory WHERE session_id = ? AND key = ?", (sid, key))
+        deleted += max(cur.rowcount, 0)
+    return deleted
+
+
+# ---------------------------------------------------------------- resources
+
+
+async def resources(tx: Tx, sid: int) -> list[Row]:
+    return await tx.all("SELECT id, kind, uri, mode FROM resources WHERE session_id = ? ORDER BY id", (sid,))
+
+
+async def insert_resource(tx: Tx, sid: int, kind: str, uri: str, mode: str) -> int:
+    cur = await tx.execute("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, ?, ?)",
+                           (sid, kind, uri, mode, tx.now))
+    return int(cur.lastrowid or 0)
+
+
+async def insert_resources(tx: Tx, sid: int, items: Iterable[tuple[str, str, str]]) -> None:
+    """Bind several ``(kind, uri, mode)`` at once; one already bound is left as it is."""
+    await tx.many("INSERT OR IGNORE INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, ?, ?)",
+                  [(sid, kind, uri, mode, tx.now) for kind, uri, mode in items])
+
+
+async def copy_resources(tx: Tx, source: int, target: int) -> int:
+    """Bind ``source``'s resources to ``target`` too; returns how many were new to it."""
+    cur = await tx.execute(
+        "INSERT OR IGNORE INTO resources (session_id, kind, uri, mode, created)"
+        " SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?",
+        (target, tx.now, source),
+    )
+    return max(cur.rowcount, 0)
+
+
+async def delete_resource(tx: Tx, resource: int) -> None:
+    await tx.execute("DELETE FROM resources WHERE id = ?", (resource,))
+
+
+# ---------------------------------------------------------------- triggers
+
+
+def trigger_infos(rows: Iterable[Sequence[Any]]) -> dict[int, list[TriggerInfo]]:
+    """Rows of ``TRIGGER_COLUMNS`` as records, by session."""
+    by_session: dict[int, list[TriggerInfo]] = {}
+    for r in rows:
+        by_session.setdefault(r[1], []).append(TriggerInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7])))
+    return by_session
+
+
+async def triggers(tx: Tx, sid: int, kind: str | None = None) -> list[Row]:
+    if kind is None:
+        return await tx.all("SELECT * FROM triggers WHERE session_id = ? ORDER BY id", (sid,))
+    return await tx.all("SELECT * FROM triggers WHERE session_id = ? AND kind = ? ORDER BY id", (sid, kind))
+
+
+async def insert_trigger(tx: Tx, sid: int, kind: str, spec: dict[str, Any], armed: bool,
+                         state: dict[str, Any] | None = None) -> int:
+    cur = await tx.execute(
+        "INSERT INTO triggers (session_id, kind, spec, armed, created, state) VALUES (?, ?, ?, ?, ?, ?)",
+        (sid, kind, json.dumps(spec), int(armed), tx.now, json.dumps(state) if state is not None else None),
+    )
+    return int(cur.lastrowid or 0)
+
+
+async def insert_triggers(tx: Tx, sid: int, items: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """Add several triggers, disarmed (a loaded session's)."""
+    await tx.many("INSERT INTO triggers (session_id, kind, spec, armed, created) VALUES (?, ?, ?, 0, ?)",
+                  [(sid, kind, json.dumps(spec), tx.now) for kind, spec in items])
+
+
+async def copy_triggers(tx: Tx, source: int, target: int) -> None:
+    """Copy ``source``'s triggers to ``target``, disarmed (a fork's)."""
+    await tx.execute(
+        "INSERT INTO triggers (session_id, kind, spec, armed, created)"
+        " SELECT ?, kind, spec, 0, ? FROM triggers WHERE session_id = ?",
+        (target, tx.now, source),
+    )
+
+
+async def delete_trigger(tx: Tx, trigger: int) -> None:
+    await tx.execute("DELETE FROM triggers WHERE id = ?", (trigger,))
+
+
+async def arm_triggers(tx: Tx, sid: int) -> None:
+    await tx.execute("UPDATE triggers SET armed = 1 WHERE session_id = ?", (sid,))
+
+
+async def fired(tx: Tx, trigger: int) -> None:
+    await tx.execute("UPDATE triggers SET fired = fired + 1, last_fired = ? WHERE id = ?", (tx.now, trigger))
+
+
+async def set_pending(tx: Tx, trigger: int, causes: list[dict[str, Any]]) -> None:
+    await tx.execute("UPDATE triggers SET pending = ? WHERE id = ?", (json.dumps(causes), trigger))
+
+
+async def take_pending(tx: Tx, sid: int) -> list[dict[str, Any]]:
+    """The causes a session's triggers kept while it could not run; they are cleared."""
+    rows = await tx.all("SELECT pending FROM triggers WHERE session_id = ? AND pending IS NOT NULL", (sid,))
+    if not rows:
+        return []
+    await tx.execute("UPDATE triggers SET pending = NULL WHERE session_id = ?", (sid,))
+    return [c for r in rows for c in json.loads(r["pending"])]
+
+
+async def set_trigger_state(tx: Tx, trigger: int, state: dict[str, Any]) -> None:
+    await tx.execute("UPDATE triggers SET state = ? WHERE id = ?", (json.dumps(state), trigger))
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+async def insert_checkpoint(tx: Tx, sid: int, name: str, seq: int, state: dict[str, Any]) -> int:
+    cur = await tx.execute("INSERT INTO checkpoints (session_id, name, seq, state, created) VALUES (?, ?, ?, ?, ?)",
+                           (sid, name, seq, json.dumps(state), tx.now))
+    return int(cur.lastrowid or 0)
+
+
+# ---------------------------------------------------------------- runs
+
+
+async def insert_run(tx: Tx, sid: int, causes: list[dict[str, Any]], pid: int | None, proc_start: float | None,
+                     engine: str) -> int:
+    cur = await tx.execute(
+        "INSERT INTO runs (session_id, cause, started, pid, proc_start, engine) VALUES (?, ?, ?, ?, ?, ?)",
+        (sid, json.dumps(causes), tx.now, pid, proc_start, engine),
+    )
+    return int(cur.lastrowid or 0)
+
+
+async def live_run(tx: Tx, sid: int, run: int) -> bool:
+    return await tx.one("SELECT id FROM runs WHERE id = ? AND session_id = ? AND ended IS NULL", (run, sid)) is not None
+
+
+async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, tokens_in: int = 0,
+                  tokens_out: int = 0, error: str | None = None) -> None:
+    await tx.execute(
+        "UPDATE runs SET ended = ?, outcome = ?, exit_code = ?, tokens_in = ?, tokens_out = ?, error = ?,"
+        " cpu = NULL WHERE id = ?",
+        (tx.now, outcome, exit_code, tokens_in, tokens_out, error, run),
+    )
+
+
+async def sample_runs(tx: Tx, stats: list[tuple[float, int, int]]) -> None:
+    """CPU% and RSS of live runs, ``(cpu, rss, run)``; their sessions are stamped changed."""
+    await tx.many("UPDATE runs SET cpu = ?, rss = ? WHERE id = ? AND ended IS NULL", stats)
+    rev = await tx.rev()
+    await tx.many("UPDATE sessions SET rev = ? WHERE id = (SELECT session_id FROM runs WHERE id = ?)",
+                  [(rev, run) for _, _, run in stats])
+
+
+# ---------------------------------------------------------------- the lease
+
+
+async def lease(tx: Tx) -> Row | None:
+    return await tx.one("SELECT token, pid, host, started, heartbeat, slots FROM lease WHERE id = 1")
+
+
+async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int) -> None:
+    await tx.execute(
+        "INSERT INTO lease (id, token, pid, host, started, heartbeat, slots) VALUES (1, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET token = excluded.token, pid = excluded.pid, host = excluded.host,"
+        " started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots",
+        (token, pid, host, tx.now, tx.now, slots),
+    )
+
+
+async def beat(tx: Tx, token: str) -> bool:
+    """Renew the lease held by ``token``; False when another engine holds it."""
+    cur = await tx.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?", (tx.now, token))
+    return cur.rowcount == 1
+
+
+async def drop_lease(tx: Tx, token: str) -> None:
+    await tx.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (token,))

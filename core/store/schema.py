@@ -1,0 +1,208 @@
+"""The workspace schema as numbered migrations.
+
+``PRAGMA user_version`` holds how many migrations a workspace has had. Opening applies the
+missing ones, each in its own transaction, so a workspace made by an older Procession opens
+in a newer one. A workspace whose version is above ``len(MIGRATIONS)`` was made by a newer
+Procession and is refused before anything is written to it.
+
+History is append-only: a message row, once written, is never updated or deleted. That is
+what makes a fork copy-on-write (a child reads its ancestors' rows up to its fork point)
+and what makes compress reversible (a fold only hides rows).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: the model of DESIGN.md
+    """
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID;
+
+    CREATE TABLE agents (
+        id      INTEGER PRIMARY KEY,
+        name    TEXT NOT NULL UNIQUE,
+        created REAL NOT NULL
+    );
+
+    CREATE TABLE sessions (
+        -- small, often-read columns first and long texts last, so that a scan of the table
+        -- (the process table) never walks their overflow pages
+        id              INTEGER PRIMARY KEY,
+        uuid            TEXT NOT NULL UNIQUE,
+        agent_id        INTEGER NOT NULL REFERENCES agents(id),
+        name            TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        reason          TEXT,
+        resume_to       TEXT,
+        priority        INTEGER NOT NULL DEFAULT 0,
+        runner          TEXT NOT NULL,
+        window          INTEGER NOT NULL,
+        timeout         REAL,
+        cwd             TEXT NOT NULL,
+        armed           INTEGER NOT NULL DEFAULT 1,
+        parent_id       INTEGER REFERENCES sessions(id),
+        fork_seq        INTEGER NOT NULL DEFAULT 0,
+        merged_into     INTEGER REFERENCES sessions(id),
+        length          INTEGER NOT NULL DEFAULT 0,
+        history_tokens  INTEGER NOT NULL DEFAULT 0,
+        system_tokens   INTEGER NOT NULL DEFAULT 0,
+        context_tokens  INTEGER NOT NULL DEFAULT 0,
+        context_count   INTEGER NOT NULL DEFAULT 0,
+        created         REAL NOT NULL,
+        last_active     REAL NOT NULL,
+        queued_at       REAL,
+        rev             INTEGER NOT NULL DEFAULT 0,
+        base_at         REAL,
+        goal            TEXT NOT NULL DEFAULT '',
+        causes          TEXT,
+        base_memory     TEXT,
+        system          TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX sessions_rev ON sessions(rev);
+    CREATE INDEX sessions_parent ON sessions(parent_id);
+    CREATE INDEX sessions_queue ON sessions(state, priority, queued_at);
+
+    CREATE TABLE messages (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        seq         INTEGER NOT NULL,
+        role        TEXT NOT NULL,
+        content     TEXT NOT NULL,
+        tokens      INTEGER NOT NULL,
+        cum_tokens  INTEGER NOT NULL,
+        author      TEXT NOT NULL DEFAULT 'user',
+        pinned      INTEGER NOT NULL DEFAULT 0,
+        meta        TEXT,
+        run_id      INTEGER,
+        created     REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX messages_seq ON messages(session_id, seq);
+
+    CREATE TABLE folds (
+        id               INTEGER PRIMARY KEY,
+        session_id       INTEGER NOT NULL REFERENCES sessions(id),
+        lo               INTEGER NOT NULL,
+        hi               INTEGER NOT NULL,
+        summary          TEXT NOT NULL,
+        summary_tokens   INTEGER NOT NULL,
+        archived_count   INTEGER NOT NULL,
+        archived_tokens  INTEGER NOT NULL,
+        created          REAL NOT NULL,
+        expanded         REAL
+    );
+    CREATE INDEX folds_session ON folds(session_id, expanded);
+
+    CREATE TABLE memory (
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        key         TEXT NOT NULL,
+        value       TEXT NOT NULL,
+        updated     REAL NOT NULL,
+        PRIMARY KEY (session_id, key)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE resources (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        kind        TEXT NOT NULL,
+        uri         TEXT NOT NULL,
+        mode        TEXT NOT NULL DEFAULT 'rw',
+        created     REAL NOT NULL,
+        UNIQUE (session_id, kind, uri)
+    );
+
+    CREATE TABLE triggers (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        kind        TEXT NOT NULL,
+        spec        TEXT NOT NULL,
+        armed       INTEGER NOT NULL DEFAULT 1,
+        created     REAL NOT NULL,
+        last_fired  REAL,
+        fired       INTEGER NOT NULL DEFAULT 0,
+        pending     TEXT,
+        state       TEXT
+    );
+    CREATE INDEX triggers_session ON triggers(session_id);
+
+    CREATE TABLE checkpoints (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        name        TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        state       TEXT NOT NULL,
+        created     REAL NOT NULL,
+        UNIQUE (session_id, name)
+    );
+
+    CREATE TABLE runs (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        cause       TEXT NOT NULL,
+        started     REAL NOT NULL,
+        ended       REAL,
+        outcome     TEXT,
+        exit_code   INTEGER,
+        pid         INTEGER,
+        proc_start  REAL,
+        engine      TEXT,
+        cpu         REAL,
+        rss         INTEGER,
+        tokens_in   INTEGER NOT NULL DEFAULT 0,
+        tokens_out  INTEGER NOT NULL DEFAULT 0,
+        error       TEXT
+    );
+    CREATE INDEX runs_session ON runs(session_id, id);
+    CREATE INDEX runs_live ON runs(ended) WHERE ended IS NULL;
+
+    CREATE TABLE journal (
+        id          INTEGER PRIMARY KEY,
+        ts          REAL NOT NULL,
+        actor       TEXT NOT NULL,
+        call        TEXT NOT NULL,
+        session_id  INTEGER,
+        other_id    INTEGER,
+        args        TEXT NOT NULL,
+        outcome     TEXT NOT NULL
+    );
+    CREATE INDEX journal_session ON journal(session_id, id);
+    CREATE INDEX journal_other ON journal(other_id, id) WHERE other_id IS NOT NULL;
+    CREATE INDEX journal_wakes ON journal(ts) WHERE call = 'wake';
+
+    CREATE TABLE lease (
+        id          INTEGER PRIMARY KEY CHECK (id = 1),
+        token       TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        host        TEXT NOT NULL,
+        started     REAL NOT NULL,
+        heartbeat   REAL NOT NULL,
+        slots       INTEGER NOT NULL
+    );
+    """,
+    # 2: trigger ids are never reused (journal rows name them); after-chains are found by index
+    """
+    CREATE TABLE triggers_v2 (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        kind        TEXT NOT NULL,
+        spec        TEXT NOT NULL,
+        armed       INTEGER NOT NULL DEFAULT 1,
+        created     REAL NOT NULL,
+        last_fired  REAL,
+        fired       INTEGER NOT NULL DEFAULT 0,
+        pending     TEXT,
+        state       TEXT
+    );
+    INSERT INTO triggers_v2 SELECT id, session_id, kind, spec, armed, created, last_fired, fired, pending, state
+        FROM triggers;
+    DROP TABLE triggers;
+    ALTER TABLE triggers_v2 RENAME TO triggers;
+    CREATE INDEX triggers_session ON triggers(session_id);
+    CREATE INDEX triggers_after ON triggers(json_extract(spec, '$.session')) WHERE kind = 'after';
+    """,
+)
+
+VERSION: Final = len(MIGRATIONS)

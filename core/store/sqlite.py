@@ -1,0 +1,347 @@
+"""The workspace file: one SQLite database, opened safely, changed only in transactions.
+
+``Store`` owns one aiosqlite connection. Every change goes through ``tx()``, a
+``BEGIN IMMEDIATE`` transaction that either commits whole or rolls back whole; reads that
+need a consistent view of several tables use ``snapshot()``. Calls on one ``Store`` are
+serialised by an asyncio lock, so coroutines sharing it never interleave statements of two
+transactions. Other processes are kept out by SQLite's own locks: a writer waits up to
+``BUSY_TIMEOUT_MS`` and then gets ``StoreBusy`` with a plain message.
+
+Opening never modifies a file that is not a Procession workspace: the header is checked
+before SQLite touches it, and a workspace from a newer Procession is refused before any
+pragma or migration writes to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from stat import S_ISREG
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import aiosqlite
+
+from . import schema, tokens
+from ..model.errors import InvalidArgument, StoreBusy, WorkspaceError
+
+BUSY_TIMEOUT_MS = 10_000
+Clock = Callable[[], float]
+
+
+def default_path() -> Path:
+    """``$PROCESSION_DB``, else ``workspace.db`` in the platform's user data folder."""
+    env = os.environ.get("PROCESSION_DB")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("procession")) / "workspace.db"
+
+
+def _check_file(path: Path) -> bool:
+    """Refuse a folder; return whether the file exists.
+
+    The file itself is never opened here: on POSIX, closing *any* descriptor of a file drops
+    every lock this process holds on it, so reading the header while another connection of
+    this process (the monitor's engine, say) has the workspace open would silently break
+    SQLite's locking. SQLite recognises a file that is not a database on its first read,
+    without writing to it.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise WorkspaceError(f"{path} cannot be read: {exc.strerror}") from None
+    if not S_ISREG(st.st_mode):
+        raise WorkspaceError(f"{path} is not a workspace file")
+    return True
+
+
+def _create_file(path: Path) -> None:
+    """Make an empty workspace file readable by its owner only, before SQLite opens it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create {path}: {exc.strerror}") from None
+
+
+def translate(exc: sqlite3.Error, path: Path) -> Exception:
+    """Turn SQLite's failures into one-line errors a user can act on."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreBusy(
+            f"the workspace {path} stayed locked by another process for over"
+            f" {BUSY_TIMEOUT_MS // 1000} s; nothing was changed, try again"
+        )
+    if "disk is full" in text or "disk I/O error" in text:
+        return WorkspaceError(f"cannot write {path}: the disk is full or failing; nothing was changed")
+    if "readonly" in text or "read-only" in text:
+        return WorkspaceError(f"{path} is read-only; nothing was changed")
+    if "not a database" in text:
+        return WorkspaceError(f"{path} is not a Procession workspace (not an SQLite database)")
+    if "malformed" in text or "corrupt" in text:
+        return WorkspaceError(f"{path} is damaged ({text})")
+    if "unable to open" in text:
+        if path.exists() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+            return WorkspaceError(f"cannot open {path}: it (or its folder) is read-only, and a workspace needs"
+                                  " to write beside itself; copy it somewhere writable")
+        return WorkspaceError(f"cannot open {path}")
+    return exc
+
+
+@contextmanager
+def _storable() -> Iterator[None]:
+    """Values SQLite cannot hold are a user's mistake, not a crash: integers are 64-bit, text
+    is UTF-8 (a lone surrogate has no UTF-8 form)."""
+    try:
+        yield
+    except OverflowError:
+        raise InvalidArgument("a number is out of range (SQLite integers are 64-bit)") from None
+    except UnicodeEncodeError:
+        raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
+
+
+_JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+class Tx:
+    """One open transaction: statements, the journal row, and change stamps."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.now = store.clock()
+        self._rev: int | None = None
+        self.followers: list[tuple[Any, ...]] = []
+
+    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
+        with _storable():
+            return await self.conn.execute(sql, params)
+
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with _storable():
+            await self.conn.executemany(sql, rows)
+
+    async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        with _storable():
+            return list(await self.conn.execute_fetchall(sql, params))
+
+    async def tuples(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows as plain tuples: cheaper than ``sqlite3.Row`` when there are many to read."""
+        with _storable():
+            cursor = await self.conn.execute(sql, params)
+            cursor.row_factory = None
+            return cast(list[tuple[Any, ...]], list(await cursor.fetchall()))  # plain tuples, no factory
+
+    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
+        rows = await self.all(sql, params)
+        return rows[0] if rows else None
+
+    async def value(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        row = await self.one(sql, params)
+        return None if row is None else row[0]
+
+    async def rev(self) -> int:
+        """The change stamp of this transaction; sessions it touches carry it in ``rev``.
+
+        The monitor asks for ``rev > last seen`` to redraw only changed rows.
+        """
+        if self._rev is None:
+            self._rev = await self.value(
+                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'rev' RETURNING value"
+            )
+        return int(self._rev)
+
+    async def touch(self, *sids: int) -> None:
+        """Mark sessions changed (and active now) so that watchers see them."""
+        rev = await self.rev()
+        await self.many(
+            "UPDATE sessions SET rev = ?, last_active = ? WHERE id = ?", [(rev, self.now, s) for s in sids]
+        )
+
+    async def journal(
+        self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
+    ) -> None:
+        """The journal row of this transaction's call."""
+        await self.execute(_JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
+
+    def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
+        """A journal row for something the call caused (a trigger firing), written after the call's own."""
+        self.followers.append(self._journal_row(actor, call, sid, args, outcome, None))
+
+    def _journal_row(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
+                     other: int | None) -> tuple[Any, ...]:
+        return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str))
+
+
+class Store:
+    """An open workspace. Create with ``await Store.open(path)``; close with ``close()``."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, meta: dict[str, str]) -> None:
+        self.conn = conn
+        self.path = path
+        self.clock = clock
+        self.meta = meta
+        self.tokenizer, self.count_tokens = tokens.counter(meta.get("tokenizer", tokens.ESTIMATOR))
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path | str | None = None, *, clock: Clock = time.time, create: bool = True) -> Store:
+        path = Path(path).expanduser() if path is not None else default_path()
+        exists = _check_file(path)
+        if not exists:
+            if not create:
+                raise WorkspaceError(f"no workspace at {path} (a spawn or a load makes one)")
+            _create_file(path)
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise translate(exc, path) from None
+        conn.row_factory = sqlite3.Row
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = await _pragma(conn, "user_version")
+            if version > schema.VERSION:
+                raise WorkspaceError(
+                    f"{path} was made by a newer Procession (schema {version}; this one knows up to"
+                    f" {schema.VERSION}); upgrade procession to open it"
+                )
+            if version == 0 and await (await conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")).fetchone():
+                raise WorkspaceError(f"{path} is an SQLite database of another program, not a Procession workspace")
+            await conn.execute("PRAGMA foreign_keys = ON")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            mode = await _pragma(conn, "journal_mode")
+            if mode != "wal":
+                await conn.execute("PRAGMA journal_mode = WAL")
+            if version < schema.VERSION:
+                await cls._migrate(conn)
+            meta = {r[0]: r[1] for r in await conn.execute_fetchall("SELECT key, value FROM meta")}
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc, path) from None
+            raise
+        return cls(conn, path, clock, meta)
+
+    @staticmethod
+    async def _migrate(conn: aiosqlite.Connection) -> None:
+        """Apply the missing migrations, one transaction each; safe against a racing opener."""
+        for number, script in enumerate(schema.MIGRATIONS, start=1):
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = await _pragma(conn, "user_version")
+                if current < number:
+                    for statement in _statements(script):
+                        await conn.execute(statement)
+                    if number == 1:
+                        await conn.executemany(
+                            "INSERT INTO meta (key, value) VALUES (?, ?)",
+                            [
+                                ("uuid", str(uuid.uuid4())),
+                                ("created", repr(time.time())),
+                                ("tokenizer", tokens.choose()),
+                                ("rev", "0"),
+                            ],
+                        )
+                    await conn.execute(f"PRAGMA user_version = {number}")
+                await conn.execute("COMMIT")
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def _settle(self, sql: str) -> None:
+        """Run a transaction statement to its end even if the caller is cancelled meanwhile.
+
+        aiosqlite runs statements on its own thread: cancelling the await does not cancel
+        the statement. A BEGIN that went through after its caller was cancelled would leave
+        the connection in a transaction holding the write lock, and every other process
+        waiting on it; so the statement is shielded, and awaited to its end before the
+        cancellation goes on.
+        """
+        done = asyncio.ensure_future(self.conn.execute(sql))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            if not done.cancelled() and done.exception() is None and sql.startswith("BEGIN"):
+                await self._rollback()
+            raise
+
+    async def _rollback(self) -> None:
+        """End whatever transaction is open (none is fine), whatever happens to the caller."""
+        done = asyncio.ensure_future(self.conn.execute("ROLLBACK"))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            raise
+        except sqlite3.OperationalError as exc:
+            if "no transaction is active" not in str(exc):
+                raise
+
+    @asynccontextmanager
+    async def tx(self) -> AsyncIterator[Tx]:
+        """A write transaction: all of it commits, or none of it does, even when the task
+        running it is cancelled half-way."""
+        async with self._lock:
+            try:
+                await self._settle("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            tx = Tx(self)
+            try:
+                yield tx
+                if tx.followers:
+                    await tx.many(_JOURNAL, tx.followers)
+                await self._settle("COMMIT")
+            except BaseException as exc:
+                await self._rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise translate(exc, self.path) from None
+                raise
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Tx]:
+        """A read transaction: every query inside sees the same committed state."""
+        async with self._lock:
+            try:
+                await self._settle("BEGIN")
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            try:
+                yield Tx(self)
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
+            finally:
+                await self._rollback()
+
+    async def data_version(self) -> int:
+        """Changes when another connection commits: a cheap "something changed" signal."""
+        async with self._lock:
+            return int(await _pragma(self.conn, "data_version"))
+
+
+async def _pragma(conn: aiosqlite.Connection, name: str) -> Any:
+    row = await (await conn.execute(f"PRAGMA {name}")).fetchone()
+    assert row is not None  # a pragma without an argument always answers
+    return row[0]
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (ours contain no semicolons inside literals)."""
+    return [s.strip() for s in script.split(";") if s.strip()]

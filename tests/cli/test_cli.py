@@ -1,0 +1,493 @@
+"""The ``procession`` command, run as a user runs it: a real process on a real workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from conftest import dump
+from procession import Workspace
+
+PS_KEYS = {"id", "name", "agent", "state", "priority", "parent", "context_tokens", "context_window", "messages",
+           "triggers", "last_active"}
+
+
+def refused(proc: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """A refused call: one line on stderr after ``procession: error:``, no traceback.
+
+    Nothing on stdout, except that with ``--json`` a command may report per-SID results.
+    """
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("procession: error:"), proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    if "--json" in proc.args and proc.stdout:
+        json.loads(proc.stdout)
+    else:
+        assert proc.stdout == ""
+    return proc.stderr
+
+
+def run_all(cli: Any, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent commands, run side by side (each is its own process on the same workspace)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: cli(*args, check=False), commands))
+
+
+def usage(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def spawn(cli: Any, name: str = "s", *extra: str) -> int:
+    out = cli.json("spawn", name, "--agent", "hr", *extra)
+    assert set(out) == {"sid", "notes"}
+    return int(out["sid"])
+
+
+def fill(cli: Any, sid: int, n: int, tmp_path: Path) -> None:
+    f = tmp_path / f"fill-{sid}-{n}.jsonl"
+    f.write_text("".join(
+        json.dumps({"role": "user" if i % 2 else "assistant",
+                    "content": f"Message {i}. The report needs the ledger checked against the audit for item {i}. "
+                               f"Please compare each figure and flag every difference you find."}) + "\n"
+        for i in range(n)))
+    assert cli.json("send", str(sid), "--jsonl", str(f))["count"] == n
+
+
+def test_spawn_ps_show_history(cli: Any) -> None:
+    sid = spawn(cli, "alpha", "--system", "You are careful.", "--goal", "audit", "--priority", "5",
+                "--window", "64000")
+    assert sid == 1
+    assert cli("spawn", "beta", "--agent", "docs").stdout.strip() == "2"
+    rows = cli.json("ps")
+    assert isinstance(rows, list) and [r["id"] for r in rows] == [1, 2]
+    for r in rows:
+        assert PS_KEYS <= set(r)
+    a = rows[0]
+    assert (a["name"], a["agent"], a["state"], a["priority"], a["parent"], a["context_window"], a["messages"],
+            a["triggers"]) == ("alpha", "hr", "sleeping", 5, None, 64000, 0, [])
+    assert a["context_tokens"] > 0  # the system prompt counts
+    assert cli.json("send", "1", "hello world") == {"sid": 1, "seq": 1, "count": 1, "notes": []}
+    assert cli.json("send", "1", "a reply", "--role", "assistant", "--pin")["seq"] == 2
+    assert json.loads(cli("send", "1", "-", "--json", input="from stdin\n").stdout)["seq"] == 3
+    assert cli.json("send", "1", "from beta", "--from", "2")["seq"] == 4
+    detail = cli.json("show", "1")
+    assert PS_KEYS <= set(detail)
+    assert detail["system"] == "You are careful." and detail["memory"] == {} and detail["resources"] == []
+    assert [{k: c[k] for k in ("seq", "role", "content")} for c in detail["context"]] == [
+        {"seq": 1, "role": "user", "content": "hello world"},
+        {"seq": 2, "role": "assistant", "content": "a reply"},
+        {"seq": 3, "role": "user", "content": "from stdin\n"},
+        {"seq": 4, "role": "user", "content": "from beta"},
+    ]
+    assert all(isinstance(c["tokens"], int) and c["tokens"] > 0 for c in detail["context"])
+    assert detail["context_tokens"] == (cli.json("ps")[0]["context_tokens"])
+    assert detail["messages"] == 4
+    hist = cli.json("history", "1")
+    assert [(m["seq"], m["author"], m["pinned"]) for m in hist] == [
+        (1, "user", False), (2, "user", True), (3, "user", False), (4, "session:2", False)]
+    text = cli("show", "1").stdout
+    assert "alpha" in text and "You are careful." in text and "hello world" in text
+    table = cli("ps").stdout
+    assert "SID" in table and "alpha" in table and "beta" in table
+
+
+def test_ps_filters_and_all(cli: Any) -> None:
+    spawn(cli, "a")
+    cli("spawn", "b", "--agent", "docs")
+    cli("cancel", "1")
+    assert [r["id"] for r in cli.json("ps")] == [2]
+    assert [r["id"] for r in cli.json("ps", "-a")] == [1, 2]
+    assert [r["id"] for r in cli.json("ps", "--agent", "docs")] == [2]
+    assert [r["state"] for r in cli.json("ps", "--state", "terminated")] == ["terminated"]
+    refused(cli("ps", "--state", "zombie", check=False))
+
+
+def test_show_makes_control_characters_visible(cli: Any) -> None:
+    spawn(cli)
+    cli("send", "1", "\x1b[2Jwipe the screen\x07")
+    out = cli("show", "1").stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b" in out
+    assert cli.json("history", "1")[0]["content"] == "\x1b[2Jwipe the screen\x07"  # stored exactly
+
+
+def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, tmp_path: Path) -> None:
+    sid = spawn(cli)
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"role": "user", "content": "q1"}\n\n{"role": "assistant", "content": "a1", "pinned": true}\n')
+    assert cli.json("send", "1", "--jsonl", str(good))["count"] == 2
+    hist = cli.json("history", "1")
+    assert [(m["role"], m["content"], m["pinned"]) for m in hist] == [("user", "q1", False), ("assistant", "a1", True)]
+    before = dump(db)
+    lines = [json.dumps({"role": "user", "content": f"line {i}"}) for i in range(50)]
+    files = []
+    for n, bad in enumerate(['{"role": "user", "content": ', "[1, 2]", '{"role": "alien", "content": "x"}',
+                             '{"content": "no role"}', '{"role": "user", "content": 5}', "not json"]):
+        f = tmp_path / f"bad{n}.jsonl"
+        at = [0, 25, 50][n % 3]  # first line, middle, last line
+        f.write_text("\n".join(lines[:at] + [bad] + lines[at:]) + "\n")
+        files.append(f)
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(b'{"role": "user", "content": "caf\xe9"}\n')
+    files += [latin1, tmp_path / "missing.jsonl"]
+    for proc in run_all(cli, *(("send", str(sid), "--jsonl", str(f)) for f in files)):
+        refused(proc)
+    assert dump(db) == before
+    for proc in run_all(cli, ("send", "1", "text", "--jsonl", str(good)), ("send", "1")):
+        usage(proc)
+
+
+def test_memory_verbs(cli: Any) -> None:
+    spawn(cli)
+    cli("memory", "1", "set", "plan", '{"steps": [1, 2]}')
+    cli("memory", "1", "set", "name", '"Ann"')
+    assert cli.json("memory", "1", "get", "plan") == {"steps": [1, 2]}
+    assert cli("memory", "1", "get", "name").stdout.strip() == '"Ann"'
+    assert cli.json("memory", "1", "ls") == {"name": "Ann", "plan": {"steps": [1, 2]}}
+    assert cli.json("memory", "1") == {"name": "Ann", "plan": {"steps": [1, 2]}}
+    cli("memory", "1", "delete", "name")
+    assert cli.json("show", "1")["memory"] == {"plan": {"steps": [1, 2]}}
+    err = refused(cli("memory", "1", "set", "x", "not json", check=False))
+    assert "JSON" in err
+    refused(cli("memory", "1", "get", "absent", check=False))
+    refused(cli("memory", "1", "delete", "absent", check=False))
+
+
+async def test_fork_merge_and_conflicts(cli: Any, db: Path, tmp_path: Path, ws: Workspace) -> None:
+    spawn(cli, "root")
+    fill(cli, 1, 6, tmp_path)
+    cli("memory", "1", "set", "k", '"base"')
+    child = cli.json("fork", "1", "--name", "kid")
+    assert child == {"sid": 2, "parent": 1, "at": 6, "notes": []}
+    early = cli.json("fork", "1", "--at", "2")
+    assert early["sid"] == 3 and early["at"] == 2
+    assert len(cli.json("history", "3")) == 2
+    ps = {r["id"]: r for r in cli.json("ps")}
+    assert ps[2]["parent"] == 1 and ps[2]["name"] == "kid" and ps[3]["parent"] == 1
+    cli("send", "2", "child work")
+    cli("memory", "2", "set", "k", '"child"')
+    cli("memory", "1", "set", "k", '"parent"')
+    before = dump(db)
+
+    proc = cli("merge", "2", "1", check=False)
+    assert proc.returncode == 3 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("procession: error:") and "k" in lines[0]
+    assert len(lines) == 2 and '"base"' in lines[1] and '"parent"' in lines[1] and '"child"' in lines[1]
+    assert "Traceback" not in proc.stderr
+    proc = cli("merge", "2", "1", "--json", check=False)
+    assert proc.returncode == 3
+    out = json.loads(proc.stdout)
+    assert out["conflicts"] == {"k": {"base": "base", "ours": "parent", "theirs": "child"}}
+    assert dump(db) == before
+
+    procs = run_all(cli, ("merge", "2", "1", "--pick", "k=mine"), ("merge", "2", "1", "--set", "novalue"),
+                    ("merge", "2", "1", "--ours", "--theirs"), ("merge", "2", "1", "--set", "k={bad"),
+                    ("merge", "1", "1"), ("merge", "9", "1"))
+    for proc in procs[:3]:
+        usage(proc)
+    for proc in procs[3:]:
+        refused(proc)
+    assert dump(db) == before
+
+    result = cli.json("merge", "2", "1", "--set", 'k={"both": true}')
+    assert result["source"] == 2 and result["sid"] == 1 and result["messages"] == 1
+    assert result["resolved"] == {"k": {"both": True}}
+    assert cli.json("memory", "1", "get", "k") == {"both": True}
+    hist = cli.json("history", "1")
+    assert hist[-1]["content"] == "child work" and hist[-1]["meta"] == {"merged_from": 2, "from_seq": 7}
+    shown = cli.json("show", "2")
+    assert shown["state"] == "terminated" and shown["reason"] == "merged" and shown["merged_into"] == 1
+
+    # the other resolutions (set up through the engine, settled through the CLI)
+    for flags, expected in ((["--ours"], "ours"), (["--theirs"], "theirs"), (["--pick", "k=theirs"], "theirs"),
+                            (["--pick", "k=ours"], "ours")):
+        f = (await ws.fork(1)).sid
+        await ws.memory_set(f, "k", f"theirs {flags}")
+        await ws.memory_set(1, "k", f"ours {flags}")
+        out = cli("merge", str(f), "1", *flags).stdout
+        assert out.startswith(f"merged {f} into 1")
+        assert await ws.memory_get(1, "k") == f"{expected} {flags}"
+
+
+def test_save_load_checkpoint_and_snapshot(cli: Any, db: Path, tmp_path: Path) -> None:
+    spawn(cli)
+    fill(cli, 1, 4, tmp_path)
+    cli("memory", "1", "set", "k", "1")
+    cp = cli.json("save", "1", "v1")["checkpoint"]
+    assert cp["name"] == "v1" and cp["seq"] == 4
+    cli("send", "1", "later")
+    cli("memory", "1", "set", "k", "2")
+    restored = cli.json("load", "1", "v1", "--name", "back")
+    assert restored["sid"] == 2 and restored["source"] == "1:v1"
+    shown = cli.json("show", "2")
+    assert shown["length"] == 4 and shown["memory"] == {"k": 1} and shown["name"] == "back"
+
+    cli("trigger", "add", "1", "every", "5m")
+    snap = tmp_path / "one.json"
+    out = cli.json("save", "1", "-o", str(snap))
+    assert out["messages"] == 5 and snap.exists()
+    proc = cli("load", str(snap))
+    assert proc.stdout.strip() == "3" and "approve" in proc.stderr
+    assert cli.json("load", str(snap))["sid"] == 4
+    shown = cli.json("show", "4")
+    assert shown["armed"] is False and [t["armed"] for t in shown["triggers"]] == [False]
+    assert [m["content"] for m in cli.json("history", "4")] == [m["content"] for m in cli.json("history", "1")]
+    assert [a["sid"] for a in cli.json("approve", "4")] == [4]
+    assert [t["armed"] for t in cli.json("trigger", "ls", "4")] == [True]
+
+    before = dump(db)
+    doc = json.loads(snap.read_text())
+    doc["payload"]["memory"]["k"] = 999  # tampered, hash kept
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps(doc))
+    trunc = tmp_path / "trunc.json"
+    trunc.write_bytes(snap.read_bytes()[:100])
+    procs = run_all(cli, ("load", str(bad)), ("load", str(trunc)), ("load", str(tmp_path / "none.json")),
+                    ("approve", "4"), ("load", "1", "nope"), ("save", "1", "v1"),
+                    ("save", "1", "name", "-o", str(snap)), ("save", "1"), ("load", str(snap), "--name", "x"),
+                    ("load", "abc", "v1"))
+    assert "hash" in refused(procs[0])
+    for proc in procs[1:6]:
+        refused(proc)
+    for proc in procs[6:]:
+        usage(proc)
+    assert dump(db) == before
+
+
+def test_compress_expand_migrate(cli: Any, db: Path, tmp_path: Path) -> None:
+    spawn(cli, "c", "--system", "sys")
+    fill(cli, 1, 20, tmp_path)
+    full = cli.json("show", "1")
+    fold = cli.json("compress", "1", "--keep-last", "3")["fold"]
+    assert fold["archived_count"] == 17 and fold["summary_tokens"] < fold["archived_tokens"]
+    shown = cli.json("show", "1")
+    assert shown["messages"] == 4 and shown["context"][0]["summary_of"]["messages"] == 17
+    assert shown["context_tokens"] < full["context_tokens"]
+    assert cli.json("expand", "1")["fold"]["id"] == fold["id"]
+    assert cli.json("show", "1")["context"] == full["context"]
+    refused(cli("expand", "1", check=False))
+    usage(cli("compress", "1", "--keep-last", "many", check=False))
+    refused(cli("compress", "1", "--keep-last", "-1", check=False))
+
+    tokens = full["context_tokens"]
+    before = dump(db)
+    err = refused(cli("migrate", "1", "--runner", "openai:small", "--window", str(tokens - 1), check=False))
+    assert str(tokens) in err
+    assert dump(db) == before
+    out = cli.json("migrate", "1", "--runner", "openai:small", "--window", str(tokens // 2), "--compress")
+    assert out["fold"] is not None and out["context_tokens"] <= tokens // 2
+    ps = cli.json("ps")[0]
+    assert ps["context_window"] == tokens // 2 and ps["context_tokens"] == out["context_tokens"]
+    refused(cli("migrate", "1", "--runner", "nonsense", check=False))
+    usage(cli("migrate", "1", check=False))
+
+
+def test_lifecycle_verbs(cli: Any) -> None:
+    for name in ("a", "b", "c"):
+        spawn(cli, name)
+    assert [(o["sid"], o["state"]) for o in cli.json("activate", "1", "2")] == [(1, "ready"), (2, "ready")]
+    assert cli("suspend", "1").stdout.strip() == "1: suspended"
+    assert [(o["sid"], o["state"]) for o in cli.json("resume", "1")] == [(1, "ready")]
+    assert [(o["sid"], o["state"]) for o in cli.json("interrupt", "1")] == [(1, "sleeping")]
+    assert [(o["sid"], o["state"]) for o in cli.json("cancel", "3")] == [(3, "terminated")]
+    err = refused(cli("suspend", "3", check=False))
+    assert "terminated" in err
+    refused(cli("resume", "2", check=False))
+    # several SIDs, one refused: the others are done, the status says one failed
+    proc = cli("cancel", "1", "3", "2", check=False)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == ["1: terminated", "2: terminated"]
+    assert proc.stderr.startswith("procession: error:") and proc.stderr.count("\n") == 1
+    assert {r["state"] for r in cli.json("ps", "-a")} == {"terminated"}
+    usage(cli("cancel", check=False))
+    usage(cli("cancel", "0", check=False))
+
+
+def test_activate_unknown_sid_is_one_error_line(cli: Any) -> None:
+    spawn(cli)
+    refused(cli("activate", "99", check=False))
+    proc = cli("activate", "1", "99", check=False)
+    assert proc.returncode == 1 and proc.stderr.count("procession: error:") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_nice_bind_trigger_log(cli: Any, tmp_path: Path) -> None:
+    spawn(cli)
+    spawn(cli, "other")
+    assert cli.json("nice", "1", "10")["priority"] == 10
+    assert cli.json("nice", "1", "-3", "--relative")["priority"] == 7
+    rid = cli.json("bind", "1", "file", "notes.txt", "--mode", "ro")["resource"]["id"]
+    res = cli.json("show", "1")["resources"]
+    assert res == [{"id": rid, "kind": "file", "uri": str(tmp_path / "notes.txt"), "mode": "ro"}]
+    procs = run_all(cli, ("nice", "1", "1000"), ("bind", "1", "file", "notes.txt"),
+                    ("bind", "1", "file", "x", "--mode", "wx"))
+    refused(procs[0])
+    refused(procs[1])
+    usage(procs[2])
+    assert cli.json("unbind", "1", str(rid))["resource"]["id"] == rid
+    t1 = cli.json("trigger", "add", "1", "every", "5m")["trigger"]["id"]
+    t2 = cli.json("trigger", "add", "1", "after", "2")["trigger"]["id"]
+    cli("trigger", "add", "1", "watch", "src/*.py", "--debounce", "200")
+    trigs = cli.json("trigger", "ls", "1")
+    assert [(t["id"], t["kind"], t["armed"]) for t in trigs][:2] == [(t1, "every", True), (t2, "after", True)]
+    assert trigs[2]["spec"] == {"paths": [str(tmp_path / "src/*.py")], "debounce_ms": 200}
+    assert cli.json("trigger", "rm", "1", str(t1))["trigger"]["id"] == t1
+    procs = run_all(cli, ("trigger", "rm", "1", str(t1)), ("trigger", "add", "1", "every", "never"),
+                    ("trigger", "add", "1", "after", "1"), ("unbind", "1", str(rid)), ("trigger",))
+    for proc in procs[:4]:
+        refused(proc)
+    usage(procs[4])
+    log = cli.json("log")
+    assert [e["call"] for e in log] == ["spawn", "spawn", "nice", "nice", "bind", "unbind", "trigger", "trigger",
+                                        "trigger", "trigger"]
+    assert all(e["actor"] == "cli" for e in log)
+    assert {"id", "ts", "actor", "call", "session", "other", "args", "outcome"} <= set(log[0])
+    assert [e["call"] for e in cli.json("log", "2")] == ["spawn"]
+    assert len(cli.json("log", "-n", "3")) == 3
+    assert "spawn" in cli("log").stdout
+
+
+def test_refused_calls_print_one_line_and_change_nothing(cli: Any, db: Path) -> None:
+    spawn(cli)
+    cli("cancel", "1")
+    before = dump(db)
+    commands = [("suspend", "1"), ("send", "1", "x"), ("fork", "42"), ("show", "42"), ("history", "42"),
+                ("merge", "1", "1"), ("send", "1", "x", "--role", "wizard"), ("spawn", "x", "--agent", "hr",
+                "--runner", "bogus"), ("spawn", "x", "--agent", "hr", "--window", "0"), ("compress", "1"),
+                ("memory", "42", "ls"), ("fork", "1", "--at", "5")]
+    commands += [(*c, "--json") for c in commands[:6]]
+    for proc in run_all(cli, *commands):
+        refused(proc)
+    assert dump(db) == before
+
+
+def test_usage_mistakes_exit_2(cli: Any) -> None:
+    commands = [("nosuch",), ("show",), ("show", "abc"), ("show", "-1"), ("spawn", "x"), ("fork", "1", "--at", "x"),
+                ("send",), ("memory", "1", "set", "k"), ("merge", "1"), ("nice", "1", "high"), ("ps", "--bogus")]
+    for proc in run_all(cli, *commands):
+        usage(proc)
+
+
+def test_db_option_and_bad_workspace_files(cli: Any, tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    assert cli.json("spawn", "x", "--agent", "hr", "--db", str(other))["sid"] == 1
+    assert cli.json("ps", "--db", str(other))[0]["name"] == "x"
+    assert "no workspace at" in refused(cli("ps", check=False))  # a typo'd path is not made into a workspace
+    assert not cli.db.exists()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    err = refused(cli("ps", "--db", str(notes), check=False))
+    assert "not" in err
+    assert notes.read_text() == "my notes\n"
+    newer = tmp_path / "newer.db"
+    cli("spawn", "y", "--agent", "hr", "--db", str(newer))
+    con = sqlite3.connect(newer)
+    con.execute("PRAGMA user_version = 99")
+    con.commit()
+    con.close()
+    content = newer.read_bytes()
+    refused(cli("ps", "--db", str(newer), check=False))
+    assert newer.read_bytes() == content
+
+
+def test_foreign_sqlite_file_is_a_one_line_error(cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE meta (k TEXT)")
+    con.commit()
+    con.close()
+    refused(cli("ps", "--db", str(path), check=False))
+
+
+def test_ps_does_not_import_textual(db: Path, tmp_path: Path, cli: Any) -> None:
+    cli("spawn", "s", "--agent", "a")
+    env = {**os.environ, "PROCESSION_DB": str(db)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "procession", "ps"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert "procession.cli" in imported  # the check sees what the command imports
+    assert not [m for m in imported if m.split(".")[0] == "textual" or m.startswith("procession.tui")]
+
+
+
+def test_paths_are_read_against_the_shell_folder(cli: Any, tmp_path: Path) -> None:
+    """Like every shell command: `bind 1 folder .` and `watch rates.csv` mean here, not the
+    session's folder; a path with nothing there yet is accepted with a note."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sid = str(spawn(cli, "s", "--cwd", str(elsewhere)))
+    (tmp_path / "rates.csv").write_text("a,b\n")
+    bound = cli("bind", sid, "folder", ".")
+    assert bound.stderr == ""
+    watched = cli("trigger", "add", sid, "watch", "rates.csv", "later.csv")
+    assert watched.stderr.strip() == f"procession: note: {tmp_path / 'later.csv'} does not exist (yet)"
+    shown = cli.json("show", sid)
+    assert [r["uri"] for r in shown["resources"]] == [str(tmp_path)]
+    assert shown["triggers"][0]["spec"]["paths"] == [str(tmp_path / "rates.csv"), str(tmp_path / "later.csv")]
+    missing = cli("spawn", "x", "--agent", "a", "--cwd", str(tmp_path / "nope"), check=False)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_every_call_of_the_table_has_a_command_of_its_name() -> None:
+    from procession.cli.registry import COMMANDS
+    from procession.model.calls import INFO, USER_CALLS
+
+    made = {c.call for c in COMMANDS.values() if c.call is not None}
+    assert made == set(USER_CALLS)
+    for call in USER_CALLS:
+        assert COMMANDS[call.value].help == INFO[call].summary or COMMANDS[call.value].call is call
+
+
+def test_the_monitor_without_a_terminal_says_so(cli: Any) -> None:
+    spawn(cli)
+    proc = cli(check=False)  # stdin and stdout are pipes here
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().startswith("procession: the monitor needs a terminal") and "Traceback" not in proc.stderr
+
+
+def test_set_changes_settings_after_spawn(cli: Any, tmp_path: Path) -> None:
+    spawn(cli, "draft", "--window", "1000")
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("You write short answers.\n")
+    out = cli.json("set", "1", "--name", "final", "--goal", "ship", "--system-file", str(prompt), "--timeout", "30")
+    assert out["changed"] == ["name", "goal", "system", "timeout"]
+    shown = cli.json("show", "1")
+    assert (shown["name"], shown["goal"], shown["system"], shown["timeout"]) == (
+        "final", "ship", "You write short answers.\n", 30)
+    assert shown["context_tokens"] > 0  # the new system prompt is counted
+    assert cli("set", "1", "--timeout", "0").stdout.strip() == "1: changed timeout"
+    assert cli.json("show", "1")["timeout"] is None
+    refused(cli("set", "1", check=False))  # nothing to change
+    refused(cli("set", "1", "--window", "5", check=False))  # the context would not fit
+    refused(cli("set", "1", "--name", "", check=False))
+    usage(cli("set", "1", "--system", "a", "--system-file", str(prompt), check=False))
+    assert [e["call"] for e in cli.json("log", "1")].count("set") == 2
+
+
+def test_history_prints_whole_messages_and_short_clips_them(cli: Any) -> None:
+    spawn(cli)
+    long = "first line\n" + "word " * 60 + "END"
+    cli("send", "1", long)
+    whole = cli("history", "1").stdout
+    assert "END" in whole and "first line" in whole and "\n" in whole.strip()
+    short = cli("history", "1", "--short").stdout.strip()
+    assert "END" not in short and short.endswith("…") and "\n" not in short
+
+
+def test_trigger_ids_are_never_reused_and_a_second_identical_trigger_is_refused(cli: Any) -> None:
+    spawn(cli)
+    first = cli.json("trigger", "add", "1", "every", "5m")["trigger"]["id"]
+    refused(cli("trigger", "add", "1", "every", "5m", check=False))
+    cli("trigger", "rm", "1", str(first))
+    second = cli.json("trigger", "add", "1", "every", "5m")["trigger"]["id"]
+    assert second > first

@@ -1,0 +1,222 @@
+"""The workspace file: created safely, opened safely, never damaged by a refusal."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from procession import Workspace, WorkspaceError
+from procession.store import schema
+
+TABLES = {"meta", "agents", "sessions", "messages", "folds", "memory", "resources", "triggers", "checkpoints",
+          "runs", "journal", "lease"}
+
+
+def files_of(path: Path) -> dict[str, bytes]:
+    """The workspace file and any SQLite side files next to it, byte for byte."""
+    return {p.name: p.read_bytes() for p in path.parent.iterdir() if p.name.startswith(path.name)}
+
+
+async def expect_refused(path: Path) -> None:
+    """Opening ``path`` must raise ``WorkspaceError`` (and a wrongly opened one is closed)."""
+    try:
+        ws = await Workspace.open(path)
+    except WorkspaceError:
+        return
+    await ws.close()
+    pytest.fail(f"{path.name} was opened as a workspace")
+
+
+async def make_workspace(path: Path) -> None:
+    ws = await Workspace.open(path)
+    sid = (await ws.spawn("a", "hr")).sid
+    await ws.send(sid, "hello")
+    await ws.close()
+
+
+async def test_new_workspace_file_is_private_wal_and_current(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "ws.db"
+    ws = await Workspace.open(path)
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        con = sqlite3.connect(path)
+        try:
+            assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert con.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            assert TABLES <= names
+            meta = dict(con.execute("SELECT key, value FROM meta"))
+            assert {"uuid", "created", "tokenizer", "rev"} <= set(meta)
+            assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            con.close()
+        # foreign keys are enforced on the engine's connection
+        async with ws.store.snapshot() as tx:
+            assert await tx.value("PRAGMA foreign_keys") == 1
+    finally:
+        await ws.close()
+    # a folder it had to create is the owner's only, too
+    assert stat.S_IMODE((tmp_path / "deep" / "er").stat().st_mode) & 0o077 == 0
+
+
+async def test_reopening_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "ws.db"
+    await make_workspace(path)
+    ws = await Workspace.open(path)
+    try:
+        assert [m.content for m in await ws.history(1)] == ["hello"]
+        assert len(await ws.journal()) == 2
+    finally:
+        await ws.close()
+
+
+async def test_newer_schema_is_refused_and_the_file_is_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "ws.db"
+    await make_workspace(path)
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA user_version = {schema.VERSION + 1}")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(WorkspaceError) as info:
+        await Workspace.open(path)
+    assert "newer" in str(info.value) and "\n" not in str(info.value)
+    assert path.read_bytes() == before
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION + 1
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"just some notes\n", b"\x00" * 4096, b"SQLite format 2\x00" + b"\x00" * 100, b'{"json": true}'],
+    ids=["text", "zeros", "near-magic", "json"],
+)
+async def test_non_sqlite_file_is_refused_unchanged(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(WorkspaceError) as info:
+        await Workspace.open(path)
+    assert "not" in str(info.value) and "\n" not in str(info.value)
+    assert files_of(path) == {"notes.txt": content}
+
+
+async def test_damaged_sqlite_file_is_refused_with_a_workspace_error(tmp_path: Path) -> None:
+    path = tmp_path / "ws.db"
+    content = b"SQLite format 3\x00" + os.urandom(8192)
+    path.write_bytes(content)
+    with pytest.raises(WorkspaceError):
+        await Workspace.open(path)
+    assert path.read_bytes() == content
+
+
+async def test_foreign_sqlite_database_is_refused_unchanged(tmp_path: Path) -> None:
+    """Pointing --db at another program's SQLite file must not add tables to it."""
+    path = tmp_path / "other-app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE bookmarks (url TEXT)")
+    con.execute("INSERT INTO bookmarks VALUES ('https://example.org')")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    await expect_refused(path)
+    assert path.read_bytes() == before
+
+
+async def test_foreign_sqlite_database_with_a_clashing_table_is_a_workspace_error(tmp_path: Path) -> None:
+    path = tmp_path / "other-app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE meta (k TEXT)")
+    con.commit()
+    con.close()
+    await expect_refused(path)
+
+
+async def test_missing_file_without_create_is_refused_and_not_made(tmp_path: Path) -> None:
+    path = tmp_path / "absent.db"
+    with pytest.raises(WorkspaceError):
+        await Workspace.open(path, create=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError):
+        await Workspace.open(tmp_path)
+
+
+async def test_empty_file_becomes_a_workspace(tmp_path: Path) -> None:
+    path = tmp_path / "ws.db"
+    path.touch()
+    ws = await Workspace.open(path)
+    try:
+        assert (await ws.spawn("a", "hr")).sid == 1
+    finally:
+        await ws.close()
+
+
+async def test_older_schema_is_migrated(tmp_path: Path) -> None:
+    """A file at user_version 0 (made by SQLite, nothing in it yet) gets every migration."""
+    path = tmp_path / "ws.db"
+    sqlite3.connect(path).close()
+    ws = await Workspace.open(path)
+    await ws.close()
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+    finally:
+        con.close()
+
+
+async def test_two_workspaces_on_one_file_see_each_other(tmp_path: Path) -> None:
+    path = tmp_path / "ws.db"
+    one = await Workspace.open(path)
+    two = await Workspace.open(path, actor="tui")
+    try:
+        sid = (await one.spawn("a", "hr")).sid
+        await two.send(sid, "from the other connection")
+        assert [m.content for m in await one.history(sid)] == ["from the other connection"]
+        assert [(e.actor, e.call) for e in await one.journal()] == [("cli", "spawn"), ("tui", "send")]
+    finally:
+        await one.close()
+        await two.close()
+
+
+
+async def test_a_cancelled_call_never_leaves_the_workspace_locked(tmp_path):
+    """Cancel tasks at every point of a transaction (BEGIN in flight, body, COMMIT): the
+    connection always ends outside a transaction and other processes can write at once."""
+    import asyncio
+    import sqlite3 as sync_sqlite
+
+    from procession import Workspace
+
+    ws = await Workspace.open(tmp_path / "ws.db")
+    sid = (await ws.spawn("s", "a")).sid
+    other = sync_sqlite.connect(tmp_path / "ws.db", timeout=0.05, isolation_level=None)
+    cancelled = 0
+    for i in range(200):
+        task = asyncio.ensure_future(ws.send(sid, f"message {i}"))
+        for _ in range(i % 7):
+            await asyncio.sleep(0)
+        if not task.done():
+            task.cancel()
+            cancelled += 1
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        assert not ws.store.conn.in_transaction
+        other.execute("BEGIN IMMEDIATE")  # raises "database is locked" if our connection kept the lock
+        other.execute("ROLLBACK")
+    other.close()
+    history = await ws.history(sid)
+    async with ws.store.snapshot() as tx:
+        journaled = await tx.value("SELECT count(*) FROM journal WHERE call = 'send'")
+    assert journaled == len(history) and cancelled > 50  # whole calls or none
+    await ws.close()

@@ -1,0 +1,175 @@
+"""How a screen of the monitor makes calls: the part the table and the detail view share.
+
+A screen that mixes in ``Calling`` says which sessions the next call acts on (``targets``)
+and gets, from the calls registry (``calls.FLOWS``), a binding for every call, the action
+that runs its flow in a worker, and the small steps flows are written with: ask with a form,
+confirm, choose, make the call (a refusal becomes a notification with the core's one-line
+reason, and the form it came from opens again with what was typed), report its outcome
+and notes in the present layer's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from textual.binding import Binding
+from textual.screen import Screen
+
+from procession.calls import Workspace
+from procession.model.calls import INFO, Call
+from procession.model.errors import IllegalTransition, ProcessionError
+from procession.model.outcomes import Outcome
+from procession.model.records import SessionInfo
+from procession.model.states import allowed, reason
+from procession.present import results
+
+from .dialogs import ActionMenu, Choice, Confirm, Field, Form
+
+if TYPE_CHECKING:
+    from .app import ProcessionApp
+
+O = TypeVar("O", bound=Outcome)
+
+
+class Calling(Screen[Any]):
+    """A screen that makes calls on its ``targets``."""
+
+    def targets(self) -> list[SessionInfo]:
+        raise NotImplementedError
+
+    def targets_are_agent(self) -> bool:
+        """Whether the targets are an agent's sessions picked by its row (calls then confirm)."""
+        return False
+
+    @property
+    def monitor(self) -> ProcessionApp:
+        from .app import ProcessionApp
+
+        assert isinstance(self.app, ProcessionApp)
+        return self.app
+
+    @property
+    def ws(self) -> Workspace:
+        return self.monitor.ws
+
+    # ------------------------------------------------------------------ which calls apply
+
+    def applies(self, call: Call) -> bool:
+        """Whether ``call`` can act on at least one target (the menu and the palette grey out
+        the rest; a key still makes the call, so that its refusal says why)."""
+        from .calls import FLOWS
+
+        if self.monitor.readonly:
+            return False
+        flow = FLOWS[call]
+        if INFO[call].target == "none":
+            return True
+        targets = self.targets()
+        if flow.applies is not None:
+            return any(flow.applies(t) for t in targets)
+        return any(allowed(call, t.state) for t in targets)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only monitor hides every call."""
+        if action in ("call", "nice") and self.monitor.readonly:
+            return False
+        return True
+
+    def action_call(self, name: str) -> None:
+        """Run the flow of the call ``name`` on the targets, in a worker (flows wait for dialogs)."""
+        from .calls import FLOWS
+
+        flow = FLOWS[Call(name)]
+        targets = self.targets()
+        if INFO[flow.call].target != "none" and not targets:
+            self.monitor.notify("no session here to act on", severity="warning")
+            return
+        if INFO[flow.call].target == "one" and len(targets) > 1:
+            self.monitor.notify(f"{flow.call} acts on one session: untag all (U) or put the cursor on one",
+                                severity="warning")
+            return
+        if flow.applies is None and targets and not any(allowed(flow.call, t.state) for t in targets):
+            # refused before any dialog opens, in the words of the core's refusal
+            t = targets[0]
+            self.monitor.notify(str(IllegalTransition(flow.call, t.id, t.state, reason(flow.call, t.state))),
+                                severity="error", timeout=8)
+            return
+        self.run_worker(flow.run(self, targets), group="call", exclusive=True)
+
+    async def action_nice(self, step: int) -> None:
+        """F7 / F8: one step up or down, on every target."""
+        await self.make_each([self.ws.nice(t.id, step, relative=True) for t in self.targets()])
+
+    # ------------------------------------------------------------------ the steps of a flow
+
+    async def ask(self, title: str, fields: Sequence[Field], *, help: str = "", error: str = "") -> dict[str, str] | None:
+        answer: dict[str, str] | None = await self.app.push_screen_wait(Form(title, fields, help=help, error=error))
+        return answer
+
+    async def confirm(self, title: str, body: Sequence[str]) -> bool:
+        yes: bool = await self.app.push_screen_wait(Confirm(title, body))
+        return bool(yes)
+
+    async def choose(self, title: str, choices: Sequence[Choice], help: str = "") -> str | None:
+        return await self.app.push_screen_wait(ActionMenu(title, choices, help))
+
+    async def make(self, call: Awaitable[O], *, quiet: bool = False) -> O | None:
+        """Make one call; its outcome and notes are shown (unless ``quiet``); a refusal is
+        shown and gives None. The table shows the change before the next key is read."""
+        try:
+            outcome = await call
+        except ProcessionError as exc:
+            self.monitor.notify(str(exc), severity="error", timeout=8)
+            return None
+        if not quiet:
+            self.report(outcome)
+        await self.monitor.refresh_data()
+        return outcome
+
+    async def make_each(self, calls: Sequence[Awaitable[Outcome]]) -> list[Outcome]:
+        """Several calls (one per target), reported in one notification; each refusal in its own."""
+        done = [o for o in [await self.make(c, quiet=True) for c in calls] if o is not None]
+        if done:
+            self.report(*done)
+        return done
+
+    async def form_call(self, title: str, fields: list[Field], call: Any, *, help: str = "") -> Outcome | None:
+        """Ask with a form and make ``call(values)``; a refusal opens the form again with what
+        was typed and the reason in it. None when the user gives up."""
+        error = ""
+        while True:
+            answer = await self.ask(title, fields, help=help, error=error)
+            if answer is None:
+                return None
+            try:
+                outcome: Outcome = await call(answer)
+            except ProcessionError as exc:
+                error = str(exc)
+                fields = [Field(f.key, f.label, answer.get(f.key, f.value), f.placeholder, f.multiline)
+                          for f in fields]
+                continue
+            self.report(outcome)
+            await self.monitor.refresh_data()
+            return outcome
+
+    def report(self, *outcomes: Outcome) -> None:
+        """What the calls did, and their notes, in the present layer's words: one notification."""
+        text = [results.describe(o) for o in outcomes]
+        notes = [results.note(n, self.monitor.how) for o in outcomes for n in o.notes]
+        self.monitor.notify("\n".join([*text, *notes]), severity="warning" if notes else "information",
+                            timeout=8 if notes else 4)
+
+
+def call_bindings() -> list[Binding]:
+    """A binding for every call of the registry (its id is the call's name, for remapping),
+    and the priority steps F7/F8."""
+    from .calls import FLOWS
+
+    bindings = [Binding(flow.keys, f"call('{flow.call}')", flow.label, show=False, id=flow.call.value)
+                for flow in FLOWS.values() if flow.keys]
+    bindings += [
+        Binding("f7,right_square_bracket", "nice(1)", "Priority up", show=False, key_display="F7", id="nice_up"),
+        Binding("f8,left_square_bracket", "nice(-1)", "Priority down", show=False, key_display="F8", id="nice_down"),
+    ]
+    return bindings

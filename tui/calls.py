@@ -1,0 +1,370 @@
+"""The calls registry of the monitor: for every call of the table, its default keys and its flow.
+
+``FLOWS`` is built from ``procession.model.calls.USER_CALLS``: a call without a flow here stops
+the monitor from importing, so a new call cannot be forgotten. The keyboard bindings, the
+action menu (F9) and the command palette are all generated from it. A flow is a coroutine
+run in a worker: it asks what it needs with ``push_screen_wait`` (through the screen's
+``Calling`` steps), makes the call, and lets the screen report the outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from procession.model.calls import INFO, USER_CALLS, Call
+from procession.model.errors import ContextTooLarge, MergeConflict, ProcessionError
+from procession.model.outcomes import Outcome
+from procession.model.records import SessionInfo
+from procession.model.states import State, allowed
+from procession.calls.merge import Resolution
+from procession.present import lines, parse
+from procession.present.words import plural, printable
+
+from .calling import Calling
+from .dialogs import Choice, Conflicts, Field
+
+Targets = list[SessionInfo]
+Run = Callable[[Calling, Targets], Awaitable[None]]
+
+
+@dataclass(slots=True, frozen=True)
+class Flow:
+    call: Call
+    keys: str  # the default keys (remappable by the call's name in the config's [keys])
+    run: Run
+    applies: Callable[[SessionInfo], bool] | None = None  # when the lifecycle table is not the whole story
+    says: str = ""  # what the key does, where it is more than the call's summary
+
+    @property
+    def label(self) -> str:
+        summary = self.says or INFO[self.call].summary
+        return summary[0].upper() + summary[1:]
+
+
+def unapproved(s: SessionInfo) -> bool:
+    """A runner or a trigger is disarmed (a loaded session, or a fork's copied triggers)."""
+    return not s.armed or any(not t.armed for t in s.triggers)
+
+
+def _who(targets: Targets) -> str:
+    return f"session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1 else \
+        plural(len(targets), "session")
+
+
+async def _each(ui: Calling, call: Call, targets: Targets) -> None:
+    """A call on every target the lifecycle table allows it on (like kill on several pids); an
+    agent's sessions, or more than one, are confirmed first when the call ends something."""
+    fit = [t for t in targets if allowed(call, t.state)] or targets
+    if (len(fit) > 1 and INFO[call].confirm) or (ui.targets_are_agent() and len(fit) > 0):
+        body = [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]
+        if not await ui.confirm(f"{INFO[call].summary.capitalize()}: {_who(fit)}?", body):
+            return
+    await ui.make_each([getattr(ui.ws, call.value)(t.id) for t in fit])
+
+
+def _lifecycle(call: Call) -> Run:
+    async def run(ui: Calling, targets: Targets) -> None:
+        await _each(ui, call, targets)
+
+    return run
+
+
+async def _suspend(ui: Calling, targets: Targets) -> None:
+    """z: suspend, or resume when every target is suspended already (as htop's T / CONT)."""
+    resume = bool(targets) and all(t.state is State.SUSPENDED for t in targets)
+    await _each(ui, Call.RESUME if resume else Call.SUSPEND, targets)
+
+
+async def _cancel(ui: Calling, targets: Targets) -> None:
+    fit = [t for t in targets if allowed(Call.CANCEL, t.state)]
+    if not fit:
+        await ui.make(ui.ws.cancel(targets[0].id))  # refused: the reason is shown
+        return
+    if await ui.confirm(f"Cancel {_who(fit)}? They end for good (their history is kept):",
+                        [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]):
+        await ui.make_each([ui.ws.cancel(t.id) for t in fit])
+
+
+async def _spawn(ui: Calling, targets: Targets) -> None:
+    agent = targets[0].agent if targets else ""
+    outcome = await ui.form_call("Spawn a new session", [
+        Field("name", "Name"), Field("agent", "Agent", agent),
+        Field("runner", "Runner", "builtin:digest"), Field("cwd", "Folder", os.getcwd()),
+    ], lambda v: ui.ws.spawn(v["name"], v["agent"], runner=v["runner"], cwd=parse.here(v["cwd"])),
+        help="runners: command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
+    if outcome:
+        ui.monitor.move_to(outcome.sid)
+
+
+async def _load(ui: Calling, targets: Targets) -> None:
+    choices = [Choice("file", "A snapshot file…")]
+    if len(targets) == 1:
+        detail = await ui.ws.show(targets[0].id)
+        choices += [Choice(f"cp:{c.name}", f"Checkpoint {printable(c.name)} of {targets[0].id} (message {c.seq})")
+                    for c in detail.checkpoints]
+    picked = await ui.choose("Load as a new session", choices) if len(choices) > 1 else "file"
+    if picked is None:
+        return
+    if picked == "file":
+        outcome = await ui.form_call("Snapshot file to load", [Field("file", "", placeholder="path/to/file.json")],
+                                     lambda v: ui.ws.load(parse.here(v["file"])))
+    else:
+        outcome = await ui.make(ui.ws.load(targets[0].id, picked[3:]))
+    if outcome:
+        ui.monitor.move_to(outcome.sid)
+
+
+async def _fork(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    outcome = await ui.form_call(f"Fork session {t.id} ({printable(t.name)})", [
+        Field("name", "Name of the fork", placeholder="empty: the parent's name, numbered"),
+        Field("at", f"Fork at message (0..{t.length})", str(t.length)),
+    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v["at"], "the fork point")))
+    if outcome:
+        ui.monitor.move_to(outcome.sid)
+
+
+async def _send(ui: Calling, targets: Targets) -> None:
+    async def send(v: dict[str, str]) -> Outcome:
+        text = parse.text_message(v["text"])
+        outcome: Outcome | None = None
+        for t in targets:
+            outcome = await ui.ws.send(t.id, text)
+        assert outcome is not None
+        return outcome
+
+    await ui.form_call(f"Message to {_who(targets)}", [Field("text", "", multiline=True)], send,
+                       help="Ctrl+S sends · Esc cancels")
+
+
+async def _memory(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    memory = (await ui.ws.show(t.id)).memory
+    choices = [Choice("set", "Set a key…")] + [Choice(f"del:{k}", f"Delete {lines.memory_line(k, v)}")
+                                               for k, v in memory.items()]
+    picked = await ui.choose(f"Memory of {_who(targets)}", choices)
+    if picked is None:
+        return
+    if picked.startswith("del:"):
+        await ui.make(ui.ws.memory_delete(t.id, picked[4:]))
+        return
+    await ui.form_call(f"Set a memory key of {t.id}", [Field("key", "Key"), Field("value", "Value (JSON)")],
+                       lambda v: ui.ws.memory_set(t.id, v["key"], parse.json_value(v["value"])))
+
+
+async def _compress(ui: Calling, targets: Targets) -> None:
+    await ui.make_each([ui.ws.compress(t.id) for t in targets])
+
+
+async def _expand(ui: Calling, targets: Targets) -> None:
+    await ui.make_each([ui.ws.expand(t.id) for t in targets])
+
+
+async def _set(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    system = (await ui.ws.show(t.id)).system
+
+    async def change(v: dict[str, str]) -> Outcome:
+        return await ui.ws.set(
+            t.id, name=v["name"] if v["name"] != t.name else None, goal=v["goal"] if v["goal"] != t.goal else None,
+            system=v["system"] if v["system"] != system else None,
+            timeout=_float(v["timeout"], "the timeout") if v["timeout"] != _fmt(t.timeout) else None,
+            window=_int(v["window"], "the window") if v["window"] != str(t.context_window) else None)
+
+    await ui.form_call(f"Settings of session {t.id}", [
+        Field("name", "Name", t.name), Field("goal", "Goal", t.goal),
+        Field("system", "System prompt", system, multiline=True),
+        Field("timeout", "Timeout of a run, seconds (0: none)", _fmt(t.timeout)),
+        Field("window", "Context window, tokens", str(t.context_window)),
+    ], change, help="Ctrl+S saves · Tab moves · Esc cancels")
+
+
+async def _nice(ui: Calling, targets: Targets) -> None:
+    async def nice(v: dict[str, str]) -> Outcome:
+        outcome: Outcome | None = None
+        for t in targets:
+            outcome = await ui.ws.nice(t.id, _int(v["priority"], "the priority"))
+        assert outcome is not None
+        return outcome
+
+    await ui.form_call(f"Priority of {_who(targets)} (higher runs first, -100..100)",
+                       [Field("priority", "", str(targets[0].priority))], nice)
+
+
+async def _migrate(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    answer = await ui.ask(f"Migrate session {t.id} to another runner", [
+        Field("runner", "Runner", t.runner), Field("window", "Context window, tokens", str(t.context_window)),
+    ], help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
+    while answer is not None:
+        try:
+            window = _int(answer["window"], "the window")
+            outcome = await ui.ws.migrate(t.id, answer["runner"], window=window)
+        except ContextTooLarge as exc:
+            if await ui.confirm(str(exc), ["Compress older context to fit? (expand restores it exactly)"]):
+                await ui.make(ui.ws.migrate(t.id, answer["runner"], window=window, compress=True))
+            return
+        except ProcessionError as exc:
+            answer = await ui.ask(f"Migrate session {t.id} to another runner", [
+                Field("runner", "Runner", answer["runner"]), Field("window", "Context window, tokens",
+                                                                   answer["window"])], error=str(exc))
+            continue
+        ui.report(outcome)
+        await ui.monitor.refresh_data()
+        return
+
+
+async def _merge(ui: Calling, targets: Targets) -> None:
+    source = targets[0]
+    answer = await ui.ask(f"Merge session {source.id} ({printable(source.name)}) into which session?",
+                          [Field("target", "", str(source.parent or ""), "SID")],
+                          help="Three-way: conflicting memory keys are shown for you to settle before anything"
+                               f" is applied. Session {source.id} ends (terminated, merged) when the merge is done.")
+    if answer is None:
+        return
+    try:
+        target = _int(answer["target"], "the target")
+    except ProcessionError as exc:
+        ui.monitor.notify(str(exc), severity="error")
+        return
+    resolution = Resolution()
+    while True:
+        try:
+            outcome = await ui.ws.merge(source.id, target, resolution)
+        except MergeConflict as exc:
+            choices = await ui.app.push_screen_wait(Conflicts(source.id, target, exc.conflicts))
+            if choices is None:
+                ui.monitor.notify("merge cancelled: nothing was applied", timeout=3)
+                return
+            resolution = Resolution(None, {k: side for k, (side, _) in choices.items() if side in ("ours", "theirs")},
+                                    {k: value for k, (side, value) in choices.items() if side == "set"})
+            continue
+        except ProcessionError as exc:
+            ui.monitor.notify(str(exc), severity="error", timeout=8)
+            return
+        ui.report(outcome)
+        await ui.monitor.refresh_data()
+        return
+
+
+async def _save(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    picked = await ui.choose(f"Save session {t.id}", [Choice("checkpoint", "A checkpoint in the store…"),
+                                                      Choice("file", "A snapshot file…")])
+    if picked == "checkpoint":
+        await ui.form_call(f"Checkpoint name for session {t.id}", [Field("name", "", time.strftime("cp-%Y%m%d-%H%M%S"))],
+                           lambda v: ui.ws.save(t.id, v["name"]))
+    elif picked == "file":
+        slug = "".join(ch if ch.isalnum() else "-" for ch in t.name).strip("-") or "session"
+
+        async def save(v: dict[str, str]) -> Outcome:
+            path = parse.here(v["file"])
+            replace = os.path.exists(path) and await ui.confirm(f"{path} exists. Replace it?",
+                                                                 ["The file there is lost."])
+            return await ui.ws.save(t.id, file=path, replace=replace)
+
+        await ui.form_call(f"Write session {t.id} to a snapshot file", [Field("file", "", f"{slug}-{t.id}.json")], save)
+
+
+async def _approve(ui: Calling, targets: Targets) -> None:
+    fit = [t for t in targets if unapproved(t)]
+    if not fit:
+        ui.monitor.notify("nothing to approve: the runner and every trigger are armed already", severity="warning")
+        return
+    body = []
+    for t in fit:
+        detail = await ui.ws.show(t.id)
+        body += [f"{t.id} {printable(t.name)}: runner {printable(t.runner)}",
+                 *(f"    trigger {lines.trigger_label(x)}" for x in t.triggers),
+                 *(f"    {lines.resource_line(r)}" for r in detail.resources)]
+    if await ui.confirm("Approve? These will be allowed to run:", body):
+        await ui.make_each([ui.ws.approve(t.id) for t in fit])
+
+
+async def _bind(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    await ui.form_call(f"Bind a resource to {t.id}", [Field("kind", "Kind", "folder"), Field("uri", "Path or URI")],
+                       lambda v: ui.ws.bind(t.id, v["kind"], parse.local_paths(v["kind"], [v["uri"]])[0]),
+                       help="kinds: file, folder, db (paths are read against this monitor's folder), mcp, tool, url")
+
+
+async def _unbind(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    resources = (await ui.ws.show(t.id)).resources
+    if not resources:
+        ui.monitor.notify(f"session {t.id} has no resource bound", severity="warning")
+        return
+    picked = await ui.choose(f"Unbind from {t.id}", [Choice(str(r.id), lines.resource_line(r)) for r in resources])
+    if picked is not None:
+        await ui.make(ui.ws.unbind(t.id, picked))
+
+
+async def _trigger(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    choices = [Choice("add", "Add a trigger…")] + [Choice(str(x.id), f"Remove {lines.trigger_line(x)}")
+                                                   for x in t.triggers]
+    picked = await ui.choose(f"Triggers of {_who(targets)}", choices)
+    if picked is None:
+        return
+    if picked != "add":
+        await ui.make(ui.ws.trigger_remove(t.id, int(picked)))
+        return
+
+    async def add(v: dict[str, str]) -> Outcome:
+        kind, *words = parse.words(v["trigger"]) or [""]
+        return await ui.ws.trigger_add(t.id, kind, parse.local_paths(kind, words))
+
+    await ui.form_call(f"Add a trigger to {t.id}", [Field("trigger", "", placeholder='every 5m')], add,
+                       help='watch PATH… · cron "0 9 1 * *" · every 5m · inbox · after SID')
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ProcessionError(f"{what} is a whole number, not {text!r}") from None
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ProcessionError(f"{what} is a number of seconds, not {text!r}") from None
+
+
+def _fmt(value: float | None) -> str:
+    return "0" if value is None else f"{value:g}"
+
+
+_FLOWS: dict[Call, tuple[Any, ...]] = {
+    Call.SPAWN: ("n", _spawn, None),
+    Call.LOAD: ("L", _load, None),
+    Call.FORK: ("f", _fork, None),
+    Call.SEND: ("w", _send, None),
+    Call.MEMORY: ("M", _memory, None),
+    Call.COMPRESS: ("c", _compress, None),
+    Call.EXPAND: ("x", _expand, None),
+    Call.ACTIVATE: ("a", _lifecycle(Call.ACTIVATE), None),
+    Call.SUSPEND: ("z", _suspend, lambda s: allowed(Call.SUSPEND, s.state) or allowed(Call.RESUME, s.state),
+                   "suspend (a running step is stopped in place), or resume what is suspended"),
+    Call.RESUME: ("r", _lifecycle(Call.RESUME), None),
+    Call.INTERRUPT: ("i", _lifecycle(Call.INTERRUPT), None),
+    Call.CANCEL: ("C", _cancel, None),
+    Call.SET: ("E", _set, None),
+    Call.NICE: ("N", _nice, None),
+    Call.MIGRATE: ("g", _migrate, None),
+    Call.MERGE: ("m", _merge, None),
+    Call.SAVE: ("S", _save, None),
+    Call.APPROVE: ("A", _approve, lambda s: unapproved(s) and allowed(Call.APPROVE, s.state)),
+    Call.BIND: ("b", _bind, None),
+    Call.UNBIND: ("B", _unbind, lambda s: allowed(Call.UNBIND, s.state)),
+    Call.TRIGGER: ("T", _trigger, None),
+}
+_missing = [c for c in USER_CALLS if c not in _FLOWS]
+if _missing:
+    raise RuntimeError(f"the monitor has no flow for {', '.join(_missing)}: add one to procession.tui.calls")
+FLOWS: dict[Call, Flow] = {call: Flow(call, *_FLOWS[call]) for call in USER_CALLS}

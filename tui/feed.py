@@ -1,0 +1,122 @@
+"""The monitor's data, with no screen in it: every session's row, kept up to date from the
+store by revision, the header's figures, and the order the table shows.
+
+``Feed`` reads the first screenful before anything else (``load_first``), then the rest a page
+at a time (``load_more``), then on each tick only the sessions whose revision moved
+(``refresh``). Totals by state and of context are kept by difference, so no tick walks all
+rows. It is driven by the app and tested on its own, without Textual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from procession.calls import Workspace
+from procession.model.records import SessionInfo
+from procession.model.states import State
+
+from .view import View
+
+#: Sessions read before the first paint, then per page while the rest loads.
+FIRST_PAGE = 200
+PAGE = 5_000
+HIGHLIGHT_S = 3.0
+Before = dict[int, SessionInfo | None]
+
+
+@dataclass(slots=True)
+class Header:
+    """What the meters show."""
+
+    states: dict[str, int]
+    context_tokens: int
+    context_windows: int
+    fired: int
+    running: int
+    engine: dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class Feed:
+    ws: Workspace
+    clock: Callable[[], float]
+    sessions: dict[int, SessionInfo] = field(default_factory=dict)
+    view: View = field(default_factory=View)
+    by_state: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in State})
+    tokens: int = 0
+    windows: int = 0
+    rev: int = 0
+    loaded: bool = False
+    #: sid -> (kind, until): rows just made ("new") or just ended ("ended")
+    highlights: dict[int, tuple[str, float]] = field(default_factory=dict)
+
+    async def load_first(self) -> int:
+        """The first screenful; returns the SID to go on from (0: everything is read)."""
+        self.rev, page = await self.ws.changes(0, limit=FIRST_PAGE)
+        self.absorb(page, highlight=False)
+        self.view.rebuild(self.sessions)
+        if len(page) < FIRST_PAGE:
+            self.loaded = True
+            return 0
+        return page[-1].id
+
+    async def load_more(self, after: int) -> tuple[int, bool]:
+        """The next page after SID ``after``; returns where to go on from (0: done) and whether
+        the order shown changed."""
+        _, page = await self.ws.changes(0, after=after, limit=PAGE)
+        before = self.absorb(page, highlight=False)
+        moved = self.view.update(self.sessions, [s.id for s in page], before)
+        if len(page) < PAGE:
+            self.loaded = True
+            return 0, moved
+        return page[-1].id, moved
+
+    async def refresh(self) -> tuple[Before, bool]:
+        """Sessions changed since the last refresh: their old records, and whether the order moved."""
+        rev, changed = await self.ws.changes(self.rev)
+        before = self.absorb(changed, highlight=True)
+        self.rev = max(self.rev, rev)
+        moved = bool(changed) and self.view.update(self.sessions, list(before), before)
+        return before, moved
+
+    def absorb(self, changed: list[SessionInfo], *, highlight: bool) -> Before:
+        """Take fresh records in; keep the totals by difference; return the old ones."""
+        now = self.clock()
+        before: Before = {}
+        for info in changed:
+            old = self.sessions.get(info.id)
+            before[info.id] = old
+            if old is not None:
+                self._count(old, -1)
+                if highlight and old.state is not State.TERMINATED and info.state is State.TERMINATED:
+                    self.highlights[info.id] = ("ended", now + HIGHLIGHT_S)
+            elif highlight:
+                self.highlights[info.id] = ("new", now + HIGHLIGHT_S)
+            self._count(info, 1)
+            self.sessions[info.id] = info
+        return before
+
+    def _count(self, info: SessionInfo, sign: int) -> None:
+        self.by_state[info.state.value] += sign
+        if info.state is not State.TERMINATED:
+            self.tokens += sign * info.context_tokens
+            self.windows += sign * info.context_window
+
+    def expire_highlights(self) -> list[int]:
+        """Rows whose highlight is over (to redraw)."""
+        now = self.clock()
+        done = [sid for sid, (_, until) in self.highlights.items() if until <= now]
+        for sid in done:
+            del self.highlights[sid]
+        return done
+
+    async def header(self) -> Header:
+        stats = await self.ws.activity()
+        return Header(dict(self.by_state), self.tokens, self.windows, stats["fired"], stats["running"],
+                      stats["engine"])
+
+    def agent_sessions(self, agent: str) -> list[SessionInfo]:
+        """The live sessions of an agent (a tree heading's), in SID order."""
+        return [s for s in self.sessions.values() if s.agent == agent and s.state is not State.TERMINATED]

@@ -1,0 +1,60 @@
+"""The engine the monitor runs in its own process, when no other process runs one.
+
+No screen in it: the app starts it after opening, asks it how many steps it is running (to
+ask before quitting), and stops it on the way out. Its steps are child processes; the
+engine works beside the event loop and never blocks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from procession.model.errors import EngineBusy, ProcessionError
+
+if TYPE_CHECKING:
+    from procession.engine import Engine
+
+
+class EngineHost:
+    def __init__(self, path: Path, slots: int = 2) -> None:
+        self.path = path
+        self.slots = slots
+        self.engine: Engine | None = None
+        self.problem = ""  # why it could not start, when it could not
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> bool:
+        """Run the engine here unless another process holds the workspace's lease."""
+        from procession.engine import Engine
+
+        engine = Engine(self.path, slots=self.slots)
+        try:
+            await engine.start()
+        except EngineBusy:
+            return False
+        except ProcessionError as exc:
+            self.problem = f"cannot run the engine here: {exc}"
+            return False
+        self.engine = engine
+        self._task = asyncio.ensure_future(engine.serve(self._stop))
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def live_steps(self) -> int:
+        """Steps this process's engine is running (quitting interrupts them)."""
+        return len(self.engine.live) if self.running and self.engine is not None else 0
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stop.set()
+            with contextlib.suppress(Exception):
+                await self._task
+            self._task = None
