@@ -197,25 +197,19 @@ async def _nice(ui: Calling, targets: Targets) -> None:
 
 async def _migrate(ui: Calling, targets: Targets) -> None:
     t = targets[0]
-    answer = await ui.ask(f"Migrate session {t.id} to another runner", [
-        Field("runner", "Runner", t.runner), Field("window", "Context window, tokens", str(t.context_window)),
-    ], help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
-    while answer is not None:
+
+    async def migrate(v: dict[str, str]) -> Outcome:
+        window = _int(v["window"], "the window")
         try:
-            window = _int(answer["window"], "the window")
-            outcome = await ui.ws.migrate(t.id, answer["runner"], window=window)
+            return await ui.ws.migrate(t.id, v["runner"], window=window)
         except ContextTooLarge as exc:
-            if await ui.confirm(str(exc), ["Compress older context to fit? (expand restores it exactly)"]):
-                await ui.make(ui.ws.migrate(t.id, answer["runner"], window=window, compress=True))
-            return
-        except ProcessionError as exc:
-            answer = await ui.ask(f"Migrate session {t.id} to another runner", [
-                Field("runner", "Runner", answer["runner"]), Field("window", "Context window, tokens",
-                                                                   answer["window"])], error=str(exc))
-            continue
-        ui.report(outcome)
-        await ui.monitor.refresh_data()
-        return
+            if not await ui.confirm(str(exc), ["Compress older context to fit? (expand restores it exactly)"]):
+                raise  # back to the form, with the reason
+            return await ui.ws.migrate(t.id, v["runner"], window=window, compress=True)
+
+    await ui.form_call(f"Migrate session {t.id} to another runner", [
+        Field("runner", "Runner", t.runner), Field("window", "Context window, tokens", str(t.context_window)),
+    ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
 
 
 async def _merge(ui: Calling, targets: Targets) -> None:

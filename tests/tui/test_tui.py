@@ -629,8 +629,10 @@ async def test_migrate_to_a_small_window_offers_to_compress(make, store: Workspa
             await eventually(lambda: isinstance(app.screen, Confirm))
             assert "over the new window of 400" in app.screen.title_text
             await keys(pilot, confirm)
-            if confirm == "n":
+            if confirm == "n":  # back in the form, with the reason: nothing changed
+                await eventually(lambda: isinstance(app.screen, Form) and "over the new window" in app.screen.error)
                 assert (await store.info(REVIEW)).context_window == 6_000
+                await keys(pilot, "escape")
         await eventually(lambda: app.said("compressed to fit"))
         info = await store.info(REVIEW)
         assert info.context_window == 400 and info.context_tokens <= 400 < tokens
