@@ -92,6 +92,8 @@ class LifecycleCalls(Calls):
             raise ProcessionError(
                 f"session {sid} came from a snapshot file and is not approved: review it, then approve it")
         await waking.queue(act.tx, act.row, [cause or {"kind": "manual", "by": self.actor}])
+        if act.row["not_before"]:  # asked for by hand: no back-off of failed trigger-fired runs
+            await rows.update_session(act.tx, sid, not_before=None)
         if await live_holder(act.tx) is None:
             act.note("no engine runs on this workspace: the run waits in the queue until one starts"
                      " (`procession run`, or a monitor)")
@@ -100,13 +102,13 @@ class LifecycleCalls(Calls):
     @syscall(Call.SUSPEND)
     async def suspend(self, act: Act, sid: int) -> Moved:
         """Freeze: a running step is stopped in place; the session remembers where it was."""
-        await rows.update_session(act.tx, sid, state=act.target.value, resume_to=act.row["state"])
+        await rows.update_session(act.tx, sid, state=act.target.value, resume_to=act.row["state"], reason=None)
         return Moved(sid, act.target)
 
     @syscall(Call.RESUME)
     async def resume(self, act: Act, sid: int) -> Moved:
         """Thaw: back to the state it was suspended in; what its triggers kept is delivered."""
-        await rows.update_session(act.tx, sid, state=act.target.value, resume_to=None)
+        await rows.update_session(act.tx, sid, state=act.target.value, resume_to=None, reason=None)
         await waking.release_pending(act.tx, sid)
         return Moved(sid, State((await act.reload())["state"]))
 

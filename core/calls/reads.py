@@ -37,8 +37,8 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
     """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
-                       r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], tuple(trigs), r[22],
-                       r[23], r[24], r[25])
+                       r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
+                       tuple(trigs), r[24], r[25], r[26], r[27])
 
 
 class ReadCalls(Calls):
@@ -81,11 +81,13 @@ class ReadCalls(Calls):
         async with self.store.snapshot() as tx:
             fired = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND ts > ?",
                                    (tx.now - window_s,))
-            live = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL")
-            lease = await rows.lease(tx)
+            running = await tx.value("SELECT count(*) FROM runs r JOIN sessions s ON s.id = r.session_id"
+                                     " WHERE r.ended IS NULL AND s.state = 'running'")
+            frozen = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL") - running
+            holder = await live_holder(tx)
         return {
-            "fired": int(fired), "running": int(live),
-            "engine": dict(lease) if lease is not None and tx.now - lease["heartbeat"] < ENGINE_STALE_S else None,
+            "fired": int(fired), "running": int(running), "frozen": int(frozen),
+            "engine": {"pid": holder.pid, "host": holder.host, "slots": holder.slots} if holder else None,
         }
 
     async def info(self, sid: int) -> SessionInfo:
@@ -198,24 +200,34 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
 
 
 async def live_holder(tx: Tx) -> Holder | None:
-    """The engine holding the workspace's lease, if it is alive: its heartbeat is fresh and,
-    on this machine, its process is there."""
+    """The engine holding the workspace's lease, if it is alive.
+
+    On this machine an engine is alive while its process is (the same pid *and* the same
+    start time: pids are reused), whatever its heartbeat says: a busy engine that missed beats
+    is not dead, and its steps must not be taken over. An engine on another machine is alive
+    while its heartbeat is fresh."""
     row = await rows.lease(tx)
     if row is None:
         return None
     holder = Holder(*row)
-    if tx.now - holder.heartbeat > ENGINE_STALE_S:
-        return None
-    if holder.host == socket.gethostname() and not _alive(holder.pid):
-        return None
-    return holder
+    if holder.host == socket.gethostname():
+        return holder if process_alive(holder.pid, holder.proc_start) else None
+    return holder if tx.now - holder.heartbeat <= ENGINE_STALE_S else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int, started: float | None) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (None: any process)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if started is None:
         return True
-    return True
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 1.0
+    except psutil.Error:
+        return False

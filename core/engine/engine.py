@@ -1,71 +1,52 @@
 """The engine: one per workspace, it runs steps, fires triggers and obeys the store.
 
 The store says what should be (a session's state); the engine makes it so. It holds the
-workspace lease, starts ready sessions into free run slots (highest priority first), and
-watches the store for changes made by any process — ``PRAGMA data_version``, polled every
-``POLL_S`` — to apply them to live steps: a suspended session's step is stopped in place
-(SIGSTOP), a resumed one continued, an interrupted one stopped with SIGINT escalating to
-SIGKILL, a cancelled one killed. Triggers are event-driven: one file watcher for the whole
-workspace, timers for cron and interval triggers, and inbox / after triggers fired by the
-calls that cause them. When an engine dies, the next one to take the lease kills what it
-left running and puts its sessions back to sleep.
+workspace lease (renewed by a thread of its own, ``lease.Heartbeat``), starts ready sessions
+into free run slots (highest priority first), and watches the store for changes made by any
+process — ``PRAGMA data_version``, polled every ``POLL_S`` — to apply them to live steps: a
+suspended session's step is stopped in place, every process of it (``reaper``), a resumed one
+continued at once, an interrupted one stopped with SIGINT escalating to SIGKILL, a cancelled
+one killed. A suspended step gives up its run slot, as a stopped process gives up the CPU.
+Triggers are event-driven (``triggers``). When an engine dies, the next one to take the
+lease kills every process its runs left and puts their sessions back to sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import json
 import logging
 import os
 import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..calls import watched
 from ..model import runner_spec
-from ..model.errors import ProcessionError, StoreBusy
+from ..model.errors import EngineBusy, ProcessionError
 from ..model.states import State
 from ..model.text import plural
 from ..store.sqlite import Store
-from . import watch
-from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger, Orphan
+from . import reaper
+from .lease import Heartbeat
+from .ledger import FAILED, Ledger, Orphan
+from .running import LiveRun
 from .runners import protocol
 from .runners.http import HttpStep
 from .runners.process import ProcessStep, StepResult
+from .triggers import Triggers, next_due
+
+__all__ = ["Engine", "next_due"]
 
 log = logging.getLogger("procession.engine")
 
 POLL_S = 0.05
-HEARTBEAT_S = 1.0
 SAMPLE_S = 1.0
 DEFAULT_SLOTS = 2
 DEFAULT_GRACE_S = 2.0
 DEFAULT_TIMEOUT_S = 1800.0
-#: How many times the end of a run is tried when the workspace stays busy (about 2 minutes).
-RECORD_ATTEMPTS = 30
-
-Step = ProcessStep | HttpStep
-
-
-@dataclass(slots=True)
-class Live:
-    """A step this engine is running."""
-
-    sid: int
-    run: int
-    step: Step
-    timeout: float | None
-    intent: str | None = None
-    task: asyncio.Task[None] | None = None
-    stopper: asyncio.Task[None] | None = None
-    proc: Any = None
-    children: dict[int, Any] = field(default_factory=dict)
 
 
 def proc_start(pid: int | None) -> float | None:
@@ -100,21 +81,15 @@ def _ignore(signum: int, frame: Any) -> None:
     pass
 
 
-def next_due(kind: str, spec: dict[str, Any], base: float) -> float:
-    """When a cron or interval trigger is next due after ``base`` (local time zone)."""
-    if kind == "every":
-        return base + float(spec["seconds"])
-    from croniter import croniter
-
-    start = datetime.datetime.fromtimestamp(base).astimezone()
-    return float(croniter(spec["expr"], start).get_next(float))
-
-
 class Engine:
-    """Runs a workspace. ``await serve(stop)`` until ``stop`` is set."""
+    """Runs a workspace. ``await serve(stop)`` until ``stop`` is set.
+
+    ``tracker`` says how a run's processes are followed: ``auto`` (a cgroup where one can be
+    made here, else the environment marker), ``cgroup`` or ``marker``."""
 
     def __init__(self, path: Path | str | None = None, *, slots: int = DEFAULT_SLOTS,
-                 grace: float = DEFAULT_GRACE_S, only: set[int] | None = None, triggers: bool = True) -> None:
+                 grace: float = DEFAULT_GRACE_S, only: set[int] | None = None, triggers: bool = True,
+                 tracker: str = "auto") -> None:
         if slots < 1:
             raise ProcessionError("an engine needs at least one run slot")
         self.path = path
@@ -122,42 +97,62 @@ class Engine:
         self.grace = grace
         self.only = only
         self.with_triggers = triggers
+        self.tracker_mode = tracker
         self.token = uuid.uuid4().hex
         self.ledger: Ledger | None = None
-        self.live: dict[int, Live] = {}
+        self.live: dict[int, LiveRun] = {}
         self.kick = asyncio.Event()
         self.stopping = False
-        self.due: dict[int, tuple[float, str, int]] = {}
-        self.watcher: watch.Watcher | None = None
+        self.triggers: Triggers | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.lost: str = ""  # why the engine stopped on its own (the lease taken, the file gone)
+        self.backoff_until: float | None = None
         self._background: list[asyncio.Task[None]] = []
         self._stop: asyncio.Event | None = None
 
     # ------------------------------------------------------------------ life
 
     async def start(self) -> None:
-        """Take the lease (or raise ``EngineBusy``), recover a dead engine's runs, catch up."""
+        """Take the lease (or raise ``EngineBusy``), start beating, recover a dead engine's
+        runs, catch up on triggers. The heartbeat starts first: nothing the engine does at
+        start-up delays it."""
         let_steps_be_interrupted()
+        reaper.become_subreaper()
         store = await Store.open(self.path)
         self.ledger = Ledger(store, actor="engine")
         try:
-            took = await self.ledger.acquire(self.token, self.slots)
+            took = await self.ledger.acquire(self.token, self.slots, proc_start(os.getpid()))
+            loop = asyncio.get_running_loop()
+            self.heartbeat = Heartbeat(store.path, self.token, lambda: loop.call_soon_threadsafe(
+                self._give_up, "another engine took the workspace's lease"))
+            self.heartbeat.start()
             log.info("engine %s holds %s with %s", os.getpid(), store.path, plural(self.slots, "slot"))
             if took.took_over:
                 log.info("took over from engine pid %s", took.took_over["pid"])
             await self._recover()
             if self.with_triggers:
-                self.watcher = watch.Watcher(self._watch_fired)
-                await self._refresh_triggers(catch_up=True)
+                self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None)
+                await self.triggers.refresh(catch_up=True)
         except BaseException:
+            if self.heartbeat is not None:
+                self.heartbeat.stop()
             await store.close()
             raise
+
+    def _give_up(self, why: str) -> None:
+        self.lost = why
+        log.error("engine stopping: %s", why)
+        if self._stop is not None:
+            self._stop.set()
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (or the lease is lost), then shut down cleanly."""
         self._stop = stop
         if self.ledger is None:
             await self.start()
-        self._background = [asyncio.ensure_future(self._heartbeat()), asyncio.ensure_future(self._sampler())]
+        if self.lost:
+            stop.set()
+        self._background = [asyncio.ensure_future(self._sampler())]
         try:
             await self._loop(stop)
         finally:
@@ -177,8 +172,10 @@ class Engine:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         try:
-            if self.watcher:
-                await self.watcher.close()
+            if self.triggers:
+                await self.triggers.close()
+            if self.heartbeat is not None:
+                self.heartbeat.stop()
             with contextlib.suppress(ProcessionError):
                 await self.ledger.release(self.token)
         finally:
@@ -194,48 +191,35 @@ class Engine:
             while not stop.is_set():
                 try:
                     version = await self.ledger.store.data_version()
-                    if version != seen or self.kick.is_set():
+                    due = self.backoff_until is not None and self.backoff_until <= time.time()
+                    if version != seen or self.kick.is_set() or due:
                         self.kick.clear()
                         seen = version
                         await self._reconcile()
-                        if self.with_triggers:
-                            await self._refresh_triggers()
+                        if self.triggers:
+                            await self.triggers.refresh()
                         await self._schedule()
-                    await self._fire_due()
+                    if self.triggers and await self.triggers.fire_due(self.only):
+                        self.kick.set()
                 except ProcessionError as exc:  # the workspace held by another process too long: try again
                     log.warning("engine loop: %s", exc)
                     seen = None
                 wait = POLL_S
-                if self.due:
-                    wait = max(0.0, min(wait, min(d for d, _, _ in self.due.values()) - time.time()))
+                for when in (self.triggers.next() if self.triggers else None, self.backoff_until):
+                    if when is not None:
+                        wait = max(0.0, min(wait, when - time.time()))
                 kicked = asyncio.ensure_future(self.kick.wait())
                 await asyncio.wait([kicked, stopped], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 kicked.cancel()
         finally:
             stopped.cancel()
 
-    async def _heartbeat(self) -> None:
-        assert self.ledger is not None
-        while True:
-            await asyncio.sleep(HEARTBEAT_S)
-            try:
-                held = await self.ledger.heartbeat(self.token)
-            except ProcessionError as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            if not held:
-                log.error("another engine took the lease; stopping")
-                if self._stop:
-                    self._stop.set()
-                return
-
     # ------------------------------------------------------------------ recovery
 
     async def _recover(self) -> None:
-        """Kill the step process groups a dead engine left, then record their runs as lost."""
+        """Kill every process a dead engine's runs left, then record those runs as lost."""
         assert self.ledger is not None
-        orphans = await self.ledger.orphans(self.token)
-        for orphan in orphans:
+        for orphan in await self.ledger.orphans(self.token):
             _kill_orphan(orphan)
         result = await self.ledger.recover(self.token)
         if result.lost_runs or result.sessions:
@@ -243,12 +227,17 @@ class Engine:
 
     # ------------------------------------------------------------------ scheduling
 
+    def busy(self) -> int:
+        """Slots in use: running steps; a suspended one gives its slot up."""
+        return sum(1 for live in self.live.values() if not live.step.frozen)
+
     async def _schedule(self) -> None:
         assert self.ledger is not None
-        free = self.slots - len(self.live)
+        free = self.slots - self.busy()
         if free <= 0 or self.stopping:
             return
-        for row in await self.ledger.ready(free + len(self.live), self.only):
+        ready, self.backoff_until = await self.ledger.ready(free + len(self.live), self.only)
+        for row in ready:
             if free <= 0:
                 break
             if row["id"] in self.live:
@@ -267,23 +256,36 @@ class Engine:
         spec = runner_spec.parse(row["runner"])
         cwd = await self.ledger.workdir(sid)
         env = {**os.environ, "PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path)}
-        kind = HttpStep if spec.kind == "openai" else ProcessStep
+        launch = uuid.uuid4().hex[:12]
+        tracker: reaper.Tracker | None = None
+        step: ProcessStep | HttpStep
         try:
-            step: Step = await kind.start(spec, cwd, env)
+            if spec.kind == "openai":
+                step = await HttpStep.start(spec, cwd, env)
+            else:
+                tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
+                step = await ProcessStep.start(spec, cwd, env, tracker)
         except OSError as exc:
+            if tracker is not None:
+                tracker.close()
             await self._fail_to_start(row, f"cannot start the step in {cwd}: {exc.strerror or exc}")
             return False
         try:
             start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, pid=step.pid,
-                                                proc_start=proc_start(step.pid))
+                                                proc_start=proc_start(step.pid),
+                                                tracker=tracker.name if tracker else None)
         except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
             step.kill()
             if isinstance(step, ProcessStep):
-                await step.wait()
+                await step.proc.wait()
+            if tracker is not None:
+                tracker.close()
+            if isinstance(exc, EngineBusy):
+                self._give_up(str(exc))
             if isinstance(exc, ProcessionError):
                 return False
             raise
-        live = Live(sid, start.run, step, row["timeout"] or DEFAULT_TIMEOUT_S)
+        live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S)
         self.live[sid] = live
         live.task = asyncio.ensure_future(self._supervise(live, start.document))
         log.info("run %d of session %d started (%s, pid %s)", start.run, sid, row["runner"], step.pid)
@@ -301,65 +303,36 @@ class Engine:
             pass
         log.warning("session %d: %s", row["id"], error)
 
-    async def _supervise(self, live: Live, document: bytes) -> None:
-        """Feed the step, wait for it, record the outcome. Never raises: a bad step fails its run."""
-        assert self.ledger is not None
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(live.timeout, self._interrupt, live, "timeout") if live.timeout else None
-        result = StepResult(None, protocol.Output(), "")
+    async def _supervise(self, live: LiveRun, document: bytes) -> None:
+        """Feed the step, follow it, record the outcome. Never raises: a bad step fails its run."""
+        live.arm(lambda: self._interrupt(live, "timeout"))
+        flusher = asyncio.ensure_future(live.flusher())
+        result = StepResult(None, "")
         try:
-            await live.step.feed(document)
-            result = await live.step.wait()
+            result = await live.step.run(document, live.sink)
         except Exception as exc:  # noqa: BLE001 - keep the engine up whatever a step does
             log.exception("run %d of session %d broke", live.run, live.sid)
             result.stderr = f"{type(exc).__name__}: {exc}"
             live.step.kill()
         finally:
-            if timer:
-                timer.cancel()
-        outcome = {"cancel": CANCELLED, "timeout": TIMEOUT, None: OK if result.exit_code == 0 else FAILED}.get(
-            live.intent, INTERRUPTED)
-        events = protocol.parse(result.output)
-        notes = []
-        if outcome == FAILED:
-            notes.append(f"exit status {result.exit_code}" if result.exit_code is not None else "no exit status")
-        if result.stderr.strip() and outcome != OK:
-            notes.append(result.stderr.strip())
-        if result.output.cut:
-            notes.append(f"{result.output.cut} bytes of output cut (kept the first and last"
-                         f" {protocol.HEAD_BYTES // 1024} KiB)")
+            live.disarm()
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+        await live.flush()
+        outcome, error = live.outcome(result)
+        last = live.reader.close()
+        if result.partial and live.intent != "suspend":  # a suspended request runs again: nothing partial stays
+            last.reply = result.partial
         try:
-            await self._record(live, outcome, result.exit_code, events, "\n".join(notes))
+            await live.record(outcome, result.exit_code, last, error)
         finally:
+            if live.tracker is not None:
+                live.tracker.close()
             self.live.pop(live.sid, None)
             self.kick.set()
         log.info("run %d of session %d ended: %s", live.run, live.sid, outcome)
 
-    async def _record(self, live: Live, outcome: str, exit_code: int | None, events: protocol.Events,
-                      error: str) -> None:
-        """Record the end of a run, however long the workspace is held by others: a run left
-        open would leave its session ``running`` with no step."""
-        assert self.ledger is not None
-        delay = 0.5
-        for attempt in range(RECORD_ATTEMPTS):
-            try:
-                await self.ledger.finish_run(live.sid, live.run, outcome, exit_code=exit_code, events=events,
-                                             error=error, requeue=live.intent == "suspend")
-                return
-            except StoreBusy as exc:
-                log.warning("run %d not recorded yet (%s); retrying", live.run, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-            except ProcessionError as exc:
-                log.error("cannot record run %d: %s", live.run, exc)
-                return
-            except Exception as exc:  # noqa: BLE001 - output that cannot be stored still ends the run
-                log.error("cannot record the output of run %d: %s", live.run, exc)
-                events, outcome = protocol.Events(), FAILED
-                error = f"the engine could not record this run's output: {exc}"
-        log.error("run %d of session %d could not be recorded; the next engine start will", live.run, live.sid)
-
-    def _interrupt(self, live: Live, why: str) -> None:
+    def _interrupt(self, live: LiveRun, why: str) -> None:
         if live.intent is not None and why != "cancel":
             return
         live.intent = why
@@ -375,17 +348,19 @@ class Engine:
             return
         async with self.ledger.store.snapshot() as tx:
             marks = ",".join("?" * len(self.live))
-            rows = await tx.all(f"SELECT id, state FROM sessions WHERE id IN ({marks})", list(self.live))
-        states = {r["id"]: State(r["state"]) for r in rows}
+            found = await tx.all(f"SELECT id, state FROM sessions WHERE id IN ({marks})", list(self.live))
+        states = {r["id"]: State(r["state"]) for r in found}
         for sid, live in list(self.live.items()):
             state = states.get(sid, State.TERMINATED)
             if state is State.RUNNING:
-                if live.step.frozen:
+                if live.step.frozen:  # resumed: on at once, even if that uses more slots than there are
                     live.step.thaw()
+                    live.thawed(lambda live=live: self._interrupt(live, "timeout"))
             elif state is State.SUSPENDED:
                 if live.step.freezable:
                     if not live.step.frozen:
                         live.step.freeze()
+                        live.frozen()
                 else:
                     self._interrupt(live, "suspend")
             elif state is State.TERMINATED:
@@ -394,86 +369,44 @@ class Engine:
                 self._interrupt(live, "interrupt")
 
     async def _sampler(self) -> None:
-        """CPU% and RSS of live process steps (leader and descendants), into the store."""
+        """CPU% and RSS of every process of every live step, into the store; orphans reaped."""
         import psutil
 
         assert self.ledger is not None
         while True:
             await asyncio.sleep(SAMPLE_S)
+            leaders = {live.step.pid for live in self.live.values() if live.step.pid is not None}
+            reaper.reap(leaders)
             stats = []
             for live in list(self.live.values()):
-                if live.step.pid is None:
+                if live.tracker is None:
                     continue
-                try:
-                    if live.proc is None:
-                        live.proc = psutil.Process(live.step.pid)
-                        live.proc.cpu_percent(None)
-                        continue
-                    cpu, rss = live.proc.cpu_percent(None), live.proc.memory_info().rss
-                    for child in live.proc.children(recursive=True):
-                        known = live.children.setdefault(child.pid, child)
-                        with contextlib.suppress(psutil.Error):
-                            cpu += known.cpu_percent(None)
-                            rss += known.memory_info().rss
+                pids = await asyncio.to_thread(live.tracker.members)
+                cpu, rss = 0.0, 0
+                for pid in pids:
+                    proc = live.procs.get(pid)
+                    try:
+                        if proc is None:
+                            proc = live.procs[pid] = psutil.Process(pid)
+                            proc.cpu_percent(None)
+                            continue
+                        cpu += proc.cpu_percent(None)
+                        rss += proc.memory_info().rss
+                    except psutil.Error:
+                        live.procs.pop(pid, None)
+                if rss:
                     stats.append((cpu, rss, live.run))
-                except psutil.Error:
-                    continue
             if stats:
                 with contextlib.suppress(ProcessionError):
                     await self.ledger.sample(stats)
 
-    # ------------------------------------------------------------------ triggers
-
-    async def _refresh_triggers(self, catch_up: bool = False) -> None:
-        """Load armed triggers: arm the watcher and the timers; on start, catch up."""
-        assert self.ledger is not None and self.watcher is not None
-        rows = await self.ledger.armed_triggers()
-        watched: dict[int, dict[str, Any]] = {}
-        due: dict[int, tuple[float, str, int]] = {}
-        for row in rows:
-            spec = json.loads(row["spec"])
-            if row["kind"] == "watch":
-                watched[row["id"]] = spec
-                if catch_up:
-                    await self._catch_up_watch(row, spec)
-            elif row["kind"] in ("cron", "every"):
-                base = row["last_fired"] or row["created"]
-                due[row["id"]] = (next_due(row["kind"], spec, base), row["kind"], row["session_id"])
-        if self.only is None:
-            self.watcher.update(watched)
-        self.due = due
-
-    async def _catch_up_watch(self, row: Any, spec: dict[str, Any]) -> None:
-        """Fire once if the watched files changed while no engine ran."""
-        assert self.ledger is not None
-        now = await asyncio.to_thread(watched.scan, spec["paths"])
-        before = json.loads(row["state"]) if row["state"] else None
-        paths = watched.changed(before, now)
-        if before is None:
-            await self.ledger.remember(row["id"], now)
-        elif paths is not None:
-            result = await self.ledger.fire(row["id"], {"paths": paths[: watch.PATHS_PER_FIRING], "catch_up": True},
-                                            state=now)
-            log.info("trigger %d (watch) caught up: %s changed while no engine ran: %s", row["id"],
-                     plural(len(paths), "path"), result)
-
-    async def _fire_due(self) -> None:
-        assert self.ledger is not None
-        now = time.time()
-        for tid, (when, kind, sid) in list(self.due.items()):
-            if when > now or (self.only is not None and sid not in self.only):
-                continue
-            cause: dict[str, Any] = {"due": when}
-            if now - when > 60:
-                cause["catch_up"] = True
-            result = await self.ledger.fire(tid, cause)
-            log.info("trigger %d (%s) fired for session %d: %s", tid, kind, sid, result)
-            self.due.pop(tid)
-            self.kick.set()
+    # ------------------------------------------------------------------ watch triggers
 
     async def _watch_fired(self, tid: int, paths: list[str], more: int) -> None:
-        assert self.ledger is not None and self.watcher is not None
-        trigger = self.watcher.watched.get(tid)
+        assert self.ledger is not None and self.triggers is not None and self.triggers.watcher is not None
+        from ..calls import watched
+
+        trigger = self.triggers.watcher.watched.get(tid)
         if trigger is None:
             return
         fingerprint = await asyncio.to_thread(watched.scan, trigger.paths)
@@ -484,19 +417,22 @@ class Engine:
             result = await self.ledger.fire(tid, cause, state=fingerprint)
         except ProcessionError as exc:
             log.warning("trigger %d (watch) could not fire (%s); its paths wait for the next window", tid, exc)
-            self.watcher.dispatch(paths)
+            self.triggers.watcher.dispatch(paths)
             return
         log.info("trigger %d (watch) fired: %s changed: %s", tid, plural(len(paths) + more, "path"), result)
         self.kick.set()
 
 
 def _kill_orphan(orphan: Orphan) -> None:
-    """Kill a dead engine's step group, if the pid is still that step (not a reused pid)."""
-    if orphan.pid is None:
-        return
-    started = proc_start(orphan.pid)
-    if started is None or orphan.proc_start is None or abs(started - orphan.proc_start) > 1.0:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(orphan.pid, signal.SIGKILL)
-    log.info("killed process group %d left by a dead engine (run %d)", orphan.pid, orphan.run)
+    """Kill every process a dead engine's run left: by its tracker (all of them, wherever they
+    went), and its leader's group if the pid is still that step (not a reused pid)."""
+    found = reaper.found_again(orphan.tracker)
+    if found is not None:
+        found.kill()
+        found.close()
+    if orphan.pid is not None and orphan.proc_start is not None:
+        started = proc_start(orphan.pid)
+        if started is not None and abs(started - orphan.proc_start) <= 1.0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(orphan.pid, signal.SIGKILL)
+    log.info("killed what run %d left behind (a dead engine's)", orphan.run)

@@ -31,6 +31,10 @@ from .runners.protocol import Events
 
 #: Outcomes of a run.
 OK, FAILED, INTERRUPTED, CANCELLED, TIMEOUT, LOST = "ok", "failed", "interrupted", "cancelled", "timeout", "lost"
+#: The reason of a session suspended for failing ``fail_limit`` runs in a row.
+FAILING = "failing"
+#: Back-off of trigger-fired runs after failures: 10 s, 20 s, 40 s... at most 15 minutes.
+BACKOFF_S, BACKOFF_MAX_S = 10.0, 900.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,6 +68,17 @@ class Start:
 
 
 @dataclass(slots=True, frozen=True)
+class Emitted:
+    sid: int
+    run: int
+    messages: int
+    problems: list[str]
+
+    def journal(self) -> dict[str, Any]:
+        return {"run": self.run, "messages": self.messages, "problems": len(self.problems)}
+
+
+@dataclass(slots=True, frozen=True)
 class Finish:
     sid: int
     state: State
@@ -87,6 +102,7 @@ class Orphan:
     session: int
     pid: int | None
     proc_start: float | None
+    tracker: str | None
 
 
 class Ledger(Workspace):
@@ -100,8 +116,9 @@ class Ledger(Workspace):
             return await live_holder(tx)
 
     @syscall(Call.LEASE, session=None, check=None)
-    async def acquire(self, act: Act, token: str, slots: int) -> Leased:
-        """Take the lease, or refuse naming the live holder."""
+    async def acquire(self, act: Act, token: str, slots: int, proc_start: float | None) -> Leased:
+        """Take the lease, or refuse naming the live holder: one whose process is alive is
+        never taken over, however late its heartbeat (it may only be busy)."""
         holder = await live_holder(act.tx)
         if holder is not None and holder.token != token:
             raise EngineBusy(
@@ -109,7 +126,7 @@ class Ledger(Workspace):
                 f" (heartbeat {act.now - holder.heartbeat:.1f}s ago)"
             )
         before = await rows.lease(act.tx)
-        await rows.put_lease(act.tx, token, os.getpid(), socket.gethostname(), slots)
+        await rows.put_lease(act.tx, token, os.getpid(), socket.gethostname(), slots, proc_start)
         return Leased(os.getpid(), slots, {"token": before["token"], "pid": before["pid"]} if before else None)
 
     async def heartbeat(self, token: str) -> bool:
@@ -124,17 +141,20 @@ class Ledger(Workspace):
 
     # ------------------------------------------------------------------ runs
 
-    async def ready(self, limit: int, only: set[int] | None = None) -> list[sqlite3.Row]:
+    async def ready(self, limit: int, only: set[int] | None = None) -> tuple[list[sqlite3.Row], float | None]:
         """Sessions waiting for a slot (of ``only``, when given): highest priority first,
-        oldest first within one."""
+        oldest first within one; and when the next one held back by a back-off may go."""
         among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
         async with self.store.snapshot() as tx:
-            return await tx.all(
+            found = await tx.all(
                 "SELECT id, runner, cwd, timeout, context_tokens, window FROM sessions"
-                f" WHERE state = 'ready' AND armed = 1{among}"
+                f" WHERE state = 'ready' AND armed = 1 AND (not_before IS NULL OR not_before <= ?){among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
-                (limit,),
+                (tx.now, limit),
             )
+            later = await tx.value(f"SELECT min(not_before) FROM sessions WHERE state = 'ready' AND armed = 1"
+                                   f" AND not_before > ?{among}", (tx.now,))
+        return found, later
 
     async def workdir(self, sid: int) -> str:
         """Where a step runs: the first bound folder, else the folder the session was spawned in."""
@@ -145,17 +165,20 @@ class Ledger(Workspace):
 
     @syscall(Call.START)
     async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, pid: int | None,
-                        proc_start: float | None) -> Start:
+                        proc_start: float | None, tracker: str | None = None) -> Start:
         """Claim a ready session for a step already launched with ``runner``; returns its input.
 
-        Refused (and the caller kills the step) if the session left the queue or changed
-        runner since the engine looked.
+        Refused (and the caller kills the step) if this engine no longer holds the lease, or the
+        session left the queue or changed runner since the engine looked.
         """
         tx, row = act.tx, act.row
+        lease = await rows.lease(tx)
+        if lease is None or lease["token"] != engine:
+            raise EngineBusy("this engine no longer holds the workspace's lease")
         if not row["armed"] or row["runner"] != runner:
             raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
-        run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine)
+        run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine, tracker)
         await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None)
         context = history.active(await history.read(tx, sid), await history.folds(tx, sid))
         memory = {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()}
@@ -166,18 +189,32 @@ class Ledger(Workspace):
         )
         return Start(sid, run, document)
 
+    @syscall(Call.EMIT, check=None)
+    async def emit(self, act: Act, sid: int, run: int, events: Events) -> Emitted:
+        """Apply what a running step has said and done so far: its messages join the history,
+        its memory changes and sends are made, its usage is counted. Refused for a run that is
+        over, and ignored for a session cancelled or merged away meanwhile."""
+        if not await rows.live_run(act.tx, sid, run):
+            raise NotFound(f"run {run} of session {sid} is not live")
+        row = await rows.session(act.tx, sid)
+        problems = [] if row["state"] == State.TERMINATED else await _apply(act.tx, row, run, events,
+                                                                            self.store.count_tokens)
+        return Emitted(sid, run, len(events.messages), problems)
+
     @syscall(Call.FINISH, check=None)
     async def finish_run(self, act: Act, sid: int, run: int, outcome: str, *, exit_code: int | None,
-                         events: Events, error: str = "", requeue: bool = False) -> Finish:
-        """Record how a run ended and apply what its output asks for.
+                         events: Events, error: str = "", requeue: bool = False, frozen_s: float = 0.0) -> Finish:
+        """Record how a run ended, with the last of what its step said (``events``).
 
-        ``ok`` applies messages, memory changes and sends, and ends the session if the step
-        said ``done``; ``interrupted`` and ``timeout`` keep the partial messages, marked;
-        ``failed``, ``cancelled`` and ``lost`` apply nothing but the record. The session goes
-        back to sleep unless the user moved it meanwhile (interrupt, cancel, suspend); a run
-        of a session cancelled or merged away meanwhile applies nothing. ``requeue`` makes a
-        suspended session run again on resume (an HTTP step cannot be frozen, so suspending
-        it interrupted it).
+        What the step said and did while it ran is already in the store (``emit``); the last
+        events are applied here in the same way, whatever the outcome: a message once said
+        stays said. A ``done`` event of a successful run ends the session. The session goes
+        back to sleep unless the user moved it meanwhile (interrupt, cancel, suspend);
+        ``requeue`` makes a suspended session run again on resume (an HTTP step cannot be
+        frozen, so suspending it interrupted it, and its partial reply stayed out of the
+        context). A failed or timed-out run counts against the session: after ``fail_limit``
+        of them in a row it is suspended with reason ``failing``, and its trigger-fired runs
+        back off meanwhile.
         """
         tx = act.tx
         if not await rows.live_run(tx, sid, run):
@@ -186,26 +223,38 @@ class Ledger(Workspace):
         state = State(row["state"])
         ended = state is State.TERMINATED
         problems = list(events.problems)
+        if not ended:
+            problems += await _apply(tx, row, run, events, self.store.count_tokens)
+            if events.reply and outcome in (OK, INTERRUPTED, TIMEOUT):
+                meta = {"run": run} if outcome == OK else {"outcome": outcome, "run": run}
+                await rows.append(tx, await rows.session(tx, sid), [("assistant", events.reply, "runner", False, meta)],
+                                  self.store.count_tokens)
         if state is State.RUNNING and requeue:
             state = State.READY  # interrupted by a suspend the user has undone since: run it again
         elif state is State.RUNNING:
             state = State.TERMINATED if outcome == OK and events.done else State.SLEEPING
-        if outcome in (OK, INTERRUPTED, TIMEOUT) and events.messages and not ended:
-            meta = None if outcome == OK else {"outcome": outcome, "run": run}
-            await rows.append(tx, row, [(role, text, "runner", False, meta) for role, text in events.messages],
-                              self.store.count_tokens)
-        if outcome == OK and not ended:
-            problems += await _apply_events(tx, sid, events)
         if problems:
             error = "\n".join(filter(None, [error, *problems]))
-        await rows.end_run(tx, run, outcome, exit_code, events.tokens_in, events.tokens_out, error[-4096:] or None)
+        await rows.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
+        counts: dict[str, Any] = {"last_outcome": outcome}
+        if outcome == OK:
+            counts.update(failures=0, not_before=None)
+        elif outcome in (FAILED, TIMEOUT):
+            failures = row["failures"] + 1
+            counts.update(failures=failures, not_before=act.now + backoff(failures))
+            if row["fail_limit"] and failures >= row["fail_limit"] and state in (State.SLEEPING, State.READY):
+                state = State.SUSPENDED
+                counts.update(reason=FAILING, resume_to=State.SLEEPING.value, queued_at=None, causes=None)
+                tx.follow("engine", Call.SUSPEND, sid, {"sid": sid, "why": "failing"},
+                          {"failures": failures, "fail_limit": row["fail_limit"]})
         if state is State.READY and row["state"] == State.RUNNING:
+            await rows.update_session(tx, sid, **counts)
             await waking.queue(tx, await rows.session(tx, sid), [{"kind": "resume", "run": run}])
         else:
-            changes: dict[str, Any] = {"state": state.value}
+            changes: dict[str, Any] = {"state": state.value, **counts}
             if state is State.TERMINATED and row["state"] == State.RUNNING:
                 changes["reason"] = Reason.DONE.value
-            if state is State.SUSPENDED:
+            if state is State.SUSPENDED and "resume_to" not in changes:
                 changes["resume_to"] = State.READY.value if requeue else State.SLEEPING.value
             await rows.update_session(tx, sid, **changes)
         await waking.release_pending(tx, sid)
@@ -216,6 +265,32 @@ class Ledger(Workspace):
                 await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig,
                                   {"session": sid, "run": run, "outcome": outcome})
         return Finish(sid, state)
+
+    async def log(self, run: int, chunks: list[tuple[str, float, str]]) -> list[int]:
+        """Append to a run's log (not a call: the log is the step's own output, not a change
+        of any session)."""
+        async with self.store.tx() as tx:
+            return await rows.log_output(tx, run, chunks)
+
+    async def drop_log(self, run: int, upto: int, after: int) -> None:
+        async with self.store.tx() as tx:
+            await rows.drop_output(tx, run, upto, after)
+
+    async def trigger_changes(self, since: int) -> tuple[int, list[int], list[sqlite3.Row]]:
+        """Triggers of the sessions changed after revision ``since`` (all for 0) that may fire
+        (armed, of approved sessions that have not ended): the revision read up to, the changed
+        sessions, their triggers. A trigger's change always stamps its session, so the engine
+        recomputes only what changed."""
+        async with self.store.snapshot() as tx:
+            rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
+            sessions = [r[0] for r in await tx.tuples("SELECT id FROM sessions WHERE rev > ?", (since,))]
+            found = await tx.all(
+                "SELECT t.id, t.session_id, t.kind, t.spec, t.created, t.last_fired, t.state FROM triggers t"
+                " JOIN sessions s ON s.id = t.session_id"
+                " WHERE s.rev > ? AND t.armed = 1 AND s.armed = 1 AND s.state != 'terminated' ORDER BY t.id",
+                (since,),
+            ) if sessions else []
+        return rev, sessions, found
 
     async def sample(self, stats: list[tuple[float, int, int]]) -> None:
         """Store CPU% and RSS of live steps: ``(cpu, rss, run)`` rows. Not a call: not journaled,
@@ -235,15 +310,6 @@ class Ledger(Workspace):
                 await rows.set_trigger_state(tx, trigger, state)
             return await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig, cause)
 
-    async def armed_triggers(self) -> list[sqlite3.Row]:
-        """Triggers that may fire: armed, of approved sessions that have not ended."""
-        async with self.store.snapshot() as tx:
-            return await tx.all(
-                "SELECT t.id, t.session_id, t.kind, t.spec, t.created, t.last_fired, t.state FROM triggers t"
-                " JOIN sessions s ON s.id = t.session_id"
-                " WHERE t.armed = 1 AND s.armed = 1 AND s.state != 'terminated' ORDER BY t.id"
-            )
-
     async def remember(self, trigger: int, state: dict[str, Any]) -> None:
         """Store a watch trigger's fingerprint (not a call: nothing the user sees changes)."""
         async with self.store.tx() as tx:
@@ -255,7 +321,8 @@ class Ledger(Workspace):
         """Runs left live by another engine (dead, since we hold the lease)."""
         async with self.store.snapshot() as tx:
             found = await tx.all(
-                "SELECT id, session_id, pid, proc_start FROM runs WHERE ended IS NULL AND (engine IS NULL OR engine != ?)",
+                "SELECT id, session_id, pid, proc_start, tracker FROM runs WHERE ended IS NULL"
+                " AND (engine IS NULL OR engine != ?)",
                 (token,),
             )
         return [Orphan(*r) for r in found]
@@ -288,8 +355,19 @@ class Ledger(Workspace):
         return Recovered([r["id"] for r in found], sessions)
 
 
-async def _apply_events(tx: Tx, sid: int, events: Events) -> list[str]:
-    """Memory changes and sends of a successful step; returns what could not be done."""
+def backoff(failures: int) -> float:
+    """Seconds before a trigger may run a session again after ``failures`` failed runs in a row."""
+    return float(min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S))
+
+
+async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any) -> list[str]:
+    """A step's messages, memory changes, sends and usage; returns what could not be done."""
+    sid = row["id"]
+    if events.messages:
+        await rows.append(tx, row, [(role, text, "runner", False, {"run": run}) for role, text in events.messages],
+                          count)
+    if events.tokens_in or events.tokens_out:
+        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out)
     problems = []
     values = {}
     for key, value in events.memory_set.items():
@@ -299,6 +377,8 @@ async def _apply_events(tx: Tx, sid: int, events: Events) -> list[str]:
             problems.append(f"memory {key!r}: not JSON")
     await rows.put_memory(tx, sid, values)
     await rows.delete_memory(tx, sid, events.memory_delete)
+    if values or events.memory_delete:
+        await tx.touch(sid)
     for to, text in events.sends:
         try:
             target = await rows.session(tx, to)

@@ -47,6 +47,7 @@ class Call(StrEnum):
     TRIGGER = "trigger"
     # the engine's own
     START = "start"
+    EMIT = "emit"
     FINISH = "finish"
     RECOVER = "recover"
     LEASE = "lease"
@@ -95,4 +96,4 @@ INFO: Final[dict[Call, CallInfo]] = {
 #: The calls people and agents make, in the order faces list them.
 USER_CALLS: Final[tuple[Call, ...]] = tuple(INFO)
 #: The calls only the engine makes.
-ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE)
+ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE)

@@ -64,6 +64,8 @@ class SessionInfo:
     timeout: float | None
     cwd: str
     rev: int
+    last_outcome: str | None = None  # how its last run ended
+    failures: int = 0  # runs failed in a row
     triggers: tuple[TriggerInfo, ...] = ()
     pid: int | None = None
     cpu: float | None = None
@@ -212,6 +214,7 @@ class Holder:
     started: float
     heartbeat: float
     slots: int
+    proc_start: float | None
 
 
 @dataclass(slots=True, frozen=True)

@@ -30,7 +30,7 @@ _SESSION = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = 
 PS_COLUMNS = (
     "s.id, s.uuid, s.name, a.name, s.goal, s.state, s.reason, s.priority, s.parent_id, s.fork_seq,"
     " s.merged_into, s.runner, s.window, s.context_tokens, s.context_count, s.length, s.created, s.last_active,"
-    " s.armed, s.timeout, s.cwd, s.rev, r.pid, r.cpu, r.rss, r.started"
+    " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
@@ -308,10 +308,10 @@ async def insert_checkpoint(tx: Tx, sid: int, name: str, seq: int, state: dict[s
 
 
 async def insert_run(tx: Tx, sid: int, causes: list[dict[str, Any]], pid: int | None, proc_start: float | None,
-                     engine: str) -> int:
+                     engine: str, tracker: str | None = None) -> int:
     cur = await tx.execute(
-        "INSERT INTO runs (session_id, cause, started, pid, proc_start, engine) VALUES (?, ?, ?, ?, ?, ?)",
-        (sid, json.dumps(causes), tx.now, pid, proc_start, engine),
+        "INSERT INTO runs (session_id, cause, started, pid, proc_start, engine, tracker) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (sid, json.dumps(causes), tx.now, pid, proc_start, engine, tracker),
     )
     return int(cur.lastrowid or 0)
 
@@ -320,13 +320,32 @@ async def live_run(tx: Tx, sid: int, run: int) -> bool:
     return await tx.one("SELECT id FROM runs WHERE id = ? AND session_id = ? AND ended IS NULL", (run, sid)) is not None
 
 
-async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, tokens_in: int = 0,
-                  tokens_out: int = 0, error: str | None = None) -> None:
+async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, error: str | None = None,
+                  frozen_s: float = 0.0) -> None:
     await tx.execute(
-        "UPDATE runs SET ended = ?, outcome = ?, exit_code = ?, tokens_in = ?, tokens_out = ?, error = ?,"
-        " cpu = NULL WHERE id = ?",
-        (tx.now, outcome, exit_code, tokens_in, tokens_out, error, run),
+        "UPDATE runs SET ended = ?, outcome = ?, exit_code = ?, error = ?, frozen_s = ?, cpu = NULL WHERE id = ?",
+        (tx.now, outcome, exit_code, error, frozen_s, run),
     )
+
+
+async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int) -> None:
+    await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
+                     (tokens_in, tokens_out, run))
+
+
+async def log_output(tx: Tx, run: int, chunks: Iterable[tuple[str, float, str]]) -> list[int]:
+    """Append ``(stream, time, text)`` chunks to a run's log; returns their row ids."""
+    ids = []
+    for stream, ts, text in chunks:
+        cur = await tx.execute("INSERT INTO run_output (run_id, stream, ts, data) VALUES (?, ?, ?, ?)",
+                               (run, stream, ts, text))
+        ids.append(int(cur.lastrowid or 0))
+    return ids
+
+
+async def drop_output(tx: Tx, run: int, upto: int, after: int) -> None:
+    """Forget a run's log rows ``after < id <= upto`` (the middle of a flood; head and tail stay)."""
+    await tx.execute("DELETE FROM run_output WHERE run_id = ? AND id > ? AND id <= ?", (run, after, upto))
 
 
 async def sample_runs(tx: Tx, stats: list[tuple[float, int, int]]) -> None:
@@ -341,15 +360,16 @@ async def sample_runs(tx: Tx, stats: list[tuple[float, int, int]]) -> None:
 
 
 async def lease(tx: Tx) -> Row | None:
-    return await tx.one("SELECT token, pid, host, started, heartbeat, slots FROM lease WHERE id = 1")
+    return await tx.one("SELECT token, pid, host, started, heartbeat, slots, proc_start FROM lease WHERE id = 1")
 
 
-async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int) -> None:
+async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_start: float | None) -> None:
     await tx.execute(
-        "INSERT INTO lease (id, token, pid, host, started, heartbeat, slots) VALUES (1, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO lease (id, token, pid, host, started, heartbeat, slots, proc_start) VALUES (1, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (id) DO UPDATE SET token = excluded.token, pid = excluded.pid, host = excluded.host,"
-        " started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots",
-        (token, pid, host, tx.now, tx.now, slots),
+        " started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots,"
+        " proc_start = excluded.proc_start",
+        (token, pid, host, tx.now, tx.now, slots, proc_start),
     )
 
 

@@ -203,6 +203,72 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX triggers_session ON triggers(session_id);
     CREATE INDEX triggers_after ON triggers(json_extract(spec, '$.session')) WHERE kind = 'after';
     """,
+    # 3: what a user must see of a session's runs (its last outcome, its failures in a row, the
+    # back-off of trigger-fired runs), the processes of a run and its output, the lease holder's
+    # identity. The sessions table is rebuilt so that its long texts stay last.
+    """
+    CREATE TABLE sessions_v3 (
+        id              INTEGER PRIMARY KEY,
+        uuid            TEXT NOT NULL UNIQUE,
+        agent_id        INTEGER NOT NULL REFERENCES agents(id),
+        name            TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        reason          TEXT,
+        resume_to       TEXT,
+        priority        INTEGER NOT NULL DEFAULT 0,
+        runner          TEXT NOT NULL,
+        window          INTEGER NOT NULL,
+        timeout         REAL,
+        cwd             TEXT NOT NULL,
+        armed           INTEGER NOT NULL DEFAULT 1,
+        parent_id       INTEGER REFERENCES sessions(id),
+        fork_seq        INTEGER NOT NULL DEFAULT 0,
+        merged_into     INTEGER REFERENCES sessions(id),
+        length          INTEGER NOT NULL DEFAULT 0,
+        history_tokens  INTEGER NOT NULL DEFAULT 0,
+        system_tokens   INTEGER NOT NULL DEFAULT 0,
+        context_tokens  INTEGER NOT NULL DEFAULT 0,
+        context_count   INTEGER NOT NULL DEFAULT 0,
+        created         REAL NOT NULL,
+        last_active     REAL NOT NULL,
+        queued_at       REAL,
+        rev             INTEGER NOT NULL DEFAULT 0,
+        base_at         REAL,
+        last_outcome    TEXT,
+        failures        INTEGER NOT NULL DEFAULT 0,
+        fail_limit      INTEGER NOT NULL DEFAULT 3,
+        not_before      REAL,
+        goal            TEXT NOT NULL DEFAULT '',
+        causes          TEXT,
+        base_memory     TEXT,
+        system          TEXT NOT NULL DEFAULT ''
+    );
+    INSERT INTO sessions_v3 (id, uuid, agent_id, name, state, reason, resume_to, priority, runner, window, timeout, cwd, armed,
+        parent_id, fork_seq, merged_into, length, history_tokens, system_tokens, context_tokens, context_count, created,
+        last_active, queued_at, rev, base_at, goal, causes, base_memory, system) SELECT id, uuid, agent_id, name, state, reason, resume_to, priority, runner, window, timeout, cwd, armed,
+        parent_id, fork_seq, merged_into, length, history_tokens, system_tokens, context_tokens, context_count, created,
+        last_active, queued_at, rev, base_at, goal, causes, base_memory, system FROM sessions;
+    DROP TABLE sessions;
+    ALTER TABLE sessions_v3 RENAME TO sessions;
+    CREATE INDEX sessions_rev ON sessions(rev);
+    CREATE INDEX sessions_parent ON sessions(parent_id);
+    CREATE INDEX sessions_queue ON sessions(state, priority, queued_at);
+    UPDATE sessions SET last_outcome = (SELECT outcome FROM runs r WHERE r.session_id = sessions.id AND r.ended
+        IS NOT NULL ORDER BY r.id DESC LIMIT 1);
+
+    ALTER TABLE runs ADD COLUMN frozen_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN tracker TEXT;
+    ALTER TABLE lease ADD COLUMN proc_start REAL;
+
+    CREATE TABLE run_output (
+        id          INTEGER PRIMARY KEY,
+        run_id      INTEGER NOT NULL REFERENCES runs(id),
+        stream      TEXT NOT NULL,
+        ts          REAL NOT NULL,
+        data        TEXT NOT NULL
+    );
+    CREATE INDEX run_output_run ON run_output(run_id, id);
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -220,13 +220,13 @@ class Store:
                 )
             if version == 0 and await (await conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")).fetchone():
                 raise WorkspaceError(f"{path} is an SQLite database of another program, not a Procession workspace")
-            await conn.execute("PRAGMA foreign_keys = ON")
             await conn.execute("PRAGMA synchronous = NORMAL")
             mode = await _pragma(conn, "journal_mode")
             if mode != "wal":
                 await conn.execute("PRAGMA journal_mode = WAL")
             if version < schema.VERSION:
-                await cls._migrate(conn)
+                await cls._migrate(conn)  # foreign keys off: a migration may rebuild a table others refer to
+            await conn.execute("PRAGMA foreign_keys = ON")
             meta = {r[0]: r[1] for r in await conn.execute_fetchall("SELECT key, value FROM meta")}
         except BaseException as exc:
             await conn.close()
@@ -237,7 +237,11 @@ class Store:
 
     @staticmethod
     async def _migrate(conn: aiosqlite.Connection) -> None:
-        """Apply the missing migrations, one transaction each; safe against a racing opener."""
+        """Apply the missing migrations, one transaction each; safe against a racing opener.
+
+        Foreign keys are not enforced yet (a migration may rebuild a table, as SQLite's
+        ALTER TABLE cannot reorder or retype columns); each migration is checked with
+        ``foreign_key_check`` before it commits."""
         for number, script in enumerate(schema.MIGRATIONS, start=1):
             await conn.execute("BEGIN IMMEDIATE")
             try:
@@ -255,6 +259,10 @@ class Store:
                                 ("rev", "0"),
                             ],
                         )
+                    broken = list(await (await conn.execute("PRAGMA foreign_key_check")).fetchall())
+                    if broken:
+                        raise WorkspaceError(f"migration {number} would break {len(broken)} references; nothing"
+                                             " was changed")
                     await conn.execute(f"PRAGMA user_version = {number}")
                 await conn.execute("COMMIT")
             except BaseException:

@@ -16,8 +16,7 @@ import os
 from typing import Any
 
 from ...model.runner_spec import RunnerSpec
-from .process import StepResult
-from .protocol import Output
+from .process import Sink, StepResult
 
 DEFAULT_BASE = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -38,24 +37,46 @@ def request_messages(doc: dict[str, Any]) -> list[dict[str, str]]:
 
 
 class HttpStep:
+    """One streamed request. What the model says arrives in the run's log as it streams
+    (stream ``reply``); it becomes a message only when the reply is whole, so an interrupted
+    or suspended request leaves nothing partial in the context (the partial reply stays in
+    the run's record)."""
+
     freezable = False
     pid = None
     frozen = False
 
     def __init__(self, spec: RunnerSpec) -> None:
         self.spec = spec
-        self.output = Output()
         self.content: list[str] = []
         self.usage: dict[str, int] = {}
         self.error = ""
         self.task: asyncio.Task[int] | None = None
+        self.sink: Sink = lambda stream, data: None
 
     @classmethod
-    async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str] | None = None) -> HttpStep:
+    async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None) -> HttpStep:
         return cls(spec)
 
-    async def feed(self, document: bytes) -> None:
-        self.task = asyncio.ensure_future(self._request(json.loads(document)))
+    async def run(self, document: bytes | None, sink: Sink) -> StepResult:
+        self.sink = sink
+        self.task = asyncio.ensure_future(self._request(json.loads(document or b"{}")))
+        try:
+            code: int | None = await self.task
+        except asyncio.CancelledError:
+            code = None
+            if not self.task.cancelled():
+                raise
+        except Exception as exc:  # noqa: BLE001 - any transport failure fails the run, not the engine
+            code, self.error = 1, f"{type(exc).__name__}: {exc}"
+        if code == 0:
+            if self.content:
+                sink("out", json.dumps({"type": "message", "role": "assistant",
+                                        "content": "".join(self.content)}).encode() + b"\n")
+        if self.usage:
+            sink("out", json.dumps({"type": "usage", "in": self.usage.get("prompt_tokens", 0),
+                                    "out": self.usage.get("completion_tokens", 0)}).encode() + b"\n")
+        return StepResult(code, self.error, "".join(self.content) if code != 0 else "")
 
     async def _request(self, doc: dict[str, Any]) -> int:
         import httpx
@@ -87,30 +108,10 @@ class HttpStep:
                         piece = (choice.get("delta") or {}).get("content")
                         if piece:
                             self.content.append(piece)
+                            self.sink("reply", piece.encode("utf-8", "replace"))
                     if chunk.get("usage"):
                         self.usage = chunk["usage"]
         return 0
-
-    def _events(self) -> None:
-        if self.content:
-            self.output.feed(json.dumps({"type": "message", "role": "assistant",
-                                         "content": "".join(self.content)}).encode() + b"\n")
-        if self.usage:
-            self.output.feed(json.dumps({"type": "usage", "in": self.usage.get("prompt_tokens", 0),
-                                         "out": self.usage.get("completion_tokens", 0)}).encode() + b"\n")
-
-    async def wait(self) -> StepResult:
-        assert self.task is not None
-        try:
-            code: int | None = await self.task
-        except asyncio.CancelledError:
-            code = None
-            if not self.task.cancelled():
-                raise
-        except Exception as exc:  # noqa: BLE001 - any transport failure fails the run, not the engine
-            code, self.error = 1, f"{type(exc).__name__}: {exc}"
-        self._events()
-        return StepResult(code, self.output, self.error)
 
     def freeze(self) -> None:
         raise NotImplementedError("an HTTP step cannot be frozen")

@@ -1,31 +1,38 @@
-"""A step that is a child process in its own process group.
+"""A step that is a child process, with every process it starts followed by its ``Tracker``.
 
-Suspend, resume, interrupt and cancel are real signals to the whole group (SIGSTOP,
-SIGCONT, SIGINT then SIGTERM then SIGKILL, SIGKILL). When the leader exits, whatever it
-left behind in its group is killed too, so no step outlives its run.
+Suspend, resume, interrupt and cancel act on the whole tree the step made, whatever session
+or group its processes moved to (``reaper``): SIGSTOP / SIGCONT to every process, SIGINT to
+the leader's group (as a terminal's Ctrl-C) then SIGTERM, then SIGKILL to everything. The
+step's input is written while its output is read, so neither side can fill a pipe and wait
+for the other. The step is over when its leader has exited: what it left running (a
+``setsid`` grandchild holding the pipes open, say) is killed after ``LINGER_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...model.runner_spec import RunnerSpec
+from ..reaper import Tracker
 from .protocol import STDERR_TAIL, Output
 
 READ_CHUNK = 64 * 1024
-#: How long the rest of the group may keep stdout open after the leader exits.
+#: How long the rest of the tree may keep the pipes open after the leader exits.
 LINGER_S = 0.5
+Sink = Callable[[str, bytes], None]  # (stream "out" | "err", bytes as they arrive)
 
 
 @dataclass(slots=True)
 class StepResult:
     exit_code: int | None
-    output: Output
     stderr: str
+    partial: str = ""  # what a stopped HTTP step had received of its reply
 
 
 def argv(spec: RunnerSpec) -> list[str]:
@@ -35,82 +42,103 @@ def argv(spec: RunnerSpec) -> list[str]:
 
 
 class ProcessStep:
-    """A running step; created by ``start``, finished when ``wait`` returns."""
+    """A running step; created by ``start``, finished when ``run`` returns."""
 
     freezable = True
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, tracker: Tracker) -> None:
         self.proc = proc
-        self.pid = proc.pid
+        self.pid: int | None = proc.pid
+        self.tracker = tracker
         self.frozen = False
-        self.output = Output()
         self.stderr = Output(head=0, tail=STDERR_TAIL)
 
     @classmethod
-    async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str] | None = None) -> ProcessStep:
+    async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: Tracker,
+                    command: list[str] | None = None) -> ProcessStep:
+        """Start ``command`` (default: the spec's) in a session of its own, as one of the
+        tracker's processes."""
         proc = await asyncio.create_subprocess_exec(
-            *argv(spec), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True, env=env,
+            *tracker.wrap(command or argv(spec)), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True, env=tracker.environ(env),
         )
-        return cls(proc)
+        tracker.started(proc.pid)
+        return cls(proc, tracker)
 
-    async def feed(self, document: bytes) -> None:
+    async def run(self, document: bytes | None, sink: Sink) -> StepResult:
+        """Feed the step (``None``: its stdin is closed at once) while reading what it prints
+        into ``sink``; return when its leader has exited and its output is read."""
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+
+        def err(chunk: bytes) -> None:
+            self.stderr.feed(chunk)
+            sink("err", chunk)
+
+        readers = [asyncio.ensure_future(_drain(self.proc.stdout, lambda c: sink("out", c))),
+                   asyncio.ensure_future(_drain(self.proc.stderr, err))]
+        feeding = asyncio.ensure_future(self._feed(document))
+        try:
+            code = await self.proc.wait()
+            try:
+                await asyncio.wait_for(asyncio.gather(*readers), LINGER_S)
+            except asyncio.TimeoutError:
+                pass
+        finally:
+            self.kill()  # whatever the leader left behind
+            feeding.cancel()
+            await asyncio.gather(*readers, feeding, return_exceptions=True)
+        return StepResult(code, self.stderr.text())
+
+    async def _feed(self, document: bytes | None) -> None:
         """Hand the step its input; a step that does not read it is not an error."""
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(document)
-            await self.proc.stdin.drain()
+            if document:
+                self.proc.stdin.write(document)
+                await self.proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
             self.proc.stdin.close()
 
-    async def wait(self) -> StepResult:
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        readers = [asyncio.ensure_future(_drain(self.proc.stdout, self.output)),
-                   asyncio.ensure_future(_drain(self.proc.stderr, self.stderr))]
-        code = await self.proc.wait()
+    def signal_leader(self, sig: int) -> bool:
+        """Signal the leader's process group (the tools it started in sessions of their own are
+        left to it, as a terminal's Ctrl-C would); False when it is gone."""
         try:
-            await asyncio.wait_for(asyncio.gather(*readers), LINGER_S)
-        except asyncio.TimeoutError:
-            pass
-        self.signal(signal.SIGKILL)
-        await asyncio.gather(*readers, return_exceptions=True)
-        return StepResult(code, self.output, self.stderr.text())
-
-    def signal(self, sig: int) -> bool:
-        """Signal the whole group; False when it is already gone."""
-        try:
-            os.killpg(self.pid, sig)
+            os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             return False
         return True
 
     def freeze(self) -> None:
-        if self.signal(signal.SIGSTOP):
-            self.frozen = True
+        self.tracker.signal(signal.SIGSTOP)
+        self.frozen = True
 
     def thaw(self) -> None:
-        if self.signal(signal.SIGCONT):
-            self.frozen = False
+        self.tracker.signal(signal.SIGCONT)
+        self.frozen = False
 
     async def interrupt(self, grace: float) -> None:
-        """SIGINT, then SIGTERM after ``grace`` seconds, then SIGKILL after as long again."""
-        self.thaw()
+        """SIGINT, then SIGTERM after ``grace`` seconds, then SIGKILL to everything."""
+        if self.frozen:
+            self.thaw()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            if not self.signal(sig):
-                return
+            if not self.signal_leader(sig):
+                break
             try:
                 await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
-                return
+                break
             except asyncio.TimeoutError:
                 continue
         self.kill()
 
     def kill(self) -> None:
-        self.signal(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            if self.proc.returncode is None:
+                self.proc.kill()
+        self.tracker.kill()
 
 
-async def _drain(stream: asyncio.StreamReader, into: Output) -> None:
+async def _drain(stream: asyncio.StreamReader, into: Callable[[bytes], None]) -> None:
     while chunk := await stream.read(READ_CHUNK):
-        into.feed(chunk)
+        into(chunk)

@@ -19,8 +19,10 @@ non-blank line is a JSON object with a ``type``, with one event per line:
     {"type": "usage", "in": 1200, "out": 80}
     {"type": "done"}                      (the session terminates, reason done)
 
-Output is bounded: ``Output`` keeps the head and the tail of what a step prints and counts
-what it cut, so a step that prints a gigabyte costs a megabyte.
+Events are read as they arrive (``Reader``), so that what a running step has said and done
+is in the store before it ends. Plain-text output is bounded: ``Output`` keeps the head and
+the tail of what a step prints and counts what it cut, so a step that prints a gigabyte
+costs a megabyte.
 """
 
 from __future__ import annotations
@@ -99,6 +101,13 @@ class Events:
     tokens_out: int = 0
     done: bool = False
     problems: list[str] = field(default_factory=list)
+    #: a reply that is not an event: a plain-text output, or what an HTTP step had received
+    #: when it was stopped (it joins the history only if the run ended ok, interrupted or timed out)
+    reply: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.memory_set or self.memory_delete or self.sends or self.tokens_in
+                    or self.tokens_out or self.done or self.problems or self.reply)
 
     def journal(self) -> dict[str, Any]:
         """What the journal keeps of a step's output: counts and keys, not contents."""
@@ -107,28 +116,89 @@ class Events:
                 "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "done": self.done}
 
 
-def parse(output: Output) -> Events:
-    """Interpret a step's stdout as JSON Lines events or as one plain-text message."""
-    text = output.text()
-    events = Events()
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    if not _is_event(first):
-        if text.strip():
-            events.messages.append(("assistant", text.rstrip("\n")))
-        return events
-    for n, line in enumerate(text.splitlines(), start=1):
+class Reader:
+    """A step's stdout, read as it arrives.
+
+    The first non-blank line decides: a JSON object with a ``type`` makes the output JSON Lines
+    events, each applied as soon as its line is complete (``take`` hands over those read so
+    far, so that the engine commits them while the step still runs); anything else makes the
+    whole output one plain-text message, bounded like ``Output``, handed over at the end
+    (``close``). A last line cut off without its newline (the step died mid-line) is parsed if it
+    is a whole event and reported as a problem if not.
+    """
+
+    def __init__(self) -> None:
+        self.mode: str | None = None  # "events" | "text"
+        self.partial = bytearray()
+        self.text = Output()
+        self.pending = Events()
+        self.line = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self.mode == "text":
+            self.text.feed(chunk)
+            return
+        self.partial += chunk
+        while (end := self.partial.find(b"\n")) >= 0:
+            line = bytes(self.partial[:end])
+            del self.partial[: end + 1]
+            self._line(line, complete=True)
+            if self.mode == "text":  # decided on this line: the rest is text as it came
+                self.text.feed(bytes(self.partial))
+                self.partial.clear()
+                return
+        if len(self.partial) > HEAD_BYTES and self.mode is None:  # one huge first line: text
+            self.mode = "text"
+            self.text.feed(bytes(self.partial))
+            self.partial.clear()
+
+    def _line(self, raw: bytes, *, complete: bool) -> None:
+        self.line += 1
+        line = raw.decode("utf-8", "replace")
+        if self.mode is None:
+            if not line.strip():
+                self.text.feed(raw + b"\n")
+                return
+            if not _is_event(line):
+                self.mode = "text"
+                self.text.feed(raw + (b"\n" if complete else b""))
+                return
+            self.mode = "events"
         if not line.strip():
-            continue
+            return
         try:
             event = json.loads(line)
         except ValueError:
-            events.problems.append(f"line {n}: not JSON")
-            continue
+            self.pending.problems.append(f"line {self.line}: not JSON" if complete else
+                                         f"line {self.line}: cut off before its end (the step stopped mid-line)")
+            return
         if not isinstance(event, dict):
-            events.problems.append(f"line {n}: not an event object")
-            continue
-        _apply(event, events, n)
-    return events
+            self.pending.problems.append(f"line {self.line}: not an event object")
+            return
+        _apply(event, self.pending, self.line)
+
+    def take(self) -> Events:
+        """The events read since the last ``take``."""
+        events, self.pending = self.pending, Events()
+        return events
+
+    def close(self) -> Events:
+        """The end of the output: what is left, and a plain-text output's one message."""
+        if self.partial:
+            rest, self.partial = bytes(self.partial), bytearray()
+            if self.mode == "text":
+                self.text.feed(rest)
+            else:
+                self._line(rest, complete=False)
+        events = self.take()
+        if self.mode in (None, "text"):
+            text = self.text.text()
+            if text.strip():
+                events.reply = text.rstrip("\n")
+            if self.text.cut:
+                events.problems.append(f"{self.text.cut} bytes of output cut (kept the first and last"
+                                       f" {HEAD_BYTES // 1024} KiB)")
+        return events
 
 
 def _is_event(line: str) -> bool:

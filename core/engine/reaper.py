@@ -1,0 +1,236 @@
+"""Every process a step starts, found and controlled, whatever session or group it moves to.
+
+Agent CLIs start their tools in sessions of their own (``setsid``, ``bwrap --new-session``), and
+a step may double-fork: signalling the step's process group misses them, and killing the
+leader orphans them. So each run gets a ``Tracker`` that knows all its processes:
+
+- ``CgroupTracker``: the step starts inside a cgroup v2 of its own (the unified hierarchy, where
+  this process may make one): the kernel keeps every descendant in it, and ``cgroup.kill``
+  ends them all at once. Used when a cgroup can be made here.
+- ``MarkerTracker``: the step starts with ``PROCESSION_RUN=<engine>:<run>`` in its environment,
+  which its descendants inherit; its processes are those whose environment carries the
+  marker (read from ``/proc``), plus the leader's descendants. Used everywhere else.
+
+Either way the engine is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process orphaned by
+a step is re-parented to the engine, not to init, so the engine can reap it (``reap``) and
+nothing it tracks outlives it unnoticed. Suspend sends SIGSTOP to every tracked process (so
+they read ``T`` in ``/proc`` and in htop), resume SIGCONT, cancel SIGKILL; each is repeated
+until no new process shows up, so a process that forks while being stopped is caught too.
+A dead engine's runs are found again by the next one through the tracker name kept in the
+run's row (a cgroup path, or a marker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger("procession.engine")
+
+PR_SET_CHILD_SUBREAPER = 36
+MARKER_ENV = "PROCESSION_RUN"
+#: Where this engine tries to make cgroups (cgroup v2: the unified hierarchy).
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+#: Rounds of "signal everything, look again" before a stop or a kill gives up on stragglers.
+ROUNDS = 8
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux); False where it cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap(spare: Iterable[int] = ()) -> list[int]:
+    """Collect the exit status of orphans re-parented to this process (zombies it is the parent
+    of), except ``spare``: the step leaders whose status asyncio collects itself."""
+    me, keep, reaped = os.getpid(), set(spare), []
+    for pid in _pids():
+        if pid in keep:
+            continue
+        stat = _stat(pid)
+        if stat and stat[0] == "Z" and stat[1] == me:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+                reaped.append(pid)
+    return reaped
+
+
+class Tracker:
+    """The processes of one run."""
+
+    name = ""  # what the run's row keeps, to find them again
+
+    def environ(self, env: dict[str, str]) -> dict[str, str]:
+        """The environment a step starts with (the marker goes in here)."""
+        return env
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """The command line that starts the step as one of the run's processes."""
+        return argv
+
+    def started(self, pid: int) -> None:
+        """The step's leader is running with this pid."""
+
+    def members(self) -> set[int]:
+        raise NotImplementedError
+
+    def signal(self, sig: int) -> int:
+        """Send ``sig`` to every process, again to those that appear meanwhile; how many got it."""
+        done: set[int] = set()
+        for _ in range(ROUNDS):
+            new = self.members() - done
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            done |= new
+        return len(done)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        """The run is over: forget what was made for it."""
+
+
+class MarkerTracker(Tracker):
+    """Processes carrying the run's marker in their environment, or descending from its leader."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.name = f"marker:{marker}"
+        self.leader: int | None = None
+        self._needle = f"{MARKER_ENV}={marker}".encode()
+
+    def environ(self, env: dict[str, str]) -> dict[str, str]:
+        return {**env, MARKER_ENV: self.marker}
+
+    def started(self, pid: int) -> None:
+        self.leader = pid
+
+    def members(self) -> set[int]:
+        found: set[int] = set()
+        children: dict[int, list[int]] = {}
+        for pid in _pids():
+            stat = _stat(pid)
+            if stat is None or stat[0] == "Z":
+                continue
+            children.setdefault(stat[1], []).append(pid)
+            if self._marked(pid):
+                found.add(pid)
+        todo = [self.leader] if self.leader is not None and _stat(self.leader) else []
+        todo += list(found)
+        while todo:  # and every descendant of those (one may have cleared its environment)
+            pid = todo.pop()
+            found.add(pid)
+            todo.extend(c for c in children.get(pid, ()) if c not in found)
+        return found
+
+    def _marked(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                return self._needle in fh.read().split(b"\0")
+        except OSError:
+            return False
+
+
+class CgroupTracker(Tracker):
+    """A cgroup v2 of the run's own: the kernel keeps every descendant in it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = f"cgroup:{path}"
+
+    @classmethod
+    def make(cls, engine: str, run: str) -> CgroupTracker | None:
+        """A new cgroup for this run, or None where none can be made here."""
+        for root in CGROUP_ROOTS:
+            if not (root / "cgroup.controllers").exists():  # not a cgroup v2 hierarchy
+                continue
+            path = root / f"procession-{engine}" / f"run-{run}"
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                continue
+            if (path / "cgroup.procs").exists():
+                return cls(path)
+        return None
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """A shell that moves itself into the cgroup, then becomes the step (``exec``: the same
+        pid): no code runs in the forked child before ``exec`` (the engine has threads)."""
+        return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def members(self) -> set[int]:
+        try:
+            return {int(p) for p in (self.path / "cgroup.procs").read_text().split()}
+        except (OSError, ValueError):
+            return set()
+
+    def kill(self) -> None:
+        kill = self.path / "cgroup.kill"
+        if kill.exists():
+            with contextlib.suppress(OSError):
+                kill.write_text("1")
+        self.signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+        with contextlib.suppress(OSError):
+            self.path.parent.rmdir()  # the engine's folder, once its last run is gone
+
+
+def tracker(engine: str, run_marker: str, mode: str = "auto", run: str = "") -> Tracker:
+    """The tracker for a new run: a cgroup where one can be made (``mode`` auto or cgroup),
+    else the environment marker."""
+    if mode in ("auto", "cgroup"):
+        made = CgroupTracker.make(engine, run)
+        if made is not None:
+            return made
+        if mode == "cgroup":
+            log.warning("no cgroup can be made here; following the run's processes by its marker")
+    return MarkerTracker(run_marker)
+
+
+def found_again(name: str | None) -> Tracker | None:
+    """The tracker a run's row names (a dead engine's run), to find its processes again."""
+    if not name:
+        return None
+    kind, _, rest = name.partition(":")
+    if kind == "cgroup":
+        return CgroupTracker(Path(rest))
+    if kind == "marker":
+        return MarkerTracker(rest)
+    return None
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid, from ``/proc/PID/stat``; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    end = data.rfind(b")")
+    fields = data[end + 2:].split()
+    if len(fields) < 2:
+        return None
+    return fields[0].decode(), int(fields[1])

@@ -1,0 +1,222 @@
+"""One run while it happens: its step, what it says committed as it says it, its clock.
+
+A ``LiveRun`` feeds its step and reads what it prints as it prints it. Events (messages,
+memory changes, sends, usage) are committed every ``FLUSH_S`` (``Ledger.emit``), and the raw
+output goes into the run's log (``procession logs``), bounded: the first and the last
+``LOG_HEAD``/``LOG_TAIL`` bytes stay, the middle of a flood is dropped as it comes, with a
+line saying how much. Nothing the store refuses to take for a while is lost: a busy
+workspace only delays a flush, which is retried with what came meanwhile; the end of the run
+is recorded with retries until it is stored.
+
+Its clock counts running time, not time frozen: a suspended step's timeout waits with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model.errors import ProcessionError, StoreBusy
+from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
+from .reaper import Tracker
+from .runners import protocol
+from .runners.http import HttpStep
+from .runners.process import ProcessStep, StepResult
+
+log = logging.getLogger("procession.engine")
+
+Step = ProcessStep | HttpStep
+FLUSH_S = 0.2
+LOG_HEAD = 256 * 1024
+LOG_TAIL = 256 * 1024
+#: How long the end of a run is retried while the workspace stays busy (then the next engine
+#: start records it as lost: the step itself is gone by then).
+RECORD_FOR_S = 600.0
+
+
+@dataclass(slots=True)
+class LiveRun:
+    ledger: Ledger
+    sid: int
+    run: int
+    step: Step
+    tracker: Tracker | None
+    timeout: float | None
+    intent: str | None = None  # why it is being stopped: interrupt, suspend, cancel, timeout, shutdown
+    task: asyncio.Task[None] | None = None
+    stopper: asyncio.Task[None] | None = None
+    reader: protocol.Reader = field(default_factory=protocol.Reader)
+    problems: list[str] = field(default_factory=list)
+    done: bool = False
+    # the log, bounded: (stream, time, text) chunks not yet stored; bytes stored; tail row ids and sizes
+    _chunks: list[tuple[str, float, str]] = field(default_factory=list)
+    _logged: int = 0
+    _head_end: int = 0
+    _tail: deque[tuple[int, int]] = field(default_factory=deque)
+    _tail_bytes: int = 0
+    _dropped: int = 0
+    # the clock: running time, frozen time
+    _frozen_at: float | None = None
+    frozen_s: float = 0.0
+    _timer: asyncio.TimerHandle | None = None
+    _started: float = field(default_factory=time.monotonic)
+    procs: dict[int, Any] = field(default_factory=dict)  # psutil handles, for CPU and RSS
+
+    # ------------------------------------------------------------------ output as it comes
+
+    def sink(self, stream: str, data: bytes) -> None:
+        """What the step prints: stdout is read for events; everything goes to the log."""
+        if stream == "out":
+            self.reader.feed(data)
+        self._chunks.append((stream, time.time(), data.decode("utf-8", "replace")))
+
+    async def flush(self) -> None:
+        """Commit the events and the log read since the last flush (kept for the next one when
+        the workspace is busy)."""
+        events = self.reader.take()
+        self.done = self.done or events.done  # a done event ends the session when the run ends
+        self.problems += events.problems
+        events.problems = []
+        if events:
+            try:
+                emitted = await self.ledger.emit(self.sid, self.run, events)
+                self.problems += emitted.problems
+            except StoreBusy:
+                self.reader.pending = _merge(events, self.reader.pending)
+            except ProcessionError as exc:
+                self.problems.append(f"could not apply the step's events: {exc}")
+        await self._flush_log()
+
+    async def _flush_log(self) -> None:
+        if not self._chunks:
+            return
+        chunks, self._chunks = self._chunks, []
+        try:
+            ids = await self.ledger.log(self.run, chunks)
+        except StoreBusy:
+            self._chunks = chunks + self._chunks
+            return
+        except ProcessionError:
+            return
+        for (_, _, text), rid in zip(chunks, ids):
+            if self._logged < LOG_HEAD:
+                self._logged += len(text)
+                self._head_end = rid
+                continue
+            self._tail.append((rid, len(text)))
+            self._tail_bytes += len(text)
+        drop_upto = 0
+        while self._tail_bytes > LOG_TAIL and len(self._tail) > 1:
+            rid, size = self._tail.popleft()
+            self._tail_bytes -= size
+            self._dropped += size
+            drop_upto = rid
+        if drop_upto:
+            with contextlib.suppress(ProcessionError):
+                await self.ledger.drop_log(self.run, drop_upto, self._head_end)
+
+    async def flusher(self) -> None:
+        """Every ``FLUSH_S`` while the step runs."""
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            await self.flush()
+
+    # ------------------------------------------------------------------ the clock
+
+    def arm(self, on_timeout: Any) -> None:
+        """Start (or go on with) the timeout, for the running time left."""
+        if self.timeout is None or self._timer is not None:
+            return
+        left = self.timeout - self.running_s()
+        self._timer = asyncio.get_running_loop().call_later(max(left, 0.0), on_timeout)
+
+    def running_s(self) -> float:
+        frozen = self.frozen_s + (time.monotonic() - self._frozen_at if self._frozen_at is not None else 0.0)
+        return time.monotonic() - self._started - frozen
+
+    def frozen(self) -> None:
+        if self._frozen_at is None:
+            self._frozen_at = time.monotonic()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def thawed(self, on_timeout: Any) -> None:
+        if self._frozen_at is not None:
+            self.frozen_s += time.monotonic() - self._frozen_at
+            self._frozen_at = None
+        self.arm(on_timeout)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # ------------------------------------------------------------------ the end
+
+    def outcome(self, result: StepResult) -> tuple[str, str]:
+        """How the run ended, and what to say of it."""
+        outcome = {"cancel": CANCELLED, "timeout": TIMEOUT, None: OK if result.exit_code == 0 else FAILED}.get(
+            self.intent, INTERRUPTED)
+        notes = list(self.problems)
+        if outcome == FAILED:
+            notes.append(f"exit status {result.exit_code}" if result.exit_code is not None else "no exit status")
+        if result.stderr.strip() and outcome != OK:
+            notes.append(result.stderr.strip())
+        if self._dropped:
+            notes.append(f"{self._dropped} bytes of its log dropped from the middle (the first and last"
+                         f" {LOG_HEAD // 1024} KiB kept)")
+        return outcome, "\n".join(notes)
+
+    async def record(self, outcome: str, exit_code: int | None, events: protocol.Events, error: str) -> None:
+        """Record the end of the run however long the workspace is held by others: a run left
+        open would leave its session ``running`` with no step."""
+        events.done = events.done or self.done
+        deadline = time.monotonic() + RECORD_FOR_S
+        delay = 0.2
+        while True:
+            try:
+                await self.ledger.finish_run(self.sid, self.run, outcome, exit_code=exit_code, events=events,
+                                             error=error, requeue=self.intent == "suspend",
+                                             frozen_s=self.frozen_s)
+                return
+            except StoreBusy as exc:
+                if time.monotonic() > deadline:
+                    log.error("run %d of session %d could not be recorded (%s); the next engine start will",
+                              self.run, self.sid, exc)
+                    return
+                log.warning("run %d not recorded yet (%s); retrying", self.run, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except ProcessionError as exc:
+                log.error("cannot record run %d: %s", self.run, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - output that cannot be stored still ends the run
+                log.error("cannot record the output of run %d: %s", self.run, exc)
+                events, outcome = protocol.Events(), FAILED
+                error = f"the engine could not record this run's output: {exc}"
+
+
+def _merge(a: protocol.Events, b: protocol.Events) -> protocol.Events:
+    """Two batches of events as one, in order (a flush that had to wait, and what came after)."""
+    out = protocol.Events()
+    for e in (a, b):
+        out.messages += e.messages
+        for key, value in e.memory_set.items():  # the later batch wins, whether it sets or deletes
+            out.memory_set[key] = value
+            if key in out.memory_delete:
+                out.memory_delete.remove(key)
+        for key in e.memory_delete:
+            out.memory_set.pop(key, None)
+            out.memory_delete.append(key)
+        out.sends += e.sends
+        out.tokens_in += e.tokens_in
+        out.tokens_out += e.tokens_out
+        out.done = out.done or e.done
+        out.problems += e.problems
+    return out
