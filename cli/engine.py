@@ -16,6 +16,8 @@ from .registry import arg, command
 @command("run", "run the engine in the foreground (no monitor); logs to stderr", args=[
     arg("--slots", type=int, default=2, help="how many steps may run at once"),
     arg("--grace", type=float, default=2.0, help="seconds between SIGINT, SIGTERM and SIGKILL"),
+    arg("--tracker", choices=("auto", "cgroup", "marker"), default="auto",
+        help="how a run's processes are followed (auto: a cgroup where one can be made, else a marker)"),
     arg("-v", "--verbose", action="store_true"),
 ])
 async def run(ws: Workspace, args: argparse.Namespace) -> int:
@@ -25,7 +27,7 @@ async def run(ws: Workspace, args: argparse.Namespace) -> int:
                         format="%(asctime)s %(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event is noise
-    engine = Engine(ws.path, slots=args.slots, grace=args.grace)
+    engine = Engine(ws.path, slots=args.slots, grace=args.grace, tracker=args.tracker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -44,6 +44,7 @@ async def spawn(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--system-file", metavar="FILE", help="read the new system prompt from FILE (- for standard input)"),
     arg("--timeout", type=float, help="seconds a run may take (0: no limit)"),
     arg("--window", type=int, help="context window in tokens (the context must fit it)"),
+    arg("--fail-limit", type=int, metavar="N", help="failed runs in a row that suspend it (0: never; default 3)"),
 ])
 async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     system = args.system
@@ -52,7 +53,7 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
             raise UsageError("give either --system or --system-file, not both")
         system = read_text(args.system_file)
     return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
-                                   window=args.window))
+                                   window=args.window, fail_limit=args.fail_limit))
 
 
 async def each(args: argparse.Namespace, call: Callable[[int], Awaitable[Outcome]], *,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
 import time
 from collections.abc import Sequence
 
@@ -14,6 +17,8 @@ from procession.present.cells import COLUMNS
 from .registry import SID, arg, command, count_type, sid_type
 from .terminal import emit
 
+#: How often ``logs -f`` looks for more.
+FOLLOW_S = 0.2
 #: The widest a cell of ``ps`` grows before it is cut with ``…`` (the rest take what they need).
 PS_WIDTHS = {"agent": 12, "name": 28, "runner": 28}
 
@@ -100,3 +105,27 @@ async def runs(ws: Workspace, args: argparse.Namespace) -> int:
     emit(args, [r.to_json() for r in found],
          lambda: "\n".join([lines.RUNS_HEADER, *(lines.run_line(r, now) for r in found)]))
     return 0
+
+
+@command("logs", "what a run's step printed (the last run by default); -f follows a live one", args=[
+    SID, arg("run", type=sid_type, nargs="?"), arg("-f", "--follow", action="store_true", help="follow until it ends"),
+    arg("--stream", choices=("out", "err", "all"), default="all", help="only its stdout, or its stderr"),
+])
+async def logs(ws: Workspace, args: argparse.Namespace) -> int:
+    """The log as the step printed it, made printable; with ``--json``, one chunk per line."""
+    after, run_id = 0, args.run
+    while True:
+        run, chunks = await ws.run_log(args.sid, run_id, after=after)
+        run_id = run.id
+        for c in chunks:
+            after = c.id
+            if args.stream != "all" and c.stream != args.stream and not (args.stream == "out" and c.stream == "reply"):
+                continue
+            if args.json:
+                sys.stdout.write(json.dumps(c.to_json(), ensure_ascii=False) + "\n")
+            else:
+                sys.stdout.write(words.printable(c.data))
+        sys.stdout.flush()
+        if not args.follow or run.ended is not None:
+            return 0
+        await asyncio.sleep(FOLLOW_S)

@@ -45,8 +45,11 @@ class Cli:
     def __init__(self, db: Path, cwd: Path) -> None:
         self.db, self.cwd = db, cwd
 
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PROCESSION_DB": str(self.db)}
+
     def __call__(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "PROCESSION_DB": str(self.db)}
+        env = self.env()
         proc = subprocess.run([sys.executable, "-m", "procession", *args], capture_output=True, text=True,
                               input=input, env=env, cwd=self.cwd, timeout=60)
         if check and proc.returncode != 0:
@@ -97,16 +100,7 @@ def dump(path: Path) -> list[str]:
         con.close()
 
 
-def proc_state(pid: int) -> str | None:
-    """The one-letter state of a process in /proc (T stopped, S sleeping, Z zombie), None if gone."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("State:"):
-                    return line.split()[1]
-    except FileNotFoundError:
-        return None
-    return None
+from support.runs import proc_state  # noqa: E402,F401  (tests import it from here)
 
 
 FIXED = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC: the monitor's clock in tests and snapshots

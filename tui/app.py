@@ -29,6 +29,7 @@ from procession.calls import Workspace
 from procession.model.calls import INFO, Call
 from procession.model.errors import ProcessionError
 from procession.present.cells import BY_KEY, COLUMNS
+from procession.present import results
 from procession.present.words import plural
 
 from . import config as config_mod
@@ -301,6 +302,8 @@ class ProcessionApp(App[int]):
         elif before:
             table.refresh_keys(before)
             self.main.follow()
+        while self.feed.failing:
+            self.notify(results.failing(self.feed.failing.pop(0)), severity="error", timeout=12)
         await self.refresh_header()
         if isinstance(self.screen, Detail) and self.screen.sid in before:
             await self.screen.reload()
@@ -314,6 +317,13 @@ class ProcessionApp(App[int]):
     async def refresh_header(self) -> None:
         header = await self.feed.header()
         engine = header.engine
+        if self.host is not None:
+            self.host.saw(engine)
+        if engine is None and self.host is not None and await self.host.take_over():
+            self.notify(f"{self.host.took_over} stopped: this monitor runs the engine now", severity="warning",
+                        timeout=10)
+            header = await self.feed.header()
+            engine = header.engine
         if self.host is not None and self.host.running:
             label = f"this process (pid {engine['pid']})" if engine else "this process"
         elif engine:
@@ -321,6 +331,8 @@ class ProcessionApp(App[int]):
         else:
             label = "none (read-only)" if self.readonly else "none"
         slots = engine["slots"] if engine else 0
+        if self.host is not None and self.host.running and self.host.took_over:
+            label += f", after {self.host.took_over}"
         spec = self.feed.view.spec
         notes = ["READ-ONLY"] if self.readonly else []
         if not self.feed.loaded:

@@ -166,20 +166,23 @@ async def _expand(ui: Calling, targets: Targets) -> None:
 
 async def _set(ui: Calling, targets: Targets) -> None:
     t = targets[0]
-    system = (await ui.ws.show(t.id)).system
+    detail = await ui.ws.show(t.id)
+    system, fail_limit = detail.system, str(detail.fail_limit)
 
     async def change(v: dict[str, str]) -> Outcome:
         return await ui.ws.set(
             t.id, name=v["name"] if v["name"] != t.name else None, goal=v["goal"] if v["goal"] != t.goal else None,
             system=v["system"] if v["system"] != system else None,
             timeout=_float(v["timeout"], "the timeout") if v["timeout"] != _fmt(t.timeout) else None,
-            window=_int(v["window"], "the window") if v["window"] != str(t.context_window) else None)
+            window=_int(v["window"], "the window") if v["window"] != str(t.context_window) else None,
+            fail_limit=_int(v["fail_limit"], "the failure limit") if v["fail_limit"] != fail_limit else None)
 
     await ui.form_call(f"Settings of session {t.id}", [
         Field("name", "Name", t.name), Field("goal", "Goal", t.goal),
         Field("system", "System prompt", system, multiline=True),
         Field("timeout", "Timeout of a run, seconds (0: none)", _fmt(t.timeout)),
         Field("window", "Context window, tokens", str(t.context_window)),
+        Field("fail_limit", "Failed runs in a row that suspend it (0: never)", fail_limit),
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels")
 
 

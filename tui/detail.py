@@ -6,14 +6,14 @@ present layer's lines, the same ``procession show`` prints.
 
 from __future__ import annotations
 
-import time
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Label, Sparkline, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Label, Log, Sparkline, Static, TabbedContent, TabPane
 
+from procession.model.errors import ProcessionError
 from procession.model.records import RunInfo, SessionDetail, SessionInfo
 from procession.present import lines, words
 from procession.present.words import printable
@@ -22,6 +22,8 @@ from .calling import Calling, call_bindings
 
 #: Items of the active context shown; older ones are summarised in one line.
 SHOWN_ITEMS = 400
+#: How often the log of a running step is read for more.
+LOG_POLL_S = 0.5
 OUTCOME_STYLE = {"ok": "green", "failed": "red", "interrupted": "yellow", "timeout": "magenta",
                  "cancelled": "bright_black", "lost": "red", None: "cyan"}
 
@@ -35,6 +37,8 @@ class Detail(Calling):
         super().__init__()
         self.sid = sid
         self.rev = -1
+        self.log_run = 0
+        self.log_after = 0
 
     def targets(self) -> list[SessionInfo]:
         info = self.monitor.feed.sessions.get(self.sid)
@@ -55,11 +59,30 @@ class Detail(Calling):
                     with TabPane(tab, id=f"tab-{tab.lower()}"):
                         with VerticalScroll():
                             yield Static(id=f"body-{tab.lower()}", markup=False)
+                with TabPane("Log", id="tab-log"):
+                    yield Log(id="body-log", auto_scroll=True)
         # F1..F10 fit an 80-column terminal: compact, and Ctrl+P is in the help instead
         yield Footer(compact=True, show_command_palette=False)
 
     async def on_mount(self) -> None:
         await self.reload()
+        self.set_interval(LOG_POLL_S, self._follow_log)
+
+    async def _follow_log(self) -> None:
+        """The last run's log, as it grows (the step's output is not a change of the session)."""
+        try:
+            run, chunks = await self.ws.run_log(self.sid, after=self.log_after)
+        except ProcessionError:
+            return  # no run yet
+        log = self.query_one("#body-log", Log)
+        if run.id != self.log_run:
+            self.log_run, self.log_after = run.id, 0
+            log.clear()
+            log.write_line(f"run {run.id} ({lines.causes(run)}): {run.outcome or 'running'}")
+            run, chunks = await self.ws.run_log(self.sid, run.id)
+        for c in chunks:
+            self.log_after = c.id
+            log.write(printable(c.data))
 
     async def reload(self) -> None:
         ws = self.ws

@@ -15,7 +15,7 @@ from typing import Any
 
 from procession.calls import Workspace
 from procession.model.records import SessionInfo
-from procession.model.states import State
+from procession.model.states import Reason, State
 
 from .view import View
 
@@ -51,6 +51,8 @@ class Feed:
     loaded: bool = False
     #: sid -> (kind, until): rows just made ("new") or just ended ("ended")
     highlights: dict[int, tuple[str, float]] = field(default_factory=dict)
+    #: sessions the engine has just suspended for failing, to tell the user of
+    failing: list[SessionInfo] = field(default_factory=list)
 
     async def load_first(self) -> int:
         """The first screenful; returns the SID to go on from (0: everything is read)."""
@@ -92,6 +94,8 @@ class Feed:
                 self._count(old, -1)
                 if highlight and old.state is not State.TERMINATED and info.state is State.TERMINATED:
                     self.highlights[info.id] = ("ended", now + HIGHLIGHT_S)
+                if highlight and info.reason == Reason.FAILING and (old.state, old.reason) != (info.state, info.reason):
+                    self.failing.append(info)
             elif highlight:
                 self.highlights[info.id] = ("new", now + HIGHLIGHT_S)
             self._count(info, 1)

@@ -24,6 +24,8 @@ class EngineHost:
         self.slots = slots
         self.engine: Engine | None = None
         self.problem = ""  # why it could not start, when it could not
+        self.took_over = ""  # the engine this one replaced when it died, if it did
+        self.watched: str = ""  # the other engine seen running, which this one stands in for if it dies
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -42,6 +44,22 @@ class EngineHost:
         self.engine = engine
         self._task = asyncio.ensure_future(engine.serve(self._stop))
         return True
+
+    async def take_over(self) -> bool:
+        """When the engine another process ran has died, run it here: the monitor is the
+        engine then (says so in its header), and its steps go on being run. Called when the
+        header finds no live engine; True when this monitor has just become the engine."""
+        if self.running or not self.watched:
+            return False
+        if await self.start():
+            self.took_over, self.watched = self.watched, ""
+            return True
+        return False
+
+    def saw(self, engine: dict[str, object] | None) -> None:
+        """The engine the header shows (another process's), remembered to stand in for it."""
+        if engine and not self.running:
+            self.watched = f"the engine of pid {engine['pid']} on {engine['host']}"
 
     @property
     def running(self) -> bool:

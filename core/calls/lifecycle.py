@@ -20,7 +20,9 @@ from .syscall import Act, syscall
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
-SETTINGS = ("name", "goal", "system", "timeout", "window")
+SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit")
+#: The most failed runs in a row a session may be set to bear before it is suspended.
+FAIL_LIMIT_MAX = 1000
 
 
 class LifecycleCalls(Calls):
@@ -49,8 +51,10 @@ class LifecycleCalls(Calls):
 
     @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
-                  system: str | None = None, timeout: float | None = None, window: int | None = None) -> Updated:
-        """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it).
+                  system: str | None = None, timeout: float | None = None, window: int | None = None,
+                  fail_limit: int | None = None) -> Updated:
+        """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it;
+        ``fail_limit`` failed runs in a row suspend the session, 0: never).
 
         A new window must hold the context as it is (compress it first, or use migrate
         with ``compress``); a running step goes on as it started, the next run sees the change.
@@ -71,6 +75,10 @@ class LifecycleCalls(Calls):
             cols["context_tokens"] = context
         if window is not None:
             cols["window"] = limits.window(window)
+        if fail_limit is not None:
+            if not 0 <= fail_limit <= FAIL_LIMIT_MAX:
+                raise InvalidArgument(f"the failure limit must be between 0 (never suspend) and {FAIL_LIMIT_MAX}")
+            cols["fail_limit"] = fail_limit
         new_window = cols.get("window", row["window"])
         if context > new_window and (window is not None or system is not None):
             raise ContextTooLarge(
@@ -79,7 +87,7 @@ class LifecycleCalls(Calls):
         changed = tuple(k for k in SETTINGS if k in cols and cols[k] != row[k])
         if not changed:
             raise InvalidArgument(f"nothing to change in session {sid}: give a new name, goal, system prompt,"
-                                  " timeout or window")
+                                  " timeout, window or failure limit")
         await rows.update_session(act.tx, sid, **cols)
         if State(row["state"]) is State.RUNNING:
             act.note("the running step goes on as it started; its next run sees the change")

@@ -15,6 +15,7 @@ from ..model.records import (
     Holder,
     ContextItem,
     JournalEntry,
+    LogChunk,
     Message,
     Resource,
     RunInfo,
@@ -99,7 +100,7 @@ class ReadCalls(Calls):
         """Everything about one session, its active context included."""
         async with self.store.snapshot() as tx:
             info = await _ps_info(tx, sid)
-            system = await tx.value("SELECT system FROM sessions WHERE id = ?", (sid,))
+            system, fail_limit = (await tx.tuples("SELECT system, fail_limit FROM sessions WHERE id = ?", (sid,)))[0]
             memory = await rows.memory(tx, sid)
             res = await rows.resources(tx, sid)
             in_force = await history.folds(tx, sid)
@@ -114,6 +115,7 @@ class ReadCalls(Calls):
             folds=tuple(in_force),
             checkpoints=tuple(Checkpoint(*c) for c in cps),
             tokenizer=self.tokenizer,
+            fail_limit=fail_limit,
         )
 
     async def history(self, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
@@ -175,6 +177,19 @@ class ReadCalls(Calls):
             for r in reversed(found)
         ]
 
+    async def run_log(self, sid: int, run: int | None = None, *, after: int = 0) -> tuple[RunInfo, list[LogChunk]]:
+        """What a run's step printed (the session's last run by default), from log row ``after``
+        on: for ``procession logs`` and the detail view, which follow a live run this way."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            found = await tx.one("SELECT * FROM runs WHERE session_id = ? AND (? IS NULL OR id = ?)"
+                                 " ORDER BY id DESC LIMIT 1", (sid, run, run))
+            if found is None:
+                raise NotFound(f"session {sid} has {'no run ' + str(run) if run else 'had no run yet'}")
+            chunks = await tx.tuples("SELECT id, stream, ts, data FROM run_output WHERE run_id = ? AND id > ?"
+                                     " ORDER BY id", (found["id"], after))
+        return _run_info(found), [LogChunk(*c) for c in chunks]
+
     async def runs(self, sid: int | None = None, limit: int = 100) -> list[RunInfo]:
         async with self.store.snapshot() as tx:
             if sid is None:
@@ -183,11 +198,12 @@ class ReadCalls(Calls):
                 await rows.session(tx, sid)
                 found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
                                      (sid, limit))
-        return [
-            RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
-                    r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"])
-            for r in reversed(found)
-        ]
+        return [_run_info(r) for r in reversed(found)]
+
+
+def _run_info(r: Any) -> RunInfo:
+    return RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
+                   r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"])
 
 
 async def _ps_info(tx: Tx, sid: int) -> SessionInfo:

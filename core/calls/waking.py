@@ -32,13 +32,16 @@ async def wake(tx: Tx, row: sqlite3.Row, trig: sqlite3.Row, cause: dict[str, Any
 
     A sleeping session is queued; one already queued keeps its place and gains the cause; a
     running or suspended one keeps the cause on the trigger until its run ends or it is
-    resumed, so it fires once then. Terminated, unapproved or disarmed: nothing happens.
+    resumed, so it fires once then; so does a sleeping one whose failed runs hold it back
+    (``not_before``) until the back-off is over. Terminated, unapproved or disarmed: nothing
+    happens.
     """
     state = State(row["state"])
     cause = {"kind": trig["kind"], "trigger": trig["id"], **cause}
     if state is State.TERMINATED or not row["armed"] or not trig["armed"]:
         return "ignored"
-    if state in (State.SLEEPING, State.READY):
+    held = state is State.SLEEPING and row["not_before"] is not None and row["not_before"] > tx.now
+    if state in (State.SLEEPING, State.READY) and not held:
         result = "queued" if state is State.SLEEPING else "coalesced"
         await queue(tx, row, [cause])
     else:
@@ -54,9 +57,12 @@ async def wake(tx: Tx, row: sqlite3.Row, trig: sqlite3.Row, cause: dict[str, Any
 
 async def release_pending(tx: Tx, sid: int) -> None:
     """Deliver causes kept while the session ran or was suspended, if it is idle now; a
-    session still running (resumed with its step) keeps them for when its run ends."""
+    session still running (resumed with its step), or held back after failed runs, keeps
+    them for later."""
     row = await rows.session(tx, sid)
     if row["state"] not in (State.SLEEPING, State.READY):
+        return
+    if row["not_before"] is not None and row["not_before"] > tx.now:
         return
     causes = await rows.take_pending(tx, sid)
     if causes:

@@ -233,11 +233,15 @@ class Engine:
 
     async def _schedule(self) -> None:
         assert self.ledger is not None
-        free = self.slots - self.busy()
-        if free <= 0 or self.stopping:
+        if self.stopping:
             return
-        ready, self.backoff_until = await self.ledger.ready(free + len(self.live), self.only)
-        for row in ready:
+        if self.backoff_until is not None and self.backoff_until <= time.time():
+            await self.ledger.release_held()
+        self.backoff_until = await self.ledger.held()
+        free = self.slots - self.busy()
+        if free <= 0:
+            return
+        for row in await self.ledger.ready(free + len(self.live), self.only):
             if free <= 0:
                 break
             if row["id"] in self.live:
@@ -275,9 +279,10 @@ class Engine:
                                                 proc_start=proc_start(step.pid),
                                                 tracker=tracker.name if tracker else None)
         except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
-            step.kill()
             if isinstance(step, ProcessStep):
-                await step.proc.wait()
+                await step.abandon()
+            else:
+                step.kill()
             if tracker is not None:
                 tracker.close()
             if isinstance(exc, EngineBusy):
@@ -375,8 +380,7 @@ class Engine:
         assert self.ledger is not None
         while True:
             await asyncio.sleep(SAMPLE_S)
-            leaders = {live.step.pid for live in self.live.values() if live.step.pid is not None}
-            reaper.reap(leaders)
+            reaper.reap()
             stats = []
             for live in list(self.live.values()):
                 if live.tracker is None:

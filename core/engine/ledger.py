@@ -31,8 +31,6 @@ from .runners.protocol import Events
 
 #: Outcomes of a run.
 OK, FAILED, INTERRUPTED, CANCELLED, TIMEOUT, LOST = "ok", "failed", "interrupted", "cancelled", "timeout", "lost"
-#: The reason of a session suspended for failing ``fail_limit`` runs in a row.
-FAILING = "failing"
 #: Back-off of trigger-fired runs after failures: 10 s, 20 s, 40 s... at most 15 minutes.
 BACKOFF_S, BACKOFF_MAX_S = 10.0, 900.0
 
@@ -141,20 +139,34 @@ class Ledger(Workspace):
 
     # ------------------------------------------------------------------ runs
 
-    async def ready(self, limit: int, only: set[int] | None = None) -> tuple[list[sqlite3.Row], float | None]:
+    async def ready(self, limit: int, only: set[int] | None = None) -> list[sqlite3.Row]:
         """Sessions waiting for a slot (of ``only``, when given): highest priority first,
-        oldest first within one; and when the next one held back by a back-off may go."""
+        oldest first within one."""
         among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
         async with self.store.snapshot() as tx:
-            found = await tx.all(
+            return await tx.all(
                 "SELECT id, runner, cwd, timeout, context_tokens, window FROM sessions"
-                f" WHERE state = 'ready' AND armed = 1 AND (not_before IS NULL OR not_before <= ?){among}"
+                f" WHERE state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
-                (tx.now, limit),
+                (limit,),
             )
-            later = await tx.value(f"SELECT min(not_before) FROM sessions WHERE state = 'ready' AND armed = 1"
-                                   f" AND not_before > ?{among}", (tx.now,))
-        return found, later
+
+    async def held(self) -> float | None:
+        """When the next session held back after failed runs may take the wakes it was kept."""
+        async with self.store.snapshot() as tx:
+            found = await tx.value("SELECT min(not_before) FROM sessions WHERE state = 'sleeping' AND not_before"
+                                   " IS NOT NULL AND EXISTS (SELECT 1 FROM triggers t WHERE t.session_id = sessions.id"
+                                   " AND t.pending IS NOT NULL)")
+        return None if found is None else float(found)
+
+    @syscall(Call.WAKE, session=None, check=None)
+    async def release_held(self, act: Act) -> Released:
+        """The back-off of failed runs is over: the wakes kept meanwhile queue their sessions."""
+        for r in await act.tx.all("SELECT id FROM sessions WHERE state = 'sleeping' AND not_before <= ?",
+                                  (act.now,)):
+            await rows.update_session(act.tx, r["id"], not_before=None)
+            await waking.release_pending(act.tx, r["id"])
+        return Released()
 
     async def workdir(self, sid: int) -> str:
         """Where a step runs: the first bound folder, else the folder the session was spawned in."""
@@ -244,7 +256,7 @@ class Ledger(Workspace):
             counts.update(failures=failures, not_before=act.now + backoff(failures))
             if row["fail_limit"] and failures >= row["fail_limit"] and state in (State.SLEEPING, State.READY):
                 state = State.SUSPENDED
-                counts.update(reason=FAILING, resume_to=State.SLEEPING.value, queued_at=None, causes=None)
+                counts.update(reason=Reason.FAILING.value, resume_to=State.SLEEPING.value, queued_at=None, causes=None)
                 tx.follow("engine", Call.SUSPEND, sid, {"sid": sid, "why": "failing"},
                           {"failures": failures, "fail_limit": row["fail_limit"]})
         if state is State.READY and row["state"] == State.RUNNING:

@@ -27,7 +27,6 @@ import ctypes
 import logging
 import os
 import signal
-from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger("procession.engine")
@@ -49,18 +48,33 @@ def become_subreaper() -> bool:
         return False
 
 
-def reap(spare: Iterable[int] = ()) -> list[int]:
-    """Collect the exit status of orphans re-parented to this process (zombies it is the parent
-    of), except ``spare``: the step leaders whose status asyncio collects itself."""
-    me, keep, reaped = os.getpid(), set(spare), []
+#: Step leaders this process started and waits for itself (asyncio collects their status).
+LEADERS: set[int] = set()
+
+
+def reap() -> list[int]:
+    """Collect the exit status of steps' orphans re-parented to this process.
+
+    Only zombies of another session than this process's are taken: every step starts in a
+    session of its own, and its descendants stay there or make their own, while whatever else
+    this process starts (a subprocess, a test's helper) stays in its session and is waited for
+    by whoever started it. Step leaders (``LEADERS``) are left to asyncio."""
+    me, reaped = os.getpid(), []
+    mine = os.getsid(0)
     for pid in _pids():
-        if pid in keep:
+        if pid in LEADERS:
             continue
         stat = _stat(pid)
-        if stat and stat[0] == "Z" and stat[1] == me:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-                reaped.append(pid)
+        if stat is None or stat[0] != "Z" or stat[1] != me:
+            continue
+        try:
+            if os.getsid(pid) == mine:
+                continue
+        except OSError:
+            continue
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+            reaped.append(pid)
     return reaped
 
 

@@ -205,6 +205,20 @@ class RunInfo:
 
 
 @dataclass(slots=True, frozen=True)
+class LogChunk:
+    """A piece of what a step printed: ``stream`` out or err (``reply``: an HTTP step's reply as
+    it streamed)."""
+
+    id: int
+    stream: str
+    ts: float
+    data: str
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_of(self)
+
+
+@dataclass(slots=True, frozen=True)
 class Holder:
     """The engine holding a workspace's lease."""
 
@@ -229,6 +243,7 @@ class SessionDetail:
     folds: tuple[Fold, ...]
     checkpoints: tuple[Checkpoint, ...]
     tokenizer: str
+    fail_limit: int = 3
 
     def to_json(self) -> dict[str, Any]:
         data = self.info.to_json()
@@ -240,6 +255,7 @@ class SessionDetail:
             folds=[f.to_json() for f in self.folds],
             checkpoints=[c.to_json() for c in self.checkpoints],
             tokenizer=self.tokenizer,
+            fail_limit=self.fail_limit,
         )
         return data
 

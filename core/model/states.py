@@ -39,12 +39,13 @@ _LETTERS: Final = {
 
 
 class Reason(StrEnum):
-    """Why a session is terminated."""
+    """Why a session is terminated; or, ``FAILING``, why the engine suspended it."""
 
     DONE = "done"
     CANCELLED = "cancelled"
     FAILED = "failed"
     MERGED = "merged"
+    FAILING = "failing"
 
 
 SAME: Final = "same"

@@ -69,7 +69,24 @@ def _name(s: SessionInfo, now: float) -> Parts:
         parts.append((" [unapproved]", "cell--warning"))
     if s.state is State.TERMINATED and s.reason:
         parts.append((f" ({s.reason}{f' into {s.merged_into}' if s.merged_into else ''})", "cell--muted"))
+    elif s.state is State.SUSPENDED and s.reason:  # suspended by the engine: failing
+        parts.append((f" ({s.reason})", "cell--warning"))
     return parts
+
+
+#: How the last run's outcome reads in the table, and its style (failures stand out).
+_OUTCOMES = {"ok": ("ok", "outcome--ok"), "failed": ("failed", "outcome--bad"), "timeout": ("timeout", "outcome--bad"),
+             "lost": ("lost", "outcome--bad"), "interrupted": ("intr", "outcome--stopped"),
+             "cancelled": ("cancel", "outcome--stopped")}
+
+
+def _last(s: SessionInfo, now: float) -> Parts:
+    if s.last_outcome is None:
+        return [("-", "cell--muted")]
+    text, style = _OUTCOMES.get(s.last_outcome, (s.last_outcome, ""))
+    if s.failures > 1:
+        text = f"{text}×{s.failures}"
+    return [(text, style)]
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -80,6 +97,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
            lambda s, n: [(s.state.letter, f"state--{s.state.letter}")],
            "state: R running, Q ready, S sleeping, T suspended, Z terminated"),
+    Column("last", "LAST", 9, False, lambda s: (s.failures, s.last_outcome or "", s.id), _last,
+           "how the last run ended (×N: failed N times in a row)"),
     Column("priority", "PRI", 4, True, lambda s: (s.priority, s.id), lambda s, n: [(str(s.priority), "")],
            "priority (higher runs first)"),
     Column("context", "CONTEXT", 6 + 1 + BAR_CELLS, False, lambda s: (s.context_tokens, s.id), _context,

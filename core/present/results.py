@@ -33,6 +33,7 @@ from ..model.outcomes import (
     Unbound,
     Updated,
 )
+from ..model.records import SessionInfo
 from .lines import resource_line, trigger_label
 from .words import plural, printable, size
 
@@ -91,6 +92,12 @@ def describe(o: Outcome) -> str:
         case TriggerRemoved():
             return f"{o.sid}: trigger {o.trigger.id} removed: {trigger_label(o.trigger)}"
     return f"{o.sid}: done"
+
+
+def failing(s: SessionInfo) -> str:
+    """Why the engine suspended a session by itself."""
+    return (f"session {s.id} ({printable(s.name)}) is suspended: its last {plural(s.failures, 'run')} failed"
+            f" ({s.last_outcome}); see its runs, then resume it")
 
 
 def note(n: Note, how: How) -> str:

@@ -100,7 +100,7 @@ async def test_spawn_load_priority_memory_bind_and_trigger_from_the_menu(tmp_pat
             assert not (await ws.info(loaded)).armed
             await call(pilot, app, "set")  # settings after spawn: name, goal, system prompt, timeout, window
             await until(lambda: isinstance(app.screen, Form), timeout=3)
-            await answer(pilot, app, "second, renamed", "a goal", "be brief", "30", "64000")
+            await answer(pilot, app, "second, renamed", "a goal", "be brief", "30", "64000", "5")
             await until(lambda: _named(ws, "second, renamed"), timeout=3)
             info = await ws.info(loaded)
             detail = await ws.show(loaded)

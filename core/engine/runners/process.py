@@ -19,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...model.runner_spec import RunnerSpec
-from ..reaper import Tracker
+from ..reaper import LEADERS, Tracker
 from .protocol import STDERR_TAIL, Output
 
 READ_CHUNK = 64 * 1024
 #: How long the rest of the tree may keep the pipes open after the leader exits.
 LINGER_S = 0.5
+#: How often the leader's exit is looked for while its pipes stay open.
+EXIT_POLL_S = 0.02
 Sink = Callable[[str, bytes], None]  # (stream "out" | "err", bytes as they arrive)
 
 
@@ -63,6 +65,7 @@ class ProcessStep:
             stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True, env=tracker.environ(env),
         )
         tracker.started(proc.pid)
+        LEADERS.add(proc.pid)
         return cls(proc, tracker)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:
@@ -77,17 +80,27 @@ class ProcessStep:
         readers = [asyncio.ensure_future(_drain(self.proc.stdout, lambda c: sink("out", c))),
                    asyncio.ensure_future(_drain(self.proc.stderr, err))]
         feeding = asyncio.ensure_future(self._feed(document))
+        read = asyncio.gather(*readers)
+        exited = asyncio.ensure_future(self._exited())
         try:
-            code = await self.proc.wait()
-            try:
-                await asyncio.wait_for(asyncio.gather(*readers), LINGER_S)
-            except asyncio.TimeoutError:
-                pass
+            # the output ends with the leader, unless what it left holds the pipes open:
+            # asyncio's wait() would wait for them, so the leader's own exit is watched
+            await asyncio.wait([read, exited], return_when=asyncio.FIRST_COMPLETED)
+            if not read.done():
+                await asyncio.wait([read], timeout=LINGER_S)
         finally:
             self.kill()  # whatever the leader left behind
             feeding.cancel()
-            await asyncio.gather(*readers, feeding, return_exceptions=True)
+            exited.cancel()
+            await asyncio.gather(*readers, feeding, exited, return_exceptions=True)
+            read.cancel()
+        code = await self.proc.wait()
+        LEADERS.discard(self.proc.pid)
         return StepResult(code, self.stderr.text())
+
+    async def _exited(self) -> None:
+        while self.proc.returncode is None:
+            await asyncio.sleep(EXIT_POLL_S)
 
     async def _feed(self, document: bytes | None) -> None:
         """Hand the step its input; a step that does not read it is not an error."""
@@ -132,10 +145,18 @@ class ProcessStep:
                 continue
         self.kill()
 
+    async def abandon(self) -> None:
+        """Kill a step that was never claimed, and wait for it."""
+        self.kill()
+        await self.proc.wait()
+        LEADERS.discard(self.proc.pid)
+
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            if self.proc.returncode is None:
-                self.proc.kill()
+        """SIGKILL to the leader and everything of its tree. Not ``Process.kill``: it polls the
+        child first (``waitpid``), which would take its exit status from asyncio's watcher."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.proc.pid, signal.SIGKILL)
         self.tracker.kill()
 
 

@@ -1,0 +1,298 @@
+"""An engine to trust with real work: nothing lost, nothing escapes, nothing hidden.
+
+Each test is one defect found by trying the engine as a user would and by attacking it: real
+processes, real signals, real lock contention from a second connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import until
+from procession import EngineBusy, State, Workspace
+from procession.engine import Engine
+from procession.store import sqlite as store_sqlite
+from support.runs import alive, finished, pid_in, proc_state, running_pid, state_of
+
+TRACKERS = ["cgroup", "marker"]
+
+
+def cgroup_possible() -> bool:
+    from procession.engine.reaper import CgroupTracker
+
+    made = CgroupTracker.make("probe", "probe")
+    if made is None:
+        return False
+    made.close()
+    return True
+
+
+@pytest.fixture(params=TRACKERS)
+async def tracked(request, db: Path, live: Workspace):
+    """An engine following processes by a cgroup, then by the environment marker."""
+    if request.param == "cgroup" and not cgroup_possible():
+        pytest.skip("no cgroup v2 can be made on this machine")
+    eng = Engine(db, slots=2, grace=0.3, tracker=request.param)
+    await eng.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(eng.serve(stop))
+    yield eng
+    stop.set()
+    await task
+
+
+# ---------------------------------------------------------------- nothing lost
+
+
+def hold_the_write_lock(path: Path, seconds: float) -> threading.Thread:
+    """Another connection holding BEGIN IMMEDIATE: every writer waits."""
+    ready = threading.Event()
+
+    def hold() -> None:
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        ready.set()
+        time.sleep(seconds)
+        con.execute("ROLLBACK")
+        con.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    ready.wait()
+    return thread
+
+
+async def test_a_finished_step_is_recorded_however_long_the_workspace_is_held(db, live, monkeypatch):
+    monkeypatch.setattr(store_sqlite, "BUSY_TIMEOUT_MS", 200)  # the engine's connection gives up fast...
+    eng = Engine(db, grace=0.3)
+    await eng.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(eng.serve(stop))
+    try:
+        sid = (await live.spawn("quick", "a", runner="command:sleep 0.5; echo 'the answer'")).sid
+        await live.activate(sid)
+        await until(lambda: running_pid(live, sid))
+        holder = hold_the_write_lock(db, 3.0)  # ...and the step ends while another holds the lock for 3 s
+        await asyncio.to_thread(holder.join)
+        run = await until(lambda: finished(live, sid), timeout=20)
+        assert run.outcome == "ok", run.error
+        assert [m.content for m in await live.history(sid)] == ["the answer"]
+    finally:
+        stop.set()
+        await task
+
+
+def start_engine_process(db: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.3", *extra],
+                            stderr=subprocess.PIPE, text=True)
+
+
+async def test_a_busy_engine_is_not_taken_over_and_its_step_lives(db, live):
+    sid = (await live.spawn("long", "a", runner="builtin:sleep:60")).sid
+    first = start_engine_process(db)
+    try:
+        await until(lambda: live.activity(), timeout=10)
+        await until(lambda: _engine_pid(live), timeout=10)
+        await live.activate(sid)
+        pid = await until(lambda: running_pid(live, sid))
+        first.send_signal(19)  # SIGSTOP: its loop and its heartbeat stand still, as a stalled engine's would
+        con = sqlite3.connect(db, isolation_level=None)
+        con.execute("UPDATE lease SET heartbeat = heartbeat - 3600")  # as if it had not beaten for an hour
+        con.close()
+        second = Engine(db)
+        with pytest.raises(EngineBusy, match=f"pid {first.pid}"):
+            await second.start()
+        first.send_signal(18)  # SIGCONT
+        assert alive(pid) and await state_of(live, sid) is State.RUNNING
+    finally:
+        first.terminate()
+        first.wait(timeout=20)
+
+
+async def _engine_pid(ws: Workspace) -> int | None:
+    engine = (await ws.activity())["engine"]
+    return engine["pid"] if engine else None
+
+
+# ---------------------------------------------------------------- nothing escapes
+
+
+async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_gone(tracked, live, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    step = f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & echo started"
+    sid = (await live.spawn("leaves one behind", "a", runner=step)).sid
+    await live.activate(sid)
+    run = await until(lambda: finished(live, sid), timeout=10)
+    assert run.outcome == "ok" and run.ended - run.started < 5  # not held open by the grandchild's pipes
+    grandchild = await until(lambda: pid_in(pidfile))
+    await until(lambda: not alive(grandchild), timeout=5)
+
+
+async def test_suspend_stops_and_cancel_kills_every_process_of_the_tree(tracked, live, tmp_path):
+    pidfile = tmp_path / "tool.pid"
+    # a tool in a session of its own, as agent CLIs start them; and one that double-forks
+    step = (f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & "
+            f"( ( sleep 300 & ) ) ; echo started; sleep 300")
+    sid = (await live.spawn("tree", "a", runner=step)).sid
+    await live.activate(sid)
+    leader = await until(lambda: running_pid(live, sid))
+    tool = await until(lambda: pid_in(pidfile))
+    tree = await until(lambda: _tree(tracked, sid) if len(_tree(tracked, sid)) >= 4 else None)
+    assert leader in tree and tool in tree
+    await live.suspend(sid)
+    await until(lambda: all(proc_state(p) == "T" for p in tree), timeout=3)
+    await live.resume(sid)
+    await until(lambda: all(proc_state(p) in ("S", "R") for p in tree), timeout=3)
+    await live.cancel(sid)
+    await until(lambda: not any(alive(p) for p in tree), timeout=5)
+    assert (await until(lambda: finished(live, sid))).outcome == "cancelled"
+
+
+def _tree(engine: Engine, sid: int) -> set[int]:
+    live_run = engine.live.get(sid)
+    return live_run.tracker.members() if live_run and live_run.tracker else set()
+
+
+async def test_an_orphan_grandchild_of_a_dead_engine_is_killed_by_the_next(db, live, tmp_path):
+    pidfile = tmp_path / "tool.pid"
+    step = f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & sleep 300"
+    sid = (await live.spawn("orphan maker", "a", runner=step)).sid
+    first = start_engine_process(db)
+    try:
+        await until(lambda: _engine_pid(live), timeout=10)
+        await live.activate(sid)
+        tool = await until(lambda: pid_in(pidfile), timeout=10)
+        first.kill()
+        first.wait()
+        assert alive(tool)  # escaped the dead engine's group: only the next engine can find it
+        second = start_engine_process(db)
+        try:
+            await until(lambda: not alive(tool), timeout=10)
+            assert (await until(lambda: finished(live, sid))).outcome == "lost"
+        finally:
+            second.terminate()
+            second.communicate(timeout=20)
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+
+async def test_a_step_that_writes_before_it_reads_does_not_deadlock(live, engine):
+    sid = (await live.spawn("chatty", "a", window=4_000_000,
+                            runner="command:head -c 2000000 /dev/zero | tr '\\0' x; cat > /dev/null; echo; echo END")).sid
+    await live.send(sid, "y" * 3_000_000)  # a document far bigger than a pipe
+    await live.activate(sid)
+    run = await until(lambda: finished(live, sid), timeout=30)
+    assert run.outcome == "ok"
+    assert (await live.history(sid))[-1].content.endswith("END")
+
+
+# ---------------------------------------------------------------- scheduling as an OS does it
+
+
+async def test_a_suspended_step_gives_up_its_slot_and_resume_goes_on_at_once(db, live):
+    eng = Engine(db, slots=1, grace=0.3)
+    await eng.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(eng.serve(stop))
+    try:
+        first = (await live.spawn("first", "a", runner="builtin:sleep:30")).sid
+        second = (await live.spawn("second", "a", runner="builtin:sleep:30")).sid
+        await live.activate(first)
+        pid = await until(lambda: running_pid(live, first))
+        await live.suspend(first)
+        await until(lambda: proc_state(pid) == "T")
+        await live.activate(second)  # the only slot is free: a stopped step does not hold it
+        await until(lambda: running_pid(live, second), timeout=5)
+        await live.resume(first)  # goes on at once, over the slot count...
+        await until(lambda: proc_state(pid) in ("S", "R"), timeout=3)
+        stats = await live.activity()
+        assert stats["running"] == 2 and stats["engine"]["slots"] == 1  # ...and the header shows it
+    finally:
+        stop.set()
+        await task
+
+
+async def test_the_timeout_counts_running_time_not_time_frozen(live, engine):
+    sid = (await live.spawn("paused", "a", runner="command:sleep 0.4; echo done", timeout=1.5)).sid
+    await live.activate(sid)
+    pid = await until(lambda: running_pid(live, sid))
+    await live.suspend(sid)
+    await until(lambda: proc_state(pid) == "T")
+    await asyncio.sleep(2.0)  # longer than the timeout, frozen
+    await live.resume(sid)
+    run = await until(lambda: finished(live, sid), timeout=10)
+    assert run.outcome == "ok", run.error
+    assert [m.content for m in await live.history(sid)] == ["done"]
+
+
+# ---------------------------------------------------------------- visible while it happens
+
+
+async def test_a_running_steps_events_are_in_the_store_while_it_runs(live, engine, cli):
+    events = [{"type": "message", "role": "assistant", "content": "working on it"},
+              {"type": "memory", "set": {"stage": "halfway"}}, {"type": "usage", "in": 120, "out": 7}]
+    lines = "\\n".join(json.dumps(e).replace('"', '\\"') for e in events)
+    sid = (await live.spawn("slow talker", "a", runner=f'command:printf "{lines}\\n"; echo oops >&2; sleep 30')).sid
+    await live.activate(sid)
+    await until(lambda: running_pid(live, sid))
+    shown = await until(lambda: _has_context(cli, sid), timeout=5)
+    assert [c["content"] for c in shown["context"]] == ["working on it"] and shown["memory"] == {"stage": "halfway"}
+    assert shown["state"] == "running"
+    runs = cli.json("runs", str(sid))
+    assert runs[0]["tokens_in"] == 120 and runs[0]["ended"] is None
+    logged = cli("logs", str(sid)).stdout
+    assert "working on it" in logged and "oops" in logged
+    follow = subprocess.Popen([sys.executable, "-m", "procession", "logs", str(sid), "-f", "--stream", "err"],
+                              stdout=subprocess.PIPE, text=True, env=cli.env())
+    await asyncio.sleep(0.5)
+    assert follow.poll() is None  # following a live run
+    await live.interrupt(sid)
+    out, _ = await asyncio.to_thread(follow.communicate, timeout=10)  # the engine runs in this loop
+    assert out == "oops\n" and follow.returncode == 0
+
+
+def _has_context(cli, sid: int):
+    shown = cli.json("show", str(sid))
+    return shown if shown["context"] else None
+
+
+async def test_a_session_failing_run_after_run_is_suspended_and_its_triggers_back_off(live, engine, cli):
+    sid = (await live.spawn("broken", "a", runner="builtin:fail")).sid
+    await live.trigger_add(sid, "every", ["1s"])
+    run = await until(lambda: finished(live, sid), timeout=10)
+    assert run.outcome == "failed"
+    assert cli.json("ps")[0]["last_outcome"] == "failed" and "failed" in cli("ps").stdout
+    await asyncio.sleep(2.5)  # every 1s, but a failed trigger-fired run backs off (10 s)
+    assert len(await live.runs(sid)) == 1
+    info = await live.info(sid)
+    assert info.state is State.SLEEPING and any(t.pending for t in info.triggers)  # the wake is kept
+    for n in (2, 3):  # by hand: no back-off
+        await until(lambda: _sleeping(live, sid), timeout=5)
+        await live.activate(sid)
+        await until(lambda: finished(live, sid, n), timeout=10)
+    info = await until(lambda: _failing(live, sid), timeout=5)
+    assert info.failures == 3 and info.last_outcome == "failed"
+    journal = [e for e in await live.journal(sid) if e.actor == "engine" and e.call == "suspend"]
+    assert journal and journal[-1].outcome == {"failures": 3, "fail_limit": 3}
+    assert "(failing)" in cli("ps").stdout
+    await live.set(sid, fail_limit=0)  # never suspend it again
+    assert (await live.resume(sid)).state is State.SLEEPING
+
+
+async def _sleeping(ws: Workspace, sid: int) -> bool:
+    return (await ws.info(sid)).state is State.SLEEPING
+
+
+async def _failing(ws: Workspace, sid: int):
+    info = await ws.info(sid)
+    return info if info.state is State.SUSPENDED and info.reason == "failing" else None
