@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ...model.runner_spec import RunnerSpec
 from ..reaper import LEADERS, Tracker
@@ -80,8 +81,8 @@ class ProcessStep:
         readers = [asyncio.ensure_future(_drain(self.proc.stdout, lambda c: sink("out", c))),
                    asyncio.ensure_future(_drain(self.proc.stderr, err))]
         feeding = asyncio.ensure_future(self._feed(document))
-        read = asyncio.gather(*readers)
-        exited = asyncio.ensure_future(self._exited())
+        read: asyncio.Future[Any] = asyncio.gather(*readers)
+        exited: asyncio.Future[Any] = asyncio.ensure_future(self._exited())
         try:
             # the output ends with the leader, unless what it left holds the pipes open:
             # asyncio's wait() would wait for them, so the leader's own exit is watched
