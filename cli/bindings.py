@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from procession.calls import Workspace
 from procession.model import trigger_spec
 from procession.model.calls import Call
+from procession.model.errors import ProcessionError
 from procession.present import lines, parse
 
 from .registry import SID, SIDS, arg, command, sid_type
@@ -14,8 +16,22 @@ from .lifecycle import each
 from .terminal import done, emit
 
 
-@command(Call.APPROVE, args=[SIDS])
+@command(Call.APPROVE, args=[
+    SIDS, arg("-y", "--yes", action="store_true", help="arm without asking (after reading what is listed)"),
+])
 async def approve(ws: Workspace, args: argparse.Namespace) -> int:
+    """Lists what it arms first, and asks on a terminal; elsewhere it wants ``--yes``."""
+    details = [await ws.show(sid) for sid in args.sids]
+    listing = [line for d in details if d.info.unapproved for line in lines.approval(d)]
+    if not listing:  # nothing to arm: the call itself says so
+        return (await each(args, ws.approve))[0]
+    print("\n".join(["approving arms these (their steps may run, with what is bound):", *listing]),
+          file=sys.stderr)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ProcessionError("approving needs a yes: give --yes, having read the list above")
+        if input("approve? [y/N] ").strip().lower() not in ("y", "yes"):
+            raise ProcessionError("not approved: nothing was armed")
     status, _ = await each(args, ws.approve)
     return status
 

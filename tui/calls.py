@@ -45,11 +45,6 @@ class Flow:
         return summary[0].upper() + summary[1:]
 
 
-def unapproved(s: SessionInfo) -> bool:
-    """A runner or a trigger is disarmed (a loaded session, or a fork's copied triggers)."""
-    return not s.armed or any(not t.armed for t in s.triggers)
-
-
 def _who(targets: Targets) -> str:
     return f"session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1 else \
         plural(len(targets), "session")
@@ -268,16 +263,11 @@ async def _save(ui: Calling, targets: Targets) -> None:
 
 
 async def _approve(ui: Calling, targets: Targets) -> None:
-    fit = [t for t in targets if unapproved(t)]
+    fit = [t for t in targets if t.unapproved]
     if not fit:
         ui.monitor.notify("nothing to approve: the runner and every trigger are armed already", severity="warning")
         return
-    body = []
-    for t in fit:
-        detail = await ui.ws.show(t.id)
-        body += [f"{t.id} {printable(t.name)}: runner {printable(t.runner)}",
-                 *(f"    trigger {lines.trigger_label(x)}" for x in t.triggers),
-                 *(f"    {lines.resource_line(r)}" for r in detail.resources)]
+    body = [line for t in fit for line in lines.approval(await ui.ws.show(t.id))]
     if await ui.confirm("Approve? These will be allowed to run:", body):
         await ui.make_each([ui.ws.approve(t.id) for t in fit])
 
@@ -356,7 +346,7 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
     Call.MIGRATE: ("g", _migrate, None),
     Call.MERGE: ("m", _merge, None),
     Call.SAVE: ("S", _save, None),
-    Call.APPROVE: ("A", _approve, lambda s: unapproved(s) and allowed(Call.APPROVE, s.state)),
+    Call.APPROVE: ("A", _approve, lambda s: s.unapproved and allowed(Call.APPROVE, s.state)),
     Call.BIND: ("b", _bind, None),
     Call.UNBIND: ("B", _unbind, lambda s: allowed(Call.UNBIND, s.state)),
     Call.TRIGGER: ("T", _trigger, None),

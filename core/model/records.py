@@ -76,6 +76,11 @@ class SessionInfo:
     def last_fired(self) -> float | None:
         return max((t.last_fired for t in self.triggers if t.last_fired), default=None)
 
+    @property
+    def unapproved(self) -> bool:
+        """Its runner or a trigger is disarmed (a loaded session, or a fork's copied triggers)."""
+        return not self.armed or any(not t.armed for t in self.triggers)
+
     def to_json(self) -> dict[str, Any]:
         data = fields_of(self)
         data["state"] = self.state.value

@@ -117,6 +117,16 @@ def summary(d: SessionDetail, now: float | None = None) -> list[str]:
     return [title(d.info), *(f"  {label:<10} {value}" for label, value in facts(d, now))]
 
 
+def approval(d: SessionDetail) -> list[str]:
+    """What approving a session arms, to read before arming it: its runner, every trigger, every
+    bound file, folder, database and service (its steps get to use them), its folder."""
+    s = d.info
+    out = [f"{s.id} {printable(s.name)}: runner {printable(s.runner)}", f"    works in {printable(s.cwd)}"]
+    out += [f"    trigger {trigger_label(t)}" for t in s.triggers]
+    out += [f"    bound {resource_line(r)}" for r in d.resources]
+    return out
+
+
 def context_line(item: ContextItem, width: int = 90) -> str:
     if item.fold is not None:
         return f"[{item.seq:>5}] ~~ {item.folded} items folded ({item.tokens} tok): {one_line(item.content, width - 20)}"

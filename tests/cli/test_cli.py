@@ -241,7 +241,10 @@ def test_save_load_checkpoint_and_snapshot(cli: Any, db: Path, tmp_path: Path) -
     shown = cli.json("show", "4")
     assert shown["armed"] is False and [t["armed"] for t in shown["triggers"]] == [False]
     assert [m["content"] for m in cli.json("history", "4")] == [m["content"] for m in cli.json("history", "1")]
-    assert [a["sid"] for a in cli.json("approve", "4")] == [4]
+    asked = cli("approve", "4", check=False)  # not on a terminal: it lists, then wants a yes
+    assert asked.returncode == 1 and "runner builtin:digest" in asked.stderr and "trigger every 5m" in asked.stderr
+    assert "--yes" in asked.stderr.splitlines()[-1]
+    assert [a["sid"] for a in cli.json("approve", "4", "--yes")] == [4]
     assert [t["armed"] for t in cli.json("trigger", "ls", "4")] == [True]
 
     before = dump(db)

@@ -220,3 +220,42 @@ async def test_a_cancelled_call_never_leaves_the_workspace_locked(tmp_path):
         journaled = await tx.value("SELECT count(*) FROM journal WHERE call = 'send'")
     assert journaled == len(history) and cancelled > 50  # whole calls or none
     await ws.close()
+
+
+async def test_a_workspace_of_the_first_schema_is_migrated_with_everything_in_it(tmp_path):
+    """A workspace made by the first Procession (schema 1) opens in this one: its sessions,
+    messages, triggers and runs are all there, references intact, and trigger ids go on from
+    the highest one (none is ever given again)."""
+    import sqlite3
+
+    from procession import Workspace
+    from procession.store import schema
+
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)
+    con.executescript(schema.MIGRATIONS[0])
+    con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("uuid", "u"), ("created", "1"), ("tokenizer", "bytes/4"), ("rev", "5")])
+    con.execute("INSERT INTO agents (id, name, created) VALUES (1, 'hr', 1)")
+    con.execute("INSERT INTO sessions (id, uuid, agent_id, name, state, runner, window, cwd, created, last_active,"
+                " length, history_tokens, context_tokens, context_count, system, goal)"
+                " VALUES (1, 'u1', 1, 'payroll', 'sleeping', 'builtin:digest', 1000, '/', 1, 1, 1, 7, 7, 1, 'sys', 'g')")
+    con.execute("INSERT INTO messages (session_id, seq, role, content, tokens, cum_tokens, created)"
+                " VALUES (1, 1, 'user', 'hello', 7, 7, 1)")
+    con.execute("INSERT INTO triggers (id, session_id, kind, spec, created) VALUES (7, 1, 'inbox', '{}', 1)")
+    con.execute("INSERT INTO runs (session_id, cause, started, ended, outcome) VALUES (1, '[]', 1, 2, 'failed')")
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    async with await Workspace.open(path) as ws:
+        info = await ws.info(1)
+        assert (info.name, info.goal, info.messages, info.last_outcome) == ("payroll", "g", 1, "failed")
+        assert [m.content for m in await ws.history(1)] == ["hello"]
+        assert (await ws.show(1)).system == "sys"
+        await ws.trigger_remove(1, 7)
+        assert (await ws.trigger_add(1, "inbox")).trigger.id == 8
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+    assert con.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()

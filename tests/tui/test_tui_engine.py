@@ -1,0 +1,93 @@
+"""The monitor and the engine: what it says when none runs, when one dies, when a session fails,
+and what a running step prints, live."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import Log
+
+from conftest import until
+from procession import State, Workspace
+from procession.tui.detail import Detail
+from support.monitor import keys, to
+
+
+async def test_a_with_no_engine_anywhere_says_the_run_waits(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("s", "a")).sid
+    app = await monitor(db)  # no engine of its own, none elsewhere
+    async with app.run_test(size=(160, 45)) as pilot:
+        await to(pilot, app, sid)
+        await keys(pilot, "a")
+        await until(lambda: app.said("no engine runs on this workspace", "waits in the queue"), timeout=3)
+
+
+async def test_the_monitor_runs_the_engine_when_the_one_it_watched_dies(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("s", "a", runner="command:echo hello")).sid
+    other = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run"], stderr=subprocess.DEVNULL)
+    try:
+        async with await Workspace.open(db) as ws:
+            await until(lambda: _engine(ws), timeout=10)
+        app = await monitor(db, engine=True, clock=time.time)
+        async with app.run_test(size=(160, 45)) as pilot:
+            meters = app.main.query_one("#meters")
+            await until(lambda: meters.engine.startswith(f"pid {other.pid}"), timeout=10)
+            other.kill()
+            await asyncio.to_thread(other.wait)
+            await until(lambda: meters.engine.startswith("this process"), timeout=10)
+            assert f"after the engine of pid {other.pid}" in meters.engine
+            assert app.said(f"the engine of pid {other.pid}", "this monitor runs the engine now")
+            await to(pilot, app, sid)
+            await keys(pilot, "a")  # and it runs steps
+            await until(lambda: app.feed.sessions[sid].last_outcome == "ok", timeout=10)
+    finally:
+        if other.poll() is None:
+            other.kill()
+
+
+async def test_a_session_suspended_for_failing_is_told_and_marked(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("flaky", "a", runner="builtin:fail")).sid
+        await ws.set(sid, fail_limit=1)
+    app = await monitor(db, engine=True, clock=time.time)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await to(pilot, app, sid)
+        await keys(pilot, "a")
+        await until(lambda: app.said("is suspended: its last 1 run failed", severity="error"), timeout=10)
+        info = app.feed.sessions[sid]
+        assert info.state is State.SUSPENDED and info.reason == "failing"
+        line = app.table.render_line(app.table.index_of(sid) - int(app.table.scroll_offset.y)).text
+        assert "flaky (failing)" in line and " T " in line and "failed" in line
+
+
+async def test_the_detail_view_shows_a_running_steps_log_as_it_comes(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("talker", "a", runner="command:echo first; sleep 1; echo 'second \x1b[31mred'; sleep 30")).sid
+    app = await monitor(db, engine=True, clock=time.time)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await to(pilot, app, sid)
+        await keys(pilot, "a")
+        await until(lambda: app.feed.sessions[sid].state is State.RUNNING, timeout=10)
+        await keys(pilot, "enter")
+        assert isinstance(app.screen, Detail)
+        log = app.screen.query_one("#body-log", Log)
+        await until(lambda: "first" in "\n".join(log.lines), timeout=5)
+        assert "second" not in "\n".join(log.lines)
+        await until(lambda: "second" in "\n".join(log.lines), timeout=5)  # live, not at the end
+        assert "\\x1b[31mred" in "\n".join(log.lines) and "\x1b" not in "\n".join(log.lines)
+        await keys(pilot, "i")
+
+
+async def _engine(ws: Workspace) -> Any:
+    return (await ws.activity())["engine"]
