@@ -29,12 +29,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ...model import limits
+from ...model.errors import InvalidArgument
 from ...model.records import ContextItem
 
 VERSION: Final = 1
 HEAD_BYTES: Final = 512 * 1024
 TAIL_BYTES: Final = 512 * 1024
 STDERR_TAIL: Final = 4096
+#: How much deeper an event line may nest than the values it carries (``{"set": {key: value}}``).
+EVENT_DEPTH: Final = 2
 
 
 def document(session: dict[str, Any], run: dict[str, Any], system: str, context: list[ContextItem],
@@ -120,9 +124,12 @@ def parse(output: Output) -> Events:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = limits.json_loads(line, f"line {n}", margin=EVENT_DEPTH)
+        except limits.NotJson:
             events.problems.append(f"line {n}: not JSON")
+            continue
+        except InvalidArgument as exc:
+            events.problems.append(f"{exc}; ignored")
             continue
         if not isinstance(event, dict):
             events.problems.append(f"line {n}: not an event object")
@@ -132,9 +139,11 @@ def parse(output: Output) -> Events:
 
 
 def _is_event(line: str) -> bool:
+    """Whether the first line looks like an event, so that the output is read as events
+    (leniently: each line, this one included, is then parsed strictly)."""
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and isinstance(obj.get("type"), str)
 
@@ -162,7 +171,14 @@ def _apply(event: dict[str, Any], events: Events, n: int) -> None:
     elif kind == "memory":
         sets, deletes = event.get("set", {}), event.get("delete", [])
         if isinstance(sets, dict) and isinstance(deletes, list) and all(isinstance(k, str) for k in deletes):
-            events.memory_set.update(sets)
+            for key, value in sets.items():
+                try:  # the same checks as the memory call's: a runner is not trusted more than a user
+                    limits.name(key, "memory key", limits.KEY_MAX)
+                    limits.json_value(value, f"the value of memory key {key!r}")
+                except InvalidArgument as exc:
+                    events.problems.append(f"line {n}: {exc}; ignored")
+                    continue
+                events.memory_set[key] = value
             events.memory_delete.extend(deletes)
         else:
             events.problems.append(f"line {n}: memory takes set {{key: value}} and delete [keys]")
