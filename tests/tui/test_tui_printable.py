@@ -114,3 +114,29 @@ async def test_a_form_shows_values_printable_and_gives_back_what_it_was_given(db
     async with await Workspace.open(db) as ws:
         detail = await ws.show(loaded)
     assert (detail.info.goal, detail.system, detail.info.context_window) == (HOSTILE, f"sys {HOSTILE}", 20000)
+
+
+async def test_a_merge_value_edited_by_hand_is_checked_as_memory_will_check_it(db, monitor):
+    """NaN parses in Python but no memory holds it: the editor says so and keeps what was typed."""
+    from procession.tui.dialogs import Conflicts, Prompt
+
+    async with await Workspace.open(db) as ws:
+        base = (await ws.spawn("base", "a")).sid
+        await ws.memory_set(base, "k", 0)
+        fork = (await ws.fork(base)).sid
+        await ws.memory_set(base, "k", 1)
+        await ws.memory_set(fork, "k", 2)
+    app = await monitor(db)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await to(pilot, app, fork)
+        await keys(pilot, "m")
+        await until(lambda: "into which session" in drawn(app))
+        await keys(pilot, "enter")
+        await until(lambda: isinstance(app.screen, Conflicts))
+        dialog = app.screen
+        await keys(pilot, "e")
+        await until(lambda: isinstance(app.screen, Prompt))
+        app.screen.query_one(Input).value = "[NaN]"
+        await keys(pilot, "enter")
+        await until(lambda: isinstance(app.screen, Prompt) and "holds NaN, which is not JSON" in app.screen.error)
+        assert app.screen.query_one(Input).value == "[NaN]" and dialog.choices == {}
