@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +34,7 @@ class Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.auth: list[str | None] = []
         self.status = 200
+        self.linger = 0.0  # seconds the connection stays open after [DONE]
 
     @property
     def url(self) -> str:
@@ -56,6 +58,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         chunk = {"choices": [{"index": 0, "delta": {"content": "paid"}}]}
         self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
+        time.sleep(self.server.linger)
 
 
 @pytest.fixture
@@ -121,6 +125,16 @@ async def test_surrounding_whitespace_is_stripped_and_the_key_is_kept_nowhere(cl
         assert_nowhere(cli, tmp_path, PLANTED)
     finally:
         await ws.close()
+
+
+async def test_the_reply_ends_at_done_even_if_the_server_keeps_the_connection(cli, server):
+    server.linger = 30.0
+    cli("spawn", "s", "--agent", "a", "--runner", f"openai:m@{server.url}#PAYROLL_KEY")
+    cli("send", "1", "is the payroll ready?")
+    started = time.monotonic()
+    assert run_with_key(cli, PLANTED)["outcome"] == "ok"
+    assert time.monotonic() - started < 20
+    assert cli.json("history", "1")[-1]["content"] == "paid"
 
 
 @pytest.mark.parametrize("exc", [

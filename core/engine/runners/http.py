@@ -46,7 +46,7 @@ def api_key(variable: str) -> str | None:
         return None
     if not _KEY.fullmatch(key):
         raise InvalidArgument(f"the API key in ${variable} holds a control character, a space or a non-ASCII"
-                         " character; fix the variable (its value is not shown)")
+                              " character; fix the variable (its value is not shown)")
     return key
 
 
@@ -124,22 +124,26 @@ class HttpStep:
                         self.error = self.hide(f"HTTP {response.status_code} from {base}: {text}")
                         return 1
                     async for line in response.aiter_lines():
-                        self._line(line)
+                        if not self._line(line):
+                            break
         except Exception as exc:  # noqa: BLE001 - any request failure fails the run, in words of our own
             self.error = _failure(exc, base)
             return 1
         return 0
 
-    def _line(self, line: str) -> None:
-        """One line of the event stream: a piece of the reply, or the usage."""
-        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-            return
+    def _line(self, line: str) -> bool:
+        """One line of the event stream: a piece of the reply, or the usage; False at its end."""
+        if not line.startswith("data:"):
+            return True
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return False
         try:
-            chunk = limits.json_loads(line[5:].strip(), "a reply chunk")
+            chunk = limits.json_loads(data, "a reply chunk")
         except InvalidArgument:
-            return
+            return True  # a line no reply is made of is skipped, as a malformed one always was
         if not isinstance(chunk, dict):
-            return
+            return True
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else []:
             delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -148,6 +152,7 @@ class HttpStep:
                 self.content.append(piece)
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        return True
 
     def hide(self, text: str) -> str:
         """``text`` with the key blanked out: a server may quote the key it was sent."""
