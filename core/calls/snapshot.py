@@ -29,9 +29,14 @@ STRUCTURE_DEPTH: Final = 4
 
 
 def canonical_bytes(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
-        "utf-8", "surrogatepass"
-    )
+    """The payload's one text form; never NaN or Infinity, which no JSON reader takes back (a
+    workspace may hold one, or a value too deep to write, stored before they were refused)."""
+    try:
+        text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (ValueError, RecursionError):
+        raise SnapshotError("the session holds a value that is not JSON (NaN or Infinity) or is nested too deep"
+                            " to write, stored before such values were refused; set it again to save") from None
+    return text.encode("utf-8", "surrogatepass")
 
 
 def dump(payload: dict[str, Any]) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def raw_snapshot(payload_text: str) -> bytes:
     can be computed (NaN has no canonical form): only the content can be refused."""
     try:
         digest = hashlib.sha256(canonical_bytes(json.loads(payload_text))).hexdigest()
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError, ProcessionError):  # NaN; a 5000-digit integer; too deep
         digest = "0" * 64
     head = {"format": "procession.snapshot", "version": 1, "sha256": digest}
     return (json.dumps(head)[:-1] + ', "payload": ' + payload_text + "}").encode()
@@ -229,3 +230,16 @@ def test_a_runner_memory_value_over_one_mebibyte_is_ignored():
     assert events.memory_set == {"small": 1}
     assert events.problems == ["line 1: the value of memory key 'big' is 1,048,578 bytes of JSON; the limit is 1 MiB;"
                                " ignored"]
+
+
+def test_a_nan_stored_before_the_limits_is_a_one_line_refusal_to_save(cli, db, tmp_path):
+    """A workspace from before may hold NaN: saving it says so instead of writing a file no
+    reader takes back (or a traceback)."""
+    cli("spawn", "s", "--agent", "a")
+    cli("memory", "1", "set", "k", "1")
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE memory SET value = 'NaN' WHERE key = 'k'")
+    con.close()
+    assert "not JSON (NaN or Infinity)" in refused(cli("save", "1", "-o", str(tmp_path / "s.json"), check=False))
+    assert not (tmp_path / "s.json").exists()
