@@ -41,7 +41,7 @@ def raw_snapshot(payload_text: str) -> bytes:
     can be computed (NaN has no canonical form): only the content can be refused."""
     try:
         digest = hashlib.sha256(canonical_bytes(json.loads(payload_text))).hexdigest()
-    except (ValueError, RecursionError, ProcessionError):  # NaN; a 5000-digit integer; too deep
+    except (ValueError, RecursionError, ProcessionError):  # a 5000-digit integer; too deep; NaN
         digest = "0" * 64
     head = {"format": "procession.snapshot", "version": 1, "sha256": digest}
     return (json.dumps(head)[:-1] + ', "payload": ' + payload_text + "}").encode()
