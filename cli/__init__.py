@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from procession.calls import Workspace
 from procession.model.errors import ProcessionError
 from procession.present.parse import Malformed
+from procession.present.words import printable
 
 from . import bindings, context, engine, files, lifecycle, lineage, monitor, reads  # noqa: F401  (they register)
 from .registry import Command, build_parser
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(monitor.monitor(args))
         return asyncio.run(run(args.command_, args))
     except (UsageError, Malformed) as exc:
-        parser.error(str(exc))
+        parser.error(printable(str(exc), lines=False))
     except ProcessionError as exc:
         error(str(exc))
         return exc.exit_code

@@ -9,8 +9,17 @@ import signal
 import sys
 
 from procession.calls import Workspace
+from procession.present.words import printable
 
 from .registry import arg, command
+
+
+class PrintableFormatter(logging.Formatter):
+    """The engine's log lines quote session folders, runner errors and paths as they are:
+    made printable before they reach the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 @command("run", "run the engine in the foreground (no monitor); logs to stderr", args=[
@@ -23,8 +32,9 @@ from .registry import arg, command
 async def run(ws: Workspace, args: argparse.Namespace) -> int:
     from procession.engine import Engine
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     if not args.verbose:
         logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event is noise
     engine = Engine(ws.path, slots=args.slots, grace=args.grace, tracker=args.tracker)

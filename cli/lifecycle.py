@@ -115,7 +115,7 @@ async def activate(ws: Workspace, args: argparse.Namespace) -> int:
         report.append({"sid": outcome.sid, "run": run.id, "outcome": run.outcome, "error": run.error,
                        "messages": [{"seq": m.seq, "role": m.role, "content": m.content} for m in new]})
         if not args.json:
-            print(f"{outcome.sid}: run {run.id} {run.outcome}" + (f": {run.error}" if run.error else ""))
+            print(f"{outcome.sid}: run {run.id} {run.outcome}" + (f": {printable(run.error)}" if run.error else ""))
             for m in new:
                 print(f"  [{m.seq}] {m.role}: {printable(m.content)}")
     if args.json:

@@ -1,11 +1,16 @@
 """How the CLI reads and speaks: files and standard input in; data as JSON with ``--json``,
 else the present layer's words; notes and refusals on standard error, as ``procession: note:
-...`` and ``procession: error: ...``."""
+...`` and ``procession: error: ...``.
+
+Nothing reaches the terminal raw: what is printed goes through ``printable`` here (a
+refusal on one line, whatever user text it quotes), and JSON escapes the C1 controls that
+``json.dumps`` leaves as they are (``\x9b`` is a CSI to a terminal)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -15,10 +20,13 @@ from procession.model.calls import Call
 from procession.model.errors import InvalidArgument
 from procession.model.outcomes import Outcome
 from procession.present import results
+from procession.present.words import printable
 
 from .registry import PROG
 
 Progress = Callable[[int, int], None]
+#: Characters JSON may hold raw (``ensure_ascii=False``) that a terminal takes as controls.
+_C1 = re.compile(r"[\x7f-\x9f]")
 
 
 class UsageError(Exception):
@@ -46,11 +54,17 @@ def how(call: Call, sid: int | None) -> str:
 def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> None:
     """Print ``data`` as JSON with ``--json``, else the human ``text``."""
     if args.json:
-        sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(json_text(data) + "\n")
     else:
         out = text() if callable(text) else text
         if out:
-            sys.stdout.write(out + "\n")
+            sys.stdout.write(printable(out) + "\n")
+
+
+def json_text(data: Any) -> str:
+    """``data`` as JSON that is safe on a terminal and reads back the same: the C1 controls
+    (which can only be inside strings) are written as ``\\u00NN`` escapes."""
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(data, ensure_ascii=False, default=str))
 
 
 def notes(args: argparse.Namespace, outcomes: Iterable[Outcome]) -> None:
@@ -59,7 +73,7 @@ def notes(args: argparse.Namespace, outcomes: Iterable[Outcome]) -> None:
         return
     for outcome in outcomes:
         for n in outcome.notes:
-            print(f"{PROG}: note: {results.note(n, how)}", file=sys.stderr)
+            print(f"{PROG}: note: {printable(results.note(n, how), lines=False)}", file=sys.stderr)
 
 
 def done(args: argparse.Namespace, outcome: Outcome, text: str | None = None) -> int:
@@ -70,7 +84,8 @@ def done(args: argparse.Namespace, outcome: Outcome, text: str | None = None) ->
 
 
 def error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    """A refusal, on one line: the core's messages quote user text (names, keys, paths) as given."""
+    print(f"{PROG}: error: {printable(message, lines=False)}", file=sys.stderr)
 
 
 def progress_bar(args: argparse.Namespace, label: str) -> tuple[Progress | None, Callable[[], None]]:

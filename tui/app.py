@@ -30,7 +30,7 @@ from procession.model.calls import INFO, Call
 from procession.model.errors import ProcessionError
 from procession.present.cells import BY_KEY, COLUMNS
 from procession.present import results
-from procession.present.words import plural
+from procession.present.words import plural, printable
 
 from . import config as config_mod
 from . import themes as themes_mod
@@ -54,7 +54,7 @@ class CallCommands(Provider):
         if not isinstance(screen, Calling):
             return []
         targets = screen.targets()
-        who = (f"session {targets[0].id} ({targets[0].name})" if len(targets) == 1
+        who = (f"session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                else f"{len(targets)} sessions")
         return [(call, flow.label if INFO[call].target == "none" else f"{flow.label}: {who}", INFO[call].summary)
                 for call, flow in FLOWS.items() if screen.applies(call)]
@@ -113,8 +113,10 @@ class ProcessionApp(App[int]):
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
                markup: bool = False) -> None:
-        """Notifications carry session names, paths and reasons: plain text unless asked."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        """Notifications carry session names, paths and the core's refusals, which quote user
+        text as given: plain text unless asked, and never a control sequence."""
+        super().notify(printable(message), title=printable(title, lines=False), severity=severity, timeout=timeout,
+                       markup=markup)
 
     # ------------------------------------------------------------------ the parts tests and screens reach
 
@@ -393,7 +395,7 @@ class ProcessionApp(App[int]):
         keys = self.keys()
         choices = [Choice(call.value, f"{', '.join(keys.get(call.value, ([], ''))[0]):<4} {flow.label}",
                           screen.applies(call)) for call, flow in FLOWS.items()]
-        title = (f"Session {targets[0].id} ({targets[0].name})" if len(targets) == 1
+        title = (f"Session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                  else f"{len(targets)} sessions" if targets else "No session selected")
 
         def done(picked: str | None) -> None:

@@ -3,11 +3,15 @@
 Every text in a dialog wraps to the dialog's width: nothing is cut, at 80x24 or wider. A
 form that a call refused is opened again with what was typed and the reason shown in it
 (``error``), so nothing typed is lost.
+
+Titles, bodies, labels and choices quote session names, runners, paths and the core's
+refusals: each dialog makes them ``printable`` itself, so that no flow can forget to. A
+form's fields show their values printable too; a field left as shown gives back the value
+it was given, control characters included, so opening a form and saving it changes nothing.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +26,8 @@ from textual.widgets import Button, Input, Label, OptionList, SelectionList, Sta
 from textual.widgets.option_list import Option
 
 from procession.calls.merge import MISSING, canonical
+from procession.model import limits
+from procession.model.errors import InvalidArgument
 from procession.present import lines
 from procession.present.words import plural, printable
 
@@ -54,23 +60,29 @@ class Form(ModalScreen[dict[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog"):
-            yield Static(self.title_text, classes="dialog--title", markup=False)
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
             yield _error_label(self.error)
             for f in self.fields:
                 if len(self.fields) > 1 or f.label:
-                    yield Static(f.label, classes="dialog--label", markup=False)
+                    yield Static(printable(f.label), classes="dialog--label", markup=False)
                 if f.multiline:
-                    yield TextArea(f.value, id=f"field-{f.key}", classes="dialog--text", soft_wrap=True)
+                    yield TextArea(printable(f.value), id=f"field-{f.key}", classes="dialog--text", soft_wrap=True)
                 else:
-                    yield Input(f.value, placeholder=f.placeholder, id=f"field-{f.key}")
+                    yield Input(printable(f.value, lines=False), placeholder=printable(f.placeholder, lines=False),
+                                id=f"field-{f.key}")
             if self.help:
-                yield Static(self.help, classes="dialog--help", markup=False)
+                yield Static(printable(self.help), classes="dialog--help", markup=False)
 
     def values(self) -> dict[str, str]:
+        """What the fields hold; a field left as it was shown, its value as it was given."""
         out = {}
         for f in self.fields:
             widget = self.query_one(f"#field-{f.key}")
-            out[f.key] = widget.text if isinstance(widget, TextArea) else widget.value  # type: ignore[attr-defined]
+            if isinstance(widget, TextArea):
+                text, shown = widget.text, printable(f.value)
+            else:
+                text, shown = widget.value, printable(f.value, lines=False)  # type: ignore[attr-defined]
+            out[f.key] = f.value if text == shown else text
         return out
 
     @on(Input.Submitted)
@@ -100,9 +112,9 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog--title", markup=False)
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
             with VerticalScroll(classes="dialog--scroll"):
-                yield Static("\n".join(self.body), classes="dialog--body", markup=False)
+                yield Static(printable("\n".join(self.body)), classes="dialog--body", markup=False)
             with Horizontal(classes="dialog--buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", id="no")
@@ -133,11 +145,11 @@ class ActionMenu(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog--title", markup=False)
-            yield OptionList(*[Option(Text(c.label), id=c.id, disabled=not c.enabled) for c in self.choices],
-                             id="choices")
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
+            yield OptionList(*[Option(Text(printable(c.label)), id=c.id, disabled=not c.enabled)
+                               for c in self.choices], id="choices")
             if self.help:
-                yield Static(self.help, classes="dialog--help", markup=False)
+                yield Static(printable(self.help), classes="dialog--help", markup=False)
 
     @on(OptionList.OptionSelected, "#choices")
     def chosen(self, event: OptionList.OptionSelected) -> None:
@@ -214,11 +226,14 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
         def done(answer: dict[str, str] | None) -> None:
             if answer is None:
                 return
-            value = answer["value"]
-            try:
-                json.loads(value)
-            except ValueError:
+            value, what = answer["value"], f"{key}: the value"
+            try:  # JSON that memory can hold (no NaN, not too deep...), as the merge will check
+                limits.json_value(limits.json_loads(value, what), what)
+            except limits.NotJson:
                 self.action_edit(value, f"{key}: not JSON; quote text like \"this\"")  # what was typed stays
+                return
+            except InvalidArgument as exc:
+                self.action_edit(value, str(exc))
                 return
             self.choices[key] = ("set", value)
             self._redraw(key)

@@ -15,7 +15,6 @@ from ..store import rows
 from ..store.sqlite import Tx
 from . import history, waking
 from .base import Calls
-from .merge import canonical
 from .summarise import summarise
 from .syscall import Act, syscall
 
@@ -47,6 +46,7 @@ class ContextCalls(Calls):
 
         def checked() -> Iterable[tuple[str, str, str, bool, Any]]:
             for n, m in enumerate(messages, start=1):
+                limits.json_shape(m, f"message {n}")  # its content's size is limits.text's
                 if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
                     raise InvalidArgument(f"message {n}: needs a role and a content string")
                 if m["role"] not in limits.ROLES:
@@ -62,10 +62,7 @@ class ContextCalls(Calls):
     @syscall(Call.MEMORY)
     async def memory_set(self, act: Act, sid: int, key: str, value: Any) -> MemoryChanged:
         limits.name(key, "memory key", limits.KEY_MAX)
-        try:
-            text = canonical(value)
-        except (TypeError, ValueError):
-            raise InvalidArgument("the memory value must be JSON") from None
+        text = limits.json_value(value, f"the value of memory key {key!r}")
         await rows.put_memory(act.tx, sid, {key: text})
         await act.tx.touch(sid)
         return MemoryChanged(sid, set=(key,))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
@@ -62,12 +63,15 @@ class LineageCalls(Calls):
             raise ProcessionError(
                 f"session {source} came from a snapshot file and is not approved: review it, approve it,"
                 " then merge it")
+        values = {}
         for key, text in (resolution.values or {}).items():
             limits.name(key, "memory key", limits.KEY_MAX)
+            what = f"the value given for {key!r}"
             try:
-                json.loads(text)
-            except ValueError:
-                raise InvalidArgument(f"the value given for {key} is not JSON") from None
+                values[key] = limits.json_value(limits.json_loads(text, what), what)
+            except limits.NotJson:
+                raise InvalidArgument(f"{what} is not JSON") from None
+        resolution = dataclasses.replace(resolution, values=values)
         ancestor = common_ancestor(await _links(tx, source), await _links(tx, target))
         changes, conflicts, resolved = three_way(
             ancestor.memory, await rows.memory(tx, target), await rows.memory(tx, source), resolution

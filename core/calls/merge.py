@@ -11,6 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+# the one text form of a JSON value that memory stores and merges compare (kept importable here)
+from ..model.limits import canonical as canonical
+
 
 class _Missing:
     """An absent key (never set, or deleted): distinct from a JSON ``null``."""
@@ -20,11 +23,6 @@ class _Missing:
 
 
 MISSING: Final = _Missing()
-
-
-def canonical(value: Any) -> str:
-    """The one text form of a JSON value that memory stores and merges compare."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(slots=True, frozen=True)

@@ -23,10 +23,20 @@ FORMAT: Final = "procession.snapshot"
 VERSION: Final = 1
 
 
+#: How much deeper than the values it carries (memory values, a message's meta, a trigger's
+#: spec) the file's own structure nests: the file, its payload, a list, an item.
+STRUCTURE_DEPTH: Final = 4
+
+
 def canonical_bytes(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+    """The payload's one text form; never NaN or Infinity, which no JSON reader takes back (a
+    workspace may hold one, or a value too deep to write, stored before they were refused)."""
+    try:
+        text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (ValueError, RecursionError):
+        raise SnapshotError("the session holds a value that is not JSON (NaN or Infinity) or is nested too deep"
+                            " to write, stored before such values were refused; set it again to save") from None
+    return text.encode("utf-8", "surrogatepass")
 
 
 def dump(payload: dict[str, Any]) -> bytes:
@@ -52,9 +62,11 @@ class Snapshot:
 def parse(data: bytes, source: str) -> Snapshot:
     """Validate a snapshot file's bytes; ``source`` names it in error messages."""
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        doc = limits.json_loads(data, "it", margin=STRUCTURE_DEPTH)
+    except limits.NotJson:
         raise SnapshotError(f"{source} is not a snapshot: not valid JSON (truncated or damaged?)") from None
+    except InvalidArgument as exc:
+        raise SnapshotError(f"{source} is not a snapshot: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError(f"{source} is not a Procession snapshot")
     if doc.get("version") != VERSION:
@@ -129,6 +141,8 @@ def _validate(p: dict[str, Any]) -> Snapshot:
         _need(isinstance(m.get("pinned"), bool), f"message {i} pinned must be true or false")
         _need(_is_num(m.get("created")), f"message {i} created must be a time")
         _need(m.get("meta") is None or isinstance(m["meta"], dict), f"message {i} meta must be an object")
+        if m["meta"] is not None:
+            limits.json_value(m["meta"], f"message {i} meta")
 
     folds = p["folds"]
     _need(isinstance(folds, list), "folds must be a list")
@@ -141,8 +155,9 @@ def _validate(p: dict[str, Any]) -> Snapshot:
 
     memory = p["memory"]
     _need(isinstance(memory, dict), "memory must be an object")
-    for key in memory:
+    for key, value in memory.items():
         limits.name(key, "a memory key", limits.KEY_MAX)
+        limits.json_value(value, f"the value of memory key {key!r}")
 
     resources = p["resources"]
     _need(isinstance(resources, list), "resources must be a list")

@@ -5,12 +5,24 @@ control characters are refused. Message texts are the user's content and are sto
 exactly as given, control characters included; faces make them safe when they show them.
 Only text that is not Unicode at all (invalid bytes) is refused, since it cannot be stored
 as the UTF-8 the store holds.
+
+JSON values (memory values, ``--set`` values, a runner's memory events, snapshot files,
+transcripts) are checked here too, where they enter: a value nested deeper than
+``JSON_DEPTH`` or larger than its size limit would be stored and then break every later
+step that encodes it (a step's document, a snapshot), so it is refused before it is stored.
+``json_loads`` is the one strict parser for JSON from a person, a file or a runner: NaN and
+Infinity (which Python's ``json`` accepts) are not JSON, and neither an integer too long
+for Python to convert nor a nesting too deep for its parser is a traceback.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
-from typing import Final
+import sys
+from collections.abc import Iterable
+from typing import Any, Final
 
 from .errors import InvalidArgument
 
@@ -26,6 +38,10 @@ RESOURCE_MODES: Final = ("ro", "rw")
 #: Resource kinds whose URI is a path on this machine (stored absolute).
 PATH_KINDS: Final = ("file", "folder", "db")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: The deepest nesting of lists and objects a JSON value may have (a scalar is depth 0).
+JSON_DEPTH: Final = 64
+#: The largest memory value (or ``--set`` value), in bytes of its canonical JSON.
+JSON_VALUE_MAX: Final = 1 << 20
 
 
 def is_unicode(value: str) -> bool:
@@ -85,3 +101,109 @@ def role(value: str) -> str:
     if value not in ROLES:
         raise InvalidArgument(f"bad role {value!r}; roles are {', '.join(ROLES)}")
     return value
+
+
+# ---------------------------------------------------------------- JSON
+
+
+class NotJson(InvalidArgument):
+    """The text is not JSON at all (a syntax error): callers say so in their own words."""
+
+
+class _Constant(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+def canonical(value: Any) -> str:
+    """The one text form of a JSON value that memory stores and merges compare; it never
+    writes NaN or Infinity (``ValueError``), which no other JSON reader accepts."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def json_shape(value: Any, what: str, depth: int = JSON_DEPTH, margin: int = 0) -> None:
+    """Refuse what JSON cannot say: deeper nesting than ``depth`` (plus ``margin`` levels of
+    a document's own structure around the values it carries), a non-finite number, an object
+    key that is not text, a value of another type. Walked without recursion, so that a value
+    nested a million deep is refused, not a ``RecursionError`` (and a cycle ends at the depth
+    limit); texts and integers, most of any value, are never pushed."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        children: Iterable[Any]
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise InvalidArgument(f"{what} is not JSON: an object key is not text")
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise InvalidArgument(f"{what} holds {item!r}: JSON has no NaN or infinite number"
+                                      " (one beyond ±1.8e308 overflows to infinite)")
+            continue
+        elif item is None or isinstance(item, (str, int)):
+            continue
+        else:
+            raise InvalidArgument(f"{what} is not JSON (it holds a {type(item).__name__})")
+        if level >= depth + margin:
+            raise _too_deep(what, depth, margin)
+        for child in children:
+            if not isinstance(child, (str, int)):
+                stack.append((child, level + 1))
+
+
+def json_value(value: Any, what: str, limit: int = JSON_VALUE_MAX, depth: int = JSON_DEPTH) -> str:
+    """Check a JSON value that is about to be stored and return its canonical text: nested
+    at most ``depth`` deep, finite numbers, Unicode text, at most ``limit`` bytes of
+    canonical JSON. ``what`` names it in the one-line refusal."""
+    json_shape(value, what, depth)
+    try:
+        text = canonical(value)
+    except ValueError:  # the only one left: an integer longer than Python converts to text
+        raise InvalidArgument(
+            f"{what} holds an integer longer than {sys.get_int_max_str_digits()} digits") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
+    if size > limit:
+        raise InvalidArgument(f"{what} is {size:,} bytes of JSON; the limit is {_bytes(limit)}")
+    return text
+
+
+def json_loads(text: str | bytes, what: str, depth: int = JSON_DEPTH, margin: int = 0) -> Any:
+    """Parse JSON from a person, a file or a runner, strictly: ``NotJson`` for a syntax
+    error, and a one-line ``InvalidArgument`` for NaN or Infinity, a number that overflows
+    a float, an integer too long to convert, or nesting deeper than ``depth`` (``margin``:
+    as ``json_shape``)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except _Constant as exc:
+        raise InvalidArgument(f"{what} holds {exc.name}, which is not JSON") from None
+    except RecursionError:
+        raise _too_deep(what, depth, margin) from None
+    except UnicodeDecodeError:
+        raise NotJson(f"{what} is not UTF-8 text") from None
+    except json.JSONDecodeError:
+        raise NotJson(f"{what} is not valid JSON") from None
+    except ValueError:  # not a syntax error: an integer longer than Python converts
+        raise InvalidArgument(
+            f"{what} holds an integer longer than {sys.get_int_max_str_digits()} digits") from None
+    json_shape(value, what, depth, margin)
+    return value
+
+
+def _too_deep(what: str, depth: int, margin: int) -> InvalidArgument:
+    if margin:
+        return InvalidArgument(f"{what} nests a value deeper than {depth} levels")
+    return InvalidArgument(f"{what} is nested deeper than {depth} levels")
+
+
+def _bytes(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n >> 10} KiB" if n % 1024 == 0 else f"{n:,} bytes"

@@ -99,7 +99,8 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         ("state", state_text(s) + ("" if s.armed else "  [not approved: runner and triggers disarmed]")),
         ("priority", str(s.priority)),
         ("runner", f"{printable(s.runner)}  window {s.context_window}"),
-        ("context", f"{s.context_tokens} tokens ({d.tokenizer}), {s.messages} items; history {s.length} messages"),
+        ("context", f"{s.context_tokens} tokens ({printable(d.tokenizer)}), {s.messages} items;"
+                    f" history {s.length} messages"),
         ("created", f"{words.clock(s.created)}   last active {words.ago(s.last_active, now)}"),
         ("folder", printable(s.cwd)),
     ]
@@ -150,7 +151,7 @@ RUNS_HEADER = (f"{'RUN':>5} {'SID':>4}  {'OUTCOME':<11} {'STARTED':<19} {'TIME':
 
 
 def causes(r: RunInfo) -> str:
-    return ",".join(str(c.get("kind", "?")) for c in r.cause)
+    return printable(",".join(str(c.get("kind", "?")) for c in r.cause))
 
 
 def run_line(r: RunInfo, now: float | None = None) -> str:
@@ -165,6 +166,6 @@ def run_line(r: RunInfo, now: float | None = None) -> str:
 
 def journal_line(e: JournalEntry, width: int = 60) -> str:
     session = e.session if e.session is not None else "-"
-    return (f"{words.clock(e.ts)}  {e.actor:<7} {e.call:<9} {session:>4}"
+    return (f"{words.clock(e.ts)}  {printable(e.actor):<7} {printable(e.call):<9} {session:>4}"
             f"  {one_line(json.dumps(e.args, ensure_ascii=False, default=str), width)}"
             f" -> {one_line(json.dumps(e.outcome, ensure_ascii=False, default=str), 40)}")

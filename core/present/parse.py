@@ -4,15 +4,17 @@ write it right; nothing here touches the store."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from ..calls.merge import canonical
 from ..model import limits
 from ..model.errors import InvalidArgument
+
+
+#: How much of a mistyped value a refusal quotes back.
+QUOTED_MAX = 60
 
 
 class Malformed(InvalidArgument):
@@ -32,18 +34,22 @@ def local_paths(kind: str, words: Sequence[str]) -> list[str]:
 
 
 def json_value(text: str, what: str = "the value") -> Any:
+    """A JSON value typed by a person, read strictly (``limits.json_loads``); a mistake says
+    how to write text, showing the start of what was typed."""
     try:
-        return json.loads(text)
-    except ValueError:
-        raise InvalidArgument(f"{what} must be JSON (for text, quote it: '\"{text}\"')") from None
+        return limits.json_loads(text, what)
+    except limits.NotJson:
+        shown = text if len(text) <= QUOTED_MAX else text[:QUOTED_MAX] + "…"
+        raise InvalidArgument(f"{what} must be JSON (for text, quote it: '\"{shown}\"')") from None
 
 
 def key_json(item: str, flag: str = "--set") -> tuple[str, str]:
-    """``KEY=JSON`` as the key and the value's canonical JSON text."""
+    """``KEY=JSON`` as the key and the value's canonical JSON text (checked as a memory value)."""
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise Malformed(f"{flag} takes KEY=JSON, got {item!r}")
-    return key, canonical(json_value(raw, f"{flag} {key}: the value"))
+    what = f"{flag} {key}: the value"
+    return key, limits.json_value(json_value(raw, what), what)
 
 
 def key_side(item: str) -> tuple[str, str]:
@@ -86,8 +92,8 @@ def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except ValueError:
+                obj = limits.json_loads(line, f"{name} line {n}")
+            except limits.NotJson:
                 raise InvalidArgument(f"{name} line {n}: not a JSON object") from None
             if not isinstance(obj, dict):
                 raise InvalidArgument(f"{name} line {n}: not a JSON object")

@@ -10,6 +10,7 @@ from ..model.text import plural
 __all__ = ["age", "ago", "clock", "count", "one_line", "plural", "printable", "size"]
 
 _UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_UNSAFE_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def count(n: float) -> str:
@@ -57,10 +58,12 @@ def clock(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def printable(text: str) -> str:
-    """Session content made safe for a terminal: control characters (escape sequences
-    included) are shown as ``\\xNN`` instead of reaching the terminal; newlines and tabs stay."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+def printable(text: str, *, lines: bool = True) -> str:
+    """Session content made safe for a terminal: control characters (escape sequences, C1
+    controls included) are shown as ``\\xNN`` instead of reaching the terminal; newlines and
+    tabs stay, unless ``lines`` is False (a refusal, a notification title: one line whatever
+    user text it quotes). Applying it twice changes nothing more."""
+    return (_UNSAFE if lines else _UNSAFE_IN_A_LINE).sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def one_line(text: str, width: int) -> str:

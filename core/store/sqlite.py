@@ -39,10 +39,28 @@ def default_path() -> Path:
     """``$PROCESSION_DB``, else ``workspace.db`` in the platform's user data folder."""
     env = os.environ.get("PROCESSION_DB")
     if env:
-        return Path(env).expanduser()
+        return workspace_path(env)
     from platformdirs import user_data_dir
 
-    return Path(user_data_dir("procession")) / "workspace.db"
+    return workspace_path(Path(user_data_dir("procession")) / "workspace.db")
+
+
+def workspace_path(path: Path | str) -> Path:
+    """The absolute path of the workspace file ``path`` names, made absolute at once (a
+    relative one would mean another file to a step running in its session's folder), or a
+    one-line refusal of what names no file: an empty path, ``:memory:`` and ``file:`` URIs
+    (SQLite's, which a workspace shared by processes cannot be), a path ending in a slash."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise WorkspaceError("the workspace path is empty")
+    if "\0" in text:
+        raise WorkspaceError("the workspace path holds a NUL character")
+    if text == ":memory:" or text.startswith("file:"):
+        raise WorkspaceError(f"{text} is not a workspace file: give the path of a file (a workspace is shared"
+                             " by processes, so it cannot be in memory or a URI)")
+    if text.endswith(os.sep):
+        raise WorkspaceError(f"{text} names a folder, not a workspace file")
+    return Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def _check_file(path: Path) -> bool:
@@ -196,10 +214,13 @@ class Store:
         self.meta = meta
         self.tokenizer, self.count_tokens = tokens.counter(meta.get("tokenizer", tokens.ESTIMATOR))
         self._lock = asyncio.Lock()
+        # what the path and its -wal named when opened, for ``same_file`` (None: not there)
+        self.identity = _identity(path)
+        self.wal_identity = _identity(_wal(path))
 
     @classmethod
     async def open(cls, path: Path | str | None = None, *, clock: Clock = time.time, create: bool = True) -> Store:
-        path = Path(path).expanduser() if path is not None else default_path()
+        path = workspace_path(path) if path is not None else default_path()
         exists = _check_file(path)
         if not exists:
             if not create:
@@ -212,18 +233,22 @@ class Store:
         conn.row_factory = sqlite3.Row
         try:
             await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            version = await _pragma(conn, "user_version")
+            # one statement, so one view of the file: read apart, another process's first
+            # migration could commit between the two and make a new workspace look foreign
+            (version, foreign), = await conn.execute_fetchall(
+                "SELECT (SELECT user_version FROM pragma_user_version),"
+                " (SELECT user_version FROM pragma_user_version) = 0 AND EXISTS (SELECT 1 FROM sqlite_master)")
             if version > schema.VERSION:
                 raise WorkspaceError(
                     f"{path} was made by a newer Procession (schema {version}; this one knows up to"
                     f" {schema.VERSION}); upgrade procession to open it"
                 )
-            if version == 0 and await (await conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")).fetchone():
+            if foreign:
                 raise WorkspaceError(f"{path} is an SQLite database of another program, not a Procession workspace")
             await conn.execute("PRAGMA synchronous = NORMAL")
             mode = await _pragma(conn, "journal_mode")
             if mode != "wal":
-                await conn.execute("PRAGMA journal_mode = WAL")
+                await _pragma(conn, "journal_mode = WAL")
             if version < schema.VERSION:
                 await cls._migrate(conn)  # foreign keys off: a migration may rebuild a table others refer to
             await conn.execute("PRAGMA foreign_keys = ON")
@@ -271,6 +296,22 @@ class Store:
 
     async def close(self) -> None:
         await self.conn.close()
+
+    def same_file(self) -> str | None:
+        """Why the workspace open here is no longer the file at its path, in one line; None
+        while it is. Changes made through a connection to a file that was replaced, moved or
+        deleted, or whose -wal file was deleted, are seen by no other process (and, for a
+        deleted -wal, lost on close): a long-lived holder (the engine, the monitor) asks this
+        to stop rather than go on alone."""
+        now = _identity(self.path)
+        if now is None:
+            return f"{self.path} is gone: the workspace open here was moved or deleted"
+        if now != self.identity:
+            return f"{self.path} is another file now: the workspace open here was replaced or moved away"
+        if self.wal_identity is not None and _identity(_wal(self.path)) != self.wal_identity:
+            return (f"{_wal(self.path)} was deleted or replaced while the workspace was open: its latest changes"
+                    " are no longer where other processes read them")
+        return None
 
     async def _settle(self, sql: str) -> None:
         """Run a transaction statement to its end even if the caller is cancelled meanwhile.
@@ -345,9 +386,25 @@ class Store:
 
 
 async def _pragma(conn: aiosqlite.Connection, name: str) -> Any:
-    row = await (await conn.execute(f"PRAGMA {name}")).fetchone()
-    assert row is not None  # a pragma without an argument always answers
-    return row[0]
+    """A pragma's value, its statement run to its end: a statement left half-read keeps a read
+    lock, and a connection holding one is refused a write lock at once (no busy wait) while
+    another process writes, which is what parallel first opens of a new file do."""
+    rows = list(await conn.execute_fetchall(f"PRAGMA {name}"))
+    assert rows  # a pragma without an argument always answers
+    return rows[0][0]
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file ``path`` names now, as (device, inode); None when there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _statements(script: str) -> list[str]:

@@ -272,6 +272,8 @@ async def test_sort_menu_next_previous_and_invert(make) -> None:
         await keys(pilot, "greater_than_sign")
         assert app.feed.view.spec.sort == "context" and not app.feed.view.spec.reverse
         await keys(pilot, "less_than_sign", "less_than_sign")
+        assert app.feed.view.spec.sort == "last"  # the column between S and PRI
+        await keys(pilot, "less_than_sign")
         assert app.feed.view.spec.sort == "state"
         states = [app.feed.sessions[k].state for k in app.table.keys]
         assert states[0] is State.SUSPENDED and states[-1] is State.TERMINATED
@@ -291,7 +293,8 @@ async def test_tags_and_cursor_stay_on_their_sessions_across_refresh_sort_and_fi
         await to(pilot, app, REVIEW)
         assert line_of(app, SCREENING).startswith("*")
         await keys(pilot, "f6")
-        app.screen.query_one(OptionList).highlighted = 5  # CONTEXT
+        options = app.screen.query_one(OptionList)
+        options.highlighted = [o.id for o in options._options].index("context")
         await keys(pilot, "enter")
         assert app.table.cursor_key == REVIEW and app.table.tags == {SCREENING, APIDOCS}
         await store.send(LENIENT, "x" * 40_000)  # another process makes 8 the biggest: the rows move

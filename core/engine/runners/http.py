@@ -6,6 +6,13 @@ the spec names (``openai:MODEL@URL#VAR``, default ``OPENAI_API_KEY``) when the r
 made; it is never stored. An HTTP step cannot be frozen: suspending it interrupts it, and
 resuming queues it again. Its reply is turned into the same JSON Lines events a command
 runner prints, so the engine treats both alike.
+
+The key must never reach a run's error (stored, journaled, shown): surrounding whitespace
+(a newline from ``$(cat key.txt)``) is stripped, and a key that still holds anything but
+printable ASCII is refused before any request, naming the variable, never the value. The
+HTTP client's own exception texts can quote a header (``Illegal header value b'Bearer
+...'``), so a failed request is described by its kind and the server, never by the
+exception's text; and whatever a server answers is stored with the key blanked out.
 """
 
 from __future__ import annotations
@@ -13,13 +20,50 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from typing import Any
 
+from ...model import limits
+from ...model.errors import InvalidArgument
 from ...model.runner_spec import RunnerSpec
 from .process import Sink, StepResult
 
 DEFAULT_BASE = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+#: What an HTTP header value may hold: printable ASCII, no space (a key never has one).
+_KEY = re.compile(r"[\x21-\x7e]+")
+#: The blank a key is replaced with in any text that is kept.
+HIDDEN = "[key hidden]"
+
+
+def api_key(variable: str) -> str | None:
+    """The key in ``$variable``, stripped; None when unset or blank; ``InvalidArgument`` (naming
+    the variable, never the value) when what is left holds a control character, a space or
+    anything beyond printable ASCII."""
+    key = os.environ.get(variable, "").strip()
+    if not key:
+        return None
+    if not _KEY.fullmatch(key):
+        raise InvalidArgument(f"the API key in ${variable} holds a control character, a space or a non-ASCII"
+                              " character; fix the variable (its value is not shown)")
+    return key
+
+
+def _failure(exc: BaseException, base: str) -> str:
+    """A failed request in one line that cannot quote a header: the exception's kind and the
+    server, and the operating system's reason for a network failure (it names no header)."""
+    import httpx
+
+    kind = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{kind}: {base} did not answer in time"
+    if isinstance(exc, httpx.NetworkError):
+        cause = exc.__cause__ or exc.__context__
+        reason = f" ({cause.strerror})" if isinstance(cause, OSError) and cause.strerror else ""
+        return f"{kind}: cannot reach {base}{reason}"
+    if isinstance(exc, (httpx.HTTPError, httpx.InvalidURL, UnicodeError)):
+        return f"{kind}: the request to {base} failed"
+    return f"{kind}: the step failed"
 
 
 def request_messages(doc: dict[str, Any]) -> list[dict[str, str]]:
@@ -51,6 +95,7 @@ class HttpStep:
         self.content: list[str] = []
         self.usage: dict[str, int] = {}
         self.error = ""
+        self.key: str | None = None
         self.task: asyncio.Task[int] | None = None
         self.sink: Sink = lambda stream, data: None
 
@@ -67,8 +112,8 @@ class HttpStep:
             code = None
             if not self.task.cancelled():
                 raise
-        except Exception as exc:  # noqa: BLE001 - any transport failure fails the run, not the engine
-            code, self.error = 1, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any failure fails the run, not the engine
+            code, self.error = 1, _failure(exc, "the server")
         if code == 0:
             if self.content:
                 sink("out", json.dumps({"type": "message", "role": "assistant",
@@ -82,36 +127,58 @@ class HttpStep:
         import httpx
 
         base, _, key_env = (self.spec.arg or DEFAULT_BASE).partition("#")
-        key = os.environ.get(key_env or DEFAULT_KEY_ENV)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            self.key = api_key(key_env or DEFAULT_KEY_ENV)
+        except InvalidArgument as exc:
+            self.error = str(exc)
+            return 1
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         body = {"model": self.spec.target, "messages": request_messages(doc), "stream": True,
                 "stream_options": {"include_usage": True}}
         timeout = httpx.Timeout(10.0, read=300.0)
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            async with client.stream("POST", f"{base.rstrip('/')}/chat/completions", json=body,
-                                     headers=headers) as response:
-                if response.status_code != 200:
-                    text = (await response.aread()).decode("utf-8", "replace")[:500]
-                    self.error = f"HTTP {response.status_code} from {base}: {text}"
-                    return 1
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        continue
-                    for choice in chunk.get("choices") or []:
-                        piece = (choice.get("delta") or {}).get("content")
-                        if piece:
-                            self.content.append(piece)
-                            self.sink("reply", piece.encode("utf-8", "replace"))
-                    if chunk.get("usage"):
-                        self.usage = chunk["usage"]
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                async with client.stream("POST", f"{base.rstrip('/')}/chat/completions", json=body,
+                                         headers=headers) as response:
+                    if response.status_code != 200:
+                        text = (await response.aread()).decode("utf-8", "replace")[:500]
+                        self.error = self.hide(f"HTTP {response.status_code} from {base}: {text}")
+                        return 1
+                    async for line in response.aiter_lines():
+                        if not self._line(line):
+                            break
+        except Exception as exc:  # noqa: BLE001 - any request failure fails the run, in words of our own
+            self.error = _failure(exc, base)
+            return 1
         return 0
+
+    def _line(self, line: str) -> bool:
+        """One line of the event stream: a piece of the reply, or the usage; False at its end."""
+        if not line.startswith("data:"):
+            return True
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return False
+        try:
+            chunk = limits.json_loads(data, "a reply chunk")
+        except InvalidArgument:
+            return True  # a line no reply is made of is skipped, as a malformed one always was
+        if not isinstance(chunk, dict):
+            return True
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            piece = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(piece, str):
+                self.content.append(piece)
+                self.sink("reply", piece.encode("utf-8", "replace"))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        return True
+
+    def hide(self, text: str) -> str:
+        """``text`` with the key blanked out: a server may quote the key it was sent."""
+        return text.replace(self.key, HIDDEN) if self.key else text
 
     def freeze(self) -> None:
         raise NotImplementedError("an HTTP step cannot be frozen")

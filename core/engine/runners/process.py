@@ -94,9 +94,14 @@ class ProcessStep:
             feeding.cancel()
             exited.cancel()
             await asyncio.gather(*readers, feeding, exited, return_exceptions=True)
+            if read.done() and not read.cancelled():
+                read.exception()  # retrieved here; a reader's failure is raised below
             read.cancel()
         code = await self.proc.wait()
         LEADERS.discard(self.proc.pid)
+        for reader in readers:  # what broke while reading (the sink's work) breaks the run, not silently
+            if not reader.cancelled() and (exc := reader.exception()) is not None:
+                raise exc
         return StepResult(code, self.stderr.text())
 
     async def _exited(self) -> None:

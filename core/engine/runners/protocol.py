@@ -31,12 +31,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ...model import limits
+from ...model.errors import InvalidArgument
 from ...model.records import ContextItem
 
 VERSION: Final = 1
 HEAD_BYTES: Final = 512 * 1024
 TAIL_BYTES: Final = 512 * 1024
 STDERR_TAIL: Final = 4096
+#: The longest event line read (a message of more is refused, as the line it is on).
+LINE_MAX: Final = 16 * 1024 * 1024
+#: How much deeper an event line may nest than the values it carries (``{"set": {key: value}}``).
+EVENT_DEPTH: Final = 2
 
 
 def document(session: dict[str, Any], run: dict[str, Any], system: str, context: list[ContextItem],
@@ -133,6 +139,7 @@ class Reader:
         self.text = Output()
         self.pending = Events()
         self.line = 0
+        self.skipping = False  # within an event line longer than LINE_MAX, until its newline
 
     def feed(self, chunk: bytes) -> None:
         if self.mode == "text":
@@ -142,6 +149,9 @@ class Reader:
         while (end := self.partial.find(b"\n")) >= 0:
             line = bytes(self.partial[:end])
             del self.partial[: end + 1]
+            if self.skipping:
+                self.skipping = False
+                continue
             self._line(line, complete=True)
             if self.mode == "text":  # decided on this line: the rest is text as it came
                 self.text.feed(bytes(self.partial))
@@ -150,6 +160,12 @@ class Reader:
         if len(self.partial) > HEAD_BYTES and self.mode is None:  # one huge first line: text
             self.mode = "text"
             self.text.feed(bytes(self.partial))
+            self.partial.clear()
+        elif len(self.partial) > LINE_MAX or (self.skipping and self.partial):
+            if not self.skipping:
+                self.line += 1
+                self.pending.problems.append(f"line {self.line}: longer than {LINE_MAX >> 20} MiB; ignored")
+            self.skipping = True
             self.partial.clear()
 
     def _line(self, raw: bytes, *, complete: bool) -> None:
@@ -167,10 +183,13 @@ class Reader:
         if not line.strip():
             return
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = limits.json_loads(line, f"line {self.line}", margin=EVENT_DEPTH)
+        except limits.NotJson:
             self.pending.problems.append(f"line {self.line}: not JSON" if complete else
                                          f"line {self.line}: cut off before its end (the step stopped mid-line)")
+            return
+        except InvalidArgument as exc:
+            self.pending.problems.append(f"{exc}; ignored")
             return
         if not isinstance(event, dict):
             self.pending.problems.append(f"line {self.line}: not an event object")
@@ -184,7 +203,7 @@ class Reader:
 
     def close(self) -> Events:
         """The end of the output: what is left, and a plain-text output's one message."""
-        if self.partial:
+        if self.partial and not self.skipping:
             rest, self.partial = bytes(self.partial), bytearray()
             if self.mode == "text":
                 self.text.feed(rest)
@@ -202,9 +221,11 @@ class Reader:
 
 
 def _is_event(line: str) -> bool:
+    """Whether the first line looks like an event, so that the output is read as events
+    (leniently: each line, this one included, is then parsed strictly)."""
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and isinstance(obj.get("type"), str)
 
@@ -232,7 +253,14 @@ def _apply(event: dict[str, Any], events: Events, n: int) -> None:
     elif kind == "memory":
         sets, deletes = event.get("set", {}), event.get("delete", [])
         if isinstance(sets, dict) and isinstance(deletes, list) and all(isinstance(k, str) for k in deletes):
-            events.memory_set.update(sets)
+            for key, value in sets.items():
+                try:  # the same checks as the memory call's: a runner is not trusted more than a user
+                    limits.name(key, "memory key", limits.KEY_MAX)
+                    limits.json_value(value, f"the value of memory key {key!r}")
+                except InvalidArgument as exc:
+                    events.problems.append(f"line {n}: {exc}; ignored")
+                    continue
+                events.memory_set[key] = value
             events.memory_delete.extend(deletes)
         else:
             events.problems.append(f"line {n}: memory takes set {{key: value}} and delete [keys]")
