@@ -9,6 +9,7 @@ import signal
 import sys
 
 from procession.calls import Workspace
+from procession.model.errors import WorkspaceError
 from procession.present.words import printable
 
 from .registry import arg, command
@@ -43,4 +44,6 @@ async def run(ws: Workspace, args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await engine.serve(stop)
+    if engine.lost:
+        raise WorkspaceError(f"the engine stopped: {engine.lost}")
     return 0

@@ -27,7 +27,7 @@ from textual.screen import Screen
 
 from procession.calls import Workspace
 from procession.model.calls import INFO, Call
-from procession.model.errors import ProcessionError
+from procession.model.errors import ProcessionError, WorkspaceError
 from procession.present.cells import BY_KEY, COLUMNS
 from procession.present import results
 from procession.present.words import plural, printable
@@ -77,7 +77,7 @@ class CallCommands(Provider):
         return lambda: screen.action_call(call.value)
 
 
-class ProcessionApp(App[int]):
+class ProcessionApp(App[str]):
     """``ProcessionApp(ws).run()`` opens the monitor on an open workspace."""
 
     CSS_PATH = "app.tcss"
@@ -276,6 +276,10 @@ class ProcessionApp(App[int]):
         return not self.is_running
 
     async def tick(self) -> None:
+        moved = self.ws.store.same_file()  # two stat calls
+        if moved:  # what is drawn is no longer the workspace at its path: stop, and say why
+            self.exit(f"the monitor stopped: {moved}", return_code=1)
+            return
         version = await self.ws.store.data_version()
         now = self.clock()
         if (version != self.seen_version or self.dirty) and not self.paused and self.feed.loaded:
@@ -432,7 +436,9 @@ async def run_monitor(db: Path | str | None, **options: Any) -> int:
     them); returns when the user quits."""
     ws = await Workspace.open(db, actor="tui", create=True)
     try:
-        await ProcessionApp(ws, **options).run_async()
+        stopped = await ProcessionApp(ws, **options).run_async()
     finally:
         await ws.close()
+    if stopped:
+        raise WorkspaceError(stopped)
     return 0

@@ -374,12 +374,17 @@ class Engine:
                 self._interrupt(live, "interrupt")
 
     async def _sampler(self) -> None:
-        """CPU% and RSS of every process of every live step, into the store; orphans reaped."""
+        """CPU% and RSS of every process of every live step, into the store; orphans reaped;
+        the workspace file checked to be still the one at its path."""
         import psutil
 
         assert self.ledger is not None
         while True:
             await asyncio.sleep(SAMPLE_S)
+            moved = self.ledger.store.same_file()
+            if moved:  # what it wrote now would reach no one else: stop, and say why
+                self._give_up(moved)
+                return
             reaper.reap()
             stats = []
             for live in list(self.live.values()):

@@ -241,6 +241,9 @@ def test_save_load_checkpoint_and_snapshot(cli: Any, db: Path, tmp_path: Path) -
     shown = cli.json("show", "4")
     assert shown["armed"] is False and [t["armed"] for t in shown["triggers"]] == [False]
     assert [m["content"] for m in cli.json("history", "4")] == [m["content"] for m in cli.json("history", "1")]
+    merge = cli("merge", "4", "1", check=False)  # not approved yet: not merged either
+    assert merge.returncode != 0 and "is not approved" in merge.stderr
+    assert len(merge.stderr.strip().splitlines()) == 1 and cli.json("show", "4")["state"] != "terminated"
     asked = cli("approve", "4", check=False)  # not on a terminal: it lists, then wants a yes
     assert asked.returncode == 1 and "runner builtin:digest" in asked.stderr and "trigger every 5m" in asked.stderr
     assert "--yes" in asked.stderr.splitlines()[-1]

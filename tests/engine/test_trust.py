@@ -118,6 +118,47 @@ async def test_a_busy_engine_is_not_taken_over_and_its_step_lives(db, live):
         first.wait(timeout=20)
 
 
+def _move(db: Path) -> str:
+    db.rename(db.with_name("elsewhere.db"))
+    return "is gone"
+
+
+def _replace(db: Path) -> str:
+    copy = db.with_name("copy.db")
+    sqlite3.connect(copy).close()
+    copy.replace(db)
+    return "is another file now"
+
+
+def _drop_wal(db: Path) -> str:
+    Path(f"{db}-wal").unlink()
+    return "-wal was deleted or replaced"
+
+
+@pytest.mark.parametrize("change", [_move, _replace, _drop_wal], ids=["moved", "replaced", "wal-deleted"])
+async def test_an_engine_whose_workspace_file_is_moved_replaced_or_loses_its_wal_stops_and_says_why(
+        db, live, tmp_path, change):
+    pidfile = tmp_path / "step.pid"
+    sid = (await live.spawn("long", "a", runner=f"command:echo $$ > {pidfile}; exec sleep 60")).sid
+    engine = start_engine_process(db)
+    try:
+        await until(lambda: _engine_pid(live), timeout=10)
+        await live.activate(sid)
+        pid = await until(lambda: pid_in(pidfile), timeout=10)
+        said = change(db)
+        rc = await asyncio.to_thread(engine.wait, 20)
+        stderr = engine.stderr.read() if engine.stderr else ""
+        assert rc == 1, stderr
+        last = stderr.strip().splitlines()[-1]
+        assert last.startswith("procession: error: the engine stopped: ") and said in last, stderr
+        assert "Traceback" not in stderr
+        await until(lambda: not alive(pid), timeout=10)  # its step did not go on alone
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+
+
 async def _engine_pid(ws: Workspace) -> int | None:
     engine = (await ws.activity())["engine"]
     return engine["pid"] if engine else None

@@ -527,6 +527,22 @@ async def test_merge_without_conflicts(make, store: Workspace) -> None:
         await eventually(lambda: "(merged into 6)" in line_of(app, LENIENT))
 
 
+async def test_merging_an_unapproved_loaded_session_is_refused_and_changes_nothing(make, store: Workspace,
+                                                                                    tmp_path: Path) -> None:
+    await store.save(LENIENT, file=str(tmp_path / "lenient.json"))
+    loaded = (await store.load(str(tmp_path / "lenient.json"))).sid
+    before = (await store.show(REVIEW)).memory
+    app = await make()
+    async with app.run_test(size=SIZE) as pilot:
+        await to(pilot, app, loaded)
+        await keys(pilot, "m")
+        await eventually(lambda: isinstance(app.screen, Form))
+        await answer(pilot, app, str(REVIEW))
+        await eventually(lambda: app.said("is not approved", severity="error"))
+    assert (await store.show(REVIEW)).memory == before
+    assert (await store.info(loaded)).state is not State.TERMINATED
+
+
 async def test_merge_conflicts_are_settled_key_by_key_before_anything_applies(make, store: Workspace) -> None:
     app = await make()
     async with app.run_test(size=SIZE) as pilot:

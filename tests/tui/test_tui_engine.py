@@ -91,3 +91,17 @@ async def test_the_detail_view_shows_a_running_steps_log_as_it_comes(tmp_path: P
 
 async def _engine(ws: Workspace) -> Any:
     return (await ws.activity())["engine"]
+
+
+async def test_the_monitor_stops_and_says_why_when_its_workspace_file_is_moved(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        await ws.spawn("s", "a")
+    app = await monitor(db)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(lambda: app.table.keys, timeout=5)
+        db.rename(tmp_path / "elsewhere.db")
+        await until(lambda: app.return_value is not None, timeout=5)
+        await pilot.pause()
+    assert app.return_value == f"the monitor stopped: {db} is gone: the workspace open here was moved or deleted"
+    assert app.return_code == 1
