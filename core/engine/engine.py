@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -25,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from ..model import runner_spec
-from ..model.errors import EngineBusy, ProcessionError
+from ..model.errors import EngineBusy, InvalidArgument, ProcessionError
 from ..model.states import State
 from ..model.text import plural
 from ..store.sqlite import Store
 from . import reaper
 from .lease import Heartbeat
 from .ledger import FAILED, Ledger, Orphan
-from .running import LiveRun
-from .runners import protocol
+from .running import LiveRun, Reader
+from .runners import agents, protocol
 from .runners.http import HttpStep
 from .runners.process import ProcessStep, StepResult
 from .triggers import Triggers, next_due
@@ -259,25 +260,39 @@ class Engine:
         sid = row["id"]
         spec = runner_spec.parse(row["runner"])
         cwd = await self.ledger.workdir(sid)
-        env = {**os.environ, "PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path)}
+        try:
+            env = run_environment(row, {"PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path)})
+        except InvalidArgument as exc:
+            await self._fail_to_start(row, str(exc))
+            return False
         launch = uuid.uuid4().hex[:12]
         tracker: reaper.Tracker | None = None
         step: ProcessStep | HttpStep
+        turn: agents.Turn | None = None
+        invocation = agents.Invocation([])
+        reader: Reader = protocol.Reader()
         try:
+            if spec.agent:
+                turn = await self.ledger.agent_turn(sid, spec, cwd, env)
+                invocation, reader = agents.prepare(spec.kind, turn)
+                env.update(invocation.env)
             if spec.kind == "openai":
                 step = await HttpStep.start(spec, cwd, env)
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
-                step = await ProcessStep.start(spec, cwd, env, tracker)
-        except OSError as exc:
+                step = await ProcessStep.start(spec, cwd, env, tracker, command=invocation.argv or None)
+        except (OSError, InvalidArgument) as exc:
             if tracker is not None:
                 tracker.close()
-            await self._fail_to_start(row, f"cannot start the step in {cwd}: {exc.strerror or exc}")
+            _remove(invocation.files)
+            why = str(exc) if isinstance(exc, InvalidArgument) else f"cannot start the step in {cwd}: {exc.strerror or exc}"
+            await self._fail_to_start(row, why)
             return False
         try:
             start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, pid=step.pid,
                                                 proc_start=proc_start(step.pid),
-                                                tracker=tracker.name if tracker else None)
+                                                tracker=tracker.name if tracker else None,
+                                                prompt_upto=turn.upto if turn else None)
         except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
             if isinstance(step, ProcessStep):
                 await step.abandon()
@@ -285,14 +300,17 @@ class Engine:
                 step.kill()
             if tracker is not None:
                 tracker.close()
+            _remove(invocation.files)
             if isinstance(exc, EngineBusy):
                 self._give_up(str(exc))
             if isinstance(exc, ProcessionError):
                 return False
             raise
-        live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S)
+        live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
+                       reader=reader, files=invocation.files)
         self.live[sid] = live
-        live.task = asyncio.ensure_future(self._supervise(live, start.document))
+        document = turn.prompt.encode("utf-8", "surrogatepass") if turn else start.document
+        live.task = asyncio.ensure_future(self._supervise(live, document))
         log.info("run %d of session %d started (%s, pid %s)", start.run, sid, row["runner"], step.pid)
         return True
 
@@ -333,6 +351,7 @@ class Engine:
         finally:
             if live.tracker is not None:
                 live.tracker.close()
+            _remove(live.files)
             self.live.pop(live.sid, None)
             self.kick.set()
         log.info("run %d of session %d ended: %s", live.run, live.sid, outcome)
@@ -445,3 +464,23 @@ def _kill_orphan(orphan: Orphan) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(orphan.pid, signal.SIGKILL)
     log.info("killed what run %d left behind (a dead engine's)", orphan.run)
+
+
+def run_environment(row: Any, engine: dict[str, str]) -> dict[str, str]:
+    """A step's environment: the engine's, the session's settings, the engine's own values of
+    the names it passes (refused, in one line, when the engine has no such variable), and the
+    engine's marks, which nothing overrides."""
+    env = {**os.environ, **(json.loads(row["env"]) if row["env"] else {})}
+    for name in json.loads(row["pass_env"]) if row["pass_env"] else []:
+        if name not in os.environ:
+            raise InvalidArgument(f"the session passes ${name}, which the engine's environment does not have:"
+                                  " set it where the engine runs (procession run, or the monitor)")
+        env[name] = os.environ[name]
+    return {**env, **engine}
+
+
+def _remove(files: list[Path]) -> None:
+    for path in files:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
