@@ -10,13 +10,15 @@ from typing import Final
 
 from ....model import agents
 from ....model.errors import InvalidArgument
-from . import claude
+from . import claude, codex, opencode
 from .base import Invocation, McpServer, Reader, Turn
 
 __all__ = ["Invocation", "McpServer", "Reader", "Turn", "prepare"]
 
 _KINDS: Final[dict[str, tuple[Callable[[str, Turn], Invocation], type[Reader]]]] = {
     "claude": (claude.invocation, claude.ClaudeReader),
+    "codex": (codex.invocation, codex.CodexReader),
+    "opencode": (opencode.invocation, opencode.OpencodeReader),
 }
 
 
