@@ -275,6 +275,11 @@ class Ledger(Workspace):
             state = State.TERMINATED if outcome == OK and events.done else State.SLEEPING
         if problems:
             error = "\n".join(filter(None, [error, *problems]))
+        if outcome in (INTERRUPTED, TIMEOUT, CANCELLED):  # what an agent said before it was stopped says so
+            upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
+            if upto is not None:
+                await tx.execute("UPDATE messages SET meta = json_set(meta, '$.outcome', ?) WHERE session_id = ?"
+                                 " AND seq > ? AND json_extract(meta, '$.run') = ?", (outcome, sid, upto, run))
         await rows.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
         counts: dict[str, Any] = {"last_outcome": outcome}
         if outcome == OK:
