@@ -23,10 +23,11 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from ..model import runner_spec
-from ..model.errors import EngineBusy, InvalidArgument, ProcessionError
+from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
 from ..store.sqlite import Store
@@ -41,6 +42,7 @@ from .triggers import Triggers, next_due
 
 __all__ = ["Engine", "next_due"]
 
+T = TypeVar("T")
 log = logging.getLogger("procession.engine")
 
 POLL_S = 0.05
@@ -122,7 +124,8 @@ class Engine:
         store = await Store.open(self.path)
         self.ledger = Ledger(store, actor="engine")
         try:
-            took = await self.ledger.acquire(self.token, self.slots, proc_start(os.getpid()))
+            ledger = self.ledger
+            took = await _patiently(lambda: ledger.acquire(self.token, self.slots, proc_start(os.getpid())))
             loop = asyncio.get_running_loop()
             self.heartbeat = Heartbeat(store.path, self.token, lambda: loop.call_soon_threadsafe(
                 self._give_up, "another engine took the workspace's lease"))
@@ -130,10 +133,10 @@ class Engine:
             log.info("engine %s holds %s with %s", os.getpid(), store.path, plural(self.slots, "slot"))
             if took.took_over:
                 log.info("took over from engine pid %s", took.took_over["pid"])
-            await self._recover()
+            await _patiently(self._recover)
             if self.with_triggers:
-                self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None)
-                await self.triggers.refresh(catch_up=True)
+                triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None)
+                await _patiently(lambda: triggers.refresh(catch_up=True))
         except BaseException:
             if self.heartbeat is not None:
                 self.heartbeat.stop()
@@ -483,4 +486,17 @@ def _remove(files: list[Path]) -> None:
     for path in files:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+async def _patiently(step: Callable[[], Awaitable[T]]) -> T:
+    """A start-up step, retried while another process holds the workspace's lock: an engine is
+    a daemon, and one started while a long transaction runs elsewhere must not give up."""
+    delay = 0.5
+    while True:
+        try:
+            return await step()
+        except StoreBusy as exc:
+            log.warning("waiting for the workspace: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
