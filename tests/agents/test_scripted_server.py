@@ -1,18 +1,24 @@
 """The real agent CLIs, headless, against the scripted model server (no procession involved).
 
-These pin down what the runners build on: each CLI runs the scripted tool call in its working
-folder and sends the result back, reports the usage the server said, resumes its own session
-with the earlier turns, and waits on a held reply until it is released.
+These pin down what the runners build on: each CLI runs the scripted shell command in its
+working folder and sends the result back, reports the usage the server said, resumes its own
+session with the earlier turns, reads files and calls MCP tools under the names the server
+gives them, and waits on a held reply until it is released.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from support.agent_clis import AgentSandbox, CliRun
-from support.models import Hold, ModelServer, Usage, say, shell
+from support.models import Hold, ModelServer, Usage, mcp_call, read_file, say, shell
+
+MCP_CALC = Path(__file__).resolve().parents[1] / "support" / "mcp_calc.py"
 
 
 def reported_usage(cli: str, run: CliRun) -> Usage:
@@ -28,6 +34,12 @@ def reported_usage(cli: str, run: CliRun) -> Usage:
     steps = [e["part"]["tokens"] for e in run.of("step_finish")]
     return Usage(sum(t["input"] for t in steps), sum(t["output"] for t in steps),
                  sum(t["cache"]["read"] for t in steps), sum(t["cache"]["write"] for t in steps))
+
+
+def sent_call_id(server: ModelServer, turn: int) -> str:
+    """The id of the one tool call the server sent in scripted turn ``turn``."""
+    [use] = server.turn_requests()[turn].sent
+    return use.id
 
 
 def test_a_tool_call_runs_and_a_resumed_session_sends_the_earlier_turns(
@@ -59,6 +71,21 @@ def test_a_tool_call_runs_and_a_resumed_session_sends_the_earlier_turns(
     assert {"Writing the file.", "The file is written."} <= set(resumed.texts("assistant"))
     assert call.id in resumed.results()
     assert len(model_server.turn_requests()) == 3
+
+
+def test_the_cli_reads_a_file_and_calls_an_mcp_tool(agent_sandbox: AgentSandbox, model_server: ModelServer,
+                                                   tmp_path: Path) -> None:
+    log = tmp_path / "mcp-calls.jsonl"
+    agent_sandbox.add_mcp_server("calc", [sys.executable, str(MCP_CALC), str(log)])
+    (agent_sandbox.workdir / "notes.txt").write_text("line one\nline two\n")
+    model_server.script.add(read_file("notes.txt"), mcp_call("calc", "add", {"a": 2, "b": 3}), say("Five."))
+
+    run = agent_sandbox.prompt("Read the notes, then add 2 and 3")
+    assert run.returncode == 0, run.stderr
+    _, after_read, after_add = model_server.turn_requests()
+    assert "line two" in after_read.results()[sent_call_id(model_server, 0)]
+    assert "5" in after_add.results()[sent_call_id(model_server, 1)]
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [{"a": 2, "b": 3}]
 
 
 def test_a_held_reply_keeps_the_cli_waiting_until_released(agent_sandbox: AgentSandbox,

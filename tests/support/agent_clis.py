@@ -178,6 +178,10 @@ class AgentSandbox:
     def session_id(self, run: CliRun) -> str:
         raise NotImplementedError
 
+    def add_mcp_server(self, name: str, command: list[str]) -> None:
+        """Give the CLI a stdio MCP server, known as ``name``, whose tools it may call unasked."""
+        raise NotImplementedError
+
     def run(self, args: list[str], input: str | None = None, timeout: float = 60.0) -> CliRun:
         """Run the CLI to its end in the working folder; stdin is closed (or ``input``)."""
         argv = [str(self.cli.exe), *args]
@@ -220,9 +224,12 @@ class ClaudeSandbox(AgentSandbox):
 
     name = "claude"
     TOOLS = "Bash Read"
+    wait_for_mcp = False
 
     def vars(self) -> dict[str, str]:
-        return super().vars() | {
+        # By default it waits about 2.7 s for MCP servers, then starts without their tools.
+        mcp = {"MCP_CONNECTION_NONBLOCKING": "0", "MCP_CONNECT_TIMEOUT_MS": "30000"} if self.wait_for_mcp else {}
+        return super().vars() | mcp | {
             "ANTHROPIC_BASE_URL": self.server.url, "ANTHROPIC_API_KEY": "sk-scripted",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"}
@@ -233,6 +240,20 @@ class ClaudeSandbox(AgentSandbox):
 
     def session_id(self, run: CliRun) -> str:
         return str(run.of("system")[0]["session_id"])
+
+    def add_mcp_server(self, name: str, command: list[str]) -> None:
+        """In the user's own config (``~/.claude.json``, allowed in ``~/.claude/settings.json``),
+        so no flag is needed; the CLI waits for it to connect instead of starting without it."""
+        user = self.home / ".claude.json"
+        config = json.loads(user.read_text()) if user.exists() else {}
+        config.setdefault("mcpServers", {})[name] = {"type": "stdio", "command": command[0], "args": command[1:]}
+        user.write_text(json.dumps(config))
+        settings = self.home / ".claude" / "settings.json"
+        settings.parent.mkdir(exist_ok=True)
+        allowed = json.loads(settings.read_text()) if settings.exists() else {"permissions": {"allow": []}}
+        allowed["permissions"]["allow"].append(f"mcp__{name}")
+        settings.write_text(json.dumps(allowed))
+        self.wait_for_mcp = True
 
 
 class CodexSandbox(AgentSandbox):
@@ -276,6 +297,13 @@ class CodexSandbox(AgentSandbox):
 
     def session_id(self, run: CliRun) -> str:
         return str(run.of("thread.started")[0]["thread_id"])
+
+    def add_mcp_server(self, name: str, command: list[str]) -> None:
+        """Required (else runs often start before its tools are listed) and approved (else
+        exec refuses the call under approval_policy "never")."""
+        self.config.setdefault("mcp_servers", {})[name] = {
+            "command": command[0], "args": command[1:], "required": True, "default_tools_approval_mode": "approve"}
+        self.write_config()
 
 
 class OpencodeSandbox(AgentSandbox):
@@ -325,6 +353,10 @@ class OpencodeSandbox(AgentSandbox):
 
     def session_id(self, run: CliRun) -> str:
         return str(run.events[0]["sessionID"])
+
+    def add_mcp_server(self, name: str, command: list[str]) -> None:
+        """opencode waits for its MCP servers before its first request."""
+        self.config.setdefault("mcp", {})[name] = {"type": "local", "command": command, "enabled": True}
 
 
 SANDBOXES: dict[str, type[AgentSandbox]] = {s.name: s for s in (ClaudeSandbox, CodexSandbox, OpencodeSandbox)}
