@@ -95,6 +95,8 @@ def test_a_held_reply_keeps_the_cli_waiting_until_released(agent_sandbox: AgentS
     process = agent_sandbox.start(*agent_sandbox.headless("Answer when you may"))
     try:
         hold.wait_reached(timeout=60)
+        [held] = model_server.wait_requests(1)
+        assert held.turn == 0 and any("Answer when you may" in t for t in held.texts("user"))
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(timeout=1.0)
         hold.release()

@@ -136,9 +136,9 @@ def say(text: str, *, usage: Usage = Usage(), hold: Hold | None = None) -> Turn:
     return Turn(text=text, usage=usage, hold=hold)
 
 
-def calls(*calls: Call, text: str = "", usage: Usage = Usage(), hold: Hold | None = None) -> Turn:
+def calls(*tool_calls: Call, text: str = "", usage: Usage = Usage(), hold: Hold | None = None) -> Turn:
     """A reply with several tool calls at once (the CLIs run them in parallel or in order)."""
-    return Turn(text=text, calls=calls, usage=usage, hold=hold)
+    return Turn(text=text, calls=tool_calls, usage=usage, hold=hold)
 
 
 def shell(command: str, *, text: str = "", usage: Usage = Usage(), hold: Hold | None = None) -> Turn:
@@ -552,9 +552,9 @@ class ChatCompletions:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.uses:
             message["tool_calls"] = self.calls(reply)
+        choice = {"index": 0, "message": message, "finish_reason": self.finish(reply)}
         return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
-                "model": reply.model, "choices": [{"index": 0, "message": message, "finish_reason": self.finish(reply)}],
-                "usage": self.usage(reply.usage)}
+                "model": reply.model, "choices": [choice], "usage": self.usage(reply.usage)}
 
 
 WIRES: dict[str, Wire] = {w.name: w for w in (Anthropic(), Responses(), ChatCompletions())}
@@ -630,8 +630,9 @@ class ModelServer:
         deadline = time.monotonic() + timeout
         with self._changed:
             while len(found := [r for r in self._requests if r.kind == kind]) < count:
-                if not self._changed.wait(deadline - time.monotonic()) and time.monotonic() >= deadline:
+                if (left := deadline - time.monotonic()) <= 0:
                     raise AssertionError(f"{len(found)} {kind} requests within {timeout}s, wanted {count}")
+                self._changed.wait(left)
             return found
 
     def _record(self, request: Request) -> None:
