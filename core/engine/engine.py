@@ -264,7 +264,8 @@ class Engine:
         spec = runner_spec.parse(row["runner"])
         cwd = await self.ledger.workdir(sid)
         try:
-            env = run_environment(row, {"PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path)})
+            env = run_environment(row, {"PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path),
+                                        "PWD": cwd})  # opencode takes its folder from $PWD
         except InvalidArgument as exc:
             await self._fail_to_start(row, str(exc))
             return False

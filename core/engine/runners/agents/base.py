@@ -42,10 +42,13 @@ class McpServer:
         agent sees its tools as ``<name>`` tools."""
         if uri.startswith("stdio:"):
             command = tuple(shlex.split(uri[len("stdio:"):]))
-            files = [w for w in command[1:] if not w.startswith("-")]
-            stem = Path(files[-1] if files else command[0] if command else "mcp").stem
+            scripts = [w for w in command[1:] if w.endswith(_SCRIPTS) or (not w.startswith("-") and "/" in w)]
+            stem = Path(scripts[0] if scripts else command[0] if command else "mcp").stem
             return cls(_name(stem), command)
         return cls(_name(urlsplit(uri).hostname or "mcp"), url=uri)
+
+
+_SCRIPTS = (".py", ".js", ".mjs", ".ts", ".sh")
 
 
 def _name(text: str) -> str:

@@ -148,7 +148,9 @@ class CodexReader(Reader):
         now = {k: int(total.get(k) or 0) for k in ("input_tokens", "cached_input_tokens", "cache_write_input_tokens",
                                                     "output_tokens")}
         spent = {k: max(v - self.before.get(k, 0), 0) for k, v in now.items()}
-        self.pending.tokens_in += spent["input_tokens"] - min(spent["cached_input_tokens"], spent["input_tokens"])
+        # its input counts the whole prompt, cached parts included
+        self.pending.tokens_in += max(spent["input_tokens"] - spent["cached_input_tokens"]
+                                      - spent["cache_write_input_tokens"], 0)
         self.pending.cache_read += spent["cached_input_tokens"]
         self.pending.cache_write += spent["cache_write_input_tokens"]
         self.pending.tokens_out += spent["output_tokens"]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +80,19 @@ class OpencodeReader(Reader):
         super().__init__(turn)
         self.session: str | None = None
         self.window = window(turn.env, turn.model)
+        self.since_ms = int(time.time() * 1000)
+        self.data = turn.env.get("OPENCODE_DB") or os.path.join(
+            turn.env.get("XDG_DATA_HOME") or os.path.join(turn.env.get("HOME", "~"), ".local", "share"),
+            "opencode", "opencode.db")
+
+    def _announce(self, session: str) -> None:
+        self.session = session
+        self.announce(session, cwd=(self.turn.ref or {}).get("cwd") or self.turn.cwd, transcript=self.data)
 
     def event(self, event: dict[str, Any]) -> None:
         session = event.get("sessionID")
         if isinstance(session, str) and session != self.session:
-            self.session = session
-            data = self.turn.env.get("OPENCODE_DB") or os.path.join(
-                self.turn.env.get("XDG_DATA_HOME") or os.path.join(self.turn.env.get("HOME", "~"), ".local", "share"),
-                "opencode", "opencode.db")
-            self.announce(session, cwd=(self.turn.ref or {}).get("cwd") or self.turn.cwd, transcript=data)
+            self._announce(session)
         part = event.get("part") or {}
         kind = event.get("type")
         if kind == "text" and not part.get("synthetic"):
@@ -114,3 +120,25 @@ class OpencodeReader(Reader):
             error = event.get("error") or {}
             message = (error.get("data") or {}).get("message") or error.get("name") or "an error"
             self.pending.problems.append(f"opencode: {message}")
+
+    def closing(self) -> None:
+        """opencode names its session only with its first finished part: a run stopped before
+        that (while the model had not answered yet) has made one all the same, which its
+        database holds. The session made in this folder since the run started is it (the
+        engine runs one step of a Procession session at a time; another opencode started in
+        the same folder meanwhile could be taken for it)."""
+        if self.session is not None or not os.path.exists(self.data):
+            return
+        folder = (self.turn.ref or {}).get("cwd") or self.turn.cwd
+        try:
+            con = sqlite3.connect(f"file:{self.data}?mode=ro", uri=True, timeout=2)
+            try:
+                found = con.execute("SELECT id FROM session WHERE directory = ? AND time_created >= ? AND id != ?"
+                                    " ORDER BY time_created DESC LIMIT 1",
+                                    (folder, self.since_ms, (self.turn.ref or {}).get("id", ""))).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return
+        if found:
+            self._announce(str(found[0]))
