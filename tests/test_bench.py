@@ -14,3 +14,19 @@ def test_chaos_tiny_loses_nothing() -> None:
                           timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "lost: 0" in proc.stdout.splitlines()[-1]
+
+
+def test_agents_tiny_measures_each_cli_it_was_given() -> None:
+    from support.agent_clis import require_cli
+
+    for name in ("claude", "codex"):
+        require_cli(name)  # skipped (or failed, where they are required) without the CLIs
+    proc = subprocess.run([sys.executable, str(BENCH / "agents.py"), "--tiny", "--only", "claude,codex"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    import json
+
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not figures["missing"]
+    for name in ("claude", "codex"):
+        assert 0 < figures["results"][f"{name}_activate_first_request"]["median"] < 60

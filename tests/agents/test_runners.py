@@ -238,3 +238,24 @@ async def test_a_bound_mcp_server_is_handed_to_the_cli_and_its_tool_is_called(
     [tool] = [c for c in (await live.show(sid)).context if c.role == "tool"]
     assert "add" in tool.meta["tool"]["name"] and "5" in tool.meta["tool"]["output"]  # type: ignore[index]
     assert [json.loads(line) for line in log.read_text().splitlines()] == [{"a": 2, "b": 3}]
+
+
+async def test_the_monitor_shows_what_a_running_agent_does_and_its_tool_calls(
+        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch, monitor: Any) -> None:
+    import time
+
+    from support.monitor import keys, line_of, to
+
+    model_server.script.add(shell("sleep 2 && echo slept"), say("Slept well."))
+    sid = await agent_session(live, claude_sandbox, monkeypatch)
+    app = await monitor(db, clock=time.time)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await live.send(sid, "sleep a little")
+        await live.activate(sid)
+        await until(lambda: "claude: · Bash: sleep" in line_of(app, sid), timeout=RUN_S)  # as wide as the column
+        await until(lambda: finished(live, sid), timeout=RUN_S)
+        await to(pilot, app, sid)
+        await keys(pilot, "enter")
+        await until(lambda: "Bash: sleep 2 && echo slept" in "\n".join(
+            "".join(s.text for s in strip) for strip in app.screen._compositor.render_strips()), timeout=10)

@@ -31,7 +31,7 @@ from procession.tui import config as config_mod
 from procession.tui.detail import Detail
 from procession.tui.dialogs import ActionMenu, Confirm, Conflicts, Form, Help, Prompt, Setup
 from procession.tui.feed import HIGHLIGHT_S
-from support.monitor import Monitor, answer, keys, settle, to
+from support.monitor import Monitor, answer, keys, line_of, settle, to
 SIZE = (160, 45)
 PAYROLL, SCREENING, FILING, AUDIT, APIDOCS, REVIEW, STRICT, LENIENT = range(1, 9)
 
@@ -68,12 +68,6 @@ async def is_state(store: Workspace, sid: int, expected: State) -> bool:
 
 def keys_shown(app: Monitor) -> list[int | str]:
     return list(app.table.keys)
-
-
-def line_of(app: Monitor, sid: int) -> str:
-    """The table's rendered line for a session, as the terminal gets it."""
-    y = app.table.index_of(sid) - int(app.table.scroll_offset.y)
-    return app.table.render_line(y).text
 
 
 async def state(store: Workspace, sid: int) -> State:
