@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from procession.calls import Workspace
 from procession.calls.merge import MISSING, Resolution
@@ -42,9 +43,7 @@ async def merge(ws: Workspace, args: argparse.Namespace) -> int:
         outcome = await ws.merge(args.source, args.target, Resolution(side, picks, values))
     except MergeConflict as exc:
         if args.json:
-            emit(args, {"error": str(exc), "conflicts": {
-                k: {"base": None if b is MISSING else b, "ours": None if o is MISSING else o,
-                    "theirs": None if t is MISSING else t} for k, (b, o, t) in exc.conflicts.items()}}, "")
+            emit(args, conflicts_json(exc), "")
         else:
             error(str(exc))
             for key, (b, o, t) in sorted(exc.conflicts.items()):
@@ -52,3 +51,10 @@ async def merge(ws: Workspace, args: argparse.Namespace) -> int:
                       f" theirs ({args.source}) {lines.value(t)}", file=sys.stderr)
         return exc.exit_code
     return done(args, outcome)
+
+
+def conflicts_json(exc: MergeConflict) -> dict[str, Any]:
+    """A refused merge as data: the reason, and each key's base, ours and theirs (null: absent)."""
+    return {"error": str(exc), "conflicts": {
+        k: {"base": None if b is MISSING else b, "ours": None if o is MISSING else o,
+            "theirs": None if t is MISSING else t} for k, (b, o, t) in exc.conflicts.items()}}

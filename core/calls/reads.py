@@ -192,7 +192,7 @@ class ReadCalls(Calls):
                 raise NotFound(f"session {sid} has {'no run ' + str(run) if run else 'had no run yet'}")
             chunks = await tx.tuples("SELECT id, stream, ts, data FROM run_output WHERE run_id = ? AND id > ?"
                                      " ORDER BY id", (found["id"], after))
-        return _run_info(found), [LogChunk(*c) for c in chunks]
+        return run_info(found), [LogChunk(*c) for c in chunks]
 
     async def runs(self, sid: int | None = None, limit: int = 100) -> list[RunInfo]:
         async with self.store.snapshot() as tx:
@@ -202,10 +202,10 @@ class ReadCalls(Calls):
                 await rows.session(tx, sid)
                 found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
                                      (sid, limit))
-        return [_run_info(r) for r in reversed(found)]
+        return [run_info(r) for r in reversed(found)]
 
 
-def _run_info(r: Any) -> RunInfo:
+def run_info(r: Any) -> RunInfo:
     return RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
                    r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"], r["cache_read"],
                    r["cache_write"], r["status"])

@@ -259,3 +259,23 @@ async def test_the_monitor_shows_what_a_running_agent_does_and_its_tool_calls(
         await keys(pilot, "enter")
         await until(lambda: "Bash: sleep 2 && echo slept" in "\n".join(
             "".join(s.text for s in strip) for strip in app.screen._compositor.render_strips()), timeout=10)
+
+
+async def test_an_agent_bound_to_procession_forks_itself_and_sends_through_its_own_mcp_server(
+        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = await agent_session(live, claude_sandbox, monkeypatch)
+    await live.bind(sid, "mcp", "procession")
+    child = sid + 1
+    model_server.script.add(mcp_call("procession", "fork", {"sid": sid, "name": "side quest"}),
+                            mcp_call("procession", "send", {"sid": child, "text": "look into the edge case"}),
+                            say("Forked and handed it over."))
+    run = await ask(live, sid, "split the work", 1)
+    assert run.outcome == "ok", run.error
+    forked = await live.info(child)
+    assert (forked.parent, forked.name) == (sid, "side quest")
+    [handed] = [m for m in await live.history(child) if m.content == "look into the edge case"]
+    assert handed.author == f"session:{sid}"
+    journal = [(e.actor, e.call, e.session, e.other) for e in await live.journal(limit=500)]
+    assert ("mcp", "fork", sid, child) in journal  # made by the session itself, through its server
+    assert ("mcp", "send", child, sid) in journal
