@@ -279,3 +279,23 @@ async def test_an_agent_bound_to_procession_forks_itself_and_sends_through_its_o
     journal = [(e.actor, e.call, e.session, e.other) for e in await live.journal(limit=500)]
     assert ("mcp", "fork", sid, child) in journal  # made by the session itself, through its server
     assert ("mcp", "send", child, sid) in journal
+
+
+async def test_a_passed_key_never_reaches_the_store_the_journal_or_a_snapshot(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import uuid
+
+    planted = f"sk-planted-{uuid.uuid4().hex}"
+    key = {"claude": "ANTHROPIC_API_KEY", "codex": "SCRIPTED_MODEL_KEY", "opencode": "OPENCODE_PLANTED_KEY"}
+    model_server.script.add(shell("echo done"), say("Done."))
+    sid = await agent_session(live, agent_sandbox, monkeypatch, **{key[agent_sandbox.name]: planted})
+    assert key[agent_sandbox.name] in (await live.show(sid)).passed
+    run = await ask(live, sid, "go", 1)
+    assert run.outcome == "ok", run.error
+    if agent_sandbox.name != "opencode":  # the CLI really used it: the server saw it
+        assert any(planted in json.dumps(r.headers) for r in model_server.requests)
+    await live.save(sid, file=str(tmp_path / "snap.json"))
+    for path in (db, Path(f"{db}-wal"), tmp_path / "snap.json"):
+        if path.exists():
+            assert planted.encode() not in path.read_bytes(), path
