@@ -95,6 +95,9 @@ class LiveRun:
                 self.reader.pending = _merge(events, self.reader.pending)
             except ProcessionError as exc:
                 self.problems.append(f"could not apply the step's events: {exc}")
+            except Exception as exc:  # noqa: BLE001 - said in the run's error, never lost in silence
+                log.exception("run %d of session %d: its events could not be applied", self.run, self.sid)
+                self.problems.append(f"could not apply the step's events: {type(exc).__name__}: {exc}")
         await self._flush_log()
 
     async def _flush_log(self) -> None:
