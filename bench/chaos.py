@@ -332,6 +332,8 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
     started = {int(p.name): p.read_text() for p in (tmp / "started").iterdir()}
     owed = excused = 0
     for marker in (tmp / "done").iterdir():
+        if not marker.name.isdigit():  # a marker still being written when its step was killed
+            continue
         run, at = int(marker.name), float(marker.read_text())
         life = next((x for x in engines.lives if x["start"] <= at <= (x["end"] or at)), None)
         if life is None or (life["how"] == "SIGKILL" and life["end"] < owed_by(at, holds)):
