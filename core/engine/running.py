@@ -128,10 +128,15 @@ class LiveRun:
             with contextlib.suppress(ProcessionError):
                 await self.ledger.drop_log(self.run, drop_upto, self._head_end)
 
-    async def flusher(self) -> None:
-        """Every ``FLUSH_S`` while the step runs."""
-        while True:
-            await asyncio.sleep(FLUSH_S)
+    async def flusher(self, ended: asyncio.Event) -> None:
+        """Every ``FLUSH_S`` until ``ended`` is set. Never cancelled: a flush holds events it
+        has taken from the reader until the store took them, which may wait on another
+        process's lock for seconds; cancelled then, they would be lost (the chaos bench found
+        it: a step's reply gone when its run ended while its flush waited)."""
+        while not ended.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), FLUSH_S)
+                return
             await self.flush()
 
     # ------------------------------------------------------------------ the clock
