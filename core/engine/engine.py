@@ -409,7 +409,10 @@ class Engine:
             if moved:  # what it wrote now would reach no one else: stop, and say why
                 self._give_up(moved)
                 return
-            reaper.reap()
+            trackers = [live.tracker for live in self.live.values() if live.tracker is not None]
+            owned = [await asyncio.to_thread(t.members) for t in trackers if isinstance(t, reaper.CgroupTracker)]
+            reaper.reap(frozenset(t.marker for t in trackers if isinstance(t, reaper.MarkerTracker)),
+                        frozenset().union(*owned))
             stats = []
             for live in list(self.live.values()):
                 if live.tracker is None:

@@ -216,6 +216,19 @@ async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_
     await until(lambda: not alive(grandchild), timeout=5)
 
 
+async def test_an_orphan_that_cleared_its_environment_does_not_outlive_its_run(tracked, live, tmp_path):
+    pidfile = tmp_path / "orphan.pid"
+    # no marker to find it by, in a session of its own, and its parent gone at once
+    step = (f"command:{sys.executable} -c \"import subprocess; p = subprocess.Popen(['/bin/sleep', '300'], env={{}},"
+            f" start_new_session=True); open('{pidfile}', 'w').write(str(p.pid))\"")
+    sid = (await live.spawn("clears its env", "a", runner=step)).sid
+    await live.activate(sid)
+    run = await until(lambda: finished(live, sid), timeout=10)
+    assert run.outcome == "ok", run.error
+    orphan = await until(lambda: pid_in(pidfile))
+    await until(lambda: not alive(orphan), timeout=5)
+
+
 async def test_suspend_stops_and_cancel_kills_every_process_of_the_tree(tracked, live, tmp_path):
     pidfile = tmp_path / "tool.pid"
     # a tool in a session of its own, as agent CLIs start them; and one that double-forks
