@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..model.records import ContextItem, Fold, Message
 from ..store.sqlite import Tx
@@ -65,25 +66,45 @@ def _clip(segments: Sequence[Segment], lo: int, hi: int) -> list[Segment]:
 _COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
 
 
-async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
-    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order."""
+#: Segments read by one statement: SQLite refuses a compound SELECT of over 500 terms, so a
+#: deeper lineage is read as several statements, one after the other, in position order.
+SEGMENTS_PER_QUERY = 200
+
+#: Rows fetched from SQLite at a time while streaming.
+BATCH = 2000
+
+
+def _message(r: Sequence[Any]) -> Message:
+    return Message(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], json.loads(r[7]) if r[7] else None)
+
+
+async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *,
+                  size: int = BATCH) -> AsyncIterator[list[Message]]:
+    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order, in
+    lists of at most ``size``: memory stays flat in the history length, and the cost grows with
+    the segments and rows read, never with the lineage depth above ``lo`` or below ``hi``."""
     segments = await lineage(tx, sid)
     if hi is None:
         hi = segments[-1].hi if segments else 0
     parts = _clip(segments, lo, hi)
-    if not parts:
-        return []
-    sql = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq)"
-        for _ in parts
-    )
-    params = [v for s in parts for v in (s.session, s.lo, s.hi)]
-    rows = await tx.all(sql, params)
-    return [
-        Message(r["seq"], r["role"], r["content"], r["tokens"], r["author"], bool(r["pinned"]), r["created"],
-                json.loads(r["meta"]) if r["meta"] else None)
-        for r in rows
-    ]
+    for start in range(0, len(parts), SEGMENTS_PER_QUERY):
+        chunk = parts[start:start + SEGMENTS_PER_QUERY]
+        sql = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq)"
+            for _ in chunk
+        )
+        cursor = await tx.execute(sql, [v for s in chunk for v in (s.session, s.lo, s.hi)])
+        cursor.row_factory = None
+        try:
+            while rows := await cursor.fetchmany(size):
+                yield [_message(r) for r in rows]
+        finally:
+            await cursor.close()
+
+
+async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
+    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order."""
+    return [m async for batch in batches(tx, sid, lo, hi, size=10_000) for m in batch]
 
 
 async def cum_tokens(tx: Tx, sid: int, seq: int) -> int:
