@@ -42,3 +42,14 @@ def test_mcp_server_tiny_measures_every_round_trip() -> None:
                             "start"}
     assert all(len(f["runs"]) == 25 for k, f in figures.items() if k != "start")
     assert all(0 < f["median"] < 5 for f in figures.values())
+
+
+def test_core_tiny_measures_every_figure() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "core.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    figures = report["results"]
+    assert {"fork_cli_ratio", "send_jsonl_cli", "ps_cli", "show_cli", "compress_cli"} <= set(figures), sorted(figures)
+    assert all(f["median"] > 0 for f in figures.values())
