@@ -1,0 +1,65 @@
+"""Whole reads stream: memory of ``history``, ``history --json`` and ``save -o`` stays flat in
+the history length (a whole process's peak RSS, at 6,000 and 60,000 messages), and the
+streamed snapshot is byte for byte the one ``dump`` writes of the whole payload."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from conftest import Clock
+from procession import Workspace
+from procession.calls import snapshot
+
+
+async def _batches(items: list[dict[str, Any]], size: int) -> AsyncIterator[list[dict[str, Any]]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+    yield []
+
+
+async def test_a_streamed_snapshot_is_the_whole_dump() -> None:
+    messages = [{"seq": i, "role": "user", "content": f"é\u0085 {i}", "author": "user", "pinned": i % 3 == 0,
+                 "created": 1.5 + i, "meta": {"k": [i]} if i % 4 == 0 else None} for i in range(1, 12)]
+    rest = {"session": {"name": "s", "b": None}, "folds": [{"lo": 1, "hi": 2, "summary": "x"}], "memory": {"a": 1},
+            "resources": [], "triggers": [{"kind": "every", "spec": {"s": 300}}]}
+    for payload in (rest, {}, {"session": {"name": "only after"}}, {"folds": []}):
+        for size in (1, 5, 100):
+            fh = io.BytesIO()
+            written, digest = await snapshot.write(fh, payload, _batches(messages, size))
+            whole = snapshot.dump({**payload, "messages": messages})
+            assert fh.getvalue() == whole and written == len(whole)
+            assert digest in whole.decode()
+
+
+def _peak_mb(db: Path, cwd: Path, *args: str) -> int:
+    proc = subprocess.Popen([sys.executable, "-m", "procession", *args], env={**os.environ, "PROCESSION_DB": str(db)},
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read() if proc.stderr else ""
+    return usage.ru_maxrss // 1024
+
+
+async def test_memory_of_whole_reads_is_flat_in_the_history_length(tmp_path: Path) -> None:
+    db = tmp_path / "ws.db"
+    ws = await Workspace.open(db, clock=Clock())
+    sids = {}
+    text = "the regional figures checked against the audited ledger, one line of many " * 3
+    for n in (6_000, 60_000):
+        sids[n] = (await ws.spawn(f"s{n}", "a")).sid
+        await ws.send_many(sids[n], [{"role": "user", "content": f"{i} {text}"} for i in range(n)])
+    await ws.close()
+    peaks: dict[tuple[str, int], int] = {}
+    for n, sid in sids.items():
+        for what, args in (("history", ["history", str(sid)]), ("json", ["history", str(sid), "--json"]),
+                           ("save", ["save", str(sid), "-o", str(tmp_path / f"{n}.json")])):
+            peaks[what, n] = _peak_mb(db, tmp_path, *args)
+    # 54,000 more messages of ~230 bytes are ~12 MB of text; a whole list of them in memory
+    # (what the reads held before) costs far more than that bound
+    for what in ("history", "json", "save"):
+        assert peaks[what, 60_000] <= peaks[what, 6_000] + 12, peaks
