@@ -7,17 +7,17 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from procession.calls import Workspace
 from procession.calls.reads import PS_SORTS
-from procession.model.records import Message, SessionInfo
+from procession.model.records import Message, SessionDetail, SessionInfo
 from procession.present import lines, words
 from procession.present.cells import COLUMNS
 
 from .registry import SID, arg, command, count_type, sid_type
-from .terminal import emit, emit_stream
+from .terminal import emit, emit_stream, json_text
 
 #: How often ``logs -f`` looks for more.
 FOLLOW_S = 0.2
@@ -67,11 +67,49 @@ async def ps(ws: Workspace, args: argparse.Namespace) -> int:
     SID, arg("--last", "--tail", type=count_type, metavar="N", help="only the last N items of the context"),
 ])
 async def show(ws: Workspace, args: argparse.Namespace) -> int:
-    """``--tail N`` reads only those items (and what a fold before them needs)."""
-    d = await ws.show(args.sid, last=args.last)
+    """``--tail N`` reads only those items (and what a fold before them needs); the whole
+    context is streamed, a batch at a time (the same text as printed whole)."""
+    if args.last is not None:
+        batches = _just(await ws.show(args.sid, last=args.last))
+    else:
+        batches = ws.show_batches(args.sid)
+    d = await anext(batches)
+    out = sys.stdout
     if args.json:
-        emit(args, d.to_json(), "")
+        data = d.to_json()
+        data["context"] = _HOLE
+        head, tail = json_text(data).split(json_text(_HOLE), 1)
+        out.write(head + "[" + _context_json(d))
+        async for later in batches:
+            if later.context:
+                out.write(", " + _context_json(later))
+        out.write("]" + tail + "\n")
         return 0
+    out.write(words.printable("\n".join(_show_head(d) + ["", "context:"])) + "\n")
+    _context_lines(d)
+    async for later in batches:
+        _context_lines(later)
+    return 0
+
+
+#: Where the streamed context goes in ``show --json``'s object (no value of a user's can be it).
+_HOLE = "\x00context streamed here " + "\x00" * 8
+
+
+def _context_json(d: SessionDetail) -> str:
+    return json_text([c.to_json() for c in d.context])[1:-1]
+
+
+def _context_lines(d: SessionDetail) -> None:
+    if d.context:
+        sys.stdout.write(words.printable("\n".join("  " + lines.context_line(item) for item in d.context)) + "\n")
+
+
+async def _just(d: SessionDetail) -> AsyncIterator[SessionDetail]:
+    yield d
+
+
+def _show_head(d: SessionDetail) -> list[str]:
     out = lines.summary(d)
     if d.system:
         out += ["", "system prompt:", *("  " + words.printable(x) for x in d.system.splitlines())]
@@ -84,9 +122,7 @@ async def show(ws: Workspace, args: argparse.Namespace) -> int:
     if d.checkpoints:
         out += ["", "checkpoints:", *(f"  {words.printable(c.name)} at message {c.seq}, {words.clock(c.created)}"
                                       for c in d.checkpoints)]
-    out += ["", "context:", *("  " + lines.context_line(item) for item in d.context)]
-    emit(args, None, "\n".join(out))
-    return 0
+    return out
 
 
 def range_type(text: str) -> tuple[int, int | None]:

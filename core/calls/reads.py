@@ -3,6 +3,7 @@ table it looks at); none writes, none is journaled."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -12,6 +13,7 @@ from typing import Any, cast
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
     Checkpoint,
+    Fold,
     Holder,
     ContextItem,
     JournalEntry,
@@ -167,14 +169,36 @@ class ReadCalls(Calls):
         """Everything about one session, its active context included (only its ``last`` items,
         when given: what they cost, not what the whole history does)."""
         async with self.store.snapshot() as tx:
-            info = await _ps_info(tx, sid)
-            system, fail_limit, env, passed, ref = (await tx.tuples(
-                "SELECT system, fail_limit, env, pass_env, agent_ref FROM sessions WHERE id = ?", (sid,)))[0]
-            memory = await rows.memory(tx, sid)
-            res = await rows.resources(tx, sid)
+            in_force = await history.folds(tx, sid)  # none for no session: _detail says it is not found
+            return await self._detail(tx, sid, in_force, await history.context(tx, sid, in_force, last=last))
+
+    async def show_batches(self, sid: int) -> AsyncIterator[SessionDetail]:
+        """``show(sid)`` from one consistent read, its context a batch at a time: the first
+        detail yielded carries everything and the first batch, each later one (the same detail
+        otherwise) the next batch. A history no fold hides is streamed, memory flat in its
+        length; a compressed one is read as its context (outside the folds, their summaries
+        and what they protect) and comes in one batch."""
+        async with self.store.snapshot() as tx:
+            await _ps_info(tx, sid)
             in_force = await history.folds(tx, sid)
-            items = await history.context(tx, sid, in_force, last=last)
-            cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
+            if in_force:
+                yield await self._detail(tx, sid, in_force, await history.context(tx, sid, in_force))
+                return
+            detail = await self._detail(tx, sid, in_force, [])
+            sent = False
+            async for batch in history.batches(tx, sid):
+                yield dataclasses.replace(detail, context=tuple(history.active(batch, ())))
+                sent = True
+            if not sent:
+                yield detail
+
+    async def _detail(self, tx: Tx, sid: int, in_force: Sequence[Fold], items: Sequence[ContextItem]) -> SessionDetail:
+        info = await _ps_info(tx, sid)
+        system, fail_limit, env, passed, ref = (await tx.tuples(
+            "SELECT system, fail_limit, env, pass_env, agent_ref FROM sessions WHERE id = ?", (sid,)))[0]
+        memory = await rows.memory(tx, sid)
+        res = await rows.resources(tx, sid)
+        cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
         return SessionDetail(
             info=info,
             system=system,

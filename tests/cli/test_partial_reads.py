@@ -9,6 +9,7 @@ import json
 from conftest import Cli
 from procession import Workspace
 from procession.calls import history
+from procession.present import lines
 
 
 def _messages(n: int) -> list[dict[str, object]]:
@@ -73,3 +74,15 @@ async def test_ps_limit_sort_and_streamed_json(ws: Workspace, cli: Cli) -> None:
         [s.id for s in sorted(await ws.ps(), key=lambda s: (s.name, s.id))[:3]]
     assert "3 sessions" in cli("ps", "-n", "3").stdout
     assert cli("ps", "--sort", "nope", check=False).returncode == 2
+
+
+async def test_show_streams_a_long_context_as_the_whole_text(ws: Workspace, cli: Cli) -> None:
+    sid = (await ws.spawn("long", "a", system="be brief")).sid
+    await ws.send_many(sid, _messages(4_500))  # three streamed batches
+    await ws.memory_set(sid, "context", [])  # a user's key cannot be taken for the streamed one
+    detail = await ws.show(sid)
+    assert json.loads(cli("show", str(sid), "--json").stdout) == json.loads(json.dumps(detail.to_json()))
+    text = cli("show", str(sid)).stdout.splitlines()
+    assert text[text.index("context:") + 1:] == ["  " + lines.context_line(i) for i in detail.context]
+    empty = (await ws.spawn("empty", "a")).sid
+    assert cli.json("show", str(empty))["context"] == []  # type: ignore[index]
