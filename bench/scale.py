@@ -7,7 +7,7 @@ Builds, in a temporary folder, one session of ``--messages`` messages (written w
 ``send_many``), a workspace of ``--sessions`` sessions (rows copied from one spawned session
 in SQL, so that 100,000 take seconds) and a fork chain ``--depth`` levels deep. Each figure
 is the median wall-clock time of ``--reps`` runs of ``python -m procession ...`` (stdout to
-/dev/null) and the largest peak RSS among them (``wait4``'s ``ru_maxrss``). A call the code
+/dev/null) and the largest peak RSS among them (``wait4``'s ``ru_maxrss``, taken by a small launcher process). A call the code
 under test refuses (an option it does not have yet, a lineage it cannot read) is recorded as
 ``error`` with its message, not as a time: the same script measures a commit before a change
 and after it (copy the old package first on ``PYTHONPATH``, as bench/README.md shows).
@@ -46,19 +46,33 @@ def _texts(n: int, seed: int) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
-def cli(db: Path, args: list[str], cwd: Path) -> tuple[float, int, str]:
-    """Seconds, peak RSS in MB and stderr of one whole process (stdout discarded)."""
-    env = {**os.environ, "PROCESSION_DB": str(db)}
+#: Runs a command and prints its peak RSS in KB last on stderr. A small process of its own
+#: starts the measured one: a child forked from this benchmark (or from pytest) would count
+#: its parent's pages in its own peak until it execs.
+_LAUNCH = (
+    "import os, sys\n"
+    "pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "print(f'maxrss={usage.ru_maxrss}', file=sys.stderr)\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def peak(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, str]:
+    """Seconds, peak RSS in MB and stderr of one whole process ``args`` (stdout discarded)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "procession", *args], env=env, cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH, *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
     seconds = time.perf_counter() - t0
-    err = proc.stderr.read() if proc.stderr else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    err, _, last = proc.stderr.rstrip("\n").rpartition("\n")
     if proc.returncode != 0:
         raise RuntimeError((err.strip().splitlines() or ["exit " + str(proc.returncode)])[-1][:200])
-    return seconds, usage.ru_maxrss // 1024, err
+    return seconds, int(last.removeprefix("maxrss=")) // 1024, err
+
+
+def cli(db: Path, args: list[str], cwd: Path) -> tuple[float, int, str]:
+    """``peak`` of ``python -m procession ARGS`` on the workspace ``db``."""
+    return peak([sys.executable, "-m", "procession", *args], {**os.environ, "PROCESSION_DB": str(db)}, cwd)
 
 
 class Figures:
