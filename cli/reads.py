@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from procession.calls import Workspace
@@ -73,6 +73,14 @@ async def show(ws: Workspace, args: argparse.Namespace) -> int:
         batches = _just(await ws.show(args.sid, last=args.last))
     else:
         batches = ws.show_batches(args.sid)
+    try:
+        await _print_detail(args, batches)
+    finally:
+        await batches.aclose()  # a reader gone (`| head`): the read ends before the workspace closes
+    return 0
+
+
+async def _print_detail(args: argparse.Namespace, batches: AsyncGenerator[SessionDetail, None]) -> None:
     d = await anext(batches)
     out = sys.stdout
     if args.json:
@@ -84,12 +92,11 @@ async def show(ws: Workspace, args: argparse.Namespace) -> int:
             if later.context:
                 out.write(", " + _context_json(later))
         out.write("]" + tail + "\n")
-        return 0
+        return
     out.write(words.printable("\n".join(_show_head(d) + ["", "context:"])) + "\n")
     _context_lines(d)
     async for later in batches:
         _context_lines(later)
-    return 0
 
 
 #: Where the streamed context goes in ``show --json``'s object (no value of a user's can be it).
@@ -105,7 +112,7 @@ def _context_lines(d: SessionDetail) -> None:
         sys.stdout.write(words.printable("\n".join("  " + lines.context_line(item) for item in d.context)) + "\n")
 
 
-async def _just(d: SessionDetail) -> AsyncIterator[SessionDetail]:
+async def _just(d: SessionDetail) -> AsyncGenerator[SessionDetail, None]:
     yield d
 
 

@@ -12,7 +12,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +61,20 @@ def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> 
             sys.stdout.write(printable(out) + "\n")
 
 
-async def emit_stream(args: argparse.Namespace, batches: AsyncIterator[Sequence[Any]],
+async def emit_stream(args: argparse.Namespace, batches: AsyncGenerator[Sequence[Any], None],
                       to_json: Callable[[Any], Any], line: Callable[[Any], str]) -> None:
     """Print items as they come, a batch at a time: with ``--json`` one JSON array (the same
     text ``emit`` prints for the whole list), else one human line (or more) an item.
     Memory stays flat in how many items there are. Nothing is printed before the first batch
     is read, so that a refusal (no such session) leaves standard output empty."""
+    try:
+        await _write_stream(args, batches, to_json, line)
+    finally:
+        await batches.aclose()  # a reader gone (`| head`): the read ends before the workspace closes
+
+
+async def _write_stream(args: argparse.Namespace, batches: AsyncGenerator[Sequence[Any], None],
+                        to_json: Callable[[Any], Any], line: Callable[[Any], str]) -> None:
     out = sys.stdout
     first = await anext(batches, None)
     if args.json:

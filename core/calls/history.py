@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,7 @@ PROTECTED = "(pinned OR role = 'system')"
 
 async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, size: int = BATCH,
                   protected: bool = False, segments: Sequence[Segment] | None = None,
-                  ) -> AsyncIterator[list[Message]]:
+                  ) -> AsyncGenerator[list[Message], None]:
     """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order, in
     lists of at most ``size`` (only its protected messages with ``protected``): memory stays
     flat in the history length, and the cost grows with the segments and rows read, never

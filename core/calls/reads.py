@@ -7,7 +7,8 @@ import dataclasses
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any, cast
 
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
@@ -56,6 +57,7 @@ PS_SORTS = {
 
 _HEAD = SessionInfo.__slots__[:24]
 _TAIL = SessionInfo.__slots__[25:29]
+_LAST = SessionInfo.__slots__[30:]  # after context_source: the rest of the row, as it stands
 
 
 def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> dict[str, Any]:
@@ -65,7 +67,7 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> dict[str,
     data["triggers"] = [t.to_json() for t in trigs]
     data.update(zip(_TAIL, r[24:28]))
     data["context_source"] = "agent" if r[28] else "procession"
-    data["status"] = r[29]
+    data.update(zip(_LAST, r[29:]))
     return data
 
 
@@ -78,25 +80,27 @@ class ReadCalls(Calls):
 
     async def ps_batches(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                          sort: str | None = None, reverse: bool = False, limit: int | None = None,
-                         size: int = PS_BATCH) -> AsyncIterator[list[SessionInfo]]:
+                         size: int = PS_BATCH) -> AsyncGenerator[list[SessionInfo], None]:
         """The process table a batch at a time, from one consistent read, sorted by ``sort``
         (a column of ``PS_SORTS``; SID by default, ties by SID) and cut at ``limit`` rows in
         SQL: memory flat in the number of sessions, and the cost of ``--limit 50`` that of 50
         rows plus the sort. Each batch reads the triggers of its own sessions only."""
-        async for found, trigs in self._ps_rows(all, agent, state, sort, reverse, limit, size):
-            yield [_info(r, trigs.get(r[0], ())) for r in found]
+        async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
+            async for found, trigs in pages:
+                yield [_info(r, trigs.get(r[0], ())) for r in found]
 
     async def ps_json_batches(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                               sort: str | None = None, reverse: bool = False, limit: int | None = None,
-                              size: int = PS_BATCH) -> AsyncIterator[list[dict[str, Any]]]:
+                              size: int = PS_BATCH) -> AsyncGenerator[list[dict[str, Any]], None]:
         """``ps_batches`` as ``SessionInfo.to_json`` dicts, made from the rows directly (no
         record in between): what ``ps --json`` prints for 100,000 sessions."""
-        async for found, trigs in self._ps_rows(all, agent, state, sort, reverse, limit, size):
-            yield [_info_json(r, trigs.get(r[0], ())) for r in found]
+        async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
+            async for found, trigs in pages:
+                yield [_info_json(r, trigs.get(r[0], ())) for r in found]
 
     async def _ps_rows(self, all: bool, agent: str | None, state: str | None, sort: str | None, reverse: bool,
                        limit: int | None, size: int,
-                       ) -> AsyncIterator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]]]]:
+                       ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]]], None]:
         where: list[str] = []
         params: list[Any] = []
         if not all and state != State.TERMINATED:
@@ -172,7 +176,7 @@ class ReadCalls(Calls):
             in_force = await history.folds(tx, sid)  # none for no session: _detail says it is not found
             return await self._detail(tx, sid, in_force, await history.context(tx, sid, in_force, last=last))
 
-    async def show_batches(self, sid: int) -> AsyncIterator[SessionDetail]:
+    async def show_batches(self, sid: int) -> AsyncGenerator[SessionDetail, None]:
         """``show(sid)`` from one consistent read, its context a batch at a time: the first
         detail yielded carries everything and the first batch, each later one (the same detail
         otherwise) the next batch. A history no fold hides is streamed, memory flat in its
@@ -186,9 +190,10 @@ class ReadCalls(Calls):
                 return
             detail = await self._detail(tx, sid, in_force, [])
             sent = False
-            async for batch in history.batches(tx, sid):
-                yield dataclasses.replace(detail, context=tuple(history.active(batch, ())))
-                sent = True
+            async with aclosing(history.batches(tx, sid)) as pages:
+                async for batch in pages:
+                    yield dataclasses.replace(detail, context=tuple(history.active(batch, ())))
+                    sent = True
             if not sent:
                 yield detail
 
@@ -221,7 +226,7 @@ class ReadCalls(Calls):
             return await history.read(tx, sid, lo, hi)
 
     async def history_batches(self, sid: int, lo: int = 0, hi: int | None = None, *,
-                              tail: int | None = None) -> AsyncIterator[list[Message]]:
+                              tail: int | None = None) -> AsyncGenerator[list[Message], None]:
         """Positions ``lo < seq <= hi`` of the history (the last ``tail`` of them, when given),
         in order, a batch at a time, all from one consistent read: memory flat in the history
         length. The store is held until the iteration ends (or the iterator is closed)."""
@@ -230,8 +235,9 @@ class ReadCalls(Calls):
             if tail is not None:
                 hi = row["length"] if hi is None else min(hi, row["length"])
                 lo = max(lo, hi - tail)
-            async for batch in history.batches(tx, sid, lo, hi):
-                yield batch
+            async with aclosing(history.batches(tx, sid, lo, hi)) as pages:
+                async for batch in pages:
+                    yield batch
 
     async def context(self, sid: int) -> list[ContextItem]:
         """The active context: what a runner is given."""
