@@ -66,7 +66,7 @@ def test_scale_tiny_measures_every_figure_without_an_error() -> None:
     assert report["results"]["fork_memory_rows"]["median"] >= 0
 
 
-def test_peer_tiny_compares_with_the_agents_sdk() -> None:
+def test_peer_tiny_compares_with_sqlitesession() -> None:
     import pytest
 
     sys.path.insert(0, str(BENCH))
