@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 from procession.calls import Workspace
-from procession.model.records import SessionInfo
+from procession.calls.reads import PS_SORTS
+from procession.model.records import Message, SessionDetail, SessionInfo
 from procession.present import lines, words
 from procession.present.cells import COLUMNS
 
 from .registry import SID, arg, command, count_type, sid_type
-from .terminal import emit
+from .terminal import emit, emit_stream, json_text
 
 #: How often ``logs -f`` looks for more.
 FOLLOW_S = 0.2
@@ -46,24 +47,76 @@ def ps_table(rows: Sequence[SessionInfo], now: float) -> str:
     arg("-a", "--all", action="store_true", help="include terminated sessions"),
     arg("--agent", help="only this agent's sessions"),
     arg("--state", help="only sessions in this state"),
+    arg("--sort", choices=list(PS_SORTS), metavar="COLUMN", help=f"order by this column ({', '.join(PS_SORTS)})"),
+    arg("-r", "--reverse", action="store_true", help="the other way round (largest first)"),
+    arg("-n", "--limit", type=count_type, metavar="N", help="at most N sessions"),
 ])
 async def ps(ws: Workspace, args: argparse.Namespace) -> int:
-    found = await ws.ps(all=args.all, agent=args.agent, state=args.state)
-    emit(args, [r.to_json() for r in found],
-         lambda: ps_table(found, time.time()) + f"\n({words.plural(len(found), 'session')}; tokens: {ws.tokenizer})")
+    """``--json`` is streamed a batch at a time; the table needs every row to size its columns."""
+    how = {"all": args.all, "agent": args.agent, "state": args.state, "sort": args.sort, "reverse": args.reverse,
+           "limit": args.limit}
+    if args.json:
+        await emit_stream(args, ws.ps_json_batches(**how), lambda data: data, str)
+        return 0
+    found = [s async for batch in ws.ps_batches(**how) for s in batch]
+    emit(args, None, ps_table(found, time.time()) + f"\n({words.plural(len(found), 'session')}; tokens: {ws.tokenizer})")
     return 0
 
 
 @command("show", "show one session: state, memory, resources, triggers, context", args=[
-    SID, arg("--last", type=count_type, metavar="N", help="only the last N items of the context"),
+    SID, arg("--last", "--tail", type=count_type, metavar="N", help="only the last N items of the context"),
 ])
 async def show(ws: Workspace, args: argparse.Namespace) -> int:
-    d = await ws.show(args.sid)
+    """``--tail N`` reads only those items (and what a fold before them needs); the whole
+    context is streamed, a batch at a time (the same text as printed whole)."""
     if args.last is not None:
-        d = dataclasses.replace(d, context=d.context[-args.last:])
+        batches = _just(await ws.show(args.sid, last=args.last))
+    else:
+        batches = ws.show_batches(args.sid)
+    try:
+        await _print_detail(args, batches)
+    finally:
+        await batches.aclose()  # a reader gone (`| head`): the read ends before the workspace closes
+    return 0
+
+
+async def _print_detail(args: argparse.Namespace, batches: AsyncGenerator[SessionDetail, None]) -> None:
+    d = await anext(batches)
+    out = sys.stdout
     if args.json:
-        emit(args, d.to_json(), "")
-        return 0
+        data = d.to_json()
+        data["context"] = _HOLE
+        head, tail = json_text(data).split(json_text(_HOLE), 1)
+        out.write(head + "[" + _context_json(d))
+        async for later in batches:
+            if later.context:
+                out.write(", " + _context_json(later))
+        out.write("]" + tail + "\n")
+        return
+    out.write(words.printable("\n".join(_show_head(d) + ["", "context:"])) + "\n")
+    _context_lines(d)
+    async for later in batches:
+        _context_lines(later)
+
+
+#: Where the streamed context goes in ``show --json``'s object (no value of a user's can be it).
+_HOLE = "\x00context streamed here " + "\x00" * 8
+
+
+def _context_json(d: SessionDetail) -> str:
+    return json_text([c.to_json() for c in d.context])[1:-1]
+
+
+def _context_lines(d: SessionDetail) -> None:
+    if d.context:
+        sys.stdout.write(words.printable("\n".join("  " + lines.context_line(item) for item in d.context)) + "\n")
+
+
+async def _just(d: SessionDetail) -> AsyncGenerator[SessionDetail, None]:
+    yield d
+
+
+def _show_head(d: SessionDetail) -> list[str]:
     out = lines.summary(d)
     if d.system:
         out += ["", "system prompt:", *("  " + words.printable(x) for x in d.system.splitlines())]
@@ -76,21 +129,42 @@ async def show(ws: Workspace, args: argparse.Namespace) -> int:
     if d.checkpoints:
         out += ["", "checkpoints:", *(f"  {words.printable(c.name)} at message {c.seq}, {words.clock(c.created)}"
                                       for c in d.checkpoints)]
-    out += ["", "context:", *("  " + lines.context_line(item) for item in d.context)]
-    emit(args, None, "\n".join(out))
-    return 0
+    return out
+
+
+def range_type(text: str) -> tuple[int, int | None]:
+    """``A:B``: history positions A to B, both included; either end may be left out."""
+    lo, sep, hi = text.partition(":")
+    try:
+        first = int(lo) if lo else 1
+        last = int(hi) if hi else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a range A:B of positions: {text!r}") from None
+    if not sep or first < 1 or (last is not None and last < first):
+        raise argparse.ArgumentTypeError(f"not a range A:B of positions (1 <= A <= B): {text!r}")
+    return first - 1, last
+
+
+def _message_json(m: Message) -> dict[str, Any]:
+    return {"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
+            "pinned": m.pinned, "created": m.created, "meta": m.meta}
 
 
 @command("history", "the full history of a session, archived messages included, every message whole", args=[
     SID, arg("--short", action="store_true", help="one line a message, long ones cut"),
     arg("--after", type=int, default=0, metavar="SEQ", help="only the messages after this one"),
     arg("-n", "--limit", type=count_type, metavar="N", help="at most this many messages"),
+    arg("--tail", type=count_type, metavar="N", help="only the last N messages (of the range, if given)"),
+    arg("--range", type=range_type, metavar="A:B", help="only positions A to B (1-based, both included)"),
 ])
 async def history(ws: Workspace, args: argparse.Namespace) -> int:
-    msgs = await ws.history(args.sid, max(0, args.after), None if args.limit is None else max(0, args.after) + args.limit)
-    emit(args, [{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
-                 "pinned": m.pinned, "created": m.created, "meta": m.meta} for m in msgs],
-         lambda: "\n".join(lines.history_line(m, short=args.short) for m in msgs))
+    """Streamed: printed a batch at a time as it is read, so memory does not grow with the history."""
+    lo, hi = args.range if args.range else (0, None)
+    lo = max(lo, args.after)
+    if args.limit is not None:
+        hi = lo + args.limit if hi is None else min(hi, lo + args.limit)
+    await emit_stream(args, ws.history_batches(args.sid, lo, hi, tail=args.tail), _message_json,
+                      lambda m: lines.history_line(m, short=args.short))
     return 0
 
 

@@ -12,7 +12,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +61,44 @@ def emit(args: argparse.Namespace, data: Any, text: str | Callable[[], str]) -> 
             sys.stdout.write(printable(out) + "\n")
 
 
+async def emit_stream(args: argparse.Namespace, batches: AsyncGenerator[Sequence[Any], None],
+                      to_json: Callable[[Any], Any], line: Callable[[Any], str]) -> None:
+    """Print items as they come, a batch at a time: with ``--json`` one JSON array (the same
+    text ``emit`` prints for the whole list), else one human line (or more) an item.
+    Memory stays flat in how many items there are. Nothing is printed before the first batch
+    is read, so that a refusal (no such session) leaves standard output empty."""
+    try:
+        await _write_stream(args, batches, to_json, line)
+    finally:
+        await batches.aclose()  # a reader gone (`| head`): the read ends before the workspace closes
+
+
+async def _write_stream(args: argparse.Namespace, batches: AsyncGenerator[Sequence[Any], None],
+                        to_json: Callable[[Any], Any], line: Callable[[Any], str]) -> None:
+    out = sys.stdout
+    first = await anext(batches, None)
+    if args.json:
+        out.write("[")
+        started = False
+        while first is not None:
+            if first:
+                out.write((", " if started else "") + json_text([to_json(x) for x in first])[1:-1])
+                started = True
+            first = await anext(batches, None)
+        out.write("]\n")
+        return
+    while first is not None:
+        if first:
+            out.write(printable("\n".join(line(x) for x in first)) + "\n")
+        first = await anext(batches, None)
+
+
 def json_text(data: Any) -> str:
     """``data`` as JSON that is safe on a terminal and reads back the same: the C1 controls
-    (which can only be inside strings) are written as ``\\u00NN`` escapes."""
-    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(data, ensure_ascii=False, default=str))
+    (which can only be inside strings) are written as ``\\u00NN`` escapes. ASCII text without
+    DEL, the usual case, needs none (two checks in C, far cheaper than the pattern)."""
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return text if text.isascii() and "\x7f" not in text else _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def notes(args: argparse.Namespace, outcomes: Iterable[Outcome]) -> None:

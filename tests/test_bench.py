@@ -42,3 +42,42 @@ def test_mcp_server_tiny_measures_every_round_trip() -> None:
                             "start"}
     assert all(len(f["runs"]) == 25 for k, f in figures.items() if k != "start")
     assert all(0 < f["median"] < 5 for f in figures.values())
+
+
+def test_core_tiny_measures_every_figure() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "core.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    figures = report["results"]
+    assert {"fork_cli_ratio", "send_jsonl_cli", "ps_cli", "show_cli", "compress_cli"} <= set(figures), sorted(figures)
+    assert all(f["median"] > 0 for f in figures.values())
+
+
+def test_scale_tiny_measures_every_figure_without_an_error() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    failed = {k: f["error"] for k, f in report["results"].items() if "error" in f}
+    assert not failed
+    assert report["results"]["fork_memory_rows"]["median"] >= 0
+
+
+def test_peer_tiny_compares_with_sqlitesession() -> None:
+    import pytest
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        from peer import DEFAULT_VENV
+    finally:
+        sys.path.remove(str(BENCH))
+    if not (DEFAULT_VENV / "bin" / "python").exists():
+        pytest.skip(f"the peer is installed only for the benchmark: run bench/peer.py once to make {DEFAULT_VENV}")
+    proc = subprocess.run([sys.executable, str(BENCH / "peer.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["peer"]["version"] and len(report["procession"]["append_s"]) == 1

@@ -171,13 +171,18 @@ class View:
             for i, root in enumerate(tops):
                 self._walk(root, children, "", i == len(tops) - 1)
 
-    def _walk(self, session: SessionInfo, children: dict[int | None, list[SessionInfo]], indent: str,
+    def _walk(self, root: SessionInfo, children: dict[int | None, list[SessionInfo]], indent: str,
               last: bool) -> None:
-        self.keys.append(session.id)
-        self.prefixes[session.id] = indent + ("└─ " if last else "├─ ")
-        kids = children.get(session.id, [])
-        for i, kid in enumerate(kids):
-            self._walk(kid, children, indent + ("   " if last else "│  "), i == len(kids) - 1)
+        """Rows of ``root``'s subtree, depth first, with an explicit stack: a fork chain
+        thousands of levels deep is as good a tree as a shallow one."""
+        stack = [(root, indent, last)]
+        while stack:
+            session, indent, last = stack.pop()
+            self.keys.append(session.id)
+            self.prefixes[session.id] = indent + ("└─ " if last else "├─ ")
+            kids = children.get(session.id, [])
+            below = indent + ("   " if last else "│  ")
+            stack.extend((kid, below, i == len(kids) - 1) for i, kid in reversed(list(enumerate(kids))))
 
 
 def _tree_moved(before: SessionInfo | None, after: SessionInfo) -> bool:

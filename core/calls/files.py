@@ -10,10 +10,9 @@ file to load is read and checked whole before the write transaction opens.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,9 +81,7 @@ class FileCalls(Calls):
             raise InvalidArgument(f"{path} exists; replace it explicitly (--force) or choose another file")
         async with self.store.snapshot() as tx:
             await rows.session(tx, sid)
-            payload, count = await _payload(tx, sid)
-        staged = _stage(path, snapshot.dump(payload), hashlib.sha256(snapshot.canonical_bytes(payload)).hexdigest(),
-                        count)
+            staged = await _stage(path, tx, sid)
         try:
             return await self._saved(sid, str(path), staged)
         finally:
@@ -182,11 +179,10 @@ class FileCalls(Calls):
         return Loaded(child, f"{sid}:{checkpoint}", cp["seq"])
 
 
-async def _payload(tx: Any, sid: int) -> tuple[dict[str, Any], int]:
-    """A session as a snapshot's payload, and how many messages it holds."""
+async def _payload(tx: Any, sid: int) -> dict[str, Any]:
+    """A session as a snapshot's payload, but for its messages (``_messages`` streams them)."""
     row = await rows.session(tx, sid)
-    msgs = await history.read(tx, sid)
-    payload = {
+    return {
         "session": {
             "uuid": row["uuid"], "name": row["name"], "agent": row["agent"], "goal": row["goal"],
             "system": row["system"], "priority": row["priority"], "runner": row["runner"],
@@ -197,32 +193,39 @@ async def _payload(tx: Any, sid: int) -> tuple[dict[str, Any], int]:
             "agent_ref": json.loads(row["agent_ref"]) if row["agent_ref"] else None,
             "agent_seen": row["agent_seen"],
         },
-        "messages": [
-            {"seq": m.seq, "role": m.role, "content": m.content, "author": m.author, "pinned": m.pinned,
-             "created": m.created, "meta": m.meta}
-            for m in msgs
-        ],
         "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary} for f in await history.folds(tx, sid)],
         "memory": {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()},
         "resources": [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)],
         "triggers": [{"kind": t["kind"], "spec": json.loads(t["spec"])} for t in await rows.triggers(tx, sid)],
     }
-    return payload, len(msgs)
 
 
-def _stage(path: Path, data: bytes, sha256: str, messages: int) -> _Staged:
-    """Write ``data`` to a temporary file beside ``path``, readable by the owner only, synced."""
+async def _messages(tx: Any, sid: int, seen: list[int]) -> AsyncIterator[list[dict[str, Any]]]:
+    """The history as a snapshot's messages, a batch at a time; ``seen[0]`` counts them."""
+    async for batch in history.batches(tx, sid):
+        seen[0] += len(batch)
+        yield [{"seq": m.seq, "role": m.role, "content": m.content, "author": m.author, "pinned": m.pinned,
+                "created": m.created, "meta": m.meta} for m in batch]
+
+
+async def _stage(path: Path, tx: Any, sid: int) -> _Staged:
+    """Write ``sid``'s snapshot to a temporary file beside ``path``, readable by the owner
+    only, synced; streamed from the read transaction ``tx``, hashed while written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    seen = [0]
     try:
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            size, sha256 = await snapshot.write(fh, await _payload(tx, sid), _messages(tx, sid, seen))
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise ProcessionError(f"cannot write {path}: {exc.strerror}") from None
-    return _Staged(tmp, path, len(data), sha256, messages)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return _Staged(tmp, path, size, sha256, seen[0])
 
 
 def _refold(items: list[ContextItem], specs: list[dict[str, Any]], count: Callable[[str], int],

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..model.records import ContextItem, Fold, Message
 from ..store.sqlite import Tx
@@ -65,25 +66,94 @@ def _clip(segments: Sequence[Segment], lo: int, hi: int) -> list[Segment]:
 _COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
 
 
-async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
-    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order."""
-    segments = await lineage(tx, sid)
+#: Segments read by one statement: SQLite refuses a compound SELECT of over 500 terms, so a
+#: deeper lineage is read as several statements, one after the other, in position order.
+SEGMENTS_PER_QUERY = 200
+
+#: Rows fetched from SQLite at a time while streaming.
+BATCH = 2000
+
+
+def _message(r: Sequence[Any]) -> Message:
+    return Message(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], json.loads(r[7]) if r[7] else None)
+
+
+#: Which rows of a range a fold hides none of: what the active context keeps inside a fold.
+PROTECTED = "(pinned OR role = 'system')"
+
+
+async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, size: int = BATCH,
+                  protected: bool = False, segments: Sequence[Segment] | None = None,
+                  ) -> AsyncGenerator[list[Message], None]:
+    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order, in
+    lists of at most ``size`` (only its protected messages with ``protected``): memory stays
+    flat in the history length, and the cost grows with the segments and rows read, never
+    with the lineage depth. ``segments`` saves reading the lineage again."""
+    if segments is None:
+        segments = await lineage(tx, sid)
     if hi is None:
         hi = segments[-1].hi if segments else 0
     parts = _clip(segments, lo, hi)
-    if not parts:
-        return []
-    sql = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq)"
-        for _ in parts
-    )
-    params = [v for s in parts for v in (s.session, s.lo, s.hi)]
-    rows = await tx.all(sql, params)
-    return [
-        Message(r["seq"], r["role"], r["content"], r["tokens"], r["author"], bool(r["pinned"]), r["created"],
-                json.loads(r["meta"]) if r["meta"] else None)
-        for r in rows
-    ]
+    where = f" AND {PROTECTED}" if protected else ""
+    for start in range(0, len(parts), SEGMENTS_PER_QUERY):
+        chunk = parts[start:start + SEGMENTS_PER_QUERY]
+        sql = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?{where}"
+            " ORDER BY seq)"
+            for _ in chunk
+        )
+        cursor = await tx.execute(sql, [v for s in chunk for v in (s.session, s.lo, s.hi)])
+        cursor.row_factory = None
+        try:
+            while rows := await cursor.fetchmany(size):
+                yield [_message(r) for r in rows]
+        finally:
+            await cursor.close()
+
+
+async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, protected: bool = False,
+               segments: Sequence[Segment] | None = None) -> list[Message]:
+    """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order."""
+    return [m async for batch in batches(tx, sid, lo, hi, size=10_000, protected=protected, segments=segments)
+            for m in batch]
+
+
+def _outermost(in_force: Sequence[Fold]) -> list[tuple[int, int]]:
+    """The ranges ``(lo, hi)`` the folds cover, merged: folds nest or stay disjoint."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted((f.lo, f.hi) for f in in_force):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+async def context(tx: Tx, sid: int, in_force: Sequence[Fold] | None = None, *,
+                  last: int | None = None) -> list[ContextItem]:
+    """The active context (its ``last`` items only, when given), reading only what it shows:
+    the messages outside every fold and the protected ones inside; a compressed
+    million-message session costs its context, not its history, and the last items of a
+    long one cost those items. Equal to ``active(read(tx, sid), in_force)[-last:]``."""
+    if in_force is None:
+        in_force = await folds(tx, sid)
+    segments = await lineage(tx, sid)
+    length = segments[-1].hi if segments else 0
+    if last is not None:
+        if last <= 0:
+            return []
+        folded = max((f.hi for f in in_force), default=0)
+        if length - folded >= last:  # the last items are all after every fold
+            return active(await read(tx, sid, length - last, segments=segments), ())
+    seen: list[Message] = []
+    upto = 0
+    for lo, hi in _outermost(in_force):
+        seen += await read(tx, sid, upto, lo - 1, segments=segments)
+        seen += await read(tx, sid, max(upto, lo - 1), hi, protected=True, segments=segments)
+        upto = max(upto, hi)
+    seen += await read(tx, sid, upto, segments=segments)
+    items = active(seen, in_force)
+    return items if last is None else items[-last:]
 
 
 async def cum_tokens(tx: Tx, sid: int, seq: int) -> int:

@@ -14,7 +14,8 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO, Final
 
 from ..model import environ, limits, runner_spec, trigger_spec
 from ..model.errors import InvalidArgument, SnapshotError
@@ -28,9 +29,10 @@ VERSION: Final = 1
 STRUCTURE_DEPTH: Final = 4
 
 
-def canonical_bytes(payload: dict[str, Any]) -> bytes:
-    """The payload's one text form; never NaN or Infinity, which no JSON reader takes back (a
-    workspace may hold one, or a value too deep to write, stored before they were refused)."""
+def canonical_bytes(payload: Any) -> bytes:
+    """The payload's one text form (or any part's: a list's is its items' joined by commas);
+    never NaN or Infinity, which no JSON reader takes back (a workspace may hold one, or a
+    value too deep to write, stored before they were refused)."""
     try:
         text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (ValueError, RecursionError):
@@ -39,12 +41,51 @@ def canonical_bytes(payload: dict[str, Any]) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _head(digest: str) -> bytes:
+    head = json.dumps({"format": FORMAT, "version": VERSION, "sha256": digest}, separators=(",", ":"))
+    return head[:-1].encode() + b',"payload":'
+
+
 def dump(payload: dict[str, Any]) -> bytes:
     """The file's bytes for ``payload``."""
     body = canonical_bytes(payload)
-    digest = hashlib.sha256(body).hexdigest()
-    head = json.dumps({"format": FORMAT, "version": VERSION, "sha256": digest}, separators=(",", ":"))
-    return head[:-1].encode() + b',"payload":' + body + b"}\n"
+    return _head(hashlib.sha256(body).hexdigest()) + body + b"}\n"
+
+
+#: Where a file's digest starts: it is written last, over a placeholder of its own length.
+_DIGEST_AT = len(_head("")) - len('","payload":')
+
+
+async def write(fh: BinaryIO, payload: dict[str, Any], messages: AsyncIterator[list[dict[str, Any]]]) -> tuple[int, str]:
+    """Write ``dump(payload)`` to ``fh`` (a new file, open for writing and seeking) with
+    ``payload["messages"]`` (absent from ``payload``) taken from ``messages`` a batch at a
+    time, hashing while writing: the file is the same, memory stays flat in the history and
+    nothing is serialised twice. Returns the bytes written and the digest."""
+    digest = hashlib.sha256()
+    size = 0
+
+    def put(data: bytes) -> None:
+        nonlocal size
+        digest.update(data)
+        fh.write(data)
+        size += len(data)
+
+    fh.write(_head("0" * 64))
+    start = fh.tell()
+    before = {k: payload[k] for k in sorted(payload) if k < "messages"}
+    after = {k: payload[k] for k in sorted(payload) if k > "messages"}
+    put(canonical_bytes(before)[:-1] + (b',"messages":[' if before else b'"messages":['))
+    first = True
+    async for batch in messages:
+        if batch:
+            put((b"" if first else b",") + canonical_bytes(batch)[1:-1])
+            first = False
+    put(b"]" + (b"," + canonical_bytes(after)[1:] if after else b"}"))
+    fh.write(b"}\n")
+    hexdigest = digest.hexdigest()
+    fh.seek(_DIGEST_AT)
+    fh.write(hexdigest.encode())
+    return start + size + 2, hexdigest
 
 
 @dataclass(slots=True, frozen=True)
@@ -76,12 +117,23 @@ def parse(data: bytes, source: str) -> Snapshot:
     payload = doc.get("payload")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
         raise SnapshotError(f"{source} is not a complete snapshot (no payload or no hash)")
-    if hashlib.sha256(canonical_bytes(payload)).hexdigest() != doc["sha256"]:
+    digest = doc["sha256"]
+    if not _hashed_as_written(data, digest) and hashlib.sha256(canonical_bytes(payload)).hexdigest() != digest:
         raise SnapshotError(f"{source} does not match its content hash: it was altered or damaged")
     try:
         return _validate(payload)
     except (SnapshotError, InvalidArgument) as exc:
         raise SnapshotError(f"{source} is not a valid snapshot: {exc}") from None
+
+
+def _hashed_as_written(data: bytes, digest: str) -> bool:
+    """Whether the file is laid out as ``dump`` writes it and its payload's bytes, as they
+    stand, have the digest: then they are the canonical bytes the digest was taken of (and
+    the payload parsed from them is that payload), and nothing needs serialising again. A
+    file rewritten by another tool (indented, keys reordered) is checked the slow way."""
+    head = _head(digest)
+    return (data.startswith(head) and data.endswith(b"}\n")
+            and hashlib.sha256(memoryview(data)[len(head):-2]).hexdigest() == digest)
 
 
 def _need(cond: bool, what: str) -> None:

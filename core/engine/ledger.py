@@ -224,7 +224,7 @@ class Ledger(Workspace):
         if prompt_upto is not None:
             await tx.execute("UPDATE runs SET prompt_upto = ? WHERE id = ?", (prompt_upto, run))
         await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None)
-        context = history.active(await history.read(tx, sid), await history.folds(tx, sid))
+        context = await history.context(tx, sid)
         memory = {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()}
         resources = [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)]
         document = protocol.document(

@@ -1,0 +1,88 @@
+"""Reads that print a part cost a part: history --tail/--range, show --tail, ps --limit/--sort,
+the streamed JSON (the same text as a whole dump), and the active context read without the
+history it hides."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Cli
+from procession import Workspace
+from procession.calls import history
+from procession.present import lines
+
+
+def _messages(n: int) -> list[dict[str, object]]:
+    return [{"role": "system" if i == 0 else ("user", "assistant")[i % 2],
+             "content": f"message {i} " + "about the quarterly ledger and its regional figures " * 3,
+             **({"pinned": True} if i % 37 == 5 else {})}
+            for i in range(n)]
+
+
+async def test_history_tail_range_and_streamed_json(ws: Workspace, cli: Cli) -> None:
+    sid = (await ws.spawn("long", "a")).sid
+    await ws.send_many(sid, _messages(2_500))  # above one streamed batch
+    whole = await ws.history(sid)
+    assert cli("history", str(sid), "--json").stdout == \
+        json.dumps([{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
+                     "pinned": m.pinned, "created": m.created, "meta": m.meta} for m in whole],
+                   ensure_ascii=False) + "\n"
+    tail = cli.json("history", str(sid), "--tail", "3")
+    assert [m["seq"] for m in tail] == [2_498, 2_499, 2_500]  # type: ignore[index,union-attr]
+    ranged = cli.json("history", str(sid), "--range", "10:12")
+    assert [m["seq"] for m in ranged] == [10, 11, 12]  # type: ignore[index,union-attr]
+    assert [m["seq"] for m in cli.json("history", str(sid), "--range", "10:", "--tail", "2")] == [2_499, 2_500]  # type: ignore[index,union-attr]
+    assert [m["seq"] for m in cli.json("history", str(sid), "--range", ":3")] == [1, 2, 3]  # type: ignore[index,union-attr]
+    lines = cli("history", str(sid), "--tail", "2", "--short").stdout.splitlines()
+    assert len(lines) == 2 and "message 2499" in lines[-1]
+    assert cli("history", str(sid), "--range", "5:3", check=False).returncode == 2
+    refused = cli("history", "999", "--json", check=False)
+    assert refused.returncode != 0 and refused.stdout == ""
+    empty = (await ws.spawn("empty", "a")).sid
+    assert cli("history", str(empty), "--json").stdout == "[]\n"
+
+
+async def test_show_tail_and_the_active_context_read_sparsely(ws: Workspace, cli: Cli) -> None:
+    sid = (await ws.spawn("long", "a")).sid
+    await ws.send_many(sid, _messages(3_000))
+    await ws.compress(sid, keep_last=50)
+    await ws.send_many(sid, _messages(200)[1:])
+    await ws.compress(sid, keep_last=20)
+    await ws.send_many(sid, _messages(30)[1:])
+    async with ws.store.snapshot() as tx:
+        in_force = await history.folds(tx, sid)
+        full = history.active(await history.read(tx, sid), in_force)
+        assert await history.context(tx, sid, in_force) == full
+        for last in (1, 29, 30, 40, len(full), len(full) + 5):
+            assert await history.context(tx, sid, in_force, last=last) == full[-last:]
+    shown = cli.json("show", str(sid), "--tail", "5")
+    assert [c["seq"] for c in shown["context"]] == [i.seq for i in full[-5:]]  # type: ignore[index]
+    assert len(cli.json("show", str(sid))["context"]) == len(full)  # type: ignore[index,arg-type]
+
+
+async def test_ps_limit_sort_and_streamed_json(ws: Workspace, cli: Cli) -> None:
+    for i in range(30):
+        sid = (await ws.spawn(f"s{i}", f"agent{i % 3}", priority=(i * 7) % 10 - 5)).sid
+        if i % 4 == 0:
+            await ws.trigger_add(sid, "every", ["5m"])
+    listed = cli.json("ps")
+    assert listed == [s.to_json() for s in await ws.ps()]
+    top = cli.json("ps", "--sort", "priority", "-r", "--limit", "4")
+    expected = sorted(await ws.ps(), key=lambda s: (-s.priority, -s.id))[:4]
+    assert [s["id"] for s in top] == [s.id for s in expected]  # type: ignore[index,union-attr]
+    assert [s.id for s in await ws.ps(sort="name", limit=3)] == \
+        [s.id for s in sorted(await ws.ps(), key=lambda s: (s.name, s.id))[:3]]
+    assert "3 sessions" in cli("ps", "-n", "3").stdout
+    assert cli("ps", "--sort", "nope", check=False).returncode == 2
+
+
+async def test_show_streams_a_long_context_as_the_whole_text(ws: Workspace, cli: Cli) -> None:
+    sid = (await ws.spawn("long", "a", system="be brief")).sid
+    await ws.send_many(sid, _messages(4_500))  # three streamed batches
+    await ws.memory_set(sid, "context", [])  # a user's key cannot be taken for the streamed one
+    detail = await ws.show(sid)
+    assert json.loads(cli("show", str(sid), "--json").stdout) == json.loads(json.dumps(detail.to_json()))
+    text = cli("show", str(sid)).stdout.splitlines()
+    assert text[text.index("context:") + 1:] == ["  " + lines.context_line(i) for i in detail.context]
+    empty = (await ws.spawn("empty", "a")).sid
+    assert cli.json("show", str(empty))["context"] == []  # type: ignore[index]
