@@ -131,7 +131,7 @@ class Engine:
                 log.info("took over from engine pid %s", took.took_over["pid"])
             await self._recover()
             if self.with_triggers:
-                self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None)
+                self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None, kick=self.kick.set)
                 await self.triggers.refresh(catch_up=True)
         except BaseException:
             if self.heartbeat is not None:

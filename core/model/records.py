@@ -22,15 +22,27 @@ class TriggerInfo:
     last_fired: float | None
     fired: int
     pending: bool
+    seen_text: str | None = None  # a commit trigger's: the branch tips it last saw, its last commit, a problem
 
     @property
     def spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = json.loads(self.spec_text)
         return spec
 
+    @property
+    def seen(self) -> dict[str, Any]:
+        """What a commit trigger has seen: ``tips`` (branch -> commit), ``last`` (the newest
+        commit seen: branch, id, subject) and ``problem`` (its repository or branch is gone)."""
+        seen: dict[str, Any] = json.loads(self.seen_text) if self.seen_text else {}
+        return seen
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "session": self.session, "kind": self.kind, "spec": self.spec, "armed": self.armed,
+        data = {"id": self.id, "session": self.session, "kind": self.kind, "spec": self.spec, "armed": self.armed,
                 "last_fired": self.last_fired, "fired": self.fired, "pending": self.pending}
+        if self.kind == "commit":
+            seen = self.seen
+            data.update(last_commit=seen.get("last"), problem=seen.get("problem"))
+        return data
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ def _triggers(s: SessionInfo, now: float) -> Parts:
     if not s.triggers:
         return [("-", "cell--muted")]
     kinds = trigger_kinds(s)
-    parts = [(kinds, "cell--muted" if "(off)" in kinds else "")]
+    parts = [(kinds, "cell--warning" if "(!)" in kinds else "cell--muted" if "(off)" in kinds else "")]
     if s.last_fired:
         parts.append((f" {words.age(s.last_fired, now)}", "cell--muted"))
     return parts

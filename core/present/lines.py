@@ -37,7 +37,8 @@ def value(v: Any) -> str:
 
 
 def trigger_label(t: TriggerInfo) -> str:
-    """A short human form: ``watch src/**``, ``cron 0 9 1 * *``, ``every 5m``, ``after 3``."""
+    """A short human form: ``watch src/**``, ``cron 0 9 1 * *``, ``every 5m``, ``after 3``,
+    ``commit /repo --branch main --path src/**`` (the words that would add it again)."""
     spec = t.spec
     match t.kind:
         case "watch":
@@ -48,6 +49,9 @@ def trigger_label(t: TriggerInfo) -> str:
             text = f"every {spec['text']}"
         case "after":
             text = f"after {spec['session']}"
+        case "commit":
+            text = " ".join(["commit", spec["repo"], f"--branch {spec['branch']}",
+                             *(f"--path {p}" for p in spec["paths"])])
         case _:
             text = t.kind
     return printable(text)
@@ -55,18 +59,38 @@ def trigger_label(t: TriggerInfo) -> str:
 
 def trigger_kinds(s: SessionInfo) -> str:
     """``cron,watch``; a kind whose triggers are all disarmed (a fork's copies, a loaded
-    session's) reads ``watch(off)``, so that nobody waits for a wake that cannot come."""
+    session's) reads ``watch(off)``, so that nobody waits for a wake that cannot come; a
+    commit trigger whose repository or branch is gone reads ``commit(!)``."""
     kinds: dict[str, bool] = {}
+    broken: set[str] = set()
     for t in s.triggers:
         kinds[t.kind] = kinds.get(t.kind, False) or (t.armed and s.armed)
-    return ",".join(kind if armed else f"{kind}(off)" for kind, armed in kinds.items())
+        if t.kind == "commit" and t.seen.get("problem"):
+            broken.add(t.kind)
+    return ",".join(f"{kind}(off)" if not armed else f"{kind}(!)" if kind in broken else kind
+                    for kind, armed in kinds.items())
 
 
 def trigger_line(t: TriggerInfo, now: float | None = None) -> str:
     state = "armed" if t.armed else "disarmed"
     fired = f", fired {t.fired}x, last {words.ago(t.last_fired, now)}" if t.fired else ""
     pending = ", a firing waits for the session to be idle" if t.pending else ""
-    return f"[{t.id}] {trigger_label(t)} ({state}{fired}{pending})"
+    line = f"[{t.id}] {trigger_label(t)} ({state}{fired}{pending})"
+    if t.kind == "commit":
+        line += commit_seen(t)
+    return line
+
+
+def commit_seen(t: TriggerInfo) -> str:
+    """What a commit trigger last saw (``; last commit 1a2b3c4d5e on main: subject``) and its
+    problem, if its repository or branch is gone."""
+    seen = t.seen
+    last = seen.get("last")
+    text = f"; last commit {last['id'][:10]} on {last['branch']}: {one_line(last['subject'], 60)}" if last else \
+        "; no commit seen yet"
+    if seen.get("problem"):
+        text += f"; problem: {one_line(seen['problem'], 120)}"
+    return printable(text)
 
 
 # ---------------------------------------------------------------- one session

@@ -29,8 +29,9 @@ def here(path: str) -> str:
 
 
 def local_paths(kind: str, words: Sequence[str]) -> list[str]:
-    """The words of a bind or a watch with their paths made absolute here; other words as typed."""
-    return [here(w) for w in words] if kind in (*limits.PATH_KINDS, "watch") else list(words)
+    """The words of a bind, a watch or a commit trigger with their paths made absolute here;
+    other words as typed."""
+    return [here(w) for w in words] if kind in (*limits.PATH_KINDS, "watch", "commit") else list(words)
 
 
 def json_value(text: str, what: str = "the value") -> Any:

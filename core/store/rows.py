@@ -36,7 +36,8 @@ PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
     " LEFT JOIN runs r ON r.session_id = s.id AND r.ended IS NULL"
 )
-TRIGGER_COLUMNS = "id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL"
+TRIGGER_COLUMNS = ("id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL,"
+                   " CASE WHEN kind = 'commit' THEN state END")
 _MEMORY_PUT = (
     "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
@@ -90,6 +91,13 @@ async def update_session(tx: Tx, sid: int, **cols: Any) -> None:
     cols["last_active"] = tx.now
     assignments = ", ".join(f"{k} = ?" for k in cols)
     await tx.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", [*cols.values(), sid])
+
+
+async def workdir(tx: Tx, sid: int) -> str:
+    """Where a session works: its first bound folder, else the folder it was spawned in."""
+    found = await tx.value("SELECT uri FROM resources WHERE session_id = ? AND kind = 'folder' ORDER BY id LIMIT 1",
+                           (sid,))
+    return str(found) if found is not None else str((await session(tx, sid))["cwd"])
 
 
 async def ancestry(tx: Tx, sid: int) -> list[Row]:
@@ -232,7 +240,8 @@ def trigger_infos(rows: Iterable[Sequence[Any]]) -> dict[int, list[TriggerInfo]]
     """Rows of ``TRIGGER_COLUMNS`` as records, by session."""
     by_session: dict[int, list[TriggerInfo]] = {}
     for r in rows:
-        by_session.setdefault(r[1], []).append(TriggerInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7])))
+        by_session.setdefault(r[1], []).append(TriggerInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7]),
+                                                           r[8]))
     return by_session
 
 
