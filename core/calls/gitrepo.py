@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..model.errors import ProcessionError
 
@@ -155,10 +154,10 @@ def subject(common_dir: str, sha: str) -> str:
     return _text(run(None, "log", "-1", "--format=%s", sha, git_dir=common_dir).stdout).strip()
 
 
-def uncommitted(top: str) -> list[str]:
+def uncommitted(top: str, *, untracked: bool = True) -> list[str]:
     """Paths with changes not committed in the worktree ``top``: modified, staged, deleted, or
-    untracked and not ignored."""
-    out = run(top, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    (``untracked``) untracked and not ignored."""
+    out = run(top, "status", "--porcelain=v1", "-z", f"--untracked-files={'all' if untracked else 'no'}")
     paths, entries = [], _lines(out.stdout)
     i = 0
     while i < len(entries):
@@ -166,6 +165,45 @@ def uncommitted(top: str) -> list[str]:
         paths.append(entry[3:])
         i += 2 if entry[:1] in ("R", "C") else 1  # a rename's next field is the path it came from
     return paths
+
+
+def merge_tree(top: str, ours: str, theirs: str) -> tuple[str, dict[str, str]]:
+    """Git's three-way merge of branch ``theirs`` into ``ours``, computed without touching any
+    worktree or ref (``merge-tree --write-tree``, the ``ort`` merge): the merged tree, and the
+    conflicting paths with what kind of conflict each is (``content``, ``modify/delete``...)."""
+    proc = run(top, "merge-tree", "--write-tree", "-z", "--name-only", ours, theirs, check=False)
+    if proc.returncode not in (0, 1):
+        raise GitError(said(proc) or "git merge-tree failed")
+    fields = _text(proc.stdout).split("\0")
+    tree, conflicted, i = fields[0], {}, 1
+    while i < len(fields) and fields[i]:
+        conflicted[fields[i]] = "content"
+        i += 1
+    i += 1
+    while i < len(fields) and fields[i].isdigit():  # messages: <n> <paths...> <type> <message>
+        n = int(fields[i])
+        paths, kind = fields[i + 1:i + 1 + n], fields[i + 1 + n]
+        for path in paths:
+            if path in conflicted and kind.startswith("CONFLICT"):
+                conflicted[path] = kind[kind.find("(") + 1:kind.rfind(")")] or conflicted[path]
+        i += n + 3
+    return tree, conflicted
+
+
+def diff_names(top: str, old: str, new: str) -> list[tuple[str, str]]:
+    """``(status, path)`` of what differs from ``old`` to ``new`` (A added, M modified, D deleted, T type)."""
+    fields = _lines(run(top, "diff", "--name-status", "-z", "--no-renames", old, new).stdout)
+    return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+
+
+def stages(top: str, path: str) -> set[int]:
+    """Which sides of a merge in progress have ``path``: 1 base, 2 ours, 3 theirs."""
+    out = _lines(run(top, "ls-files", "-u", "-z", "--", path).stdout)
+    return {int(line.split("\t", 1)[0].split()[2]) for line in out}
+
+
+def unmerged(top: str) -> list[str]:
+    return sorted({line.split("\t", 1)[1] for line in _lines(run(top, "ls-files", "-u", "-z").stdout)})
 
 
 def untracked(top: str) -> list[str]:
@@ -180,19 +218,9 @@ def has_branch(top: str, name: str) -> bool:
     return run(top, "show-ref", "--verify", "--quiet", f"refs/heads/{name}", check=False).returncode == 0
 
 
-def short(sha: str | None) -> str:
-    return sha[:10] if sha else "-"
-
-
 def relative(path: str, top: str) -> str:
     """``path`` (absolute) as a path inside the worktree ``top``; "" for ``top`` itself."""
     rel = os.path.relpath(path, top)
     return "" if rel == "." else rel
 
 
-def inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def real(path: str) -> str:
-    return str(Path(path).resolve())

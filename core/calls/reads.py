@@ -22,6 +22,7 @@ from ..model.records import (
     SessionDetail,
     SessionInfo,
     TriggerInfo,
+    Worktree,
 )
 from ..model.states import State
 from ..store import rows
@@ -34,12 +35,12 @@ ENGINE_STALE_S = 5.0
 _STATES = {s.value: s for s in State}
 
 
-def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
+def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None) -> SessionInfo:
     """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
-                       tuple(trigs), r[24], r[25], r[26], r[27])
+                       tuple(trigs), r[24], r[25], r[26], r[27], worktree)
 
 
 class ReadCalls(Calls):
@@ -60,7 +61,9 @@ class ReadCalls(Calls):
         async with self.store.snapshot() as tx:
             found = await tx.tuples(sql, params)
             trigs = rows.trigger_infos(await tx.tuples(f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers ORDER BY id"))
-        return [_info(r, trigs.get(r[0], ())) for r in found]
+            wts = rows.worktree_infos(await tx.tuples(
+                f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL"))
+        return [_info(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
 
     async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
         """Sessions changed after revision ``since`` (every session for 0), in SID order from
@@ -75,7 +78,11 @@ class ReadCalls(Calls):
                 f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN"
                 " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?) ORDER BY id",
                 (since, after, limit))) if found else {}
-        return rev, [_info(r, trigs.get(r[0], ())) for r in found]
+            wts = rows.worktree_infos(await tx.tuples(
+                f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
+                " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?)",
+                (since, after, limit))) if found else {}
+        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
 
     async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
         """What a monitor's header shows besides its own rows: recent firings, live runs, the engine."""
@@ -212,7 +219,9 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
         raise SessionNotFound(sid)
     trigs = rows.trigger_infos(await tx.tuples(
         f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
-    return _info(found[0], trigs.get(sid, ()))
+    wts = rows.worktree_infos(await tx.tuples(
+        f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
+    return _info(found[0], trigs.get(sid, ()), wts.get(sid))
 
 
 async def live_holder(tx: Tx) -> Holder | None:

@@ -66,6 +66,8 @@ class CommitWatch:
         self.watcher = Watcher(self._changed, filtered=False)
         self._locks: dict[int, asyncio.Lock] = {}
         self._looking: set[asyncio.Task[None]] = set()
+        self._retries: set[asyncio.TimerHandle] = set()
+        self._closed = False
 
     async def update(self, specs: dict[int, dict[str, Any]], catch_up: bool = False) -> None:
         """Hold exactly these triggers (id -> spec). Those new to the engine (and those whose
@@ -87,6 +89,8 @@ class CommitWatch:
         await self.look(tid)
 
     def _spawn(self, tid: int, catch_up: bool = False) -> None:
+        if self._closed:
+            return
         task = asyncio.ensure_future(self.look(tid, catch_up))
         self._looking.add(task)
         task.add_done_callback(self._looking.discard)
@@ -107,7 +111,9 @@ class CommitWatch:
                 results = await self.ledger.fire_commits(tid, causes, state, seen)
             except ProcessionError as exc:
                 log.warning("trigger %d (commit) could not look at its repository (%s); trying again", tid, exc)
-                asyncio.get_running_loop().call_later(RETRY_S, self._spawn, tid, catch_up)
+                loop = asyncio.get_running_loop()
+                self._retries = {h for h in self._retries if h.when() > loop.time()}
+                self._retries.add(loop.call_later(RETRY_S, self._spawn, tid, catch_up))
                 return
         if state["problem"] and state["problem"] != seen.get("problem"):
             log.warning("trigger %d (commit): %s", tid, state["problem"])
@@ -121,6 +127,9 @@ class CommitWatch:
             self.kick()
 
     async def close(self) -> None:
+        self._closed = True
+        for handle in self._retries:
+            handle.cancel()
         await self.watcher.close()
         if self._looking:
             await asyncio.gather(*self._looking, return_exceptions=True)

@@ -15,12 +15,14 @@ from ..calls.merge import MISSING
 from ..model.records import (
     ContextItem,
     JournalEntry,
+    MergePlan,
     Message,
     Resource,
     RunInfo,
     SessionDetail,
     SessionInfo,
     TriggerInfo,
+    Worktree,
 )
 from . import words
 from .words import one_line, printable
@@ -134,7 +136,16 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         out.append(("goal", printable(s.goal)))
     if s.parent:
         out.append(("parent", f"{s.parent} at message {s.fork_seq}"))
+    if s.worktree:
+        out.append(("worktree", worktree_text(s.worktree)))
     return out
+
+
+def worktree_text(w: Worktree) -> str:
+    """``/repo.forks/review-2 on branch procession/review-2 (from /repo)``, or a copy's."""
+    if w.kind == "git":
+        return printable(f"{w.path} on branch {w.branch} (a git worktree of {w.source})")
+    return printable(f"{w.path} (a copy of {w.source})")
 
 
 def summary(d: SessionDetail, now: float | None = None) -> list[str]:
@@ -166,6 +177,42 @@ def history_line(m: Message, *, short: bool = False) -> str:
         return head + one_line(m.content, 100)
     body = printable(m.content).replace("\n", "\n" + " " * len(head))
     return head + body
+
+
+# ---------------------------------------------------------------- merges
+
+
+def conflict_lines(conflicts: dict[str, tuple[Any, Any, Any]], files: dict[str, str], source: int,
+                   target: int) -> list[str]:
+    """A merge's conflicts, one a line: memory keys with the three values, files with what
+    each side did."""
+    out = [f"{printable(key)}: base {value(b)}, ours ({target}) {value(o)}, theirs ({source}) {value(t)}"
+           for key, (b, o, t) in sorted(conflicts.items())]
+    out += [f"file {printable(path)}: {printable(kind)} (--ours {printable(path)} or --theirs {printable(path)})"
+            for path, kind in sorted(files.items())]
+    return out
+
+
+def merge_plan(p: MergePlan) -> list[str]:
+    """``merge --dry-run``: what the merge would do, or what stops it."""
+    out = [f"merge {p.source} into {p.target}" + (" would:" if p.clean else " is stopped by conflicts:"),
+           f"  {words.plural(p.messages, 'message')} join {p.target}"
+           + (f" (after the history they share with {p.base})" if p.base is not None else " (they share no history)")]
+    out += [f"  memory: set {memory_line(k, v)}" for k, v in p.memory_set.items()]
+    out += [f"  memory: delete {printable(k)}" for k in p.memory_deleted]
+    out += [f"  memory: {printable(k)} settled: {value(side)}" for k, side in p.resolved.items()]
+    f = p.files
+    if f is not None:
+        where = (f"branch {f.branch} into {f.target_branch} in {f.folder}" if f.kind == "git"
+                 else f"the copy {f.worktree} into {f.folder}")
+        out.append(printable(f"  files: {where}: {words.plural(len(f.changes), 'file')} would change"))
+        out += [f"    {status} {printable(path)}" for status, path in f.changes]
+        out += [f"    settled {printable(path)}: {side}" for path, side in f.resolved.items()]
+        out.append(printable(f"  then {f.worktree} is removed" + (f" with its branch {f.branch}" if f.branch else "")))
+    if not p.clean:
+        out.append("  conflicts (nothing is applied until every one is settled):")
+        out += [f"    {line}" for line in conflict_lines(p.conflicts, f.conflicts if f else {}, p.source, p.target)]
+    return out
 
 
 # ---------------------------------------------------------------- runs and the journal
