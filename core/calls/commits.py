@@ -56,6 +56,8 @@ def look(spec: dict[str, Any], seen: dict[str, Any]) -> tuple[dict[str, Any], li
     branch new to the trigger), with ``more_commits``/``more_paths`` when there were more
     than it lists, and ``rewritten`` when ``old`` is no longer in the branch (amend, rebase,
     reset). Never raises for what happened to the repository: that is the state's ``problem``.
+    A trigger that has never looked (a fork's copy, a trigger loaded from a snapshot) takes
+    the tips as they are and fires nothing: it starts from there, as a new trigger does.
     """
     before: dict[str, str] = seen.get("tips") or {}
     branch, repo, common = spec["branch"], spec["repo"], spec["git"]
@@ -66,6 +68,11 @@ def look(spec: dict[str, Any], seen: dict[str, Any]) -> tuple[dict[str, Any], li
         now = gitrepo.tips(common, branch)
     except GitError as exc:
         return {**state, "problem": f"git cannot read {repo}: {exc}"}, []
+    if "tips" not in seen:  # a trigger that never looked (a fork's copy, a loaded one): it starts from now
+        state["tips"] = now
+        if branch in now:
+            state["last"] = {"branch": branch, "id": now[branch], "subject": gitrepo.subject(common, now[branch])}
+        return state, []
     if branch != "*" and branch not in now and branch in before:
         state["problem"] = f"branch {branch} is gone from {repo} (deleted or renamed): the trigger waits for it"
     state["tips"] = dict(now) if branch == "*" else {**before, **now}

@@ -275,7 +275,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # (kind 'git': ``base`` is the commit it started at) or a copy of a folder outside git
     # (kind 'copy': ``base`` is the JSON manifest of the files copied, the base of a merge
     # back). ``path`` is what was made (and what is removed), ``folder`` the session's folder
-    # in it, ``source`` the parent's folder it came from; ``removed`` is set once it is gone.
+    # in it, ``source`` the parent's folder it came from, ``repo`` (git) the repository's
+    # common git folder and ``branch`` the fork's branch; ``removed`` is set once it is gone.
     """
     CREATE TABLE worktrees (
         session_id  INTEGER PRIMARY KEY REFERENCES sessions(id),

@@ -226,3 +226,22 @@ def test_the_ignored_folders_cover_the_watchers():
     from procession.model.trigger_spec import IGNORED_DIRS
 
     assert set(DefaultFilter.ignore_dirs) <= IGNORED_DIRS and watched.IGNORED_DIRS is IGNORED_DIRS
+
+
+async def test_a_fork_with_a_worktree_follows_its_own_branch(live, engine, tmp_path):
+    repo = Repo.init(tmp_path / "repo")
+    parent = (await live.spawn("docs", "docs", cwd=str(repo.path))).sid
+    await live.trigger_add(parent, "commit")
+    child = (await live.fork(parent, worktree=True)).sid
+    await live.approve(child)
+    info = await live.info(child)
+    assert info.worktree is not None and info.triggers[0].spec["branch"] == "procession/docs-2"
+    await until(lambda: seen(live, child, repo.head()))  # its first look starts from now: nothing fires
+    fork = Repo(Path(info.worktree.path))
+    fork.commit({"f.txt": "f\n"}, "in the fork")
+    runs = await until(lambda: ended_runs(live, child, 1))
+    assert runs[0].cause[0]["branch"] == "procession/docs-2" and subjects(runs[0].cause[0]) == ["in the fork"]
+    repo.commit({"m.txt": "m\n"}, "on main")
+    runs = await until(lambda: ended_runs(live, parent, 1))
+    assert subjects(runs[0].cause[0]) == ["on main"]
+    assert len(await live.runs(child)) == 1
