@@ -60,16 +60,16 @@ def _env() -> dict[str, str]:
 
 
 def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = True,
-        input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """``git args`` in ``cwd`` (or on the repository ``git_dir``); ``GitError`` when it fails
-    and ``check`` is set."""
+        input: bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``git args`` in ``cwd`` (or on the repository ``git_dir``), with ``env`` added to the
+    environment; ``GitError`` when it fails and ``check`` is set."""
     if shutil.which("git") is None:
         raise GitError("git is not installed (or not on PATH)")
     cmd = ["git", "-c", "core.quotePath=false"]
     if git_dir is not None:
         cmd.append(f"--git-dir={git_dir}")
     try:
-        proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env=_env(), input=input,
+        proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env={**_env(), **(env or {})}, input=input,
                               timeout=TIMEOUT_S)
     except FileNotFoundError:
         raise GitError(f"{cwd} does not exist") from None

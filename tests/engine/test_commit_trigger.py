@@ -245,3 +245,31 @@ async def test_a_fork_with_a_worktree_follows_its_own_branch(live, engine, tmp_p
     runs = await until(lambda: ended_runs(live, parent, 1))
     assert subjects(runs[0].cause[0]) == ["on main"]
     assert len(await live.runs(child)) == 1
+
+
+async def test_the_demos_api_docs_wake_on_a_commit_to_src(tmp_path):
+    from procession.cli import demo
+
+    made = await demo.build(tmp_path / "demo.db")
+    docs = Repo(made.folder / "apidocs")
+    assert docs.git("status", "--porcelain") == ""  # API.md, written at each run, is ignored
+    sid = made.sessions["api docs"]
+    async with await Workspace.open(made.db) as ws:
+        (trig,) = (await ws.info(sid)).triggers
+        assert trig.kind == "commit" and trig.spec["paths"] == ["src/**"]
+        eng = Engine(made.db, grace=0.3)
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(eng.serve(stop))
+        try:
+            await until(lambda: seen(ws, sid, docs.head()))
+            accounts = docs.read("src/ledger/accounts.py")
+            docs.commit({"src/ledger/accounts.py": accounts + '\n\ndef closing(a):\n    """Closing balance."""\n'},
+                        "Add closing")
+            runs = await until(lambda: ended_runs(ws, sid, 1))
+        finally:
+            stop.set()
+            await task
+        assert runs[0].outcome == "ok"
+        reply = (await ws.history(sid))[-1].content
+        assert reply.startswith("API.md regenerated after 1 commit (Add closing) changing accounts.py")
+    assert "`closing(a)` — Closing balance." in docs.read("API.md")
