@@ -349,7 +349,7 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
     if alive:
         miss("escaped processes", f"{len(alive)} alive, e.g. pid {alive[0]}")
     if engines.rivals["ran"]:
-        miss("rival engines that ran", f"{engines.rivals['ran']}")
+        miss("rival engines that ran", json.dumps(engines.rivals.get("odd")))
     summaries = [json.loads(p.read_text()) for p in logs.glob("worker-*.summary")]
     errors = [e for s in summaries for e in s["errors"]]
     if errors:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from procession.calls import Workspace
 from procession.calls.lifecycle import DEFAULT_WINDOW
-from procession.model import runner_spec
+from procession.model import environ, runner_spec
 from procession.model.calls import Call
 from procession.model.errors import ProcessionError
 from procession.model.outcomes import Moved, Outcome
@@ -21,7 +21,24 @@ from procession.present.words import printable
 from .terminal import UsageError, done, emit, error, notes, read_text
 from .registry import SID, SIDS, arg, command
 
-RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME"
+RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME | claude:[MODEL] | codex:[MODEL] | opencode:[P/MODEL]"
+
+ENV_ARGS = [
+    arg("--env", action="append", default=[], metavar="NAME=VALUE",
+        help="a setting stored with the session and given to its runs (not for secrets: see --pass)"),
+    arg("--pass", dest="passed", action="append", default=[], metavar="NAME",
+        help="give runs the engine's own $NAME (the value is never stored)"),
+]
+
+
+def settings(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as a dict (each checked by the call)."""
+    found = {}
+    for pair in pairs:
+        key, value = environ.setting(pair)
+        found[key] = value
+    return found
+
 
 
 @command(Call.SPAWN, creates=True, args=[
@@ -31,12 +48,25 @@ RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME"
     arg("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens"),
     arg("--timeout", type=float, help="seconds a run may take"),
     arg("--cwd", help="the session's working folder (default: here)"),
+    *ENV_ARGS,
 ])
 async def spawn(ws: Workspace, args: argparse.Namespace) -> int:
     outcome = await ws.spawn(args.name, args.agent, system=args.system, goal=args.goal, priority=args.priority,
                              runner=args.runner, window=args.window, timeout=args.timeout,
-                             cwd=str(Path(args.cwd).resolve()) if args.cwd else None)
+                             cwd=str(Path(args.cwd).resolve()) if args.cwd else None,
+                             env=settings(args.env), passed=args.passed)
     return done(args, outcome, str(outcome.sid))
+
+
+@command(Call.ENV, args=[
+    SID, arg("settings", nargs="*", metavar="NAME=VALUE", help="settings to store"),
+    arg("--pass", dest="passed", action="append", default=[], metavar="NAME",
+        help="give runs the engine's own $NAME (the value is never stored)"),
+    arg("--unset", action="append", default=[], metavar="NAME", help="remove a setting or a passed name"),
+])
+async def env(ws: Workspace, args: argparse.Namespace) -> int:
+    """With nothing to change, shows the environment."""
+    return done(args, await ws.env(args.sid, set=settings(args.settings), passed=args.passed, unset=args.unset))
 
 
 @command(Call.SET, args=[

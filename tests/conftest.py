@@ -101,6 +101,10 @@ def dump(path: Path) -> list[str]:
 
 
 from support.runs import proc_state  # noqa: E402,F401  (tests import it from here)
+# The scripted model server and the real agent CLIs pointed at it, for any test folder.
+from support.agent_clis import (  # noqa: E402,F401
+    agent_sandbox, claude_sandbox, codex_sandbox, model_server, opencode_sandbox,
+)
 
 
 FIXED = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC: the monitor's clock in tests and snapshots

@@ -10,13 +10,15 @@ run in a worker: it asks what it needs with ``push_screen_wait`` (through the sc
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from procession.model import environ
 from procession.model.calls import INFO, USER_CALLS, Call
-from procession.model.errors import ContextTooLarge, MergeConflict, ProcessionError
+from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.model.records import SessionInfo
 from procession.model.states import State, allowed
@@ -199,6 +201,32 @@ async def _set(ui: Calling, targets: Targets) -> None:
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels")
 
 
+async def _env(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    detail = await ui.ws.show(t.id)
+    shown = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(detail.env.items()))
+    passed = " ".join(detail.passed)
+
+    async def change(v: dict[str, str]) -> Outcome:
+        wanted = dict(environ.setting(w) for w in _words(v["env"]))
+        names = _words(v["passed"])
+        gone = [k for k in [*detail.env, *detail.passed] if k not in wanted and k not in names]
+        return await ui.ws.env(t.id, set={k: x for k, x in wanted.items() if detail.env.get(k) != x},
+                               passed=[n for n in names if n not in detail.passed], unset=gone)
+
+    await ui.form_call(f"Environment of session {t.id}", [
+        Field("env", "Settings stored with it: NAME=VALUE ... (not secrets)", shown),
+        Field("passed", "Names passed from the engine's environment at run time (values never stored)", passed),
+    ], change, help="Ctrl+S saves · Tab moves · Esc cancels · a name left out is removed")
+
+
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"cannot read {text!r}: {exc}") from None
+
+
 async def _nice(ui: Calling, targets: Targets) -> None:
     async def nice(v: dict[str, str]) -> Outcome:
         outcome: Outcome | None = None
@@ -373,6 +401,7 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
     Call.INTERRUPT: ("i", _lifecycle(Call.INTERRUPT), None),
     Call.CANCEL: ("C", _cancel, None),
     Call.SET: ("E", _set, None),
+    Call.ENV: ("V", _env, None),
     Call.NICE: ("N", _nice, None),
     Call.MIGRATE: ("g", _migrate, None),
     Call.MERGE: ("m", _merge, None),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,8 @@ class BindingCalls(Calls):
             uri = trigger_spec.absolute(uri, act.row["cwd"])
         else:
             limits.name(uri, "resource", 4096)
+        if kind == "mcp":
+            _mcp_uri(uri)
         if any(r["kind"] == kind and r["uri"] == uri for r in await rows.resources(act.tx, sid)):
             raise InvalidArgument(f"session {sid} already has {kind} {uri} bound")
         rid = await rows.insert_resource(act.tx, sid, kind, uri, mode)
@@ -151,3 +154,15 @@ async def _after_path(tx: Tx, start: int, goal: int) -> list[int]:
                 node = came_from[node]
             return path[::-1]
     return []
+
+
+def _mcp_uri(uri: str) -> None:
+    """An MCP server is a command run over stdio, or a streamable-HTTP endpoint."""
+    if uri.startswith(("http://", "https://")):
+        return
+    try:
+        words = shlex.split(uri[len("stdio:"):]) if uri.startswith("stdio:") else []
+    except ValueError as exc:
+        raise InvalidArgument(f"the MCP command {uri!r} does not parse: {exc}") from None
+    if not words:
+        raise InvalidArgument("an MCP server is bound as 'stdio:COMMAND ARGS...' or an http(s):// URL")

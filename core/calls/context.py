@@ -95,6 +95,10 @@ class ContextCalls(Calls):
             act.note(f"the context ({row['context_tokens']} tokens) is still over the window ({row['window']});"
                      " runs will refuse it until it fits: keep fewer items, or migrate to a larger window",
                      Call.MIGRATE, sid)
+        if row["agent_ref"]:
+            act.note(f"this folds Procession's copy of the history; the agent's own context"
+                     f"{' (' + str(row['agent_context']) + ' tokens)' if row['agent_context'] else ''} is in its"
+                     " session, unchanged: its CLI compacts that itself")
         return Compressed(sid, fold, row["context_tokens"], row["window"])
 
     @syscall(Call.EXPAND)

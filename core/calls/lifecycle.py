@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 from typing import Any
 
-from ..model import limits, runner_spec
+from ..model import agents, environ, limits, runner_spec
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
-from ..model.outcomes import Migrated, Moved, Niced, Note, Spawned, Updated
+from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, State
 from ..store import rows
@@ -28,15 +29,29 @@ SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit")
 FAIL_LIMIT_MAX = 1000
 
 
+def environment(row: Any) -> tuple[dict[str, str], list[str]]:
+    """A session row's stored settings and passed names."""
+    return (json.loads(row["env"]) if row["env"] else {}), (json.loads(row["pass_env"]) if row["pass_env"] else [])
+
+
+def require_cli(spec: runner_spec.RunnerSpec) -> None:
+    """An agent CLI runner needs its CLI installed: refused, saying how to install it, if not."""
+    if spec.agent:
+        agents.locate(spec.kind)
+
+
 class LifecycleCalls(Calls):
     @syscall(Call.SPAWN, session="result", check=None)
     async def spawn(
         self, act: Act, name: str, agent: str, *, system: str = "", goal: str = "", priority: int = 0,
         runner: str = runner_spec.DEFAULT, window: int = DEFAULT_WINDOW, timeout: float | None = None,
-        cwd: str | None = None,
+        cwd: str | None = None, env: dict[str, str] | None = None, passed: list[str] | None = None,
     ) -> Spawned:
-        """A new sleeping session for ``agent`` (made on first use), working in ``cwd``."""
-        runner_spec.parse(runner)
+        """A new sleeping session for ``agent`` (made on first use), working in ``cwd``, with
+        its own environment (``env`` stored, ``passed`` names handed over at run time)."""
+        require_cli(runner_spec.parse(runner))
+        settings, names = environ.merged({}, [], set={k: environ.setting(f"{k}={v}")[1] for k, v in (env or {}).items()},
+                                         passes=list(passed or []), unset=[])
         folder = cwd or os.getcwd()
         if not os.path.isabs(folder):
             raise InvalidArgument(f"the session folder must be absolute: {folder!r}")
@@ -49,8 +64,23 @@ class LifecycleCalls(Calls):
             name=limits.name(name, "session name"), system=system, goal=limits.text(goal, "goal"),
             priority=limits.priority(priority), runner=runner, window=limits.window(window),
             timeout=limits.positive(timeout, "timeout"), cwd=folder,
+            env=json.dumps(settings) if settings else None, pass_env=json.dumps(names) if names else None,
         )
         return Spawned(sid)
+
+    @syscall(Call.ENV)
+    async def env(self, act: Act, sid: int, *, set: dict[str, str] | None = None, passed: list[str] | None = None,
+                  unset: list[str] | None = None) -> EnvChanged:
+        """Change a session's environment: ``set`` stores settings, ``passed`` names variables
+        whose engine value a run is given (never stored), ``unset`` removes either. The next
+        run sees the change."""
+        row = act.row
+        current, names = environment(row)
+        settings = dict(environ.setting(f"{k}={v}") for k, v in (set or {}).items())
+        env, names = environ.merged(current, names, set=settings, passes=list(passed or []), unset=list(unset or []))
+        await rows.update_session(act.tx, sid, env=json.dumps(env) if env else None,
+                                  pass_env=json.dumps(names) if names else None)
+        return EnvChanged(sid, env, tuple(names))
 
     @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
@@ -177,7 +207,12 @@ class LifecycleCalls(Calls):
         """Move to another runner and window; refuse if the context does not fit, unless
         ``compress`` lets it fold older items (keeping as many recent ones as fit)."""
         row = act.row
-        runner_spec.parse(runner)
+        spec = runner_spec.parse(runner)
+        require_cli(spec)
+        if row["agent_ref"] and spec.kind != json.loads(row["agent_ref"])["cli"] and spec.agent:
+            held = agents.CLIS[json.loads(row["agent_ref"])["cli"]].title
+            raise InvalidArgument(f"session {sid}'s context lives in its {held} session, which {agents.CLIS[spec.kind].title}"
+                                  " cannot resume: moving between agent CLIs is not supported yet (fork it or spawn anew)")
         new_window = limits.window(window if window is not None else row["window"])
         tokens = row["context_tokens"]
         fold: Fold | None = None
@@ -200,5 +235,10 @@ class LifecycleCalls(Calls):
             tokens = tokens + fold.summary_tokens - fold.archived_tokens
             act.note(f"older context was compressed to fit: {fold.archived_count} items behind a summary"
                      " (expand restores them)", Call.EXPAND, sid)
+        if row["agent_ref"] and not spec.agent:
+            act.note(f"the new runner sees Procession's copy of the history; the agent's own session"
+                     f" ({json.loads(row['agent_ref'])['id']}) is kept, and resumed if it migrates back")
+        elif spec.agent and not row["agent_ref"] and row["length"]:
+            act.note("the agent starts a session of its own: its first run is given the history so far as its prompt")
         await rows.update_session(act.tx, sid, runner=runner, window=new_window)
         return Migrated(sid, runner, new_window, tokens, self.tokenizer, fold)

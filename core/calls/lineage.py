@@ -66,6 +66,12 @@ class LineageCalls(Calls):
         name = name if name is not None else await _next_name(act.tx, row)
         child = await branch(act.tx, row, name, at, await rows.memory(act.tx, sid), await history.folds(act.tx, sid),
                              act.now)
+        if row["agent_ref"]:
+            forked = await rows.session(act.tx, child)
+            act.note(f"its first run forks the agent's own {json.loads(row['agent_ref'])['cli']} session"
+                     f"{' at message ' + str(forked['agent_seen']) if json.loads(forked['agent_ref'] or '{}').get('at') else ''};"
+                     " the parent's is not touched" if forked["agent_ref"] else
+                     "the agent's session cannot be cut that early: the fork's first run starts one, given the history so far")
         copied = len(await rows.triggers(act.tx, sid))
         if made is not None:
             await _settle(act, child, made)
@@ -288,6 +294,7 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
         raise InvalidArgument(f"session {sid} has {row['length']} messages: the fork point must be 0..{row['length']}")
     inherited = [f for f in in_force if f.hi <= at]
     hist_tokens = await history.cum_tokens(tx, sid, at)
+    agent = await agent_fork(tx, row, at)
     child = await rows.insert_session(
         tx, row["system_tokens"], agent_id=row["agent_id"], name=limits.name(name, "session name"),
         goal=row["goal"], system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
@@ -295,9 +302,48 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
         base_memory=json.dumps(memory), base_at=memory_at, length=at, history_tokens=hist_tokens,
         context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
         context_count=at - sum(f.archived_count - 1 for f in inherited),
+        env=row["env"], pass_env=row["pass_env"], **agent,
     )
     await rows.put_memory(tx, child, memory)
     await rows.copy_folds(tx, child, inherited)
     await rows.copy_resources(tx, sid, child)
     await rows.copy_triggers(tx, sid, child)
     return child
+
+
+#: How far back a fork point looks for the agent's own record of a message, per step.
+_LOOK_BACK = 256
+
+
+async def agent_fork(tx: Tx, row: sqlite3.Row, at: int) -> dict[str, Any]:
+    """The child's side of the agent's own session, for a fork at ``at``.
+
+    The child is given a reference marked ``fork``: its first run forks the agent's session
+    with the CLI's own fork (the parent's is never touched), then it has its own. Messages
+    the parent's agent had not seen by the fork point stay unseen for the child's. A fork
+    before what the agent has seen must cut the agent's session at that message: Claude Code
+    resumes at the record a message came from (``at`` in the reference); a cut before any
+    such record gives the child no agent session (its first run starts one, given the
+    history so far). Codex and opencode cannot be cut by their CLIs: refused in one line.
+    """
+    if not row["agent_ref"]:
+        return {}
+    ref = json.loads(row["agent_ref"])
+    whole = {"agent_ref": json.dumps({**ref, "fork": True}), "agent_seen": min(row["agent_seen"], at),
+             "agent_context": row["agent_context"], "agent_window": row["agent_window"]}
+    if at >= row["agent_seen"]:
+        return whole
+    if ref["cli"] != "claude":
+        raise InvalidArgument(f"session {row['id']}'s {ref['cli']} session cannot be forked before its message"
+                              f" {row['agent_seen']}, the last its agent has seen: fork at {row['agent_seen']} or later")
+    hi = at
+    while hi > 0:
+        lo = max(hi - _LOOK_BACK, 0)
+        for message in reversed(await history.read(tx, row["id"], lo, hi)):
+            cut = (message.meta or {}).get("agent_uuid")
+            if cut:
+                return {"agent_ref": json.dumps({**ref, "fork": True, "at": cut}), "agent_seen": message.seq,
+                        "agent_window": row["agent_window"]}
+        hi = lo
+    return {}
+

@@ -40,7 +40,8 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
-                       tuple(trigs), r[24], r[25], r[26], r[27], worktree)
+                       tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29],
+                       worktree)
 
 
 class ReadCalls(Calls):
@@ -107,7 +108,8 @@ class ReadCalls(Calls):
         """Everything about one session, its active context included."""
         async with self.store.snapshot() as tx:
             info = await _ps_info(tx, sid)
-            system, fail_limit = (await tx.tuples("SELECT system, fail_limit FROM sessions WHERE id = ?", (sid,)))[0]
+            system, fail_limit, env, passed, ref = (await tx.tuples(
+                "SELECT system, fail_limit, env, pass_env, agent_ref FROM sessions WHERE id = ?", (sid,)))[0]
             memory = await rows.memory(tx, sid)
             res = await rows.resources(tx, sid)
             in_force = await history.folds(tx, sid)
@@ -123,6 +125,9 @@ class ReadCalls(Calls):
             checkpoints=tuple(Checkpoint(*c) for c in cps),
             tokenizer=self.tokenizer,
             fail_limit=fail_limit,
+            env=json.loads(env) if env else {},
+            passed=tuple(json.loads(passed)) if passed else (),
+            agent_ref=json.loads(ref) if ref else None,
         )
 
     async def history(self, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
@@ -210,7 +215,8 @@ class ReadCalls(Calls):
 
 def _run_info(r: Any) -> RunInfo:
     return RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
-                   r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"])
+                   r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"], r["cache_read"],
+                   r["cache_write"], r["status"])
 
 
 async def _ps_info(tx: Tx, sid: int) -> SessionInfo:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -22,24 +23,26 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from ..model import runner_spec
-from ..model.errors import EngineBusy, ProcessionError
+from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
 from ..store.sqlite import Store
 from . import reaper
 from .lease import Heartbeat
 from .ledger import FAILED, Ledger, Orphan
-from .running import LiveRun
-from .runners import protocol
+from .running import LiveRun, Reader
+from .runners import agents, protocol
 from .runners.http import HttpStep
 from .runners.process import ProcessStep, StepResult
 from .triggers import Triggers, next_due
 
 __all__ = ["Engine", "next_due"]
 
+T = TypeVar("T")
 log = logging.getLogger("procession.engine")
 
 POLL_S = 0.05
@@ -121,7 +124,8 @@ class Engine:
         store = await Store.open(self.path)
         self.ledger = Ledger(store, actor="engine")
         try:
-            took = await self.ledger.acquire(self.token, self.slots, proc_start(os.getpid()))
+            ledger = self.ledger
+            took = await _patiently(lambda: ledger.acquire(self.token, self.slots, proc_start(os.getpid())))
             loop = asyncio.get_running_loop()
             self.heartbeat = Heartbeat(store.path, self.token, lambda: loop.call_soon_threadsafe(
                 self._give_up, "another engine took the workspace's lease"))
@@ -129,10 +133,11 @@ class Engine:
             log.info("engine %s holds %s with %s", os.getpid(), store.path, plural(self.slots, "slot"))
             if took.took_over:
                 log.info("took over from engine pid %s", took.took_over["pid"])
-            await self._recover()
+            await _patiently(self._recover)
             if self.with_triggers:
-                self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None, kick=self.kick.set)
-                await self.triggers.refresh(catch_up=True)
+                triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None,
+                                                    kick=self.kick.set)
+                await _patiently(lambda: triggers.refresh(catch_up=True))
         except BaseException:
             if self.heartbeat is not None:
                 self.heartbeat.stop()
@@ -259,25 +264,40 @@ class Engine:
         sid = row["id"]
         spec = runner_spec.parse(row["runner"])
         cwd = await self.ledger.workdir(sid)
-        env = {**os.environ, "PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path)}
+        try:
+            env = run_environment(row, {"PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path),
+                                        "PWD": cwd})  # opencode takes its folder from $PWD
+        except InvalidArgument as exc:
+            await self._fail_to_start(row, str(exc))
+            return False
         launch = uuid.uuid4().hex[:12]
         tracker: reaper.Tracker | None = None
         step: ProcessStep | HttpStep
+        turn: agents.Turn | None = None
+        invocation = agents.Invocation([])
+        reader: Reader = protocol.Reader()
         try:
+            if spec.agent:
+                turn = await self.ledger.agent_turn(sid, spec, cwd, env)
+                invocation, reader = agents.prepare(spec.kind, turn)
+                env.update(invocation.env)
             if spec.kind == "openai":
                 step = await HttpStep.start(spec, cwd, env)
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
-                step = await ProcessStep.start(spec, cwd, env, tracker)
-        except OSError as exc:
+                step = await ProcessStep.start(spec, cwd, env, tracker, command=invocation.argv or None)
+        except (OSError, InvalidArgument) as exc:
             if tracker is not None:
                 tracker.close()
-            await self._fail_to_start(row, f"cannot start the step in {cwd}: {exc.strerror or exc}")
+            _remove(invocation.files)
+            why = str(exc) if isinstance(exc, InvalidArgument) else f"cannot start the step in {cwd}: {exc.strerror or exc}"
+            await self._fail_to_start(row, why)
             return False
         try:
             start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, pid=step.pid,
                                                 proc_start=proc_start(step.pid),
-                                                tracker=tracker.name if tracker else None)
+                                                tracker=tracker.name if tracker else None,
+                                                prompt_upto=turn.upto if turn else None)
         except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
             if isinstance(step, ProcessStep):
                 await step.abandon()
@@ -285,14 +305,17 @@ class Engine:
                 step.kill()
             if tracker is not None:
                 tracker.close()
+            _remove(invocation.files)
             if isinstance(exc, EngineBusy):
                 self._give_up(str(exc))
             if isinstance(exc, ProcessionError):
                 return False
             raise
-        live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S)
+        live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
+                       reader=reader, files=invocation.files)
         self.live[sid] = live
-        live.task = asyncio.ensure_future(self._supervise(live, start.document))
+        document = turn.prompt.encode("utf-8", "surrogatepass") if turn else start.document
+        live.task = asyncio.ensure_future(self._supervise(live, document))
         log.info("run %d of session %d started (%s, pid %s)", start.run, sid, row["runner"], step.pid)
         return True
 
@@ -333,6 +356,7 @@ class Engine:
         finally:
             if live.tracker is not None:
                 live.tracker.close()
+            _remove(live.files)
             self.live.pop(live.sid, None)
             self.kick.set()
         log.info("run %d of session %d ended: %s", live.run, live.sid, outcome)
@@ -445,3 +469,36 @@ def _kill_orphan(orphan: Orphan) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(orphan.pid, signal.SIGKILL)
     log.info("killed what run %d left behind (a dead engine's)", orphan.run)
+
+
+def run_environment(row: Any, engine: dict[str, str]) -> dict[str, str]:
+    """A step's environment: the engine's, the session's settings, the engine's own values of
+    the names it passes (refused, in one line, when the engine has no such variable), and the
+    engine's marks, which nothing overrides."""
+    env = {**os.environ, **(json.loads(row["env"]) if row["env"] else {})}
+    for name in json.loads(row["pass_env"]) if row["pass_env"] else []:
+        if name not in os.environ:
+            raise InvalidArgument(f"the session passes ${name}, which the engine's environment does not have:"
+                                  " set it where the engine runs (procession run, or the monitor)")
+        env[name] = os.environ[name]
+    return {**env, **engine}
+
+
+def _remove(files: list[Path]) -> None:
+    for path in files:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+async def _patiently(step: Callable[[], Awaitable[T]]) -> T:
+    """A start-up step, retried while another process holds the workspace's lock: an engine is
+    a daemon, and one started while a long transaction runs elsewhere must not give up."""
+    delay = 0.5
+    while True:
+        try:
+            return await step()
+        except StoreBusy as exc:
+            log.warning("waiting for the workspace: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+

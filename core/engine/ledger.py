@@ -26,7 +26,9 @@ from ..model.records import Holder
 from ..model.states import Reason, State
 from ..store import rows
 from ..store.sqlite import Tx
+from ..model.runner_spec import RunnerSpec
 from .runners import protocol
+from .runners.agents import McpServer, Turn
 from .runners.protocol import Events
 
 #: Outcomes of a run.
@@ -145,7 +147,8 @@ class Ledger(Workspace):
         among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
         async with self.store.snapshot() as tx:
             return await tx.all(
-                "SELECT id, runner, cwd, timeout, context_tokens, window FROM sessions"
+                "SELECT id, runner, cwd, timeout, COALESCE(agent_context, context_tokens) AS context_tokens,"
+                " COALESCE(agent_window, window) AS window, env, pass_env FROM sessions"
                 f" WHERE state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
                 (limit,),
@@ -173,9 +176,32 @@ class Ledger(Workspace):
         async with self.store.snapshot() as tx:
             return await rows.workdir(tx, sid)
 
+    async def agent_turn(self, sid: int, spec: RunnerSpec, cwd: str, env: dict[str, str]) -> Turn:
+        """What an agent CLI is given by the run about to start: the messages it has not seen
+        (since ``agent_seen``; not its own, which it keeps itself, unless it has no session of
+        its own yet and the history came from another runner), and why it was woken. Read
+        before the CLI starts; ``start_run`` records how far the prompt went (``prompt_upto``)."""
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+            ref = json.loads(row["agent_ref"]) if row["agent_ref"] else None
+            unseen = [m for m in await history.read(tx, sid, row["agent_seen"])
+                      if not (ref and m.author == "runner") and m.role != "system"]
+            mcp = [McpServer.parse(r["uri"]) for r in await rows.resources(tx, sid) if r["kind"] == "mcp"]
+        causes = json.loads(row["causes"]) if row["causes"] else []
+        parts = [f"Your goal: {row['goal']}"] if row["goal"] and not ref and not row["agent_seen"] else []
+        if len(unseen) == 1 and unseen[0].author == "user":
+            parts.append(unseen[0].content)
+        else:
+            parts += [f"[{m.role} from {m.author}]\n{m.content}" for m in unseen]
+        woken = [cause_text(c) for c in causes if c.get("kind") not in (None, "manual", "resume")]
+        if woken:
+            parts.append("(" + "; ".join(woken) + ")")
+        return Turn(sid, "\n\n".join(parts) or "Continue.", row["length"], row["system"], spec.target, cwd, ref,
+                    mcp, env)
+
     @syscall(Call.START)
     async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, pid: int | None,
-                        proc_start: float | None, tracker: str | None = None) -> Start:
+                        proc_start: float | None, tracker: str | None = None, prompt_upto: int | None = None) -> Start:
         """Claim a ready session for a step already launched with ``runner``; returns its input.
 
         Refused (and the caller kills the step) if this engine no longer holds the lease, or the
@@ -189,6 +215,8 @@ class Ledger(Workspace):
             raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
         run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine, tracker)
+        if prompt_upto is not None:
+            await tx.execute("UPDATE runs SET prompt_upto = ? WHERE id = ?", (prompt_upto, run))
         await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None)
         context = history.active(await history.read(tx, sid), await history.folds(tx, sid))
         memory = {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()}
@@ -245,6 +273,11 @@ class Ledger(Workspace):
             state = State.TERMINATED if outcome == OK and events.done else State.SLEEPING
         if problems:
             error = "\n".join(filter(None, [error, *problems]))
+        if outcome in (INTERRUPTED, TIMEOUT, CANCELLED):  # what an agent said before it was stopped says so
+            upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
+            if upto is not None:
+                await tx.execute("UPDATE messages SET meta = json_set(meta, '$.outcome', ?) WHERE session_id = ?"
+                                 " AND seq > ? AND json_extract(meta, '$.run') = ?", (outcome, sid, upto, run))
         await rows.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
         counts: dict[str, Any] = {"last_outcome": outcome}
         if outcome == OK:
@@ -397,6 +430,21 @@ class Ledger(Workspace):
         return Recovered([r["id"] for r in found], sessions)
 
 
+def cause_text(cause: dict[str, Any]) -> str:
+    """Why a trigger woke the session, in words an agent reads in its prompt."""
+    match cause.get("kind"):
+        case "watch":
+            paths = cause.get("paths") or []
+            return f"woken because these files changed: {', '.join(map(str, paths))}" if paths else "woken by a file change"
+        case "cron" | "every":
+            return f"woken by the schedule ({cause.get('at') or cause.get('time') or cause.get('kind')})"
+        case "inbox":
+            return "woken because a message arrived"
+        case "after":
+            return f"woken because session {cause.get('session')} finished a run ({cause.get('outcome')})"
+    return f"woken by {cause.get('kind')}"
+
+
 def backoff(failures: int) -> float:
     """Seconds before a trigger may run a session again after ``failures`` failed runs in a row."""
     return float(min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S))
@@ -405,11 +453,22 @@ def backoff(failures: int) -> float:
 async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any) -> list[str]:
     """A step's messages, memory changes, sends and usage; returns what could not be done."""
     sid = row["id"]
+    if events.agent_ref:  # the agent has its own session now: it has seen what this run's prompt held
+        seen = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
+        await rows.update_session(tx, sid, agent_ref=json.dumps(events.agent_ref),
+                                  agent_seen=max(row["agent_seen"], seen or 0))
+        row = await rows.session(tx, sid)
     if events.messages:
-        await rows.append(tx, row, [(role, text, "runner", False, {"run": run}) for role, text in events.messages],
-                          count)
-    if events.tokens_in or events.tokens_out:
-        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out)
+        await rows.append(tx, row, [(role, text, "runner", False, {"run": run, **(meta or {})})
+                                    for role, text, meta in events.messages], count)
+    if events.tokens_in or events.tokens_out or events.cache_read or events.cache_write:
+        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write)
+    if events.context:
+        tokens, window = events.context
+        await rows.update_session(tx, sid, agent_context=tokens, **({"agent_window": window} if window else {}))
+    if events.status:
+        await tx.execute("UPDATE runs SET status = ? WHERE id = ?", (events.status[:200], run))
+        await tx.touch(sid)
     problems = []
     values = {}
     for key, value in events.memory_set.items():

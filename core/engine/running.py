@@ -19,18 +19,22 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeAlias
 
 from ..model.errors import ProcessionError, StoreBusy
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
 from .reaper import Tracker
 from .runners import protocol
+from .runners.agents import Reader as AgentReader
 from .runners.http import HttpStep
 from .runners.process import ProcessStep, StepResult
 
 log = logging.getLogger("procession.engine")
 
 Step = ProcessStep | HttpStep
+#: What reads a step's stdout: the step protocol's reader, or an agent CLI's.
+Reader: TypeAlias = protocol.Reader | AgentReader
 FLUSH_S = 0.2
 LOG_HEAD = 256 * 1024
 LOG_TAIL = 256 * 1024
@@ -50,7 +54,8 @@ class LiveRun:
     intent: str | None = None  # why it is being stopped: interrupt, suspend, cancel, timeout, shutdown
     task: asyncio.Task[None] | None = None
     stopper: asyncio.Task[None] | None = None
-    reader: protocol.Reader = field(default_factory=protocol.Reader)
+    reader: Reader = field(default_factory=protocol.Reader)
+    files: list[Path] = field(default_factory=list)  # the step's own files, removed when it ends
     problems: list[str] = field(default_factory=list)
     done: bool = False
     # the log, bounded: (stream, time, text) chunks not yet stored; bytes stored; tail row ids and sizes
@@ -205,18 +210,6 @@ class LiveRun:
 def _merge(a: protocol.Events, b: protocol.Events) -> protocol.Events:
     """Two batches of events as one, in order (a flush that had to wait, and what came after)."""
     out = protocol.Events()
-    for e in (a, b):
-        out.messages += e.messages
-        for key, value in e.memory_set.items():  # the later batch wins, whether it sets or deletes
-            out.memory_set[key] = value
-            if key in out.memory_delete:
-                out.memory_delete.remove(key)
-        for key in e.memory_delete:
-            out.memory_set.pop(key, None)
-            out.memory_delete.append(key)
-        out.sends += e.sends
-        out.tokens_in += e.tokens_in
-        out.tokens_out += e.tokens_out
-        out.done = out.done or e.done
-        out.problems += e.problems
+    out.add(a)
+    out.add(b)
     return out

@@ -35,6 +35,7 @@ class Call(StrEnum):
     CANCEL = "cancel"
     # its settings
     SET = "set"
+    ENV = "env"
     NICE = "nice"
     MIGRATE = "migrate"
     # lineage and files
@@ -82,6 +83,7 @@ INFO: Final[dict[Call, CallInfo]] = {
     Call.RESUME: CallInfo("thaw a suspended session", target="many"),
     Call.INTERRUPT: CallInfo("stop the current step, keep its output", target="many"),
     Call.CANCEL: CallInfo("terminate (kills a running step, keeps the history)", target="many", confirm=True),
+    Call.ENV: CallInfo("a session's environment: settings stored with it, names passed through at run time"),
     Call.SET: CallInfo("change a session's name, goal, system prompt, timeout or window"),
     Call.NICE: CallInfo("set the priority (higher runs first)", target="many"),
     Call.MIGRATE: CallInfo("move a session to another runner or window"),

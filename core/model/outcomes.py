@@ -122,6 +122,14 @@ class Updated(Outcome):
 
 
 @dataclass(slots=True, frozen=True)
+class EnvChanged(Outcome):
+    """``env``: the session's environment after the call (passed names carry no value)."""
+
+    env: dict[str, str]
+    passed: tuple[str, ...]
+
+
+@dataclass(slots=True, frozen=True)
 class Niced(Outcome):
     priority: int
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .states import State
@@ -116,6 +116,10 @@ class SessionInfo:
     cpu: float | None = None
     rss: int | None = None
     run_started: float | None = None
+    #: who counted ``context_tokens``: "procession" (its copy of the history) or "agent" (the
+    #: agent CLI's own context, as it last reported it, against its own window)
+    context_source: str = "procession"
+    status: str | None = None  # what a running agent is doing (its last tool call or message)
     worktree: Worktree | None = None  # its own folder, when it was forked with one
 
     @property
@@ -181,6 +185,8 @@ class ContextItem:
             data["summary_of"] = {"fold": self.fold, "messages": self.folded}
         if self.meta:
             data["meta"] = self.meta
+            if "tool" in self.meta:  # a tool call of an agent: name, input, output, is_error
+                data["tool"] = self.meta["tool"]
         return data
 
 
@@ -251,6 +257,9 @@ class RunInfo:
     tokens_in: int
     tokens_out: int
     error: str | None
+    cache_read: int = 0  # input tokens an agent CLI's model read from its prompt cache
+    cache_write: int = 0  # and wrote to it
+    status: str | None = None  # what the agent did last
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)
@@ -296,6 +305,10 @@ class SessionDetail:
     checkpoints: tuple[Checkpoint, ...]
     tokenizer: str
     fail_limit: int = 3
+    env: dict[str, str] = field(default_factory=dict)  # settings stored with the session
+    passed: tuple[str, ...] = ()  # names whose engine value a run is given
+    #: the agent CLI's own session: {"cli", "id", "cwd", "transcript", ...}; None until it announced one
+    agent_ref: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = self.info.to_json()
@@ -308,6 +321,9 @@ class SessionDetail:
             checkpoints=[c.to_json() for c in self.checkpoints],
             tokenizer=self.tokenizer,
             fail_limit=self.fail_limit,
+            env=self.env,
+            passed=list(self.passed),
+            agent_ref=self.agent_ref,
         )
         return data
 

@@ -67,7 +67,8 @@ TABLE: Final[dict[Call, dict[State, State | str]]] = {
     Call.MERGE: {S: Z, Q: Z, T: Z},  # the source of a merge ends merged
     # user calls that keep the state
     **{call: {s: SAME for s in LIVE} for call in (Call.SEND, Call.MEMORY, Call.NICE, Call.BIND, Call.UNBIND,
-                                                  Call.TRIGGER, Call.APPROVE, Call.SET)},
+                                                  Call.TRIGGER, Call.APPROVE, Call.SET,
+                                                  Call.ENV)},
     **{call: {s: SAME for s in IDLE} for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE)},
     # any session, even an ended one, can be forked, saved, or loaded again from a checkpoint
     **{call: {s: SAME for s in State} for call in (Call.FORK, Call.SAVE, Call.LOAD)},

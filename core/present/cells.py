@@ -91,6 +91,13 @@ def _last(s: SessionInfo, now: float) -> Parts:
     return [(text, style)]
 
 
+def _runner(s: SessionInfo, now: float) -> Parts:
+    parts = [(printable(s.runner), "cell--muted")]
+    if s.status and s.state is State.RUNNING:  # the agent's last tool call or message, as it happens
+        parts.append((f" · {printable(s.status)}".replace("\n", " "), ""))
+    return parts
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
@@ -118,8 +125,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("rss", "RSS", 6, True, lambda s: (s.rss or -1, s.id),
            lambda s, n: [("-", "cell--muted")] if s.rss is None else [(words.size(s.rss), "")],
            "memory of a running step"),
-    Column("runner", "RUNNER", 18, False, lambda s: (s.runner, s.id),
-           lambda s, n: [(printable(s.runner), "cell--muted")], "runner / model", grow=True),
+    Column("runner", "RUNNER", 18, False, lambda s: (s.runner, s.id), _runner,
+           "runner / model (and what a running agent is doing)", grow=True),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 DEFAULT = tuple(c.key for c in COLUMNS)

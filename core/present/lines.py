@@ -125,8 +125,9 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         ("state", state_text(s) + ("" if s.armed else "  [not approved: runner and triggers disarmed]")),
         ("priority", str(s.priority)),
         ("runner", f"{printable(s.runner)}  window {s.context_window}"),
-        ("context", f"{s.context_tokens} tokens ({printable(d.tokenizer)}), {s.messages} items;"
-                    f" history {s.length} messages"),
+        ("context", f"{s.context_tokens} tokens ("
+                    f"{'as the agent reported it' if s.context_source == 'agent' else printable(d.tokenizer)}),"
+                    f" {s.messages} items; history {s.length} messages"),
         ("created", f"{words.clock(s.created)}   last active {words.ago(s.last_active, now)}"),
         ("folder", printable(s.cwd)),
     ]
@@ -136,6 +137,17 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         out.append(("goal", printable(s.goal)))
     if s.parent:
         out.append(("parent", f"{s.parent} at message {s.fork_seq}"))
+    if d.agent_ref:
+        ref = d.agent_ref
+        said = f"{printable(ref['cli'])} session {printable(str(ref['id']))}"
+        if ref.get("fork"):
+            said = f"forks {said}{' at ' + printable(str(ref['at'])) if ref.get('at') else ''} on its first run"
+        out.append(("agent", said + (f"  {printable(str(ref['transcript']))}" if ref.get("transcript") else "")))
+    if d.env or d.passed:
+        shown = [f"{printable(k)}={printable(v)}" for k, v in sorted(d.env.items())]
+        out.append(("env", " ".join(shown + [f"{printable(k)} (passed)" for k in d.passed])))
+    if s.status:
+        out.append(("doing", printable(s.status)))
     if s.worktree:
         out.append(("worktree", worktree_text(s.worktree)))
     return out

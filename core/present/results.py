@@ -32,6 +32,7 @@ from ..model.outcomes import (
     TriggerRemoved,
     Unbound,
     Updated,
+    EnvChanged,
 )
 from ..model.records import SessionInfo
 from .lines import resource_line, trigger_label
@@ -70,6 +71,10 @@ def describe(o: Outcome) -> str:
             return f"{o.sid}: changed {', '.join(o.changed)}"
         case Niced():
             return f"session {o.sid} priority {o.priority}"
+        case EnvChanged():
+            shown = [f"{printable(k)}={printable(v)}" for k, v in sorted(o.env.items())]
+            shown += [f"{printable(k)} (passed)" for k in o.passed]
+            return f"{o.sid}: environment {' '.join(shown) if shown else 'empty'}"
         case Migrated():
             return (f"session {o.sid} now runs on {printable(o.runner)} (window {o.window},"
                     f" context {o.context_tokens} tokens{', compressed to fit' if o.fold else ''})")

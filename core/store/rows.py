@@ -26,11 +26,14 @@ Row = sqlite3.Row
 CHUNK = 10_000
 
 _SESSION = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
-#: The columns of ``SessionInfo``, in its field order (triggers come from their own table).
+#: The columns of ``SessionInfo``, in its field order (triggers come from their own table). A
+#: session run by an agent CLI has the context and window the agent last reported.
 PS_COLUMNS = (
     "s.id, s.uuid, s.name, a.name, s.goal, s.state, s.reason, s.priority, s.parent_id, s.fork_seq,"
-    " s.merged_into, s.runner, s.window, s.context_tokens, s.context_count, s.length, s.created, s.last_active,"
-    " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started"
+    " s.merged_into, s.runner, COALESCE(s.agent_window, s.window), COALESCE(s.agent_context, s.context_tokens),"
+    " s.context_count, s.length, s.created, s.last_active,"
+    " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
+    " s.agent_context IS NOT NULL, r.status"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
@@ -380,9 +383,11 @@ async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, 
     )
 
 
-async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int) -> None:
-    await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
-                     (tokens_in, tokens_out, run))
+async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int, cache_read: int = 0,
+                    cache_write: int = 0) -> None:
+    await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
+                     " cache_read = cache_read + ?, cache_write = cache_write + ? WHERE id = ?",
+                     (tokens_in, tokens_out, cache_read, cache_write, run))
 
 
 async def log_output(tx: Tx, run: int, chunks: Iterable[tuple[str, float, str]]) -> list[int]:

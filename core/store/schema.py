@@ -269,7 +269,24 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX run_output_run ON run_output(run_id, id);
     """,
-    # ---- worktrees (issue 12): a step of its own, adding one table and touching no other, so
+    # 4: sessions run by agent CLIs. A session's own environment (``env``: stored settings;
+    # ``pass_env``: names passed through from the engine at run time, never their values);
+    # the agent's own session (``agent_ref``: cli, id, cwd, transcript), the last message it
+    # has seen (``agent_seen``) and its real context as it last reported it. A run's cache
+    # tokens, what its prompt held, and what the agent is doing while it runs (``status``).
+    """
+    ALTER TABLE sessions ADD COLUMN env TEXT;
+    ALTER TABLE sessions ADD COLUMN pass_env TEXT;
+    ALTER TABLE sessions ADD COLUMN agent_ref TEXT;
+    ALTER TABLE sessions ADD COLUMN agent_seen INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN agent_context INTEGER;
+    ALTER TABLE sessions ADD COLUMN agent_window INTEGER;
+    ALTER TABLE runs ADD COLUMN cache_read INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN cache_write INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN prompt_upto INTEGER;
+    ALTER TABLE runs ADD COLUMN status TEXT;
+    """,
+    # 5 (worktrees, issue 12): a step of its own, adding one table and touching no other, so
     # that it can be renumbered after any other migration without a change to its text.
     # A fork's own folder, made by ``fork --worktree``: a git worktree on a new branch
     # (kind 'git': ``base`` is the commit it started at) or a copy of a folder outside git

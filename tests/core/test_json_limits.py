@@ -241,7 +241,7 @@ def test_an_event_line_is_bounded_and_nesting_never_breaks_the_reader():
     reader.feed(b'"}\n' + b'{"type": "memory", "set": {"d": ' + b"[" * 1000 + b"]" * 1000 + b"}}\n")
     reader.feed(b'{"type": "message", "content": "last"}\n')
     events = reader.close()
-    assert [c for _, c in events.messages] == ["first", "last"]
+    assert [c for _, c, _ in events.messages] == ["first", "last"]
     assert events.problems[0] == "line 2: longer than 16 MiB; ignored"
     assert "line 3" in events.problems[1] and "deeper than 64" in events.problems[1]
 

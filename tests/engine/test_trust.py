@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -89,6 +90,20 @@ async def test_a_finished_step_is_recorded_however_long_the_workspace_is_held(db
     finally:
         stop.set()
         await task
+
+
+async def test_an_engine_started_while_the_workspace_is_locked_waits_instead_of_giving_up(db, live, monkeypatch):
+    monkeypatch.setattr(store_sqlite, "BUSY_TIMEOUT_MS", 200)  # each try gives up fast...
+    holder = hold_the_write_lock(db, 1.5)  # ...and the lock is held for many of them
+    eng = Engine(db, grace=0.3)
+    await eng.start()  # returns once it got through
+    assert not holder.is_alive()
+    try:
+        assert (await live.activity())["engine"]["pid"] == os.getpid()
+    finally:
+        stop = asyncio.Event()
+        stop.set()
+        await eng.serve(stop)
 
 
 def start_engine_process(db: Path, *extra: str) -> subprocess.Popen[str]:

@@ -99,27 +99,60 @@ class Output:
 class Events:
     """What a step's output asks for, once parsed."""
 
-    messages: list[tuple[str, str]] = field(default_factory=list)
+    #: (role, content, meta): meta holds what an agent CLI said of it (a tool call, its own id)
+    messages: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
     memory_set: dict[str, Any] = field(default_factory=dict)
     memory_delete: list[str] = field(default_factory=list)
     sends: list[tuple[int, str]] = field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
     done: bool = False
     problems: list[str] = field(default_factory=list)
     #: a reply that is not an event: a plain-text output, or what an HTTP step had received
     #: when it was stopped (it joins the history only if the run ended ok, interrupted or timed out)
     reply: str = ""
+    #: an agent CLI's own session, the moment it announces it ({"cli", "id", "cwd", "transcript"})
+    agent_ref: dict[str, Any] | None = None
+    #: the agent's context as it last reported it: (tokens, window or None)
+    context: tuple[int, int | None] | None = None
+    status: str | None = None  # what the agent is doing now (its last tool call or message)
 
     def __bool__(self) -> bool:
         return bool(self.messages or self.memory_set or self.memory_delete or self.sends or self.tokens_in
-                    or self.tokens_out or self.done or self.problems or self.reply)
+                    or self.tokens_out or self.cache_read or self.cache_write or self.done or self.problems
+                    or self.reply or self.agent_ref or self.context or self.status)
 
     def journal(self) -> dict[str, Any]:
         """What the journal keeps of a step's output: counts and keys, not contents."""
-        return {"messages": len(self.messages), "memory_set": sorted(self.memory_set),
+        data = {"messages": len(self.messages), "memory_set": sorted(self.memory_set),
                 "memory_delete": self.memory_delete, "sends": [to for to, _ in self.sends],
                 "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "done": self.done}
+        if self.agent_ref:
+            data["agent_ref"] = self.agent_ref.get("id")
+        return data
+
+    def add(self, later: Events) -> None:
+        """Append ``later``'s events to these, in order (the later memory change of a key wins)."""
+        self.messages += later.messages
+        for key, value in later.memory_set.items():
+            self.memory_set[key] = value
+            if key in self.memory_delete:
+                self.memory_delete.remove(key)
+        for key in later.memory_delete:
+            self.memory_set.pop(key, None)
+            self.memory_delete.append(key)
+        self.sends += later.sends
+        self.tokens_in += later.tokens_in
+        self.tokens_out += later.tokens_out
+        self.cache_read += later.cache_read
+        self.cache_write += later.cache_write
+        self.done = self.done or later.done
+        self.problems += later.problems
+        self.agent_ref = later.agent_ref or self.agent_ref
+        self.context = later.context or self.context
+        self.status = later.status or self.status
 
 
 class Reader:
@@ -247,7 +280,7 @@ def _apply(event: dict[str, Any], events: Events, n: int) -> None:
     if kind == "message":
         content, role = event.get("content"), event.get("role", "assistant")
         if isinstance(content, str) and role in ("assistant", "user", "system", "tool"):
-            events.messages.append((role, content))
+            events.messages.append((role, content, None))
         else:
             events.problems.append(f"line {n}: a message needs a content string and a valid role")
     elif kind == "memory":

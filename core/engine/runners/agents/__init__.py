@@ -1,0 +1,31 @@
+"""Agent CLIs as runners: Claude Code (``claude``), Codex (``codex``), opencode (``opencode``).
+
+Each module says how its CLI is started for a turn (``invocation``) and how its event
+stream reads (a ``Reader``); ``base`` holds what they share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from ....model import agents
+from ....model.errors import InvalidArgument
+from . import claude, codex, opencode
+from .base import Invocation, McpServer, Reader, Turn
+
+__all__ = ["Invocation", "McpServer", "Reader", "Turn", "prepare"]
+
+_KINDS: Final[dict[str, tuple[Callable[[str, Turn], Invocation], type[Reader]]]] = {
+    "claude": (claude.invocation, claude.ClaudeReader),
+    "codex": (codex.invocation, codex.CodexReader),
+    "opencode": (opencode.invocation, opencode.OpencodeReader),
+}
+
+
+def prepare(kind: str, turn: Turn) -> tuple[Invocation, Reader]:
+    """How to start agent CLI ``kind`` for ``turn`` (refused in one line if it is not installed),
+    and the reader of its events."""
+    if kind not in _KINDS:
+        raise InvalidArgument(f"the {kind} runner is not available in this version")
+    start, reader = _KINDS[kind]
+    return start(agents.locate(kind, turn.env), turn), reader(turn)

@@ -1,0 +1,209 @@
+"""What every agent-CLI runner shares: the turn a run hands the agent, the invocation that
+starts the CLI, and the reader that turns the CLI's JSON event stream into ``Events``.
+
+An agent CLI keeps its own session (its transcript, its context); Procession keeps the
+reference to it and a copy of what was said. A run gives the agent only what it has not
+seen (``Turn.prompt``), resumes its session, and reads its events as they come: text,
+tool calls paired with their results, usage, and the agent's own context size.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ....model import limits
+from ..protocol import LINE_MAX, Events
+
+#: What a tool call's stored output keeps (the full size is noted beside it).
+OUTPUT_MAX: Final = 16 * 1024
+#: How much of a tool's input the readable line and the status show.
+SUMMARY_MAX: Final = 160
+#: A session setting: extra arguments for the CLI (shell words), after Procession's own.
+EXTRA_ARGS: Final = "PROCESSION_AGENT_ARGS"
+
+
+@dataclass(slots=True, frozen=True)
+class McpServer:
+    """An MCP server bound to a session (``bind SID mcp 'stdio:CMD ARGS'`` or an http(s) URL)."""
+
+    name: str
+    command: tuple[str, ...] = ()  # stdio: the command line
+    url: str = ""  # http: the endpoint
+
+    @classmethod
+    def parse(cls, uri: str) -> McpServer:
+        """A bound URI as a server, named for what it runs (its script, or its host): the
+        agent sees its tools as ``<name>`` tools."""
+        if uri.startswith("stdio:"):
+            command = tuple(shlex.split(uri[len("stdio:"):]))
+            scripts = [w for w in command[1:] if w.endswith(_SCRIPTS) or (not w.startswith("-") and "/" in w)]
+            stem = Path(scripts[0] if scripts else command[0] if command else "mcp").stem
+            return cls(_name(stem), command)
+        return cls(_name(urlsplit(uri).hostname or "mcp"), url=uri)
+
+
+_SCRIPTS = (".py", ".js", ".mjs", ".ts", ".sh")
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", text.lower()).strip("_")[:40] or "mcp"
+
+
+@dataclass(slots=True)
+class Turn:
+    """One run of an agent session, as the engine read it before starting the CLI."""
+
+    sid: int
+    prompt: str  # what the agent has not seen, as one user turn
+    upto: int  # the last message seq the prompt stands for
+    system: str
+    model: str
+    cwd: str
+    ref: dict[str, Any] | None  # the agent's own session, if it has one (a fork's: its parent's, to fork)
+    mcp: list[McpServer] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # the run's environment (the engine's, the session's)
+
+    @property
+    def extra_args(self) -> list[str]:
+        return shlex.split(self.env.get(EXTRA_ARGS, ""))
+
+
+@dataclass(slots=True)
+class Invocation:
+    """How to start the CLI for a turn: its argv, variables to add, files to remove after."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+
+
+def summary(value: Any) -> str:
+    """A tool input as one short line: its command or path if it has one, else compact JSON."""
+    if isinstance(value, dict):
+        for key in ("command", "cmd", "file_path", "filePath", "path", "pattern", "url", "query"):
+            if isinstance(value.get(key), str | list):
+                shown = value[key] if isinstance(value[key], str) else " ".join(map(str, value[key]))
+                break
+        else:
+            shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        shown = str(value)
+    shown = " ".join(shown.split())
+    return shown if len(shown) <= SUMMARY_MAX else shown[: SUMMARY_MAX - 1] + "…"
+
+
+def tool_message(call_id: str, name: str, input: Any, output: str | None, is_error: bool,
+                 **meta: Any) -> tuple[str, str, dict[str, Any]]:
+    """A tool call as a history message: readable content, and the structured call in meta
+    (``output`` bounded to ``OUTPUT_MAX``, its full size beside it; None: it never returned)."""
+    size = len(output.encode("utf-8", "replace")) if output is not None else 0
+    kept = output if output is None or size <= OUTPUT_MAX else output.encode("utf-8", "replace")[:OUTPUT_MAX].decode(
+        "utf-8", "ignore")
+    tool = {"id": call_id, "name": name, "input": input, "output": kept, "output_size": size, "is_error": is_error}
+    head = f"{name}: {summary(input)}"
+    if output is None:
+        body = "(no result: the run stopped first)"
+    else:
+        body = kept or "(no output)"
+        if kept is not None and len(kept) < len(output):
+            body += f"\n[… {size} bytes in all]"
+    return "tool", f"{head}\n{'error: ' if is_error else ''}{body}", {**meta, "tool": tool}
+
+
+class Reader:
+    """A CLI's stdout, one JSON event per line, turned into ``Events`` as it arrives.
+
+    Subclasses say what each event means (``event``). Lines that are not JSON objects are
+    left to the run's log (CLIs print warnings there); a line over ``LINE_MAX`` is dropped and
+    said. Tool calls are held until their result comes (``started`` / ``finished``); one
+    still open when the output ends is stored without a result.
+    """
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.partial = bytearray()
+        self.pending = Events()
+        self.open_tools: dict[str, tuple[str, Any, dict[str, Any]]] = {}
+        self.line = 0
+
+    # -------------------------------------------------------------- the stream
+
+    def feed(self, chunk: bytes) -> None:
+        self.partial += chunk
+        while (end := self.partial.find(b"\n")) >= 0:
+            line = bytes(self.partial[:end])
+            del self.partial[: end + 1]
+            self._line(line)
+        if len(self.partial) > LINE_MAX:
+            self.line += 1
+            self.pending.problems.append(f"line {self.line} of the agent's output is over {LINE_MAX >> 20} MiB; ignored")
+            self.partial.clear()
+
+    def _line(self, raw: bytes) -> None:
+        self.line += 1
+        text = raw.decode("utf-8", "replace").strip()
+        if not text.startswith("{"):
+            return
+        try:
+            event = limits.json_loads(text, f"line {self.line}", margin=8)
+        except (limits.NotJson, ValueError):
+            return
+        if isinstance(event, dict):
+            self.event(event)
+
+    def take(self) -> Events:
+        events, self.pending = self.pending, Events()
+        return events
+
+    def close(self) -> Events:
+        if self.partial:
+            self._line(bytes(self.partial))
+            self.partial.clear()
+        for call_id in list(self.open_tools):
+            self.finished(call_id, None, True)
+        self.closing()
+        return self.take()
+
+    # -------------------------------------------------------------- for subclasses
+
+    def event(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def closing(self) -> None:
+        """The output ended: settle what only the end tells (usage of an interrupted run)."""
+
+    def announce(self, agent_id: str, **ref: Any) -> None:
+        self.pending.agent_ref = {"cli": type(self).cli, "id": agent_id, "cwd": self.turn.cwd, **ref}
+
+    def said(self, text: str, **meta: Any) -> None:
+        if text.strip():
+            self.pending.messages.append(("assistant", text, meta or None))
+            self.pending.status = f"said: {summary(text)}"
+
+    def started(self, call_id: str, name: str, input: Any, **meta: Any) -> None:
+        self.open_tools[call_id] = (name, input, meta)
+        self.pending.status = f"{name}: {summary(input)}"
+
+    def finished(self, call_id: str, output: str | None, is_error: bool, **meta: Any) -> None:
+        name, input, first = self.open_tools.pop(call_id, ("tool", None, {}))
+        self.pending.messages.append(tool_message(call_id, name, input, output, is_error, **{**first, **meta}))
+
+    def context(self, tokens: int, window: int | None = None) -> None:
+        self.pending.context = (tokens, window)
+
+    cli: str = ""
+
+
+def text_of(content: Any) -> str:
+    """A tool result's content as text (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
+    return "" if content is None else json.dumps(content, ensure_ascii=False)

@@ -1,0 +1,126 @@
+"""Claude Code as a runner (``claude:[MODEL]``), headless: ``claude -p`` with the prompt on
+stdin and ``--output-format stream-json --verbose``.
+
+Its events: ``system/init`` (the session id, before any model request: announced at once),
+``assistant`` (one per content block, with the call's input and cache usage: the context),
+``user`` (tool results), ``result`` (usage summed over the run, the model's context window).
+Resume is ``--resume ID``; a fork's first run is ``--resume PARENT --fork-session``, cut at
+a message with ``--resume-session-at UUID`` (the uuid of the agent's record that message came
+from), so the parent's transcript is never touched. Permissions: ``--allowedTools`` (running
+as root, the bypass modes are refused); ``PROCESSION_AGENT_ARGS`` adds or overrides flags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+from .base import Invocation, Reader, Turn, text_of
+
+#: The tools a headless run may use without asking (no prompt can be answered).
+ALLOWED: Final = ("Bash", "Edit", "Read", "Write", "Glob", "Grep", "NotebookEdit", "TodoWrite")
+#: Its default model has a 1M window; any named one 200k, until the CLI says (``result``).
+DEFAULT_WINDOW: Final = 1_000_000
+NAMED_WINDOW: Final = 200_000
+
+
+def transcript(env: dict[str, str], cwd: str, agent_id: str) -> str:
+    """Where Claude Code keeps a session's transcript: one folder per working folder."""
+    home = env.get("CLAUDE_CONFIG_DIR") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".claude")
+    return os.path.join(home, "projects", re.sub(r"[^A-Za-z0-9]", "-", cwd), f"{agent_id}.jsonl")
+
+
+def invocation(exe: str, turn: Turn) -> Invocation:
+    argv = [exe, "-p", "--output-format", "stream-json", "--verbose"]
+    if turn.model:
+        argv += ["--model", turn.model]
+    allowed = list(ALLOWED) + [f"mcp__{server.name}" for server in turn.mcp]
+    argv += ["--allowedTools", " ".join(allowed)]
+    if turn.system:
+        argv += ["--append-system-prompt", turn.system]
+    if turn.ref:
+        argv += ["--resume", turn.ref["id"]]
+        if turn.ref.get("fork"):
+            argv.append("--fork-session")
+            if turn.ref.get("at"):
+                argv += ["--resume-session-at", turn.ref["at"]]
+    made = Invocation(argv, {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"})
+    if turn.mcp:
+        servers = {s.name: ({"type": "stdio", "command": s.command[0], "args": list(s.command[1:])} if s.command
+                            else {"type": "http", "url": s.url}) for s in turn.mcp}
+        fd, path = tempfile.mkstemp(prefix="procession-mcp-", suffix=".json")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"mcpServers": servers}, out)
+        argv += ["--mcp-config", path, "--strict-mcp-config"]
+        made.files.append(Path(path))
+        # wait for the servers to connect: by default a slow one is left pending, its tools missing
+        made.env.update(MCP_CONNECTION_NONBLOCKING="0", MCP_CONNECT_TIMEOUT_MS="30000")
+    argv += turn.extra_args
+    return made
+
+
+class ClaudeReader(Reader):
+    cli = "claude"
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__(turn)
+        self.calls: dict[str, tuple[int, int, int]] = {}  # message id -> (input, cache read, cache write)
+        self.summed = False
+        self.tokens = 0
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "system" and event.get("subtype") == "init" and isinstance(event.get("session_id"), str):
+            sid = event["session_id"]
+            self.announce(sid, transcript=transcript(self.turn.env, self.turn.cwd, sid))
+        elif kind == "assistant":
+            message = event.get("message") or {}
+            self._usage(message)
+            for block in message.get("content") or []:
+                if block.get("type") == "text":
+                    self.said(block.get("text", ""), agent_uuid=event.get("uuid"))
+                elif block.get("type") == "tool_use":
+                    self.started(str(block.get("id")), str(block.get("name")), block.get("input"))
+        elif kind == "user":
+            content = (event.get("message") or {}).get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    self.finished(str(block.get("tool_use_id")), text_of(block.get("content")),
+                                  bool(block.get("is_error")), agent_uuid=event.get("uuid"))
+        elif kind == "result":
+            self._result(event)
+
+    def _usage(self, message: dict[str, Any]) -> None:
+        usage = message.get("usage") or {}
+        call = (int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0),
+                int(usage.get("cache_creation_input_tokens") or 0))
+        if message.get("id") and any(call):
+            self.calls[str(message["id"])] = call
+            self.tokens = sum(call)  # the whole prompt of this call: the agent's context now
+            self.context(self.tokens, None if self.turn.model else DEFAULT_WINDOW)
+
+    def _result(self, event: dict[str, Any]) -> None:
+        usage = event.get("usage") or {}
+        self.pending.tokens_in += int(usage.get("input_tokens") or 0)
+        self.pending.tokens_out += int(usage.get("output_tokens") or 0)
+        self.pending.cache_read += int(usage.get("cache_read_input_tokens") or 0)
+        self.pending.cache_write += int(usage.get("cache_creation_input_tokens") or 0)
+        self.summed = True
+        windows = [m.get("contextWindow") for m in (event.get("modelUsage") or {}).values() if isinstance(m, dict)]
+        window = next((w for w in windows if isinstance(w, int) and w > 0), None)
+        if self.tokens:
+            self.context(self.tokens, window)
+        if event.get("is_error"):
+            errors = event.get("errors") or [event.get("result") or event.get("subtype")]
+            self.pending.problems += [f"Claude Code: {e}" for e in errors if e]
+
+    def closing(self) -> None:
+        if not self.summed:  # no result (stopped): what the calls made so far read, as they reported it
+            for tokens_in, read, write in self.calls.values():
+                self.pending.tokens_in += tokens_in
+                self.pending.cache_read += read
+                self.pending.cache_write += write

@@ -1,0 +1,182 @@
+"""Codex CLI as a runner (``codex:[MODEL]``), headless: ``codex exec --json``, the prompt on
+stdin (``-``).
+
+Its events: ``thread.started`` (the thread id, first, before any request: announced at once),
+``item.started`` / ``item.completed`` (``agent_message``, ``command_execution``,
+``mcp_tool_call``, ``error``), ``turn.completed`` (usage: the thread's running total, so a
+run's own is the difference from the total its reference kept), ``turn.failed``. The agent's
+real context is in its rollout file (``token_count``: the last call's tokens and the model's
+window), read when the turn ends. Resume is ``exec resume ID``; a fork's first run is
+``exec fork PARENT`` (a new thread; the parent's rollout is not touched). Permissions:
+``approval_policy="never"`` and ``sandbox_mode="workspace-write"``; ``PROCESSION_AGENT_ARGS``
+adds or overrides ``-c`` settings (the last one given wins). The model provider is the
+user's own Codex configuration (``$CODEX_HOME/config.toml``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .base import Invocation, Reader, Turn, text_of
+
+
+def native(exe: str) -> str:
+    """The native binary behind npm's Node wrapper: Node 20 stays the parent of the real
+    ``codex`` and forwards only some signals, so the runner starts the binary itself."""
+    real = os.path.realpath(exe)
+    if real.endswith(".js"):
+        modules = Path(real).parents[2]  # node_modules/@openai/codex/bin/codex.js
+        found = sorted(glob.glob(str(modules / "codex-linux-*" / "vendor" / "*" / "bin" / "codex")))
+        if found:
+            return found[0]
+    return exe
+
+
+def _toml(value: Any) -> str:
+    return json.dumps(value)  # a JSON string or list of strings is a TOML one too
+
+
+def invocation(exe: str, turn: Turn) -> Invocation:
+    argv = [native(exe), "exec"]
+    ref = turn.ref
+    if ref and ref.get("fork"):
+        argv.append("fork")
+    elif ref:
+        argv.append("resume")
+    argv += ["--json", "--skip-git-repo-check", "-c", 'approval_policy="never"', "-c", 'sandbox_mode="workspace-write"']
+    if turn.model:
+        argv += ["-m", turn.model]
+    if turn.system:
+        argv += ["-c", f"developer_instructions={_toml(turn.system)}"]
+    for server in turn.mcp:
+        key = f"mcp_servers.{server.name}"
+        if server.command:
+            argv += ["-c", f"{key}.command={_toml(server.command[0])}", "-c", f"{key}.args={_toml(list(server.command[1:]))}"]
+        else:
+            argv += ["-c", f"{key}.url={_toml(server.url)}"]
+        argv += ["-c", f"{key}.required=true", "-c", f'{key}.default_tools_approval_mode="approve"']
+    argv += turn.extra_args
+    if ref:
+        argv.append(ref["id"])
+    argv.append("-")
+    return Invocation(argv)
+
+
+def rollout(env: dict[str, str], thread: str) -> str | None:
+    """A thread's rollout file: ``$CODEX_HOME/sessions/Y/M/D/rollout-<time>-<thread>.jsonl``."""
+    home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".codex")
+    found = glob.glob(os.path.join(glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(thread)}.jsonl"))
+    return found[0] if found else None
+
+
+def last_count(path: str | None) -> dict[str, Any] | None:
+    """The last ``token_count`` of a rollout: the thread's totals, the last call, the window."""
+    if not path:
+        return None
+    info = None
+    try:
+        with open(path, "rb") as lines:
+            for raw in lines:
+                if b'"token_count"' not in raw:
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                payload = record.get("payload") or {}
+                if payload.get("type") == "token_count" and payload.get("info"):
+                    info = payload["info"]
+    except OSError:
+        return None
+    return info
+
+
+class CodexReader(Reader):
+    cli = "codex"
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__(turn)
+        self.thread: str | None = None
+        # the thread's running total before this run (a fork's starts from its parent's)
+        self.before: dict[str, int] = dict((turn.ref or {}).get("total") or {})
+        self.counted = False
+        self.errors: list[str] = []
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+            self.thread = event["thread_id"]
+            self.announce(self.thread, transcript=rollout(self.turn.env, self.thread), total=self.before)
+        elif kind in ("item.started", "item.completed"):
+            self._item(event.get("item") or {}, done=kind == "item.completed")
+        elif kind == "turn.completed":
+            self._usage(event.get("usage") or {})
+        elif kind == "turn.failed":
+            self.pending.problems += self.errors + [f"Codex: {(event.get('error') or {}).get('message', 'the turn failed')}"]
+            self.errors = []
+
+    def _item(self, item: dict[str, Any], done: bool) -> None:
+        kind, item_id = item.get("type"), str(item.get("id"))
+        if kind == "agent_message" and done:
+            self.said(str(item.get("text", "")))
+        elif kind == "command_execution":
+            if not done:
+                self.started(item_id, "exec_command", {"command": item.get("command")})
+            else:
+                self.open_tools.setdefault(item_id, ("exec_command", {"command": item.get("command")}, {}))
+                self.finished(item_id, str(item.get("aggregated_output") or ""), item.get("status") == "failed"
+                              or (item.get("exit_code") not in (0, None)), exit_code=item.get("exit_code"))
+        elif kind == "mcp_tool_call":
+            name = f"mcp__{item.get('server')}__{item.get('tool')}"
+            if not done:
+                self.started(item_id, name, item.get("arguments"))
+            else:
+                self.open_tools.setdefault(item_id, (name, item.get("arguments"), {}))
+                error = item.get("error")
+                result = item.get("result") or {}
+                output = error.get("message") if isinstance(error, dict) else text_of(result.get("content"))
+                self.finished(item_id, output, bool(error) or item.get("status") == "failed")
+        elif kind == "error" and done:
+            self.errors.append(f"Codex: {item.get('message')}")
+
+    def _usage(self, total: dict[str, Any]) -> None:
+        """A run's usage from the thread's running totals, before and after."""
+        now = {k: int(total.get(k) or 0) for k in ("input_tokens", "cached_input_tokens", "cache_write_input_tokens",
+                                                    "output_tokens")}
+        spent = {k: max(v - self.before.get(k, 0), 0) for k, v in now.items()}
+        # its input counts the whole prompt, cached parts included
+        self.pending.tokens_in += max(spent["input_tokens"] - spent["cached_input_tokens"]
+                                      - spent["cache_write_input_tokens"], 0)
+        self.pending.cache_read += spent["cached_input_tokens"]
+        self.pending.cache_write += spent["cache_write_input_tokens"]
+        self.pending.tokens_out += spent["output_tokens"]
+        self.before = now
+        self.counted = True
+        self._context()
+
+    def _context(self) -> None:
+        if self.thread is None:
+            return
+        path = rollout(self.turn.env, self.thread)
+        info = last_count(path)
+        self.announce(self.thread, transcript=path, total=self.before)
+        if info:
+            last = info.get("last_token_usage") or {}
+            tokens = int(last.get("total_tokens") or 0)
+            if tokens:
+                self.context(tokens, info.get("model_context_window"))
+
+    def closing(self) -> None:
+        if not self.counted and self.thread is not None:  # stopped before turn.completed: the rollout's totals
+            info = last_count(rollout(self.turn.env, self.thread))
+            total = (info or {}).get("total_token_usage")
+            if total:
+                self._usage({"input_tokens": total.get("input_tokens"),
+                             "cached_input_tokens": total.get("cached_input_tokens"),
+                             "output_tokens": total.get("output_tokens")})
+        if not self.counted:  # its error items are warnings when the turn completed
+            self.pending.problems += self.errors

@@ -1,0 +1,144 @@
+"""opencode as a runner (``opencode:[PROVIDER/MODEL]``), headless: ``opencode run --format
+json --auto``, the prompt on stdin, ``--dir`` the session's folder (a resumed session runs
+in the folder it was made in, and prints nothing when started from another one).
+
+Its events, each with the session id: ``step_start`` (the first: announced then), ``text``,
+``tool_use`` (a finished call: input and output together), ``step_finish`` (the step's tokens;
+``total`` is the agent's context now), ``error``. Resume is ``-s ID``, a fork's first run
+``-s PARENT --fork`` (a copy with new ids; the parent's rows are not touched). The session's
+system prompt and MCP servers are added to the run's configuration
+(``OPENCODE_CONFIG_CONTENT``, merged with one the user set): ``instructions`` and ``mcp``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .base import Invocation, Reader, Turn
+
+CONFIG = "OPENCODE_CONFIG_CONTENT"
+
+
+def _config(env: dict[str, str]) -> dict[str, Any]:
+    try:
+        found = json.loads(env.get(CONFIG) or "{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def invocation(exe: str, turn: Turn) -> Invocation:
+    argv = [exe, "run", "--format", "json", "--auto"]
+    if turn.model:
+        argv += ["-m", turn.model]
+    cwd = turn.cwd
+    if turn.ref:
+        argv += ["-s", turn.ref["id"]]
+        cwd = turn.ref.get("cwd") or cwd
+        if turn.ref.get("fork"):
+            argv.append("--fork")
+    argv += ["--dir", cwd]
+    made = Invocation(argv)
+    config = _config(turn.env)
+    if turn.system:
+        fd, path = tempfile.mkstemp(prefix="procession-system-", suffix=".md")
+        with os.fdopen(fd, "w") as out:
+            out.write(turn.system)
+        made.files.append(Path(path))
+        config["instructions"] = [*config.get("instructions", []), path]
+    if turn.mcp:
+        servers = config.setdefault("mcp", {})
+        for server in turn.mcp:
+            servers[server.name] = ({"type": "local", "command": list(server.command), "enabled": True}
+                                    if server.command else {"type": "remote", "url": server.url, "enabled": True})
+    if turn.system or turn.mcp:
+        made.env[CONFIG] = json.dumps(config)
+    argv += turn.extra_args
+    return made
+
+
+def window(env: dict[str, str], model: str) -> int | None:
+    """The model's context limit, when the configuration names one (``limit.context``)."""
+    config = _config(env)
+    name = model or str(config.get("model") or "")
+    provider, _, model_id = name.partition("/")
+    limit = (((config.get("provider") or {}).get(provider) or {}).get("models") or {}).get(model_id, {}).get("limit")
+    value = (limit or {}).get("context")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class OpencodeReader(Reader):
+    cli = "opencode"
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__(turn)
+        self.session: str | None = None
+        self.window = window(turn.env, turn.model)
+        self.since_ms = int(time.time() * 1000)
+        self.data = turn.env.get("OPENCODE_DB") or os.path.join(
+            turn.env.get("XDG_DATA_HOME") or os.path.join(turn.env.get("HOME", "~"), ".local", "share"),
+            "opencode", "opencode.db")
+
+    def _announce(self, session: str) -> None:
+        self.session = session
+        self.announce(session, cwd=(self.turn.ref or {}).get("cwd") or self.turn.cwd, transcript=self.data)
+
+    def event(self, event: dict[str, Any]) -> None:
+        session = event.get("sessionID")
+        if isinstance(session, str) and session != self.session:
+            self._announce(session)
+        part = event.get("part") or {}
+        kind = event.get("type")
+        if kind == "text" and not part.get("synthetic"):
+            self.said(str(part.get("text", "")))
+        elif kind == "tool_use":
+            state = part.get("state") or {}
+            call_id = str(part.get("callID") or part.get("id"))
+            self.started(call_id, str(part.get("tool")), state.get("input"))
+            failed = state.get("status") == "error"
+            exit_code = (state.get("metadata") or {}).get("exit")
+            self.finished(call_id, str(state.get("error") if failed else state.get("output") or ""),
+                          failed or exit_code not in (0, None), **({"exit_code": exit_code} if exit_code is not None else {}))
+        elif kind == "step_finish":
+            tokens = part.get("tokens") or {}
+            cache = tokens.get("cache") or {}
+            self.pending.tokens_in += int(tokens.get("input") or 0)
+            self.pending.tokens_out += int(tokens.get("output") or 0) + int(tokens.get("reasoning") or 0)
+            self.pending.cache_read += int(cache.get("read") or 0)
+            self.pending.cache_write += int(cache.get("write") or 0)
+            total = int(tokens.get("total") or 0) or sum(int(tokens.get(k) or 0) for k in ("input", "output")) + int(
+                cache.get("read") or 0) + int(cache.get("write") or 0)
+            if total:
+                self.context(total, self.window)
+        elif kind == "error":
+            error = event.get("error") or {}
+            message = (error.get("data") or {}).get("message") or error.get("name") or "an error"
+            self.pending.problems.append(f"opencode: {message}")
+
+    def closing(self) -> None:
+        """opencode names its session only with its first finished part: a run stopped before
+        that (while the model had not answered yet) has made one all the same, which its
+        database holds. The session made in this folder since the run started is it (the
+        engine runs one step of a Procession session at a time; another opencode started in
+        the same folder meanwhile could be taken for it)."""
+        if self.session is not None or not os.path.exists(self.data):
+            return
+        folder = (self.turn.ref or {}).get("cwd") or self.turn.cwd
+        try:
+            con = sqlite3.connect(f"file:{self.data}?mode=ro", uri=True, timeout=2)
+            try:
+                found = con.execute("SELECT id FROM session WHERE directory = ? AND time_created >= ? AND id != ?"
+                                    " ORDER BY time_created DESC LIMIT 1",
+                                    (folder, self.since_ms, (self.turn.ref or {}).get("id", ""))).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return
+        if found:
+            self._announce(str(found[0]))

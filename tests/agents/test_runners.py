@@ -1,0 +1,240 @@
+"""Claude Code, Codex and opencode as sessions: the real CLIs, run by a real engine, against
+the scripted model server.
+
+A session is spawned with the sandbox's settings as its own environment (``--env``; what reads
+like a secret is ``--pass``ed from the engine's environment instead), so every run goes
+through the same path a user's does: the prompt built from what the agent has not seen, the
+CLI's events read live, the process tree followed by the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from conftest import until
+from procession import State, Workspace
+from procession.model import environ
+from support.agent_clis import AgentSandbox, OpencodeSandbox
+from support.models import Hold, ModelServer, Usage, mcp_call, say, shell
+from support.runs import finished, last_run
+
+MCP_CALC = Path(__file__).resolve().parents[1] / "support" / "mcp_calc.py"
+TOOL = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}
+RUN_S = 60.0
+
+
+async def agent_session(ws: Workspace, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch, name: str = "coder",
+                        **extra: str) -> int:
+    """A session run by ``agent``'s CLI in its sandbox: settings stored, keys passed."""
+    settings, passed = {f"PROCESSION_{agent.name.upper()}": str(agent.cli.command)}, []
+    for key, value in {**agent.vars(), **extra}.items():
+        try:
+            environ.setting(f"{key}={value}")
+        except Exception:  # reads like a secret: the engine's own value, passed at run time
+            monkeypatch.setenv(key, value)
+            passed.append(key)
+            continue
+        settings[key] = value
+    return (await ws.spawn(name, "dev", runner=f"{agent.name}:", cwd=str(agent.workdir), env=settings,
+                           passed=passed)).sid
+
+
+async def ask(ws: Workspace, sid: int, text: str, runs: int) -> Any:
+    """Send ``text``, activate, and wait for run number ``runs`` of the session to end."""
+    await ws.send(sid, text)
+    await ws.activate(sid)
+    return await until(lambda: finished(ws, sid, runs), timeout=RUN_S)
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+async def step_pid(ws: Workspace, sid: int) -> int | None:
+    info = await ws.info(sid)
+    return info.pid if info.state in (State.RUNNING, State.SUSPENDED) else None
+
+
+def sleeping_in(pid: int, seconds: str) -> bool:
+    return any(p.name() == "sleep" and seconds in p.cmdline() for p in tree(pid) if p.is_running())
+
+
+def transcript_state(agent: AgentSandbox, ref: dict[str, Any]) -> str:
+    """A fingerprint of the agent's own record of a session: its transcript file's bytes, or
+    (opencode keeps them in a database) its rows."""
+    if isinstance(agent, OpencodeSandbox):
+        con = sqlite3.connect(ref["transcript"])
+        try:
+            rows = con.execute("SELECT m.id, m.data, p.id, p.data FROM message m LEFT JOIN part p ON p.message_id = m.id"
+                               " WHERE m.session_id = ? ORDER BY m.id, p.id", (ref["id"],)).fetchall()
+        finally:
+            con.close()
+        return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    return hashlib.sha256(Path(ref["transcript"]).read_bytes()).hexdigest()
+
+
+def reported_context(cli: str, last: Usage) -> int:
+    """The context each CLI reports after a call that used ``last``: Claude the call's whole
+    prompt; Codex and opencode its total, the output included."""
+    return last.prompt if cli == "claude" else last.prompt + last.output
+
+
+async def test_a_run_lands_structured_and_the_next_run_resumes_the_agents_own_session(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, cli = agent_sandbox, agent_sandbox.name
+    first, second = Usage(1200, 30, cache_read=800), Usage(300, 12, cache_read=2000)
+    model_server.script.add(shell("echo hi > file && cat file", usage=first), say("The file is written.", usage=second))
+    sid = await agent_session(live, agent, monkeypatch)
+    run = await ask(live, sid, "write hi into file", 1)
+    assert run.outcome == "ok", run.error
+    assert (agent.workdir / "file").read_text() == "hi\n"
+
+    shown = (await live.show(sid)).to_json()
+    tools = [c for c in shown["context"] if c["role"] == "tool"]
+    assert [t["tool"]["name"] for t in tools] == [TOOL[cli]]
+    tool = tools[0]["tool"]
+    assert "echo hi > file" in json.dumps(tool["input"]) and "hi" in tool["output"] and tool["is_error"] is False
+    assert shown["context"][0]["content"] == "write hi into file"
+    assert shown["context"][-1] == {**shown["context"][-1], "role": "assistant", "content": "The file is written."}
+    ref = shown["agent_ref"]
+    assert ref["cli"] == cli and ref["id"] and ref["cwd"] == str(agent.workdir) and Path(ref["transcript"]).exists()
+
+    [listed] = [s for s in await live.ps() if s.id == sid]
+    assert (listed.context_tokens, listed.context_source) == (reported_context(cli, second), "agent")
+    spent = await last_run(live, sid)
+    assert (spent.tokens_out, spent.cache_read) == (first.output + second.output, first.cache_read + second.cache_read)
+    assert spent.tokens_in == first.input + second.input
+
+    model_server.script.add(say("Again, done."))
+    run = await ask(live, sid, "and once more", 2)
+    assert run.outcome == "ok", run.error
+    resumed = model_server.turn_requests()[-1]
+    assert "write hi into file" in " ".join(resumed.texts("user")) and "hi" in " ".join(resumed.results().values())
+    assert "and once more" in resumed.texts("user")[-1]
+    assert (await live.show(sid)).agent_ref["id"] == ref["id"]  # type: ignore[index]
+
+
+async def test_suspend_stops_every_process_of_the_tree_and_resume_continues_them(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(shell("sleep 3 && echo slept"), say("Slept."))
+    sid = await agent_session(live, agent_sandbox, monkeypatch)
+    await live.send(sid, "sleep a little")
+    await live.activate(sid)
+    pid = await until(lambda: step_pid(live, sid), timeout=RUN_S)
+    await until(lambda: sleeping_in(pid, "3"), timeout=RUN_S)
+    await live.suspend(sid)
+    await until(lambda: all(p.status() == psutil.STATUS_STOPPED for p in tree(pid)), timeout=5)
+    stopped = tree(pid)
+    assert len(stopped) >= 3 and any(p.name() == "sleep" for p in stopped)  # the CLI, the tool's shell, its sleep
+    await asyncio.sleep(0.5)
+    assert all(p.status() == psutil.STATUS_STOPPED for p in stopped)
+    await live.resume(sid)
+    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    assert run.outcome == "ok", run.error
+    [tool] = [c for c in (await live.show(sid)).context if c.role == "tool"]
+    assert "slept" in tool.meta["tool"]["output"]  # type: ignore[index]
+
+
+async def test_cancel_during_a_tool_leaves_no_process_of_the_tree_alive(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(shell("sleep 30"))
+    sid = await agent_session(live, agent_sandbox, monkeypatch)
+    await live.send(sid, "sleep long")
+    await live.activate(sid)
+    pid = await until(lambda: step_pid(live, sid), timeout=RUN_S)
+    await until(lambda: sleeping_in(pid, "30"), timeout=RUN_S)
+    everyone = tree(pid)
+    await live.cancel(sid)
+    await until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in everyone), timeout=10)
+    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    assert run.outcome == "cancelled"
+
+
+async def test_an_interrupted_first_run_keeps_its_agent_reference_and_the_next_run_resumes_it(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    held = Hold()
+    model_server.script.add(say("never finished", hold=held))
+    sid = await agent_session(live, agent_sandbox, monkeypatch)
+    await live.send(sid, "a question")
+    await live.activate(sid)
+    await asyncio.to_thread(held.wait_reached, RUN_S)
+    await live.interrupt(sid)
+    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    held.release()
+    assert run.outcome == "interrupted"
+    ref = (await live.show(sid)).agent_ref
+    assert ref is not None and ref["cli"] == agent_sandbox.name
+    model_server.script.add(say("Answered now."))
+    run = await ask(live, sid, "go on", 2)
+    assert run.outcome == "ok", run.error
+    assert (await live.show(sid)).agent_ref["id"] == ref["id"]  # type: ignore[index]
+    assert "go on" in model_server.turn_requests()[-1].texts("user")[-1]
+
+
+async def test_a_fork_gets_an_agent_session_of_its_own_and_the_parents_is_untouched(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(say("One."))
+    parent = await agent_session(live, agent_sandbox, monkeypatch)
+    assert (await ask(live, parent, "first question", 1)).outcome == "ok"
+    ref = (await live.show(parent)).agent_ref
+    assert ref is not None
+    before = transcript_state(agent_sandbox, ref)
+    child = (await live.fork(parent, "what if")).sid
+    model_server.script.add(say("The fork's answer."))
+    run = await ask(live, child, "a different second question", 1)
+    assert run.outcome == "ok", run.error
+    forked = (await live.show(child)).agent_ref
+    assert forked is not None and forked["id"] != ref["id"] and not forked.get("fork")
+    assert transcript_state(agent_sandbox, ref) == before
+    seen = model_server.turn_requests()[-1]
+    assert "first question" in " ".join(seen.texts("user")) and "a different second question" in seen.texts("user")[-1]
+
+
+async def test_fork_at_n_of_a_claude_session_resumes_seeing_only_the_first_n_messages(
+        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(say("First answer."), say("Second answer."), say("Another second answer."))
+    parent = await agent_session(live, claude_sandbox, monkeypatch)
+    await ask(live, parent, "question one", 1)
+    await ask(live, parent, "question two", 2)
+    child = (await live.fork(parent, "earlier", at=2)).sid
+    run = await ask(live, child, "question two, asked otherwise", 1)
+    assert run.outcome == "ok", run.error
+    seen = model_server.turn_requests()[-1]
+    said = [i.text for i in seen.items() if i.kind == "text" and i.role in ("user", "assistant")]
+    assert "First answer." in said and "question two, asked otherwise" in said[-1]
+    assert not any("question two" == t or "Second answer." in t for t in said)
+    assert [m.content for m in await live.history(child)][-2:] == ["question two, asked otherwise",
+                                                                  "Another second answer."]
+
+
+async def test_a_bound_mcp_server_is_handed_to_the_cli_and_its_tool_is_called(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    model_server.script.add(mcp_call("mcp_calc", "add", {"a": 2, "b": 3}), say("Five."))
+    sid = await agent_session(live, agent_sandbox, monkeypatch)
+    await live.bind(sid, "mcp", f"stdio:{sys.executable} {MCP_CALC} {log}")
+    run = await ask(live, sid, "add 2 and 3", 1)
+    assert run.outcome == "ok", run.error
+    [tool] = [c for c in (await live.show(sid)).context if c.role == "tool"]
+    assert "add" in tool.meta["tool"]["name"] and "5" in tool.meta["tool"]["output"]  # type: ignore[index]
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [{"a": 2, "b": 3}]
