@@ -92,12 +92,18 @@ class LineageCalls(Calls):
         just before the call's transaction and taken back if it is refused; the fork's folder
         is removed after it commits.
         """
-        found, files = await self._plan(source, target, resolution)
+        found, files, gone = await self._plan(source, target, resolution)
         if not found.clean:
             raise MergeConflict(source, target, found.conflicts, found.files.conflicts if found.files else None)
         applied = None
         if files is not None:
             applied = await asyncio.to_thread(worktrees.apply, files, await self._merge_message(source, target))
+        elif gone:
+            outcome = await self._merge(source, target, resolution)
+            async with self.store.tx() as tx:
+                await rows.worktree_removed(tx, source)
+            return dataclasses.replace(outcome, notes=outcome.notes + (Note(
+                f"session {source}'s own folder and branch are gone: its memory and messages merged, no file"),))
         try:
             outcome = await self._merge(source, target, resolution, found.files, applied.commit if applied else None)
         except BaseException:
@@ -116,7 +122,8 @@ class LineageCalls(Calls):
         return (await self._plan(source, target, resolution))[0]
 
     async def _plan(self, source: int, target: int,
-                    resolution: Resolution) -> tuple[MergePlan, worktrees.FilePlan | None]:
+                    resolution: Resolution) -> tuple[MergePlan, worktrees.FilePlan | None, bool]:
+        """The plan, what its files take, and whether the source's own folder is gone."""
         if source == target:
             raise InvalidArgument(f"cannot merge session {source} into itself")
         async with self.store.snapshot() as tx:
@@ -127,13 +134,14 @@ class LineageCalls(Calls):
             record = await rows.worktree(tx, source)
             folder = await rows.workdir(tx, target)
         files = None
-        if record is not None:
+        gone = record is not None and await asyncio.to_thread(worktrees.gone, record)
+        if record is not None and not gone:
             files = await asyncio.to_thread(worktrees.plan, record, source, target, folder, resolution)
         plan = MergePlan(source, target, ancestor.session, src["length"] - ancestor.seq,
                          {k: json.loads(v) for k, v in changes.items() if isinstance(v, str)},
                          tuple(k for k, v in changes.items() if v is MISSING), conflicts, resolved,
                          files.summary if files else None)
-        return plan, files
+        return plan, files, gone
 
     async def _merge_message(self, source: int, target: int) -> str:
         async with self.store.snapshot() as tx:

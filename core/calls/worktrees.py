@@ -281,14 +281,23 @@ class Applied:
     touched: list[str] = field(default_factory=list)
 
 
+def gone(record: Any) -> bool:
+    """Whether nothing is left of a fork's folder to merge: a copy removed by hand, a worktree
+    removed with its branch deleted (a worktree removed alone still has its branch to merge)."""
+    if os.path.isdir(record["path"]):
+        return False
+    if record["kind"] == "copy":
+        return True
+    found = gitrepo.run(None, "show-ref", "--verify", "--quiet", f"refs/heads/{record['branch']}",
+                        git_dir=record["repo"], check=False)
+    return found.returncode != 0
+
+
 def plan(record: Any, source: int, target: int, folder: str, resolution: Resolution) -> FilePlan:
-    """What merging session ``source``'s folder (``record``) into ``folder`` (session
-    ``target``'s) would change and where it conflicts; refused while the fork holds
+    """What merging session ``source``'s folder (``record``, not ``gone``) into ``folder``
+    (session ``target``'s) would change and where it conflicts; refused while the fork holds
     uncommitted work or the target cannot take the merge."""
     record = dict(record)
-    if not os.path.isdir(record["path"]):
-        raise ProcessionError(f"session {source}'s {'worktree' if record['kind'] == 'git' else 'copy'}"
-                              f" {record['path']} is gone: nothing of its files can be merged")
     if record["kind"] == "git":
         return _plan_git(record, source, target, folder, resolution)
     return _plan_copy(record, source, target, folder, resolution)
@@ -300,7 +309,7 @@ def _side(resolution: Resolution, path: str) -> str | None:
 
 def _plan_git(record: dict[str, Any], source: int, target: int, folder: str, resolution: Resolution) -> FilePlan:
     path, branch = record["path"], record["branch"]
-    dirty = gitrepo.uncommitted(path)
+    dirty = gitrepo.uncommitted(path) if os.path.isdir(path) else []
     if dirty:
         raise ProcessionError(f"session {source}'s worktree {path} has uncommitted changes ({named(dirty)}): commit"
                               f" them on its branch {branch}, or discard them, then merge")

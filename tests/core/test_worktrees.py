@@ -217,3 +217,30 @@ def test_the_cli_forks_into_a_worktree_and_merges_back(cli, tmp_path):
     assert "its worktree" in merged.stderr and repo.read("notes.md") == "theirs\n"
     both = cli("merge", "2", "1", "--ours", "a", "--theirs", "a", check=False)
     assert both.returncode == 2 and "both --ours and --theirs" in both.stderr
+
+
+async def test_a_worktree_removed_by_hand_still_merges_what_is_left(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "base\n"})
+    parent = await session_in(ws, repo.path)
+    child, fork = await fork_with_a_commit(ws, repo, parent, {"kept.md": "on its branch\n"})
+    repo.git("worktree", "remove", str(fork.path))  # the folder gone, its branch still there: merged
+    merged = await ws.merge(child, parent)
+    assert repo.read("kept.md") == "on its branch\n" and merged.files == ("A kept.md",)
+    other, fork = await fork_with_a_commit(ws, repo, parent, {"lost.md": "x\n"})
+    repo.git("worktree", "remove", str(fork.path))
+    repo.git("branch", "-D", "procession/review-3")  # nothing left of it: the memory and messages merge
+    merged = await ws.merge(other, parent)
+    assert any("own folder and branch are gone" in n.text for n in merged.notes) and merged.files == ()
+    assert (await ws.info(other)).worktree is None and await ws.memory_get(parent, "verdict") == "ship it"
+
+
+async def test_a_commit_trigger_goes_through_a_snapshot_file(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo")
+    sid = (await ws.spawn("docs", "docs", cwd=str(repo.path))).sid
+    await ws.trigger_add(sid, "commit", branch="*", paths=["docs/**"])
+    await ws.save(sid, file=str(tmp_path / "docs.json"))
+    loaded = (await ws.load(str(tmp_path / "docs.json"))).sid
+    (trig,) = (await ws.info(loaded)).triggers
+    assert trig.spec == {"repo": str(repo.path), "branch": "*", "paths": ["docs/**"], "debounce_ms": 100,
+                         "git": str(repo.path / ".git")}
+    assert not trig.armed and trig.seen == {}  # it looks for the first time once approved and taken in
