@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from report import Results, environment, table
+from report import Results, environment, table, wait
 
 PY = sys.executable
 IDENTITY = {"GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
@@ -61,16 +61,6 @@ def cli(db: Path, *args: str) -> str:
     if out.returncode != 0:
         raise SystemExit(f"bench/git.py: procession {' '.join(args)}: {out.stderr.strip()}")
     return out.stdout.strip()
-
-
-def wait(predicate: Any, timeout: float, interval: float = 0.002) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("condition not met")
 
 
 def repository(path: Path, files: int) -> Path:
@@ -123,9 +113,10 @@ def fork_worktree(root: Path, results: Results, files: int, reps: int) -> None:
     sid = cli(db, "spawn", "big", "--agent", "bench", "--cwd", str(repo))
     size = f"{files:,} files"
 
-    def timed_cli() -> float:
+    def timed_cli(parent: str = sid) -> float:
+        """One ``fork --worktree`` process, timed; its fork cancelled with ``--clean``, untimed."""
         t0 = time.perf_counter()
-        child = json.loads(cli(db, "fork", sid, "--worktree", "--json"))
+        child = json.loads(cli(db, "fork", parent, "--worktree", "--json"))
         took = time.perf_counter() - t0
         cli(db, "cancel", str(child["sid"]), "--clean")
         return took
@@ -176,15 +167,8 @@ def fork_worktree(root: Path, results: Results, files: int, reps: int) -> None:
     shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
     plain = cli(db, "spawn", "plain", "--agent", "bench", "--cwd", str(copy))
 
-    def copy_once() -> float:
-        t0 = time.perf_counter()
-        child = json.loads(cli(db, "fork", plain, "--worktree", "--json"))
-        took = time.perf_counter() - t0
-        cli(db, "cancel", str(child["sid"]), "--clean")
-        return took
-
     results.record("fork_copy_cli", "procession fork --worktree outside git: a copy (CLI process)", size,
-                   [copy_once() for _ in range(reps)])
+                   [timed_cli(plain) for _ in range(reps)])
 
 
 def main() -> int:

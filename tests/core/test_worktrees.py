@@ -16,15 +16,10 @@ from procession.calls.merge import Resolution
 from procession.model.errors import MergeConflict, ProcessionError
 from procession.model.errors import InvalidArgument
 from procession.model.states import State
-from support.git import IDENTITY, Repo
+from support.git import Repo, git_identity  # noqa: F401  (the fixture, used by every test here)
 
 
-@pytest.fixture(autouse=True)
-def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in IDENTITY.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+pytestmark = pytest.mark.usefixtures("git_identity")
 
 
 async def session_in(ws: Workspace, folder: Path, name: str = "review") -> int:

@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until
+from conftest import until as _until
 from procession import InvalidArgument, Workspace
 from procession.engine import Engine
 from procession.present.lines import trigger_kinds
-from support.git import IDENTITY, Repo
+from support.git import Repo, git_identity  # noqa: F401  (the fixture, used by every test here)
 
 
-@pytest.fixture(autouse=True)
-def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in IDENTITY.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+pytestmark = pytest.mark.usefixtures("git_identity")
+
+
+async def until(predicate, timeout: float = 30.0):
+    """A run or a look: ~0.15 s after a commit on a quiet machine, seconds on a loaded one."""
+    return await _until(predicate, timeout=timeout)
 
 
 async def ended_runs(ws: Workspace, sid: int, n: int):

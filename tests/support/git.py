@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 #: Who commits in tests (and in Procession's own merge commits there): git needs a name.
 IDENTITY = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
             "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.invalid"}
+
+
+@pytest.fixture
+def git_identity(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Git as ``quiet_env`` has it for everything the test runs, Procession's own git included
+    (its merge commits need a name; no user hook or signing applies)."""
+    for key, value in IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    yield
 
 
 def quiet_env() -> dict[str, str]:

@@ -14,21 +14,17 @@ from conftest import until
 from procession import State, Workspace
 from procession.tui.detail import Detail
 from procession.tui.dialogs import FILE, ActionMenu, Confirm, Conflicts, Form
-from support.git import IDENTITY, Repo
+from support.git import Repo, git_identity  # noqa: F401  (the fixture, used by every test here)
 from support.monitor import answer, keys, to
 
 SIZE = (160, 45)
 
 
-@pytest.fixture(autouse=True)
-def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in IDENTITY.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+pytestmark = pytest.mark.usefixtures("git_identity")
 
 
-async def eventually(predicate: Any, timeout: float = 5.0) -> Any:
+async def eventually(predicate: Any, timeout: float = 30.0) -> Any:
+    """Soon, on a quiet machine; git's own work (a checkout) can take seconds on a loaded one."""
     return await until(predicate, timeout=timeout, interval=0.01)
 
 
