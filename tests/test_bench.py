@@ -25,5 +25,5 @@ def test_git_tiny_measures_commits_and_worktree_forks() -> None:
     figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     assert figures["commit_to_run"]["runs_started"] == 3  # one run per commit, none missed, none twice
     assert 0 < figures["commit_to_run"]["median"] < 5
-    for key in ("fork_worktree_cli", "fork_worktree_api", "merge_worktree_cli", "fork_copy_cli"):
+    for key in ("fork_worktree_cli", "fork_worktree_api", "git_worktree_add", "merge_worktree_cli", "fork_copy_cli"):
         assert 0 < figures[key]["median"] < 60, key
