@@ -21,7 +21,7 @@ from procession.model.errors import ProcessionError
 from procession.present.parse import Malformed
 from procession.present.words import printable
 
-from . import bindings, context, engine, files, lifecycle, lineage, monitor, reads  # noqa: F401  (they register)
+from . import bindings, context, engine, files, lifecycle, lineage, mcp, monitor, reads  # noqa: F401  (they register)
 from .registry import Command, build_parser
 from .terminal import UsageError, error
 

@@ -16,7 +16,7 @@ from .terminal import UsageError, done, emit, progress_bar, read_text
 
 
 @command(Call.SEND, args=[
-    SID, arg("text", nargs="?", help="the message; - reads standard input"),
+    SID, arg("text", nargs="?", help="the message", shell="- reads standard input"),
     arg("--from", dest="sender", type=sid_type, help="the session it comes from"),
     arg("--role", default="user"), arg("--pin", action="store_true", help="never compress this message away"),
     arg("--jsonl", metavar="FILE", help="append a transcript: one {role, content} object per line"),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from procession.calls import Workspace
 from procession.calls.merge import Resolution
 from procession.model.calls import Call
 from procession.model.errors import MergeConflict
-from procession.present import lines, parse
 from procession.model.records import plain_conflicts
+from procession.present import lines, parse
 
 from .registry import SID, arg, command, sid_type
 from .terminal import UsageError, done, emit, error
@@ -61,10 +62,16 @@ async def merge(ws: Workspace, args: argparse.Namespace) -> int:
         outcome = await ws.merge(args.source, args.target, resolution)
     except MergeConflict as exc:
         if args.json:
-            emit(args, {"error": str(exc), "conflicts": plain_conflicts(exc.conflicts), "files": exc.files}, "")
+            emit(args, conflicts_json(exc), "")
         else:
             error(str(exc))
             for line in lines.conflict_lines(exc.conflicts, exc.files, args.source, args.target):
                 print(f"  {line}", file=sys.stderr)
         return exc.exit_code
     return done(args, outcome)
+
+
+def conflicts_json(exc: MergeConflict) -> dict[str, Any]:
+    """A refused merge as data: the reason, each key's base, ours and theirs (null: absent), and
+    each conflicting file of a worktree fork with what both sides did to it."""
+    return {"error": str(exc), "conflicts": plain_conflicts(exc.conflicts), "files": exc.files}

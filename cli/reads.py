@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -53,9 +54,13 @@ async def ps(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
-@command("show", "show one session: state, memory, resources, triggers, context", args=[SID])
+@command("show", "show one session: state, memory, resources, triggers, context", args=[
+    SID, arg("--last", type=count_type, metavar="N", help="only the last N items of the context"),
+])
 async def show(ws: Workspace, args: argparse.Namespace) -> int:
     d = await ws.show(args.sid)
+    if args.last is not None:
+        d = dataclasses.replace(d, context=d.context[-args.last:])
     if args.json:
         emit(args, d.to_json(), "")
         return 0
@@ -78,12 +83,25 @@ async def show(ws: Workspace, args: argparse.Namespace) -> int:
 
 @command("history", "the full history of a session, archived messages included, every message whole", args=[
     SID, arg("--short", action="store_true", help="one line a message, long ones cut"),
+    arg("--after", type=int, default=0, metavar="SEQ", help="only the messages after this one"),
+    arg("-n", "--limit", type=count_type, metavar="N", help="at most this many messages"),
 ])
 async def history(ws: Workspace, args: argparse.Namespace) -> int:
-    msgs = await ws.history(args.sid)
+    msgs = await ws.history(args.sid, max(0, args.after), None if args.limit is None else max(0, args.after) + args.limit)
     emit(args, [{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
                  "pinned": m.pinned, "created": m.created, "meta": m.meta} for m in msgs],
          lambda: "\n".join(lines.history_line(m, short=args.short) for m in msgs))
+    return 0
+
+
+@command("wait", "wait until a run of a session ends or a message arrives in its inbox", args=[
+    SID, arg("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait at most"),
+])
+async def wait(ws: Workspace, args: argparse.Namespace) -> int:
+    """Ends on what woke it (``timeout`` too: exit 0); prints the messages the session gained."""
+    got = await ws.wait(args.sid, args.timeout)
+    emit(args, got.to_json(), lambda: "\n".join([lines.waited(got), *(lines.history_line(m, short=True)
+                                                                         for m in got.messages)]))
     return 0
 
 

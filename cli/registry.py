@@ -6,6 +6,11 @@ makes a system call names it (``@command(Call.FORK)``): its verb and its help ar
 own (``procession.model.calls``), which is how the suite checks that every call of the
 table has a command. Commands with operations (``trigger add``, ``memory SID set``) declare
 them as ``ops``: arguments each operation takes after the command's own.
+
+The same declarations describe the MCP server's tools (``procession.cli.mcp``): an ``Arg``
+gives its JSON schema (``Arg.schema``), from its type, ``nargs``, ``action``, ``choices``,
+default and help; what only a shell user needs to read (``-`` reads standard input) is its
+``shell`` part, shown by the CLI's help alone.
 """
 
 from __future__ import annotations
@@ -26,6 +31,56 @@ INT64 = 2**63 - 1
 class Arg:
     flags: tuple[str, ...]
     options: dict[str, Any]
+    shell: str = ""  # help for a shell user only, after the help proper
+
+    @property
+    def dest(self) -> str:
+        """The argument's name in the parsed namespace (and as a tool's property)."""
+        if "dest" in self.options:
+            return str(self.options["dest"])
+        long = next((f for f in self.flags if f.startswith("--")), self.flags[0])
+        return long.lstrip("-").replace("-", "_")
+
+    @property
+    def required(self) -> bool:
+        if self.flags[0].startswith("-"):
+            return bool(self.options.get("required", False))
+        return self.options.get("nargs") not in ("?", "*")
+
+    @property
+    def help(self) -> str:
+        return str(self.options.get("help") or "")
+
+    def cli_options(self) -> dict[str, Any]:
+        """What ``add_argument`` takes: the options, the help with its shell part."""
+        if not self.shell:
+            return self.options
+        return self.options | {"help": f"{self.help}; {self.shell}" if self.help else self.shell}
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of the argument's value, as a tool's input schema holds it."""
+        action = self.options.get("action")
+        if action == "store_true":
+            return {"type": "boolean", "default": False, **self._described()}
+        item = dict(TYPE_SCHEMAS.get(self.options.get("type"), {"type": "string"}))
+        if "choices" in self.options:
+            item["enum"] = list(self.options["choices"])
+        nargs = self.options.get("nargs")
+        if action == "append" or nargs in ("+", "*"):
+            out: dict[str, Any] = {"type": "array", "items": item, **({"minItems": 1} if nargs == "+" else {})}
+        else:
+            out = item
+        default = self.options.get("default")
+        if default is not None and default is not argparse.SUPPRESS:
+            out["default"] = default
+        return out | self._described()
+
+    def _described(self) -> dict[str, Any]:
+        words = self.help or TYPE_WORDS.get(self.options.get("type"), "")
+        metavar = self.options.get("metavar")
+        if metavar and not self.help:
+            words = f"{words} ({metavar})" if words else str(metavar)
+        return {"description": words} if words else {}
 
 
 @dataclass(slots=True)
@@ -44,8 +99,8 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 
-def arg(*flags: str, **options: Any) -> Arg:
-    return Arg(flags, options)
+def arg(*flags: str, shell: str = "", **options: Any) -> Arg:
+    return Arg(flags, options, shell)
 
 
 def command(name: str | Call, help: str | None = None, *, args: list[Arg] | None = None,
@@ -83,6 +138,15 @@ def count_type(text: str) -> int:
     return value
 
 
+#: The JSON schema of each argument type's values, and what a value of it is, for tools.
+TYPE_SCHEMAS: dict[Any, dict[str, Any]] = {
+    sid_type: {"type": "integer", "minimum": 1, "maximum": INT64},
+    count_type: {"type": "integer", "minimum": 1, "maximum": INT64},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+}
+TYPE_WORDS: dict[Any, str] = {sid_type: "a session id (SID)", count_type: "how many (1 or more)"}
+
 SID = arg("sid", type=sid_type)
 SIDS = arg("sids", type=sid_type, nargs="+", metavar="SID")
 
@@ -104,12 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(cmd.name, parents=[common], help=cmd.help, description=cmd.help)
         p.set_defaults(command_=cmd)
         for a in cmd.args:
-            p.add_argument(*a.flags, **a.options)
+            p.add_argument(*a.flags, **a.cli_options())
         if cmd.ops:
             ops = p.add_subparsers(dest="op", metavar="OP", required=cmd.default_op is None)
             p.set_defaults(op=cmd.default_op)
             for op, op_args in cmd.ops.items():
                 o = ops.add_parser(op, parents=[common])
                 for a in op_args:
-                    o.add_argument(*a.flags, **a.options)
+                    o.add_argument(*a.flags, **a.cli_options())
     return parser

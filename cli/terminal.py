@@ -83,9 +83,14 @@ def done(args: argparse.Namespace, outcome: Outcome, text: str | None = None) ->
     return 0
 
 
+def refusal(message: str) -> str:
+    """A refusal, on one line: the core's messages quote user text (names, keys, paths) as given.
+    Every face that reports a refusal in text (the CLI, the MCP server) says this."""
+    return printable(message, lines=False)
+
+
 def error(message: str) -> None:
-    """A refusal, on one line: the core's messages quote user text (names, keys, paths) as given."""
-    print(f"{PROG}: error: {printable(message, lines=False)}", file=sys.stderr)
+    print(f"{PROG}: error: {refusal(message)}", file=sys.stderr)
 
 
 def progress_bar(args: argparse.Namespace, label: str) -> tuple[Progress | None, Callable[[], None]]:

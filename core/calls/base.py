@@ -10,11 +10,17 @@ from ..store.sqlite import Clock, Store
 
 
 class Calls:
-    """An open workspace, acting on behalf of one ``actor`` (cli, tui, engine, mcp...)."""
+    """An open workspace, acting on behalf of one ``actor`` (cli, tui, engine, mcp...).
 
-    def __init__(self, store: Store, actor: str = "cli") -> None:
+    ``acting`` is the session the calls are made as, when an agent makes them (an MCP server
+    started for a session): each journal row names it as its ``other`` session, where the
+    call has no second session of its own.
+    """
+
+    def __init__(self, store: Store, actor: str = "cli", acting: int | None = None) -> None:
         self.store = store
         self.actor = actor
+        self.acting = acting
 
     @classmethod
     async def open(cls, path: Path | str | None = None, *, actor: str = "cli", clock: Clock = time.time,
@@ -31,9 +37,9 @@ class Calls:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def as_actor(self, actor: str) -> Self:
-        """The same open workspace, journaling its calls under another actor."""
-        return type(self)(self.store, actor)
+    def as_actor(self, actor: str, acting: int | None = None) -> Self:
+        """The same open workspace, journaling its calls under another actor (as ``acting``)."""
+        return type(self)(self.store, actor, acting)
 
     @property
     def path(self) -> Path:

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import limits, trigger_spec
+from ..model import limits, mcp_binding, trigger_spec
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Approved, Bound, TriggerAdded, TriggerRemoved, Unbound
@@ -159,6 +159,9 @@ async def _after_path(tx: Tx, start: int, goal: int) -> list[int]:
 def _mcp_uri(uri: str) -> None:
     """An MCP server is a command run over stdio, or a streamable-HTTP endpoint."""
     if uri.startswith(("http://", "https://")):
+        return
+    if mcp_binding.is_procession("mcp", uri):  # Procession's own server, scoped to the session
+        mcp_binding.allowed(uri)
         return
     try:
         words = shlex.split(uri[len("stdio:"):]) if uri.startswith("stdio:") else []

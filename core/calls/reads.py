@@ -40,7 +40,7 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
-                       tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29],
+                       tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30],
                        worktree)
 
 
@@ -200,7 +200,7 @@ class ReadCalls(Calls):
                 raise NotFound(f"session {sid} has {'no run ' + str(run) if run else 'had no run yet'}")
             chunks = await tx.tuples("SELECT id, stream, ts, data FROM run_output WHERE run_id = ? AND id > ?"
                                      " ORDER BY id", (found["id"], after))
-        return _run_info(found), [LogChunk(*c) for c in chunks]
+        return run_info(found), [LogChunk(*c) for c in chunks]
 
     async def runs(self, sid: int | None = None, limit: int = 100) -> list[RunInfo]:
         async with self.store.snapshot() as tx:
@@ -210,10 +210,10 @@ class ReadCalls(Calls):
                 await rows.session(tx, sid)
                 found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
                                      (sid, limit))
-        return [_run_info(r) for r in reversed(found)]
+        return [run_info(r) for r in reversed(found)]
 
 
-def _run_info(r: Any) -> RunInfo:
+def run_info(r: Any) -> RunInfo:
     return RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
                    r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"], r["cache_read"],
                    r["cache_write"], r["status"])

@@ -94,7 +94,8 @@ def syscall(
     """Make a method one atomic, journaled system call.
 
     ``session`` and ``other`` name the arguments holding the SIDs the journal row is about
-    (``"result"``: the SID of the outcome, for calls that make a session). ``check`` names
+    (``"result"``: the SID of the outcome, for calls that make a session); with no ``other``
+    of its own, the row's is the session the calls are made as (``Calls.acting``), if any. ``check`` names
     the argument whose session is loaded and checked against the lifecycle table before the
     body runs (default: ``session``; ``None``: nothing to check), ``second`` one checked
     against ``states.SECOND`` (a merge's target).
@@ -121,8 +122,10 @@ def syscall(
                 if act.notes and isinstance(result, Outcome):
                     result = dataclasses.replace(result, notes=result.notes + tuple(act.notes))
                 named = arguments | {"result": getattr(result, "sid", None)}
+                second_sid = named.get(other) if other else None
                 await tx.journal(self.actor, call, named.get(session) if session else None,
-                                 journal_args(arguments), result.journal(), named.get(other) if other else None)
+                                 journal_args(arguments), result.journal(),
+                                 self.acting if second_sid is None else second_sid)
             for action in act._after:
                 action()
             return result

@@ -334,7 +334,8 @@ class Engine:
     async def _supervise(self, live: LiveRun, document: bytes) -> None:
         """Feed the step, follow it, record the outcome. Never raises: a bad step fails its run."""
         live.arm(lambda: self._interrupt(live, "timeout"))
-        flusher = asyncio.ensure_future(live.flusher())
+        ended = asyncio.Event()
+        flusher = asyncio.ensure_future(live.flusher(ended))
         result = StepResult(None, "")
         try:
             result = await live.step.run(document, live.sink)
@@ -344,7 +345,7 @@ class Engine:
             live.step.kill()
         finally:
             live.disarm()
-            flusher.cancel()
+            ended.set()  # the flush under way finishes: what it took from the reader is stored
             await asyncio.gather(flusher, return_exceptions=True)
         await live.flush()
         outcome, error = live.outcome(result)

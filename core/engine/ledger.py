@@ -26,6 +26,7 @@ from ..model.records import Holder
 from ..model.states import Reason, State
 from ..store import rows
 from ..store.sqlite import Tx
+from ..model import mcp_binding
 from ..model.runner_spec import RunnerSpec
 from .runners import protocol
 from .runners.agents import McpServer, Turn
@@ -186,7 +187,10 @@ class Ledger(Workspace):
             ref = json.loads(row["agent_ref"]) if row["agent_ref"] else None
             unseen = [m for m in await history.read(tx, sid, row["agent_seen"])
                       if not (ref and m.author == "runner") and m.role != "system"]
-            mcp = [McpServer.parse(r["uri"]) for r in await rows.resources(tx, sid) if r["kind"] == "mcp"]
+            mcp = [McpServer(mcp_binding.NAME, tuple(mcp_binding.server_command(self.path, sid, uri=r["uri"],
+                                                                                mode=r["mode"])))
+                   if mcp_binding.is_procession(r["kind"], r["uri"]) else McpServer.parse(r["uri"])
+                   for r in await rows.resources(tx, sid) if r["kind"] == "mcp"]
         causes = json.loads(row["causes"]) if row["causes"] else []
         parts = [f"Your goal: {row['goal']}"] if row["goal"] and not ref and not row["agent_seen"] else []
         if len(unseen) == 1 and unseen[0].author == "user":

@@ -95,6 +95,9 @@ class LiveRun:
                 self.reader.pending = _merge(events, self.reader.pending)
             except ProcessionError as exc:
                 self.problems.append(f"could not apply the step's events: {exc}")
+            except Exception as exc:  # noqa: BLE001 - said in the run's error, never lost in silence
+                log.exception("run %d of session %d: its events could not be applied", self.run, self.sid)
+                self.problems.append(f"could not apply the step's events: {type(exc).__name__}: {exc}")
         await self._flush_log()
 
     async def _flush_log(self) -> None:
@@ -125,10 +128,15 @@ class LiveRun:
             with contextlib.suppress(ProcessionError):
                 await self.ledger.drop_log(self.run, drop_upto, self._head_end)
 
-    async def flusher(self) -> None:
-        """Every ``FLUSH_S`` while the step runs."""
-        while True:
-            await asyncio.sleep(FLUSH_S)
+    async def flusher(self, ended: asyncio.Event) -> None:
+        """Every ``FLUSH_S`` until ``ended`` is set. Never cancelled: a flush holds events it
+        has taken from the reader until the store took them, which may wait on another
+        process's lock for seconds; cancelled then, they would be lost (the chaos bench found
+        it: a step's reply gone when its run ended while its flush waited)."""
+        while not ended.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), FLUSH_S)
+                return
             await self.flush()
 
     # ------------------------------------------------------------------ the clock

@@ -41,6 +41,11 @@ class IllegalTransition(ProcessionError):
         self.call, self.sid, self.state = call, sid, state
 
 
+class NotAllowed(ProcessionError):
+    """The caller may not make this call here: an agent's server is scoped to the sessions its
+    agent owns and spawned, and to the calls the user allowed it."""
+
+
 class ContextTooLarge(ProcessionError):
     """The active context does not fit the window asked for."""
 

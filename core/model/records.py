@@ -120,6 +120,7 @@ class SessionInfo:
     #: agent CLI's own context, as it last reported it, against its own window)
     context_source: str = "procession"
     status: str | None = None  # what a running agent is doing (its last tool call or message)
+    spawned_by: int | None = None  # the session that spawned it (an agent, through its MCP server)
     worktree: Worktree | None = None  # its own folder, when it was forked with one
 
     @property
@@ -277,6 +278,25 @@ class LogChunk:
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)
+
+
+@dataclass(slots=True, frozen=True)
+class Waited:
+    """What ended a wait on a session: ``woke`` is ``run`` (a run of it ended), ``message`` (a
+    message arrived in its inbox), ``ended`` (it is terminated) or ``timeout``; with the run
+    that ended, if one did, and the messages its history gained during the wait."""
+
+    sid: int
+    woke: str
+    state: State
+    run: RunInfo | None
+    messages: tuple[Message, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sid": self.sid, "woke": self.woke, "state": self.state.value,
+                "run": self.run.to_json() if self.run else None,
+                "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "author": m.author}
+                             for m in self.messages]}
 
 
 @dataclass(slots=True, frozen=True)

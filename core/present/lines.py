@@ -22,6 +22,7 @@ from ..model.records import (
     SessionDetail,
     SessionInfo,
     TriggerInfo,
+    Waited,
     Worktree,
 )
 from . import words
@@ -244,6 +245,21 @@ def run_line(r: RunInfo, now: float | None = None) -> str:
             f" {r.tokens_in + r.tokens_out:>9}  {causes(r)}")
     if r.error:
         line += f"\n        {one_line(r.error, 100)}"
+    return line
+
+
+#: What ended a wait, in words.
+WOKE = {"run": "a run ended", "message": "a message arrived", "ended": "it is terminated",
+        "timeout": "timed out: nothing happened"}
+
+
+def waited(w: Waited) -> str:
+    """The first line of ``wait``: what woke it, the run's outcome, how many messages came."""
+    line = f"{w.sid}: {WOKE.get(w.woke, w.woke)}"
+    if w.run is not None:
+        line += f" (run {w.run.id} {w.run.outcome}" + (f": {one_line(w.run.error, 100)})" if w.run.error else ")")
+    if w.messages:
+        line += f"; {words.plural(len(w.messages), 'new message')}"
     return line
 
 

@@ -286,7 +286,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE runs ADD COLUMN prompt_upto INTEGER;
     ALTER TABLE runs ADD COLUMN status TEXT;
     """,
-    # 5 (worktrees, issue 12): a step of its own, adding one table and touching no other, so
+    # 5: the session a session was spawned by, when an agent spawned it through its MCP server:
+    # the monitor's tree shows it there, as it shows a fork under its parent.
+    """
+    ALTER TABLE sessions ADD COLUMN spawned_by INTEGER REFERENCES sessions(id);
+    """,
+    # 6 (worktrees, issue 12): a step of its own, adding one table and touching no other, so
     # that it can be renumbered after any other migration without a change to its text.
     # A fork's own folder, made by ``fork --worktree``: a git worktree on a new branch
     # (kind 'git': ``base`` is the commit it started at) or a copy of a folder outside git

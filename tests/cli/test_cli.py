@@ -497,3 +497,17 @@ def test_trigger_ids_are_never_reused_and_a_second_identical_trigger_is_refused(
     cli("trigger", "rm", "1", str(first))
     second = cli.json("trigger", "add", "1", "every", "5m")["trigger"]["id"]
     assert second > first
+
+
+def test_show_last_history_pages_and_wait(cli: Any) -> None:
+    sid = spawn(cli)
+    cli("send", str(sid), "--jsonl", "-", input="".join(json.dumps({"role": "user", "content": f"m{n}"}) + "\n"
+                                                        for n in range(1, 8)))
+    assert [c["content"] for c in cli.json("show", str(sid), "--last", "2")["context"]] == ["m6", "m7"]
+    assert [m["seq"] for m in cli.json("history", str(sid), "--after", "3", "--limit", "2")] == [4, 5]
+    assert [m["seq"] for m in cli.json("history", str(sid), "--after", "6")] == [7]
+    assert cli.json("wait", str(sid), "--timeout", "0.05") == {"sid": sid, "woke": "timeout", "state": "sleeping",
+                                                              "run": None, "messages": []}
+    cli("cancel", str(sid))
+    assert cli("wait", str(sid)).stdout == f"{sid}: it is terminated\n"
+    refused(cli("wait", str(sid), "--timeout", "-1", check=False))

@@ -25,10 +25,10 @@ def test_every_subpackage_of_procession_is_in_a_layer():
     assert not (ROOT / "core" / "cli").exists() and (ROOT / "cli" / "__init__.py").exists()
 
 
-def test_cli_commands_do_not_load_textual(tmp_path):
+def test_cli_commands_do_not_load_textual_or_the_mcp_sdk(tmp_path):
     code = ("import sys; from procession.cli import main; "
             "main(['--db', sys.argv[1], 'spawn', 's', '--agent', 'a']); main(['--db', sys.argv[1], 'ps', '--json']);"
-            "print('textual' in sys.modules)")
+            "print([m for m in ('textual', 'mcp', 'uvicorn', 'starlette') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ws.db")], capture_output=True, text=True,
                          check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert out.stdout.strip().splitlines()[-1] == "[]"

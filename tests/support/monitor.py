@@ -58,3 +58,10 @@ async def to(pilot: Any, app: Monitor, sid: int | str) -> None:
     await until(lambda: sid in app.table.keys)
     assert app.table.move_to(sid)
     await settle(pilot)
+
+
+def line_of(app: Monitor, sid: int) -> str:
+    """The table's rendered line for a session, as the terminal gets it."""
+    y = app.table.index_of(sid) - int(app.table.scroll_offset.y)
+    return app.table.render_line(y).text
+

@@ -31,7 +31,7 @@ from procession.tui import config as config_mod
 from procession.tui.detail import Detail
 from procession.tui.dialogs import ActionMenu, Confirm, Conflicts, Form, Help, Prompt, Setup
 from procession.tui.feed import HIGHLIGHT_S
-from support.monitor import Monitor, answer, keys, settle, to
+from support.monitor import Monitor, answer, keys, line_of, settle, to
 SIZE = (160, 45)
 PAYROLL, SCREENING, FILING, AUDIT, APIDOCS, REVIEW, STRICT, LENIENT = range(1, 9)
 
@@ -68,12 +68,6 @@ async def is_state(store: Workspace, sid: int, expected: State) -> bool:
 
 def keys_shown(app: Monitor) -> list[int | str]:
     return list(app.table.keys)
-
-
-def line_of(app: Monitor, sid: int) -> str:
-    """The table's rendered line for a session, as the terminal gets it."""
-    y = app.table.index_of(sid) - int(app.table.scroll_offset.y)
-    return app.table.render_line(y).text
 
 
 async def state(store: Workspace, sid: int) -> State:
@@ -252,6 +246,19 @@ async def test_tree_shows_agents_and_forks_under_their_parent(make) -> None:
         assert app.table.cursor_key == PAYROLL  # the cursor stayed on its session
         await keys(pilot, "f5")
         assert keys_shown(app) == list(range(1, 9))
+
+
+async def test_a_session_an_agent_spawned_for_itself_appears_under_it_live(make, store: Workspace) -> None:
+    app = await make()
+    async with app.run_test(size=SIZE) as pilot:
+        await keys(pilot, "t")
+        helper = (await store.as_actor("mcp", acting=LENIENT).spawn("helper", "review")).sid  # through its server
+        other = (await store.as_actor("mcp", acting=LENIENT).spawn("outsider", "docs")).sid  # for another agent
+        await eventually(lambda: helper in app.table.keys and other in app.table.keys)
+        shown = keys_shown(app)
+        assert shown.index(helper) == shown.index(LENIENT) + 1
+        assert app.table.prefixes[helper] == "      └─ "  # a child of lenient, itself a fork of review
+        assert shown.index(other) < shown.index("agent:hr")  # under its own agent, docs
 
 
 async def test_sort_menu_next_previous_and_invert(make) -> None:

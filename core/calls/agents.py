@@ -1,0 +1,133 @@
+"""What an agent that acts as one of its sessions needs besides the calls: which sessions it
+reaches, and a wait for another session's answer. Both are reads: nothing is written, nothing
+journaled.
+
+An agent reaches its own sessions and what they made: a session spawned as one of them (the
+spawn's journal row names it as its ``other`` session, ``Calls.acting``), and every fork of a
+session it reaches, at any depth, as a process reaches its children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from ..model.errors import InvalidArgument
+from ..model.records import Waited
+from ..model.states import State
+from ..store import rows
+from ..store.sqlite import Tx
+from . import history
+from .base import Calls
+from .reads import run_info
+
+#: How often a wait looks at the data version, and every how many looks it reads anyway (this
+#: process's own commits do not move the data version of its connection).
+WAIT_POLL_S = 0.05
+WAIT_FORCED = 10
+#: The newest messages a wait returns (a transcript sent in one call may be long).
+WAIT_MESSAGES = 50
+#: The longest wait, in seconds.
+WAIT_MAX = 86_400.0
+_BATCH = 500
+
+
+class AgentCalls(Calls):
+    async def reaches(self, sid: int, *, agent: str | None, session: int | None = None) -> bool:
+        """Whether ``sid`` is ``agent``'s or ``session`` itself, or was spawned as one of those,
+        or forked from one (``SessionNotFound`` for an unknown ``sid``)."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            seen: set[int] = set()
+            frontier = [sid]
+            while frontier:
+                up: list[int] = []
+                for node in frontier:
+                    if node in seen:
+                        continue
+                    seen.add(node)
+                    row = await tx.one("SELECT s.parent_id, a.name FROM sessions s JOIN agents a ON a.id = s.agent_id"
+                                       " WHERE s.id = ?", (node,))
+                    if row is None:
+                        continue
+                    if node == session or (agent is not None and row["name"] == agent):
+                        return True
+                    if row["parent_id"] is not None:
+                        up.append(row["parent_id"])
+                    up += [v for (v,) in await tx.tuples(
+                        "SELECT other_id FROM journal WHERE session_id = ? AND call = 'spawn' AND other_id IS NOT NULL",
+                        (node,))]
+                frontier = up
+        return False
+
+    async def reach(self, *, agent: str | None, session: int | None = None) -> set[int]:
+        """Every session ``reaches`` says yes to, found downwards from the agent's own."""
+        async with self.store.snapshot() as tx:
+            found = set() if agent is None else {sid for (sid,) in await tx.tuples(
+                "SELECT s.id FROM sessions s JOIN agents a ON a.id = s.agent_id WHERE a.name = ?", (agent,))}
+            if session is not None:
+                found.add(session)
+            frontier = list(found)
+            while frontier:
+                down: list[int] = []
+                for chunk in _batches(frontier):
+                    marks = ",".join("?" * len(chunk))
+                    down += [sid for (sid,) in await tx.tuples(
+                        f"SELECT id FROM sessions WHERE parent_id IN ({marks})"
+                        f" UNION SELECT session_id FROM journal WHERE other_id IN ({marks}) AND call = 'spawn'",
+                        [*chunk, *chunk]) if sid not in found]
+                found.update(down)
+                frontier = down
+        return found
+
+    async def wait(self, sid: int, timeout: float) -> Waited:
+        """Wait until a run of ``sid`` ends (the one running now, or the next), a message
+        arrives in its inbox (a ``send``), or it is terminated; at most ``timeout`` seconds.
+        Returns at once for a terminated session. Holds no lock while it waits."""
+        if not 0 <= timeout <= WAIT_MAX:
+            raise InvalidArgument(f"a wait's timeout must be 0 to {WAIT_MAX:.0f} seconds")
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+            mark = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
+            ended = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM runs WHERE session_id = ?"
+                                       " AND ended IS NOT NULL", (sid,)))
+            length = int(row["length"])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        version, looks = None, 0
+        while True:
+            now_version = await self.store.data_version()
+            if now_version != version or looks % WAIT_FORCED == 0:
+                version = now_version
+                async with self.store.snapshot() as tx:
+                    found = await _woken(tx, sid, mark, ended, length, final=loop.time() >= deadline)
+                if found is not None:
+                    return found
+            looks += 1
+            await asyncio.sleep(max(0.0, min(WAIT_POLL_S, deadline - loop.time())))
+
+
+async def _woken(tx: Tx, sid: int, mark: int, ended: int, length: int, *, final: bool) -> Waited | None:
+    """What woke a wait that began at journal row ``mark``, or None (``final``: the time is up)."""
+    row = await rows.session(tx, sid)
+    run = await tx.one("SELECT * FROM runs WHERE session_id = ? AND ended IS NOT NULL AND id > ? ORDER BY id LIMIT 1",
+                       (sid, ended))
+    if run is not None:
+        woke = "run"
+    elif await tx.value("SELECT 1 FROM journal WHERE session_id = ? AND call = 'send' AND id > ? LIMIT 1",
+                        (sid, mark)):
+        woke = "message"
+    elif row["state"] == State.TERMINATED:
+        woke = "ended"
+    elif final:
+        woke = "timeout"
+    else:
+        return None
+    new = int(row["length"])
+    messages = await history.read(tx, sid, max(length, new - WAIT_MESSAGES)) if new > length else []
+    return Waited(sid, woke, State(row["state"]), run_info(run) if run is not None else None, tuple(messages))
+
+
+def _batches(items: list[int]) -> Iterable[list[int]]:
+    for i in range(0, len(items), _BATCH):
+        yield items[i:i + _BATCH]
