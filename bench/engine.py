@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import wait
+
 PY = sys.executable
 
 
@@ -47,16 +49,6 @@ def engine(db: Path, slots: int = 2) -> subprocess.Popen[bytes]:
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=20)
-
-
-def wait(predicate, timeout: float, interval: float = 0.002):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("condition not met")
 
 
 def proc_state(pid: int) -> str | None:

@@ -12,6 +12,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,17 @@ class Results:
     def summary(self) -> dict[str, Any]:
         return {"goals_met": all(r["ok"] for r in self.rows if r["ok"] is not None),
                 "results": {r["key"]: {k: v for k, v in r.items() if k != "key"} for r in self.rows}}
+
+
+def wait(predicate: Callable[[], Any], timeout: float, interval: float = 0.002) -> Any:
+    """Poll ``predicate`` until it gives a true value (returned), or ``TimeoutError``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError("condition not met")
 
 
 def fmt(value: float, unit: str) -> str:

@@ -52,7 +52,10 @@ async def unbind(ws: Workspace, args: argparse.Namespace) -> int:
 
 @command(Call.TRIGGER, ops={
     "add": [SID, arg("kind", help=", ".join(trigger_spec.KINDS)), arg("args", nargs="*"),
-            arg("--debounce", type=int, metavar="MS")],
+            arg("--debounce", type=int, metavar="MS"),
+            arg("--branch", help="commit: the branch to follow (default: the one checked out; '*': every branch)"),
+            arg("--path", action="append", default=[], metavar="GLOB",
+                help="commit: only commits touching these paths (relative to the repository, like 'src/**')")],
     "rm": [SID, arg("tid", type=sid_type)],
     "ls": [SID],
 })
@@ -60,7 +63,8 @@ async def trigger(ws: Workspace, args: argparse.Namespace) -> int:
     match args.op:
         case "add":
             words = parse.local_paths(args.kind, args.args)
-            return done(args, await ws.trigger_add(args.sid, args.kind, words, debounce_ms=args.debounce))
+            return done(args, await ws.trigger_add(args.sid, args.kind, words, debounce_ms=args.debounce,
+                                                   branch=args.branch, paths=args.path))
         case "rm":
             return done(args, await ws.trigger_remove(args.sid, args.tid))
     found = await ws.triggers(args.sid)

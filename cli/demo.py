@@ -1,23 +1,25 @@
 """The demo workspace: the mission's own stories, ready to watch and steer.
 
 An HR agent owns three narrow sessions (monthly payroll, recruiting screening, social
-insurance filing); a docs agent regenerates an API summary when its ``src/`` changes; a
-review agent has a session with two forks, one of which disagrees with its parent on a
-memory key, so merging it shows a conflict to resolve. The payroll and API-docs sessions
-run the real example runners (``procession.examples``) on files copied into a folder
-beside the workspace: touch ``rates.csv`` or a file under ``src/`` there and the session
-wakes. Nothing needs an API key.
+insurance filing); a docs agent regenerates an API summary after each commit that touches
+its ``src/``; a review agent has a session with two forks, one of which disagrees with its
+parent on a memory key, so merging it shows a conflict to resolve. The payroll and API-docs
+sessions run the real example runners (``procession.examples``) on files copied into a
+folder beside the workspace, the API docs in a git repository made there: touch
+``rates.csv``, or commit a change under ``src/``, and the session wakes. Nothing needs an
+API key. Without git, the API-docs session watches ``src/`` instead.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from procession.calls import Workspace
+from procession.calls import Workspace, gitrepo
 from procession.model.errors import WorkspaceError
 from procession.store import Clock
 
@@ -33,6 +35,29 @@ class Demo:
 
 def files_folder(db: Path) -> Path:
     return db.with_name(f"{db.stem}-files")
+
+
+#: The demo repository's one commit, made the same way everywhere (no user config, hook or
+#: signing applies): its id is the same on every machine for the same clock.
+_DEMO_GIT = {"GIT_AUTHOR_NAME": "Procession demo", "GIT_AUTHOR_EMAIL": "demo@procession.invalid",
+             "GIT_COMMITTER_NAME": "Procession demo", "GIT_COMMITTER_EMAIL": "demo@procession.invalid",
+             "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _repository(folder: Path, when: float) -> bool:
+    """Make ``folder`` a git repository with everything in it committed; False without git."""
+    (folder / ".gitignore").write_text("# written by the api docs session at each run\nAPI.md\n__pycache__/\n")
+    stamp = f"@{int(when)} +0000"
+    env = {**_DEMO_GIT, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    try:
+        gitrepo.run(str(folder), "init", "-q", "-b", "main", env=env)
+        gitrepo.run(str(folder), "add", "-A", env=env)
+        gitrepo.run(str(folder), "commit", "-q", "--no-verify", "-m", "The ledger package and its API summary",
+                    env=env)
+    except gitrepo.GitError:
+        shutil.rmtree(folder / ".git", ignore_errors=True)
+        return False
+    return True
 
 
 def _copy_examples(folder: Path) -> None:
@@ -71,9 +96,10 @@ async def build(db: Path, *, fresh: bool = False, clock: Clock = time.time) -> D
         shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     _copy_examples(folder)
+    git = _repository(folder / "apidocs", clock())
     ws = await Workspace.open(db, clock=clock)
     try:
-        sessions = await _populate(ws, folder)
+        sessions = await _populate(ws, folder, git)
         async with ws.store.tx() as tx:
             await tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (MARK, str(folder)))
     finally:
@@ -81,7 +107,7 @@ async def build(db: Path, *, fresh: bool = False, clock: Clock = time.time) -> D
     return Demo(db, folder, sessions)
 
 
-async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
+async def _populate(ws: Workspace, folder: Path, git: bool) -> dict[str, int]:
     # The example runners need only Python's standard library, so any python3 will do; they
     # run in their bound folder, where their scripts and data files are.
     s: dict[str, int] = {}
@@ -132,7 +158,10 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
         runner="command:python3 apidocs.py",
     )).sid
     await ws.bind(sid, "folder", str(docs_dir))
-    await ws.trigger_add(sid, "watch", ["src"], debounce_ms=300)
+    if git:
+        await ws.trigger_add(sid, "commit", paths=["src/**"])
+    else:
+        await ws.trigger_add(sid, "watch", ["src"], debounce_ms=300)
     await ws.send_many(sid, _conversation(APIDOCS, 6))
 
     s["design review"] = sid = (await ws.spawn(

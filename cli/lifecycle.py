@@ -116,8 +116,17 @@ def _lifecycle(call: Call) -> None:
     command(call, args=[SIDS])(handler)
 
 
-for _call in (Call.SUSPEND, Call.RESUME, Call.INTERRUPT, Call.CANCEL):
+for _call in (Call.SUSPEND, Call.RESUME, Call.INTERRUPT):
     _lifecycle(_call)
+
+
+@command(Call.CANCEL, args=[
+    SIDS, arg("--clean", action="store_true",
+              help="also remove the folder of its own a fork --worktree gave it (refused while it holds unsaved work)"),
+])
+async def cancel(ws: Workspace, args: argparse.Namespace) -> int:
+    status, _ = await each(args, lambda sid: ws.cancel(sid, clean=args.clean))
+    return status
 
 
 @command(Call.ACTIVATE, args=[

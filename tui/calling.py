@@ -10,6 +10,7 @@ and notes in the present layer's words.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -146,8 +147,7 @@ class Calling(Screen[Any]):
                 outcome: Outcome = await call(answer)
             except ProcessionError as exc:
                 error = str(exc)
-                fields = [Field(f.key, f.label, answer.get(f.key, f.value), f.placeholder, f.multiline)
-                          for f in fields]
+                fields = [dataclasses.replace(f, value=answer.get(f.key, f.value)) for f in fields]
                 continue
             self.report(outcome)
             await self.monitor.refresh_data()

@@ -27,7 +27,7 @@ from procession.present import lines, parse
 from procession.present.words import plural, printable
 
 from .calling import Calling
-from .dialogs import Choice, Conflicts, Field
+from .dialogs import FILE, Choice, Conflicts, Field
 
 Targets = list[SessionInfo]
 Run = Callable[[Calling, Targets], Awaitable[None]]
@@ -81,9 +81,18 @@ async def _cancel(ui: Calling, targets: Targets) -> None:
     if not fit:
         await ui.make(ui.ws.cancel(targets[0].id))  # refused: the reason is shown
         return
-    if await ui.confirm(f"Cancel {_who(fit)}? They end for good (their history is kept):",
-                        [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]):
-        await ui.make_each([ui.ws.cancel(t.id) for t in fit])
+    if not await ui.confirm(f"Cancel {_who(fit)}? They end for good (their history is kept):",
+                            [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]):
+        return
+    clean = False
+    if any(t.worktree for t in fit):
+        picked = await ui.choose("Their own folders (made by fork with a worktree):", [
+            Choice("keep", "Keep them (they stay on disk, with their branches)"),
+            Choice("clean", "Remove them too (refused while one holds uncommitted work)")])
+        if picked is None:
+            return
+        clean = picked == "clean"
+    await ui.make_each([ui.ws.cancel(t.id, clean=clean) for t in fit])
 
 
 async def _spawn(ui: Calling, targets: Targets) -> None:
@@ -120,9 +129,18 @@ async def _fork(ui: Calling, targets: Targets) -> None:
     outcome = await ui.form_call(f"Fork session {t.id} ({printable(t.name)})", [
         Field("name", "Name of the fork", placeholder="empty: the parent's name, numbered"),
         Field("at", f"Fork at message (0..{t.length})", str(t.length)),
-    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v["at"], "the fork point")))
+        Field("folder", "Its folder", "shared", choices=FORK_FOLDERS),
+    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v["at"], "the fork point"),
+                            worktree=v["folder"] != "shared", carry=v["folder"] == "carry"),
+        help="its own worktree: a git worktree on a new branch (outside git, a copy of the folder), merged back"
+             " with the session and removed then")
     if outcome:
         ui.monitor.move_to(outcome.sid)
+
+
+#: The fork dialog's choice of folder (``fork --worktree [--carry]``).
+FORK_FOLDERS = (("shared", "the parent's, shared"), ("worktree", "its own worktree"),
+                ("carry", "its own, with uncommitted changes"))
 
 
 async def _send(ui: Calling, targets: Targets) -> None:
@@ -252,16 +270,26 @@ async def _merge(ui: Calling, targets: Targets) -> None:
         ui.monitor.notify(str(exc), severity="error")
         return
     resolution = Resolution()
+    shown = source.worktree is None  # a fork with its own folder: what its files do is shown first
     while True:
         try:
+            if not shown:
+                plan = await ui.ws.merge_plan(source.id, target, resolution)
+                if plan.clean:
+                    if not await ui.confirm(f"Merge session {source.id} into {target}?", lines.merge_plan(plan)[1:]):
+                        ui.monitor.notify("merge cancelled: nothing was applied", timeout=3)
+                        return
+                    shown = True
             outcome = await ui.ws.merge(source.id, target, resolution)
         except MergeConflict as exc:
-            choices = await ui.app.push_screen_wait(Conflicts(source.id, target, exc.conflicts))
+            choices = await ui.app.push_screen_wait(Conflicts(source.id, target, exc.conflicts, exc.files))
             if choices is None:
                 ui.monitor.notify("merge cancelled: nothing was applied", timeout=3)
                 return
-            resolution = Resolution(None, {k: side for k, (side, _) in choices.items() if side in ("ours", "theirs")},
-                                    {k: value for k, (side, value) in choices.items() if side == "set"})
+            keys = {k: v for k, v in choices.items() if not k.startswith(FILE)}
+            resolution = Resolution(None, {k: side for k, (side, _) in keys.items() if side in ("ours", "theirs")},
+                                    {k: value for k, (side, value) in keys.items() if side == "set"},
+                                    {k[len(FILE):]: side for k, (side, _) in choices.items() if k.startswith(FILE)})
             continue
         except ProcessionError as exc:
             ui.monitor.notify(str(exc), severity="error", timeout=8)
@@ -331,10 +359,13 @@ async def _trigger(ui: Calling, targets: Targets) -> None:
 
     async def add(v: dict[str, str]) -> Outcome:
         kind, *words = parse.words(v["trigger"]) or [""]
-        return await ui.ws.trigger_add(t.id, kind, parse.local_paths(kind, words))
+        found = parse.trigger_options(words)
+        return await ui.ws.trigger_add(t.id, kind, parse.local_paths(kind, found.args), debounce_ms=found.debounce_ms,
+                                       branch=found.branch, paths=found.paths)
 
     await ui.form_call(f"Add a trigger to {t.id}", [Field("trigger", "", placeholder='every 5m')], add,
-                       help='watch PATH… · cron "0 9 1 * *" · every 5m · inbox · after SID')
+                       help='watch PATH… · cron "0 9 1 * *" · every 5m · inbox · after SID'
+                            " · commit [REPO] [--branch B] [--path GLOB]… · --debounce MS (watch, commit)")
 
 
 def _int(text: str, what: str) -> int:

@@ -22,7 +22,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static, TextArea
+from textual.widgets import Button, Input, Label, OptionList, RadioButton, RadioSet, SelectionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from procession.calls.merge import MISSING, canonical
@@ -34,13 +34,15 @@ from procession.present.words import plural, printable
 
 @dataclass(slots=True, frozen=True)
 class Field:
-    """One input of a form: ``key`` names it in the answer; a ``multiline`` one is a text area."""
+    """One input of a form: ``key`` names it in the answer; a ``multiline`` one is a text area;
+    one with ``choices`` (``(id, label)``) is a set of radio buttons, its value the id picked."""
 
     key: str
     label: str
     value: str = ""
     placeholder: str = ""
     multiline: bool = False
+    choices: tuple[tuple[str, str], ...] = ()
 
 
 def _error_label(error: str) -> Static:
@@ -65,7 +67,11 @@ class Form(ModalScreen[dict[str, str] | None]):
             for f in self.fields:
                 if len(self.fields) > 1 or f.label:
                     yield Static(printable(f.label), classes="dialog--label", markup=False)
-                if f.multiline:
+                if f.choices:
+                    with RadioSet(id=f"field-{f.key}"):
+                        for choice, label in f.choices:
+                            yield RadioButton(printable(label, lines=False), value=choice == f.value)
+                elif f.multiline:
                     yield TextArea(printable(f.value), id=f"field-{f.key}", classes="dialog--text", soft_wrap=True)
                 else:
                     yield Input(printable(f.value, lines=False), placeholder=printable(f.placeholder, lines=False),
@@ -78,6 +84,10 @@ class Form(ModalScreen[dict[str, str] | None]):
         out = {}
         for f in self.fields:
             widget = self.query_one(f"#field-{f.key}")
+            if isinstance(widget, RadioSet):
+                picked = widget.pressed_index
+                out[f.key] = f.choices[picked][0] if 0 <= picked < len(f.choices) else f.value
+                continue
             if isinstance(widget, TextArea):
                 text, shown = widget.text, printable(f.value)
             else:
@@ -156,9 +166,14 @@ class ActionMenu(ModalScreen[str | None]):
         self.dismiss(event.option.id)
 
 
+#: The id of a file's line among the conflicts (a memory key never holds a control character).
+FILE = "\0file:"
+
+
 class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
-    """Merge conflicts, key by key: pick ours (o), theirs (t) or edit (e) for each; nothing is
-    applied until every key is settled (Enter), and Escape applies nothing at all."""
+    """Merge conflicts, key by key and file by file: pick ours (o), theirs (t) or edit (e, a
+    key only) for each; nothing is applied until every one is settled (Enter), and Escape
+    applies nothing at all. A file's choice comes back under ``FILE + path``."""
 
     BINDINGS = [
         Binding("o", "pick('ours')", "Ours"),
@@ -168,29 +183,40 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
         Binding("escape", "dismiss(None)", "Cancel"),
     ]
 
-    def __init__(self, source: int, target: int, conflicts: dict[str, tuple[Any, Any, Any]]) -> None:
+    def __init__(self, source: int, target: int, conflicts: dict[str, tuple[Any, Any, Any]],
+                 files: dict[str, str] | None = None) -> None:
         super().__init__()
-        self.source, self.target, self.conflicts = source, target, conflicts
+        self.source, self.target, self.conflicts, self.files = source, target, conflicts, files or {}
         self.choices: dict[str, tuple[str, str]] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog--wide"):
-            yield Static(f"Merge {self.source} into {self.target}: {plural(len(self.conflicts), 'conflict')}"
+            yield Static(f"Merge {self.source} into {self.target}: {plural(self._count(), 'conflict')}"
                          " (nothing is applied until all are settled)",
                          classes="dialog--title", markup=False)
-            yield OptionList(*[Option(self._line(k), id=k) for k in sorted(self.conflicts)], id="conflicts")
+            yield OptionList(*[Option(self._line(k), id=k) for k in sorted(self.conflicts)],
+                             *[Option(self._line(FILE + p), id=FILE + p) for p in sorted(self.files)], id="conflicts")
             yield Static("o ours · t theirs · e edit · Enter merge when all are settled · Esc cancel",
                          classes="dialog--help", id="status", markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#conflicts", OptionList).highlighted = 0
 
+    def _count(self) -> int:
+        return len(self.conflicts) + len(self.files)
+
     def _line(self, key: str) -> Text:
-        base, ours, theirs = self.conflicts[key]
         choice = self.choices.get(key)
         mark = {"ours": "✓ ours", "theirs": "✓ theirs", "set": "✓ edited"}.get(choice[0], "") if choice else "?"
         text = Text()
         text.append(f"{mark:<10}", "bold")
+        if key.startswith(FILE):
+            path = key[len(FILE):]
+            text.append(f"file {printable(path)}\n", "bold")
+            text.append(f"    {printable(self.files[path])}: o keeps the target's ({self.target}),"
+                        f" t takes the fork's ({self.source})")
+            return text
+        base, ours, theirs = self.conflicts[key]
         text.append(f"{printable(key)}\n", "bold")
         text.append(f"    base   {lines.value(base)}\n    ours   ({self.target}) {lines.value(ours)}\n"
                     f"    theirs ({self.source}) {lines.value(theirs)}")
@@ -206,7 +232,7 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
 
     def _redraw(self, key: str) -> None:
         self.query_one("#conflicts", OptionList).replace_option_prompt(key, self._line(key))
-        left = len(self.conflicts) - len(self.choices)
+        left = self._count() - len(self.choices)
         self.query_one("#status", Static).update(
             f"{left} left to settle · o ours · t theirs · e edit · Esc cancel" if left
             else "all settled: Enter merges · Esc cancels")
@@ -220,6 +246,10 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
     def action_edit(self, draft: str | None = None, error: str = "") -> None:
         key = self._current()
         if key is None:
+            return
+        if key.startswith(FILE):
+            self.notify("a file is settled with o or t (or resolve it on the fork's branch and merge again)",
+                        severity="warning")
             return
         _, ours, _ = self.conflicts[key]
 
@@ -242,8 +272,8 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
         self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", value, error=error), done)
 
     def action_apply(self) -> None:
-        if len(self.choices) < len(self.conflicts):
-            left = len(self.conflicts) - len(self.choices)
+        if len(self.choices) < self._count():
+            left = self._count() - len(self.choices)
             self.notify(f"{plural(left, 'conflict')} not settled yet", severity="warning")
             return
         self.dismiss(self.choices)

@@ -16,6 +16,7 @@ from ..model.outcomes import Approved, Bound, TriggerAdded, TriggerRemoved, Unbo
 from ..model.records import Resource, TriggerInfo
 from ..store import rows
 from ..store.sqlite import Tx
+from . import commits
 from .base import Calls
 from .syscall import Act, syscall
 from .watched import is_glob, scan
@@ -65,19 +66,26 @@ class BindingCalls(Calls):
                 return Unbound(sid, Resource(*r))
         raise NotFound(f"session {sid} has no resource {resource}")
 
-    async def trigger_add(self, sid: int, kind: str, args: Sequence[str] = (), *,
-                          debounce_ms: int | None = None) -> TriggerAdded:
-        """Add a trigger (watch, cron, every, inbox, after). A watch's files are fingerprinted
-        before the call's transaction, so that a big folder never holds the workspace locked."""
+    async def trigger_add(self, sid: int, kind: str, args: Sequence[str] = (), *, debounce_ms: int | None = None,
+                          branch: str | None = None, paths: Sequence[str] = ()) -> TriggerAdded:
+        """Add a trigger (watch, cron, every, inbox, after, commit). A watch's files are
+        fingerprinted, and a commit trigger's repository looked up with git (its branch tips
+        are what it starts from), before the call's transaction, so that neither holds the
+        workspace locked. A commit trigger's repository defaults to the session's folder."""
         async with self.store.snapshot() as tx:
-            cwd = (await rows.session(tx, sid))["cwd"]
-        spec = trigger_spec.parse(kind, list(args), cwd=cwd, debounce_ms=debounce_ms)
-        state = await asyncio.to_thread(scan, spec["paths"]) if kind == "watch" else None
-        return await self._trigger_add(sid, kind, spec, state)
+            cwd = await rows.workdir(tx, sid) if kind == "commit" else (await rows.session(tx, sid))["cwd"]
+        spec = trigger_spec.parse(kind, list(args), cwd=cwd, debounce_ms=debounce_ms, branch=branch, paths=paths)
+        state: dict[str, Any] | None = None
+        notes: list[str] = []
+        if kind == "watch":
+            state = await asyncio.to_thread(scan, spec["paths"])
+        elif kind == "commit":
+            spec, state, notes = await asyncio.to_thread(commits.follow, spec)
+        return await self._trigger_add(sid, kind, spec, state, notes)
 
     @syscall(Call.TRIGGER)
     async def _trigger_add(self, act: Act, sid: int, kind: str, spec: dict[str, Any],
-                           state: dict[str, Any] | None) -> TriggerAdded:
+                           state: dict[str, Any] | None, notes: Sequence[str] = ()) -> TriggerAdded:
         for t in await rows.triggers(act.tx, sid, kind):
             if json.loads(t["spec"]) == spec:
                 raise InvalidArgument(f"session {sid} already has this trigger (trigger {t['id']})")
@@ -94,7 +102,10 @@ class BindingCalls(Calls):
         await act.tx.touch(sid)
         if kind == "watch":
             _note_missing(act, [p for p in spec["paths"] if not is_glob(p)])
-        return TriggerAdded(sid, TriggerInfo(tid, sid, kind, json.dumps(spec), bool(act.row["armed"]), None, 0, False))
+        for text in notes:
+            act.note(text)
+        return TriggerAdded(sid, TriggerInfo(tid, sid, kind, json.dumps(spec), bool(act.row["armed"]), None, 0, False,
+                                             json.dumps(state) if kind == "commit" else None))
 
     @syscall(Call.TRIGGER)
     async def trigger_remove(self, act: Act, sid: int, trigger: int) -> TriggerRemoved:
@@ -115,7 +126,7 @@ def _note_missing(act: Act, paths: Sequence[str]) -> None:
 
 def _trigger_info(t: Any) -> TriggerInfo:
     return TriggerInfo(t["id"], t["session_id"], t["kind"], t["spec"], bool(t["armed"]), t["last_fired"], t["fired"],
-                       t["pending"] is not None)
+                       t["pending"] is not None, t["state"] if t["kind"] == "commit" else None)
 
 
 async def _after_path(tx: Tx, start: int, goal: int) -> list[int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 from typing import Any
@@ -9,13 +11,14 @@ from typing import Any
 from ..model import agents, environ, limits, runner_spec
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
-from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Spawned, Updated
+from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, State
 from ..store import rows
-from . import waking
+from . import waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, plan_fold, write_fold
+from .lineage import remove_folder
 from .reads import live_holder
 from .syscall import Act, syscall
 
@@ -157,11 +160,39 @@ class LifecycleCalls(Calls):
         await rows.update_session(act.tx, sid, state=act.target.value, queued_at=None, causes=None)
         return Moved(sid, act.target)
 
+    async def cancel(self, sid: int, *, clean: bool = False) -> Moved:
+        """Terminate: a running step is killed; the history is kept; triggers stop firing.
+
+        With ``clean``, the session's own folder (``fork --worktree``) is removed too, after its
+        step is gone — refused, with nothing changed, while it holds work that would be lost
+        (uncommitted changes in a worktree, changed files in a copy). Without, it stays.
+        """
+        if not clean:
+            return await self._cancel(sid)
+        async with self.store.snapshot() as tx:
+            record = await rows.worktree(tx, sid)
+            running = (await rows.session(tx, sid))["state"] == State.RUNNING
+        if record is not None:
+            unsaved = await asyncio.to_thread(worktrees.unsaved, record)
+            if unsaved:
+                what = "uncommitted changes" if record["kind"] == "git" else "changed files"
+                raise ProcessionError(f"session {sid}'s {'worktree' if record['kind'] == 'git' else 'copy'}"
+                                      f" {record['path']} holds {what} ({worktrees.named(unsaved)}): commit or"
+                                      " discard them, merge the session, or cancel it without --clean")
+        outcome = await self._cancel(sid, clean=True)
+        notes = await remove_folder(self.store, sid, wait_s=5.0 if running else 0.0)
+        return dataclasses.replace(outcome, notes=outcome.notes + tuple(Note(n) for n in notes))
+
     @syscall(Call.CANCEL)
-    async def cancel(self, act: Act, sid: int) -> Moved:
-        """Terminate: a running step is killed; the history is kept; triggers stop firing."""
+    async def _cancel(self, act: Act, sid: int, clean: bool = False) -> Moved:
         await rows.update_session(act.tx, sid, state=act.target.value, reason=Reason.CANCELLED.value,
                                   resume_to=None, queued_at=None, causes=None)
+        record = await rows.worktree(act.tx, sid)
+        if record is not None and not clean:
+            how = f"git worktree remove {record['path']}" if record["kind"] == "git" else f"rm -r {record['path']}"
+            act.note(f"its {'worktree' if record['kind'] == 'git' else 'copy'} {record['path']} stays"
+                     + (f" (branch {record['branch']})" if record["branch"] else "")
+                     + f": cancel with --clean removes it; now, by hand: {how}")
         return Moved(sid, act.target)
 
     @syscall(Call.NICE)

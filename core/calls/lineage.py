@@ -2,40 +2,66 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import limits
+from ..model import limits, states
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, MergeConflict, ProcessionError
-from ..model.outcomes import Forked, Merged
-from ..model.records import Fold
+from ..model.outcomes import Forked, Merged, Note
+from ..model.records import FileMerge, Fold, MergePlan, _Missing
 from ..model.states import Reason, State
 from ..model.text import plural
 from ..store import rows
-from ..store.sqlite import Tx
-from . import history
+from ..store.sqlite import Store, Tx
+from . import history, worktrees
 from .base import Calls
-from .merge import MISSING, Link, Resolution, common_ancestor, three_way
-from .syscall import Act, syscall
+from .merge import MISSING, Ancestor, Link, Resolution, common_ancestor, three_way
+from .syscall import Act, syscall, transition
 
 _NUMBERED = re.compile(r"^(.*) #(\d+)$")
 
 
 class LineageCalls(Calls):
-    @syscall(Call.FORK, other="result")
-    async def fork(self, act: Act, sid: int, name: str | None = None, *, at: int | None = None) -> Forked:
+    async def fork(self, sid: int, name: str | None = None, *, at: int | None = None, worktree: bool = False,
+                   carry: bool = False) -> Forked:
         """A new session sharing ``sid``'s history up to ``at`` (default: all of it).
 
         No message is copied: the child reads its parent's rows up to the fork point. Memory
         and bindings are copied, folds inside the shared range are kept, triggers are copied
         disarmed. Works on any session, an ended one included. Without a ``name`` the child
         is called after its parent with the next free number (``review #2``, ``review #3``).
+
+        With ``worktree`` the child also gets a folder of its own (``worktrees``): a git
+        worktree on a new branch at the parent's commit, or a copy outside git; its bindings
+        and watches under the parent's folder point there. Uncommitted changes in the
+        parent's repository refuse the fork, unless ``carry`` takes them along. The folder is
+        made before the call's transaction and removed again if the call is refused.
         """
+        if not worktree:
+            if carry:
+                raise InvalidArgument("carrying uncommitted changes applies to a fork with a worktree only")
+            return await self._fork(sid, name, at=at)
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+            folder = await rows.workdir(tx, sid)
+            name = limits.name(name if name is not None else await _next_name(tx, row), "session name")
+        made = await asyncio.to_thread(worktrees.make, folder, name, carry)
+        try:
+            return await self._fork(sid, name, at=at, made=made)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(worktrees.undo, made))
+            raise
+
+    @syscall(Call.FORK, other="result")
+    async def _fork(self, act: Act, sid: int, name: str | None = None, *, at: int | None = None,
+                    made: worktrees.Made | None = None) -> Forked:
         row = act.row
         name = name if name is not None else await _next_name(act.tx, row)
         child = await branch(act.tx, row, name, at, await rows.memory(act.tx, sid), await history.folds(act.tx, sid),
@@ -47,42 +73,89 @@ class LineageCalls(Calls):
                      " the parent's is not touched" if forked["agent_ref"] else
                      "the agent's session cannot be cut that early: the fork's first run starts one, given the history so far")
         copied = len(await rows.triggers(act.tx, sid))
+        if made is not None:
+            await _settle(act, child, made)
         if copied:
             act.note(f"{plural(copied, 'trigger')} copied disarmed: approving the fork arms them",
                      Call.APPROVE, child)
-        return Forked(child, sid, row["length"] if at is None else at)
+        return Forked(child, sid, row["length"] if at is None else at, worktree=made.folder if made else None,
+                      branch=made.branch if made else None)
 
     async def merge(self, source: int, target: int, resolution: Resolution = Resolution()) -> Merged:
         """Three-way merge of ``source`` into ``target``; the source ends ``terminated(merged)``.
 
         Refused with ``MergeConflict`` (nothing applied) while a key changed differently on
-        both sides is not settled by ``resolution``.
+        both sides is not settled by ``resolution``. A source forked with a worktree also has
+        its branch merged into the target's (git's own merge), or its copy's files brought
+        into the target's folder; file conflicts are listed with the memory ones, and nothing
+        is applied — memory, messages or files — until all are settled. The files are merged
+        just before the call's transaction and taken back if it is refused; the fork's folder
+        is removed after it commits.
         """
+        found, files, gone = await self._plan(source, target, resolution)
+        if not found.clean:
+            raise MergeConflict(source, target, found.conflicts, found.files.conflicts if found.files else None)
+        applied = None
+        if files is not None:
+            applied = await asyncio.to_thread(worktrees.apply, files, await self._merge_message(source, target))
+        elif gone:
+            outcome = await self._merge(source, target, resolution)
+            async with self.store.tx() as tx:
+                await rows.worktree_removed(tx, source)
+            return dataclasses.replace(outcome, notes=outcome.notes + (Note(
+                f"session {source}'s own folder and branch are gone: its memory and messages merged, no file"),))
+        try:
+            outcome = await self._merge(source, target, resolution, found.files, applied.commit if applied else None)
+        except BaseException:
+            if applied is not None:
+                await asyncio.shield(asyncio.to_thread(worktrees.take_back, applied))
+            raise
+        if applied is None:
+            return outcome
+        await asyncio.to_thread(worktrees.finish, applied)
+        return dataclasses.replace(outcome, notes=outcome.notes + tuple(
+            Note(text) for text in await remove_folder(self.store, source)))
+
+    async def merge_plan(self, source: int, target: int, resolution: Resolution = Resolution()) -> MergePlan:
+        """What merging ``source`` into ``target`` would do, read and changing nothing (``merge
+        --dry-run``): refused as the merge would be, conflicts listed rather than raised."""
+        return (await self._plan(source, target, resolution))[0]
+
+    async def _plan(self, source: int, target: int,
+                    resolution: Resolution) -> tuple[MergePlan, worktrees.FilePlan | None, bool]:
+        """The plan, what its files take, and whether the source's own folder is gone."""
         if source == target:
             raise InvalidArgument(f"cannot merge session {source} into itself")
-        return await self._merge(source, target, resolution)
+        async with self.store.snapshot() as tx:
+            src, dst = await rows.session(tx, source), await rows.session(tx, target)
+            transition(src, Call.MERGE)
+            transition(dst, Call.MERGE, states.SECOND)
+            ancestor, changes, conflicts, resolved = await _memory_plan(tx, src, target, resolution)
+            record = await rows.worktree(tx, source)
+            folder = await rows.workdir(tx, target)
+        files = None
+        gone = record is not None and await asyncio.to_thread(worktrees.gone, record)
+        if record is not None and not gone:
+            files = await asyncio.to_thread(worktrees.plan, record, source, target, folder, resolution)
+        plan = MergePlan(source, target, ancestor.session, src["length"] - ancestor.seq,
+                         {k: json.loads(v) for k, v in changes.items() if isinstance(v, str)},
+                         tuple(k for k, v in changes.items() if v is MISSING), conflicts, resolved,
+                         files.summary if files else None)
+        return plan, files, gone
+
+    async def _merge_message(self, source: int, target: int) -> str:
+        async with self.store.snapshot() as tx:
+            src, dst = await rows.session(tx, source), await rows.session(tx, target)
+        return (f"procession: merge session {source} ({src['name']}) into session {target} ({dst['name']})\n\n"
+                f"Session {source} of agent {src['agent']} was forked with this worktree; merged by `procession"
+                f" merge {source} {target}`.")
 
     @syscall(Call.MERGE, session="target", other="source", check="source", second="target")
-    async def _merge(self, act: Act, source: int, target: int, resolution: Resolution) -> Merged:
+    async def _merge(self, act: Act, source: int, target: int, resolution: Resolution,
+                     files: FileMerge | None = None, commit: str | None = None) -> Merged:
         tx, src, dst = act.tx, act.row, act.other
         assert dst is not None
-        if not src["armed"]:
-            raise ProcessionError(
-                f"session {source} came from a snapshot file and is not approved: review it, approve it,"
-                " then merge it")
-        values = {}
-        for key, text in (resolution.values or {}).items():
-            limits.name(key, "memory key", limits.KEY_MAX)
-            what = f"the value given for {key!r}"
-            try:
-                values[key] = limits.json_value(limits.json_loads(text, what), what)
-            except limits.NotJson:
-                raise InvalidArgument(f"{what} is not JSON") from None
-        resolution = dataclasses.replace(resolution, values=values)
-        ancestor = common_ancestor(await _links(tx, source), await _links(tx, target))
-        changes, conflicts, resolved = three_way(
-            ancestor.memory, await rows.memory(tx, target), await rows.memory(tx, source), resolution
-        )
+        ancestor, changes, conflicts, resolved = await _memory_plan(tx, src, target, resolution)
         if conflicts:
             raise MergeConflict(source, target, conflicts)
         joining = await history.read(tx, source, ancestor.seq)
@@ -94,7 +167,7 @@ class LineageCalls(Calls):
         )
         await rows.delete_memory(tx, target, [k for k, v in changes.items() if v is MISSING])
         await rows.put_memory(tx, target, {k: v for k, v in changes.items() if isinstance(v, str)})
-        added = await rows.copy_resources(tx, source, target)
+        added = await rows.copy_resources(tx, source, target, outside=files.worktree if files else None)
         await rows.update_session(tx, source, state=State.TERMINATED.value, reason=Reason.MERGED.value,
                                   merged_into=target, resume_to=None, queued_at=None, causes=None)
         await tx.touch(target)
@@ -102,7 +175,14 @@ class LineageCalls(Calls):
         if ancestor.session is None:
             act.note(f"{source} and {target} share no history, so all of {source}'s messages joined"
                      " (merging a copy into its original repeats them)")
-        return Merged(target, source, ancestor.session, n, tuple(changes), added, resolved)
+        if files is not None:
+            into = f"branch {files.target_branch} in {files.folder}" if files.kind == "git" else files.folder
+            what = f"its branch {files.branch}" if files.kind == "git" else "its copy's files"
+            act.note(f"{what} merged into {into}: {plural(len(files.changes), 'file')} changed"
+                     + (f" (commit {commit[:10]})" if commit else ""))
+        return Merged(target, source, ancestor.session, n, tuple(changes), added,
+                      {**resolved, **(files.resolved if files else {})},
+                      files=tuple(f"{st} {p}" for st, p in files.changes) if files else (), commit=commit)
 
 
 async def _next_name(tx: Tx, row: sqlite3.Row) -> str:
@@ -115,6 +195,93 @@ async def _next_name(tx: Tx, row: sqlite3.Row) -> str:
     while f"{base} #{n}" in taken:
         n += 1
     return f"{base} #{n}"
+
+
+async def remove_folder(store: Store, sid: int, *, wait_s: float = 0.0) -> list[str]:
+    """Remove session ``sid``'s own folder (``fork --worktree``; it holds nothing unsaved: the
+    caller made sure) and record that it is gone. What goes wrong is a note, not an error: the
+    call that asked for it is done. ``wait_s``: how long to let a step being killed go first."""
+    async with store.snapshot() as tx:
+        record = await rows.worktree(tx, sid)
+    if record is None:
+        return []
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        async with store.snapshot() as tx:
+            if not await tx.value("SELECT 1 FROM runs WHERE session_id = ? AND ended IS NULL", (sid,)):
+                break
+        await asyncio.sleep(0.05)
+    try:
+        notes = await asyncio.to_thread(worktrees.remove, record)
+    except (ProcessionError, OSError) as exc:
+        return [f"its folder {record['path']} could not be removed ({exc}); remove it by hand"]
+    async with store.tx() as tx:
+        await rows.worktree_removed(tx, sid)
+    return notes
+
+
+async def _memory_plan(tx: Tx, src: sqlite3.Row, target: int, resolution: Resolution) -> tuple[
+        Ancestor, dict[str, str | _Missing], dict[str, tuple[Any, Any, Any]], dict[str, Any]]:
+    """The memory side of a merge: where the histories part, what changes, what conflicts."""
+    source = src["id"]
+    if not src["armed"]:
+        raise ProcessionError(
+            f"session {source} came from a snapshot file and is not approved: review it, approve it,"
+            " then merge it")
+    values = {}
+    for key, text in (resolution.values or {}).items():
+        limits.name(key, "memory key", limits.KEY_MAX)
+        what = f"the value given for {key!r}"
+        try:
+            values[key] = limits.json_value(limits.json_loads(text, what), what)
+        except limits.NotJson:
+            raise InvalidArgument(f"{what} is not JSON") from None
+    resolution = dataclasses.replace(resolution, values=values)
+    ancestor = common_ancestor(await _links(tx, source), await _links(tx, target))
+    changes, conflicts, resolved = three_way(
+        ancestor.memory, await rows.memory(tx, target), await rows.memory(tx, source), resolution
+    )
+    return ancestor, changes, conflicts, resolved
+
+
+async def _settle(act: Act, child: int, made: worktrees.Made) -> None:
+    """A fork's own folder recorded, and the fork moved into it: its folder, its bindings and
+    watches under the parent's folder, its commit triggers on the parent's branch."""
+    tx = act.tx
+    await rows.insert_worktree(tx, child, made.kind, made.path, made.folder, made.source, made.repo, made.branch,
+                               made.base)
+    await rows.update_session(tx, child, cwd=made.folder)
+    await rows.relocate(tx, child, made.source, made.folder)
+    moved = 0
+    for t in await rows.triggers(tx, child):
+        spec = json.loads(t["spec"])
+        if t["kind"] == "watch":
+            paths = [_moved(p, made.source, made.folder) for p in spec["paths"]]
+            changed = paths != spec["paths"]
+            spec["paths"] = paths
+        elif t["kind"] == "commit" and made.kind == "git" and spec["repo"] == made.source_top:
+            changed = True
+            spec["repo"] = made.path
+            if spec["branch"] == made.source_branch:
+                spec["branch"] = made.branch
+        else:
+            continue
+        if changed:
+            moved += 1
+            await tx.execute("UPDATE triggers SET spec = ? WHERE id = ?", (json.dumps(spec), t["id"]))
+    where = f"a git worktree on the new branch {made.branch}" if made.kind == "git" else "a copy of its folder"
+    act.note(f"session {child} works in {made.folder}: {where}"
+             + (f", with {plural(len(made.carried), 'uncommitted change')} carried over" if made.carried else ""))
+    if moved:
+        act.note(f"{plural(moved, 'trigger')} of the fork now watch{'es' if moved == 1 else ''} its own folder"
+                 + (" and branch" if made.kind == "git" else ""))
+
+
+def _moved(path: str, old: str, new: str) -> str:
+    old = old.rstrip("/")
+    if path == old or path.startswith(old + "/"):
+        return new.rstrip("/") + path[len(old):]
+    return path
 
 
 async def _links(tx: Tx, sid: int) -> list[Link]:

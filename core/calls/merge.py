@@ -9,29 +9,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 # the one text form of a JSON value that memory stores and merges compare (kept importable here)
 from ..model.limits import canonical as canonical
+from ..model.records import MISSING as MISSING, _Missing
 
 
-class _Missing:
-    """An absent key (never set, or deleted): distinct from a JSON ``null``."""
-
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-MISSING: Final = _Missing()
 
 
 @dataclass(slots=True, frozen=True)
 class Resolution:
-    """How to settle conflicts: a side for all keys, and per-key picks or values."""
+    """How to settle conflicts: a side for all keys (and files), per-key picks or values, and
+    per-file picks."""
 
     side: str | None = None  # "ours" | "theirs"
     picks: dict[str, str] | None = None  # key -> "ours" | "theirs"
     values: dict[str, str] | None = None  # key -> canonical JSON text
+    files: dict[str, str] | None = None  # a fork's file (path in its folder) -> "ours" | "theirs"
 
 
 def three_way(

@@ -25,6 +25,7 @@ from ..model.records import (
     SessionDetail,
     SessionInfo,
     TriggerInfo,
+    Worktree,
 )
 from ..model.states import State
 from ..store import rows
@@ -37,12 +38,13 @@ ENGINE_STALE_S = 5.0
 _STATES = {s.value: s for s in State}
 
 
-def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> SessionInfo:
+def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None) -> SessionInfo:
     """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
-                       tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30])
+                       tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30],
+                       worktree)
 
 
 #: Sessions read from SQLite at a time by ``ps``.
@@ -60,14 +62,17 @@ _TAIL = SessionInfo.__slots__[25:29]
 _LAST = SessionInfo.__slots__[30:]  # after context_source: the rest of the row, as it stands
 
 
-def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = ()) -> dict[str, Any]:
-    """``_info(r, trigs).to_json()``, in a third of the time (the state is stored as its value)."""
+def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
+               worktree: Worktree | None = None) -> dict[str, Any]:
+    """``_info(r, trigs, worktree).to_json()``, in a third of the time (the state is stored as
+    its value)."""
     data = dict(zip(_HEAD, r))
     data["armed"] = bool(r[18])
     data["triggers"] = [t.to_json() for t in trigs]
     data.update(zip(_TAIL, r[24:28]))
     data["context_source"] = "agent" if r[28] else "procession"
     data.update(zip(_LAST, r[29:]))
+    data["worktree"] = worktree.to_json() if worktree else None
     return data
 
 
@@ -86,8 +91,8 @@ class ReadCalls(Calls):
         SQL: memory flat in the number of sessions, and the cost of ``--limit 50`` that of 50
         rows plus the sort. Each batch reads the triggers of its own sessions only."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs in pages:
-                yield [_info(r, trigs.get(r[0], ())) for r in found]
+            async for found, trigs, wts in pages:
+                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
 
     async def ps_json_batches(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                               sort: str | None = None, reverse: bool = False, limit: int | None = None,
@@ -95,12 +100,13 @@ class ReadCalls(Calls):
         """``ps_batches`` as ``SessionInfo.to_json`` dicts, made from the rows directly (no
         record in between): what ``ps --json`` prints for 100,000 sessions."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs in pages:
-                yield [_info_json(r, trigs.get(r[0], ())) for r in found]
+            async for found, trigs, wts in pages:
+                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
 
     async def _ps_rows(self, all: bool, agent: str | None, state: str | None, sort: str | None, reverse: bool,
                        limit: int | None, size: int,
-                       ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]]], None]:
+                       ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]],
+                                             dict[int, Worktree]], None]:
         where: list[str] = []
         params: list[Any] = []
         if not all and state != State.TERMINATED:
@@ -128,10 +134,13 @@ class ReadCalls(Calls):
             try:
                 while found := cast(list[tuple[Any, ...]], list(await cursor.fetchmany(size))):  # no row factory
                     ids = [r[0] for r in found]
+                    marks = ", ".join("?" * len(ids))
                     trigs = rows.trigger_infos(await tx.tuples(
-                        f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN"
-                        f" ({', '.join('?' * len(ids))}) ORDER BY id", ids))
-                    yield found, trigs
+                        f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN ({marks}) ORDER BY id", ids))
+                    wts = rows.worktree_infos(await tx.tuples(
+                        f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
+                        f" ({marks})", ids))
+                    yield found, trigs, wts
             finally:
                 await cursor.close()
 
@@ -148,7 +157,11 @@ class ReadCalls(Calls):
                 f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN"
                 " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?) ORDER BY id",
                 (since, after, limit))) if found else {}
-        return rev, [_info(r, trigs.get(r[0], ())) for r in found]
+            wts = rows.worktree_infos(await tx.tuples(
+                f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
+                " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?)",
+                (since, after, limit))) if found else {}
+        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
 
     async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
         """What a monitor's header shows besides its own rows: recent firings, live runs, the engine."""
@@ -328,7 +341,9 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
         raise SessionNotFound(sid)
     trigs = rows.trigger_infos(await tx.tuples(
         f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
-    return _info(found[0], trigs.get(sid, ()))
+    wts = rows.worktree_infos(await tx.tuples(
+        f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
+    return _info(found[0], trigs.get(sid, ()), wts.get(sid))
 
 
 async def live_holder(tx: Tx) -> Holder | None:

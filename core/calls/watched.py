@@ -16,10 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..model.trigger_spec import IGNORED_DIRS
+
 #: Files a fingerprint lists one by one; above this, a digest stands for them.
 FINGERPRINT_FILES = 5_000
 _GLOB = re.compile(r"[*?\[]")
-IGNORED_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".mypy_cache", ".pytest_cache"}
 
 
 def is_glob(pattern: str) -> bool:

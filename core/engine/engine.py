@@ -135,7 +135,8 @@ class Engine:
                 log.info("took over from engine pid %s", took.took_over["pid"])
             await _patiently(self._recover)
             if self.with_triggers:
-                triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None)
+                triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None,
+                                                    kick=self.kick.set)
                 await _patiently(lambda: triggers.refresh(catch_up=True))
         except BaseException:
             if self.heartbeat is not None:

@@ -175,9 +175,7 @@ class Ledger(Workspace):
     async def workdir(self, sid: int) -> str:
         """Where a step runs: the first bound folder, else the folder the session was spawned in."""
         async with self.store.snapshot() as tx:
-            row = await rows.session(tx, sid)
-            folders = [r["uri"] for r in await rows.resources(tx, sid) if r["kind"] == "folder"]
-        return folders[0] if folders else str(row["cwd"])
+            return await rows.workdir(tx, sid)
 
     async def agent_turn(self, sid: int, spec: RunnerSpec, cwd: str, env: dict[str, str]) -> Turn:
         """What an agent CLI is given by the run about to start: the messages it has not seen
@@ -358,6 +356,38 @@ class Ledger(Workspace):
             if state is not None:
                 await rows.set_trigger_state(tx, trigger, state)
             return await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig, cause)
+
+    async def commit_trigger(self, trigger: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """A commit trigger's spec and what it has seen, while it may fire (armed, of an approved
+        session that has not ended); None otherwise."""
+        async with self.store.snapshot() as tx:
+            row = await tx.one("SELECT t.spec, t.state FROM triggers t JOIN sessions s ON s.id = t.session_id"
+                               " WHERE t.id = ? AND t.kind = 'commit' AND t.armed = 1 AND s.armed = 1"
+                               " AND s.state != 'terminated'", (trigger,))
+        if row is None:
+            return None
+        return json.loads(row["spec"]), json.loads(row["state"]) if row["state"] else {}
+
+    async def fire_commits(self, trigger: int, causes: list[dict[str, Any]], state: dict[str, Any],
+                           seen: dict[str, Any]) -> list[str]:
+        """Fire a commit trigger once per branch that gained commits (each journaled by
+        ``waking.wake``) and remember what it has now seen, in one transaction; a trigger whose
+        state moved since it was read (``seen``) is left alone. A new problem, or one solved,
+        stamps the session, so that faces show it."""
+        async with self.store.tx() as tx:
+            trig = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
+            if trig is None or (json.loads(trig["state"]) if trig["state"] else {}) != seen:
+                return ["gone" for _ in causes]
+            if state != seen:
+                await rows.set_trigger_state(tx, trigger, state)
+            sid, results = trig["session_id"], []
+            for cause in causes:  # read again each time: a wake may have kept the cause before on it
+                again = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
+                assert again is not None
+                results.append(await waking.wake(tx, await rows.session(tx, sid), again, cause))
+            if not causes and (state.get("problem") != seen.get("problem") or state.get("last") != seen.get("last")):
+                await tx.touch(sid)
+            return results
 
     async def remember(self, trigger: int, state: dict[str, Any]) -> None:
         """Store a watch trigger's fingerprint (not a call: nothing the user sees changes)."""

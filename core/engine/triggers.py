@@ -1,12 +1,14 @@
 """The engine's side of triggers: timers for cron and interval triggers, the file watcher for
-watch triggers, kept up to date incrementally.
+watch triggers, the watch of git's refs for commit triggers (``gitwatch``), kept up to date
+incrementally.
 
 Every change of a trigger (added, removed, armed, fired) stamps its session's revision, so on
 each change of the store the engine reads again only the triggers of the sessions changed
 since it last looked, and recomputes the next due time of those alone: a workspace with ten
 thousand cron triggers costs the croniter work once, at start, not at every call. Catch-up
 (watched files that changed, cron times that passed while no engine ran) happens once, at
-start, with the folders scanned on a worker thread.
+start, with the folders scanned on a worker thread; a commit trigger catches up on commits
+made meanwhile the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..calls import watched
+from .gitwatch import CommitWatch
 from .ledger import Ledger
 from .watch import PATHS_PER_FIRING, Watcher
 
@@ -40,23 +43,26 @@ class Triggers:
     """What may fire, and when: ``due`` (timers) and the watcher's triggers."""
 
     def __init__(self, ledger: Ledger, fired: Callable[[int, list[str], int], Awaitable[None]],
-                 watch: bool = True) -> None:
+                 watch: bool = True, kick: Callable[[], None] = lambda: None) -> None:
         self.ledger = ledger
         self.rev = 0
         self.due: dict[int, tuple[float, str, int]] = {}  # trigger -> (when, kind, session)
         self.watched: dict[int, dict[str, Any]] = {}  # trigger -> spec
         self.of_session: dict[int, set[int]] = {}  # session -> its triggers we hold
         self.watcher = Watcher(fired) if watch else None
+        self.commits = CommitWatch(ledger, kick) if watch else None
+        self.committed: dict[int, dict[str, Any]] = {}  # commit trigger -> spec
 
     async def refresh(self, catch_up: bool = False) -> None:
         """Take in the triggers of the sessions changed since the last refresh."""
         rev, sessions, found = await self.ledger.trigger_changes(self.rev)
         self.rev = rev
-        watch_changed = False
+        watch_changed = commit_changed = False
         for sid in sessions:
             for tid in self.of_session.pop(sid, ()):
                 self.due.pop(tid, None)
                 watch_changed |= self.watched.pop(tid, None) is not None
+                commit_changed |= self.committed.pop(tid, None) is not None
         for row in found:
             spec = json.loads(row["spec"])
             self.of_session.setdefault(row["session_id"], set()).add(row["id"])
@@ -65,11 +71,16 @@ class Triggers:
                 watch_changed = True
                 if catch_up:
                     await self._catch_up(row, spec)
+            elif row["kind"] == "commit":
+                self.committed[row["id"]] = spec
+                commit_changed = True
             elif row["kind"] in ("cron", "every"):
                 base = row["last_fired"] or row["created"]
                 self.due[row["id"]] = (next_due(row["kind"], spec, base), row["kind"], row["session_id"])
         if watch_changed and self.watcher is not None:
             self.watcher.update(self.watched)
+        if (commit_changed or catch_up) and self.commits is not None:
+            await self.commits.update(self.committed, catch_up)
 
     async def _catch_up(self, row: Any, spec: dict[str, Any]) -> None:
         """Fire once if the watched files changed while no engine ran."""
@@ -105,3 +116,5 @@ class Triggers:
     async def close(self) -> None:
         if self.watcher is not None:
             await self.watcher.close()
+        if self.commits is not None:
+            await self.commits.close()

@@ -38,8 +38,9 @@ Fire = Callable[[int, list[str], int], Awaitable[None]]
 class Watcher:
     """One file watcher for all watch triggers of a workspace."""
 
-    def __init__(self, fire: Fire) -> None:
+    def __init__(self, fire: Fire, *, filtered: bool = True) -> None:
         self.fire = fire
+        self.filtered = filtered  # False: see every change, even in folders watchfiles ignores (.git)
         self.watched: dict[int, _Watched] = {}
         self.by_root: dict[str, list[int]] = {}
         self.pending: dict[int, set[str]] = {}
@@ -92,8 +93,9 @@ class Watcher:
 
         while not stop.is_set():
             try:
+                options: dict[str, Any] = {} if self.filtered else {"watch_filter": None}
                 async for changes in awatch(*roots, debounce=50, step=10, stop_event=stop, recursive=recursive,
-                                            ignore_permission_denied=True):
+                                            ignore_permission_denied=True, **options):
                     self.dispatch(path for _, path in changes)
             except (FileNotFoundError, RuntimeError, OSError) as exc:
                 log.warning("watch on %s stopped (%s); retrying", ", ".join(roots), exc)
@@ -101,6 +103,13 @@ class Watcher:
                     await asyncio.wait_for(stop.wait(), 1.0)
                 except asyncio.TimeoutError:
                     continue
+
+    async def settled(self) -> None:
+        """Return once the watches ``update`` asked for are in place: from then on no change of
+        their files is missed. Each watch task sets its watches up in its first step — watchfiles'
+        ``awatch`` makes its ``RustNotify`` (which registers every watch, and queues events from
+        then on) before its first ``await`` — and that step runs before this one resumes."""
+        await asyncio.sleep(0)
 
     def dispatch(self, paths: Iterable[str]) -> None:
         """Match changed paths to triggers (only those whose folder holds the path)."""

@@ -51,21 +51,28 @@ class ContextTooLarge(ProcessionError):
 
 
 class MergeConflict(ProcessionError):
-    """Keys changed differently on both sides; nothing was applied.
+    """Keys (or a fork's files) changed differently on both sides; nothing was applied.
 
     ``conflicts`` maps each key to ``(base, ours, theirs)``, with ``MISSING`` for an absent
-    value, so that a face can show all three and let the user pick.
+    value, so that a face can show all three and let the user pick; ``files`` maps each
+    conflicting file (a path in the fork's folder) to what both sides did to it.
     """
 
     exit_code = 3
 
-    def __init__(self, source: int, target: int, conflicts: dict[str, tuple[Any, Any, Any]]) -> None:
-        keys = ", ".join(sorted(conflicts))
+    def __init__(self, source: int, target: int, conflicts: dict[str, tuple[Any, Any, Any]],
+                 files: dict[str, str] | None = None) -> None:
+        files = files or {}
+        names = ", ".join([*sorted(conflicts), *(f"file {p}" for p in sorted(files))])
+        how = "--ours, --theirs or --set KEY=JSON"
+        if files:
+            how = ("--ours, --theirs (or --ours PATH, --theirs PATH for one file), --set KEY=JSON, or by merging"
+                   " the target's branch into the fork's, resolving there, and merging again")
         super().__init__(
-            f"merge {source} into {target} has {plural(len(conflicts), 'unresolved conflict')}: {keys};"
-            " resolve with --ours, --theirs or --set KEY=JSON"
+            f"merge {source} into {target} has {plural(len(conflicts) + len(files), 'unresolved conflict')}: {names};"
+            f" resolve with {how}"
         )
-        self.source, self.target, self.conflicts = source, target, conflicts
+        self.source, self.target, self.conflicts, self.files = source, target, conflicts, files
 
 
 class SnapshotError(ProcessionError):

@@ -63,10 +63,13 @@ class Spawned(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Forked(Outcome):
-    """``sid`` is the new session; it shares ``parent``'s history up to ``at``."""
+    """``sid`` is the new session; it shares ``parent``'s history up to ``at``; forked with a
+    worktree, it works in ``worktree`` (on ``branch``, in git)."""
 
     parent: int
     at: int
+    worktree: str | None = None
+    branch: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,7 +145,8 @@ class Migrated(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Merged(Outcome):
-    """``source`` merged into ``sid``; ``base`` is the common ancestor (None: unrelated)."""
+    """``source`` merged into ``sid``; ``base`` is the common ancestor (None: unrelated); a
+    source forked with a worktree also changed ``files`` (``"M path"``), by ``commit`` in git."""
 
     source: int
     base: int | None
@@ -150,6 +154,8 @@ class Merged(Outcome):
     memory_changed: tuple[str, ...]
     resources_added: int
     resolved: dict[str, Any]
+    files: tuple[str, ...] = ()
+    commit: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -6,9 +6,26 @@ import json
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from .states import State
+
+
+class _Missing:
+    """An absent key or file (never set, or deleted): distinct from a JSON ``null``."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+#: What a merge side holds for a key (or a file) it does not have.
+MISSING: Final = _Missing()
+
+
+def plain_conflicts(conflicts: dict[str, tuple[Any, Any, Any]]) -> dict[str, dict[str, Any]]:
+    """Memory conflicts as JSON: ``{key: {base, ours, theirs}}``, an absent side as null."""
+    return {k: {"base": None if b is MISSING else b, "ours": None if o is MISSING else o,
+                "theirs": None if t is MISSING else t} for k, (b, o, t) in conflicts.items()}
 
 
 @dataclass(slots=True)
@@ -24,15 +41,43 @@ class TriggerInfo:
     last_fired: float | None
     fired: int
     pending: bool
+    seen_text: str | None = None  # a commit trigger's: the branch tips it last saw, its last commit, a problem
 
     @property
     def spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = json.loads(self.spec_text)
         return spec
 
+    @property
+    def seen(self) -> dict[str, Any]:
+        """What a commit trigger has seen: ``tips`` (branch -> commit), ``last`` (the newest
+        commit seen: branch, id, subject) and ``problem`` (its repository or branch is gone)."""
+        seen: dict[str, Any] = json.loads(self.seen_text) if self.seen_text else {}
+        return seen
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "session": self.session, "kind": self.kind, "spec": self.spec, "armed": self.armed,
+        data = {"id": self.id, "session": self.session, "kind": self.kind, "spec": self.spec, "armed": self.armed,
                 "last_fired": self.last_fired, "fired": self.fired, "pending": self.pending}
+        if self.kind == "commit":
+            seen = self.seen
+            data.update(last_commit=seen.get("last"), problem=seen.get("problem"))
+        return data
+
+
+@dataclass(slots=True, frozen=True)
+class Worktree:
+    """A fork's own folder (``fork --worktree``): a git worktree on ``branch`` (kind ``git``)
+    or a copy of a folder outside git (kind ``copy``); ``path`` is what was made, ``folder``
+    the session's folder in it, ``source`` the parent's folder it was made from."""
+
+    kind: str
+    path: str
+    folder: str
+    source: str
+    branch: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_of(self)
 
 
 @dataclass(slots=True)
@@ -78,6 +123,7 @@ class SessionInfo:
     context_source: str = "procession"
     status: str | None = None  # what a running agent is doing (its last tool call or message)
     spawned_by: int | None = None  # the session that spawned it (an agent, through its MCP server)
+    worktree: Worktree | None = None  # its own folder, when it was forked with one
 
     @property
     def last_fired(self) -> float | None:
@@ -92,6 +138,7 @@ class SessionInfo:
         data = fields_of(self)
         data["state"] = self.state.value
         data["triggers"] = [t.to_json() for t in self.triggers]
+        data["worktree"] = self.worktree.to_json() if self.worktree else None
         return data
 
 
@@ -301,6 +348,55 @@ class SessionDetail:
             agent_ref=self.agent_ref,
         )
         return data
+
+
+@dataclass(slots=True, frozen=True)
+class FileMerge:
+    """What merging a fork's own folder does to the target's files: the fork's ``branch`` merged
+    into ``target_branch`` in ``folder`` (git), or the copy's changed files brought into
+    ``folder`` (copy). ``changes`` are ``(status, path)`` — A added, M modified, D deleted —
+    ``conflicts`` map a path to what both sides did, ``resolved`` a settled path to its side."""
+
+    kind: str
+    worktree: str
+    branch: str | None
+    folder: str
+    target_branch: str | None
+    changes: tuple[tuple[str, str], ...]
+    conflicts: dict[str, str]
+    resolved: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        data = fields_of(self)
+        data["changes"] = [{"status": st, "path": p} for st, p in self.changes]
+        return data
+
+
+@dataclass(slots=True, frozen=True)
+class MergePlan:
+    """What ``merge SOURCE TARGET`` would do (``merge --dry-run``): messages joining, memory
+    keys set and deleted, memory conflicts (key -> base, ours, theirs), the files."""
+
+    source: int
+    target: int
+    base: int | None
+    messages: int
+    memory_set: dict[str, Any]
+    memory_deleted: tuple[str, ...]
+    conflicts: dict[str, tuple[Any, Any, Any]]
+    resolved: dict[str, Any]
+    files: FileMerge | None
+
+    @property
+    def clean(self) -> bool:
+        """Nothing left to settle: the merge would go through."""
+        return not self.conflicts and not (self.files and self.files.conflicts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "target": self.target, "base": self.base, "messages": self.messages,
+                "memory_set": self.memory_set, "memory_deleted": list(self.memory_deleted),
+                "conflicts": plain_conflicts(self.conflicts), "resolved": self.resolved,
+                "files": self.files.to_json() if self.files else None, "clean": self.clean}
 
 
 _GETTERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}

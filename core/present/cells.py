@@ -57,7 +57,7 @@ def _triggers(s: SessionInfo, now: float) -> Parts:
     if not s.triggers:
         return [("-", "cell--muted")]
     kinds = trigger_kinds(s)
-    parts = [(kinds, "cell--muted" if "(off)" in kinds else "")]
+    parts = [(kinds, "cell--warning" if "(!)" in kinds else "cell--muted" if "(off)" in kinds else "")]
     if s.last_fired:
         parts.append((f" {words.age(s.last_fired, now)}", "cell--muted"))
     return parts
@@ -67,6 +67,8 @@ def _name(s: SessionInfo, now: float) -> Parts:
     parts = [(printable(s.name).replace("\n", " "), "")]
     if not s.armed:
         parts.append((" [unapproved]", "cell--warning"))
+    if s.worktree is not None:  # forked into a folder of its own: its branch, or a copy
+        parts.append((f" [{printable(s.worktree.branch or 'copy').replace(chr(10), ' ')}]", "cell--muted"))
     if s.state is State.TERMINATED and s.reason:
         parts.append((f" ({s.reason}{f' into {s.merged_into}' if s.merged_into else ''})", "cell--muted"))
     elif s.state is State.SUSPENDED and s.reason:  # suspended by the engine: failing

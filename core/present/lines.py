@@ -15,6 +15,7 @@ from ..calls.merge import MISSING
 from ..model.records import (
     ContextItem,
     JournalEntry,
+    MergePlan,
     Message,
     Resource,
     RunInfo,
@@ -22,6 +23,7 @@ from ..model.records import (
     SessionInfo,
     TriggerInfo,
     Waited,
+    Worktree,
 )
 from . import words
 from .words import one_line, printable
@@ -38,7 +40,8 @@ def value(v: Any) -> str:
 
 
 def trigger_label(t: TriggerInfo) -> str:
-    """A short human form: ``watch src/**``, ``cron 0 9 1 * *``, ``every 5m``, ``after 3``."""
+    """A short human form: ``watch src/**``, ``cron 0 9 1 * *``, ``every 5m``, ``after 3``,
+    ``commit /repo --branch main --path src/**`` (the words that would add it again)."""
     spec = t.spec
     match t.kind:
         case "watch":
@@ -49,6 +52,9 @@ def trigger_label(t: TriggerInfo) -> str:
             text = f"every {spec['text']}"
         case "after":
             text = f"after {spec['session']}"
+        case "commit":
+            text = " ".join(["commit", spec["repo"], f"--branch {spec['branch']}",
+                             *(f"--path {p}" for p in spec["paths"])])
         case _:
             text = t.kind
     return printable(text)
@@ -56,18 +62,38 @@ def trigger_label(t: TriggerInfo) -> str:
 
 def trigger_kinds(s: SessionInfo) -> str:
     """``cron,watch``; a kind whose triggers are all disarmed (a fork's copies, a loaded
-    session's) reads ``watch(off)``, so that nobody waits for a wake that cannot come."""
+    session's) reads ``watch(off)``, so that nobody waits for a wake that cannot come; a
+    commit trigger whose repository or branch is gone reads ``commit(!)``."""
     kinds: dict[str, bool] = {}
+    broken: set[str] = set()
     for t in s.triggers:
         kinds[t.kind] = kinds.get(t.kind, False) or (t.armed and s.armed)
-    return ",".join(kind if armed else f"{kind}(off)" for kind, armed in kinds.items())
+        if t.kind == "commit" and t.seen.get("problem"):
+            broken.add(t.kind)
+    return ",".join(f"{kind}(off)" if not armed else f"{kind}(!)" if kind in broken else kind
+                    for kind, armed in kinds.items())
 
 
 def trigger_line(t: TriggerInfo, now: float | None = None) -> str:
     state = "armed" if t.armed else "disarmed"
     fired = f", fired {t.fired}x, last {words.ago(t.last_fired, now)}" if t.fired else ""
     pending = ", a firing waits for the session to be idle" if t.pending else ""
-    return f"[{t.id}] {trigger_label(t)} ({state}{fired}{pending})"
+    line = f"[{t.id}] {trigger_label(t)} ({state}{fired}{pending})"
+    if t.kind == "commit":
+        line += commit_seen(t)
+    return line
+
+
+def commit_seen(t: TriggerInfo) -> str:
+    """What a commit trigger last saw (``; last commit 1a2b3c4d5e on main: subject``) and its
+    problem, if its repository or branch is gone."""
+    seen = t.seen
+    last = seen.get("last")
+    text = f"; last commit {last['id'][:10]} on {last['branch']}: {one_line(last['subject'], 60)}" if last else \
+        "; no commit seen yet"
+    if seen.get("problem"):
+        text += f"; problem: {one_line(seen['problem'], 120)}"
+    return printable(text)
 
 
 # ---------------------------------------------------------------- one session
@@ -123,7 +149,16 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         out.append(("env", " ".join(shown + [f"{printable(k)} (passed)" for k in d.passed])))
     if s.status:
         out.append(("doing", printable(s.status)))
+    if s.worktree:
+        out.append(("worktree", worktree_text(s.worktree)))
     return out
+
+
+def worktree_text(w: Worktree) -> str:
+    """``/repo.forks/review-2 on branch procession/review-2 (from /repo)``, or a copy's."""
+    if w.kind == "git":
+        return printable(f"{w.path} on branch {w.branch} (a git worktree of {w.source})")
+    return printable(f"{w.path} (a copy of {w.source})")
 
 
 def summary(d: SessionDetail, now: float | None = None) -> list[str]:
@@ -155,6 +190,42 @@ def history_line(m: Message, *, short: bool = False) -> str:
         return head + one_line(m.content, 100)
     body = printable(m.content).replace("\n", "\n" + " " * len(head))
     return head + body
+
+
+# ---------------------------------------------------------------- merges
+
+
+def conflict_lines(conflicts: dict[str, tuple[Any, Any, Any]], files: dict[str, str], source: int,
+                   target: int) -> list[str]:
+    """A merge's conflicts, one a line: memory keys with the three values, files with what
+    each side did."""
+    out = [f"{printable(key)}: base {value(b)}, ours ({target}) {value(o)}, theirs ({source}) {value(t)}"
+           for key, (b, o, t) in sorted(conflicts.items())]
+    out += [f"file {printable(path)}: {printable(kind)} (--ours {printable(path)} or --theirs {printable(path)})"
+            for path, kind in sorted(files.items())]
+    return out
+
+
+def merge_plan(p: MergePlan) -> list[str]:
+    """``merge --dry-run``: what the merge would do, or what stops it."""
+    out = [f"merge {p.source} into {p.target}" + (" would:" if p.clean else " is stopped by conflicts:"),
+           f"  {words.plural(p.messages, 'message')} join {p.target}"
+           + (f" (after the history they share with {p.base})" if p.base is not None else " (they share no history)")]
+    out += [f"  memory: set {memory_line(k, v)}" for k, v in p.memory_set.items()]
+    out += [f"  memory: delete {printable(k)}" for k in p.memory_deleted]
+    out += [f"  memory: {printable(k)} settled: {value(side)}" for k, side in p.resolved.items()]
+    f = p.files
+    if f is not None:
+        where = (f"branch {f.branch} into {f.target_branch} in {f.folder}" if f.kind == "git"
+                 else f"the copy {f.worktree} into {f.folder}")
+        out.append(printable(f"  files: {where}: {words.plural(len(f.changes), 'file')} would change"))
+        out += [f"    {status} {printable(path)}" for status, path in f.changes]
+        out += [f"    settled {printable(path)}: {side}" for path, side in f.resolved.items()]
+        out.append(printable(f"  then {f.worktree} is removed" + (f" with its branch {f.branch}" if f.branch else "")))
+    if not p.clean:
+        out.append("  conflicts (nothing is applied until every one is settled):")
+        out += [f"    {line}" for line in conflict_lines(p.conflicts, f.conflicts if f else {}, p.source, p.target)]
+    return out
 
 
 # ---------------------------------------------------------------- runs and the journal

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..model import limits
@@ -29,8 +30,9 @@ def here(path: str) -> str:
 
 
 def local_paths(kind: str, words: Sequence[str]) -> list[str]:
-    """The words of a bind or a watch with their paths made absolute here; other words as typed."""
-    return [here(w) for w in words] if kind in (*limits.PATH_KINDS, "watch") else list(words)
+    """The words of a bind, a watch or a commit trigger with their paths made absolute here;
+    other words as typed."""
+    return [here(w) for w in words] if kind in (*limits.PATH_KINDS, "watch", "commit") else list(words)
 
 
 def json_value(text: str, what: str = "the value") -> Any:
@@ -68,6 +70,41 @@ def memory_edit(text: str) -> tuple[str, Any] | str:
     if not sep:
         raise Malformed("write KEY=JSON to set a key, -KEY to delete one")
     return key.strip(), json_value(raw.strip(), f"{key.strip()}: the value")
+
+
+@dataclass(slots=True, frozen=True)
+class TriggerWords:
+    """A trigger typed on one line: its words, and the options the CLI would take."""
+
+    args: list[str]
+    debounce_ms: int | None = None
+    branch: str | None = None
+    paths: list[str] = field(default_factory=list)
+
+
+def trigger_options(typed: Sequence[str]) -> TriggerWords:
+    """``--debounce MS``, ``--branch B`` and ``--path GLOB`` (repeatable) out of a trigger's
+    words, as ``trigger add`` reads them; the other words as they are."""
+    args: list[str] = []
+    debounce, branch, paths = None, None, []
+    items = iter(typed)
+    for word in items:
+        flag, eq, given = word.partition("=")
+        if flag not in ("--debounce", "--branch", "--path"):
+            args.append(word)
+            continue
+        value = given if eq else next(items, None)
+        if value is None:
+            raise Malformed(f"{flag} needs a value")
+        if flag == "--debounce":
+            if not value.isdigit():
+                raise Malformed(f"--debounce takes milliseconds, not {value!r}")
+            debounce = int(value)
+        elif flag == "--branch":
+            branch = value
+        else:
+            paths.append(value)
+    return TriggerWords(args, debounce, branch, paths)
 
 
 def words(text: str) -> list[str]:

@@ -47,7 +47,8 @@ def describe(o: Outcome) -> str:
         case Spawned():
             return f"spawned session {o.sid}"
         case Forked():
-            return f"forked {o.parent} into {o.sid} at message {o.at}"
+            return f"forked {o.parent} into {o.sid} at message {o.at}" + (
+                printable(f", in {o.worktree}" + (f" on branch {o.branch}" if o.branch else "")) if o.worktree else "")
         case Loaded():
             return f"loaded {printable(o.source)} as session {o.sid} ({plural(o.messages, 'message')})"
         case Moved():
@@ -80,7 +81,8 @@ def describe(o: Outcome) -> str:
         case Merged():
             return (f"merged {o.source} into {o.sid}: {plural(o.messages, 'message')} joined,"
                     f" {plural(len(o.memory_changed), 'memory key')} changed,"
-                    f" {plural(o.resources_added, 'resource')} added")
+                    f" {plural(o.resources_added, 'resource')} added"
+                    + (f", {plural(len(o.files), 'file')} changed" if o.files else ""))
         case Saved() if o.checkpoint is not None:
             return f"checkpoint {printable(o.checkpoint.name)!r} of session {o.sid} at message {o.checkpoint.seq}"
         case Saved():

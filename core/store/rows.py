@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..model.errors import SessionNotFound
-from ..model.records import Fold, TriggerInfo
+from ..model.records import Fold, TriggerInfo, Worktree
 from ..model.states import State
 from .sqlite import Tx
 
@@ -39,7 +39,8 @@ PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
     " LEFT JOIN runs r ON r.session_id = s.id AND r.ended IS NULL"
 )
-TRIGGER_COLUMNS = "id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL"
+TRIGGER_COLUMNS = ("id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL,"
+                   " CASE WHEN kind = 'commit' THEN state END")
 _MEMORY_PUT = (
     "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
@@ -93,6 +94,13 @@ async def update_session(tx: Tx, sid: int, **cols: Any) -> None:
     cols["last_active"] = tx.now
     assignments = ", ".join(f"{k} = ?" for k in cols)
     await tx.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", [*cols.values(), sid])
+
+
+async def workdir(tx: Tx, sid: int) -> str:
+    """Where a session works: its first bound folder, else the folder it was spawned in."""
+    found = await tx.value("SELECT uri FROM resources WHERE session_id = ? AND kind = 'folder' ORDER BY id LIMIT 1",
+                           (sid,))
+    return str(found) if found is not None else str((await session(tx, sid))["cwd"])
 
 
 async def ancestry(tx: Tx, sid: int) -> list[Row]:
@@ -214,12 +222,19 @@ async def insert_resources(tx: Tx, sid: int, items: Iterable[tuple[str, str, str
                   [(sid, kind, uri, mode, tx.now) for kind, uri, mode in items])
 
 
-async def copy_resources(tx: Tx, source: int, target: int) -> int:
-    """Bind ``source``'s resources to ``target`` too; returns how many were new to it."""
+async def copy_resources(tx: Tx, source: int, target: int, *, outside: str | None = None) -> int:
+    """Bind ``source``'s resources to ``target`` too, in the order they were bound (the first
+    folder is where a step runs), but for those under the folder ``outside`` (a merged fork's
+    own folder, about to go); returns how many were new to it."""
+    keep = ""
+    params: list[Any] = [target, tx.now, source]
+    if outside is not None:
+        keep = " AND NOT (uri = ? OR substr(uri, 1, length(?) + 1) = ? || '/')"
+        params += [outside, outside, outside]
     cur = await tx.execute(
         "INSERT OR IGNORE INTO resources (session_id, kind, uri, mode, created)"
-        " SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?",
-        (target, tx.now, source),
+        f" SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?{keep} ORDER BY id",
+        params,
     )
     return max(cur.rowcount, 0)
 
@@ -235,7 +250,8 @@ def trigger_infos(rows: Iterable[Sequence[Any]]) -> dict[int, list[TriggerInfo]]
     """Rows of ``TRIGGER_COLUMNS`` as records, by session."""
     by_session: dict[int, list[TriggerInfo]] = {}
     for r in rows:
-        by_session.setdefault(r[1], []).append(TriggerInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7])))
+        by_session.setdefault(r[1], []).append(TriggerInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7]),
+                                                           r[8]))
     return by_session
 
 
@@ -296,6 +312,42 @@ async def take_pending(tx: Tx, sid: int) -> list[dict[str, Any]]:
 
 async def set_trigger_state(tx: Tx, trigger: int, state: dict[str, Any]) -> None:
     await tx.execute("UPDATE triggers SET state = ? WHERE id = ?", (json.dumps(state), trigger))
+
+
+# ---------------------------------------------------------------- worktrees
+
+
+WORKTREE_COLUMNS = "session_id, kind, path, folder, source, branch"
+
+
+def worktree_infos(rows: Iterable[Sequence[Any]]) -> dict[int, Worktree]:
+    """Rows of ``WORKTREE_COLUMNS`` as records, by session."""
+    return {r[0]: Worktree(r[1], r[2], r[3], r[4], r[5]) for r in rows}
+
+
+async def worktree(tx: Tx, sid: int) -> Row | None:
+    """A session's own folder (``fork --worktree``), while it is there."""
+    return await tx.one("SELECT * FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,))
+
+
+async def insert_worktree(tx: Tx, sid: int, kind: str, path: str, folder: str, source: str, repo: str | None,
+                          branch: str | None, base: str) -> None:
+    await tx.execute("INSERT INTO worktrees (session_id, kind, path, folder, source, repo, branch, created, base)"
+                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (sid, kind, path, folder, source, repo, branch, tx.now, base))
+
+
+async def worktree_removed(tx: Tx, sid: int) -> None:
+    await tx.execute("UPDATE worktrees SET removed = ? WHERE session_id = ? AND removed IS NULL", (tx.now, sid))
+    await tx.touch(sid)
+
+
+async def relocate(tx: Tx, sid: int, old: str, new: str) -> None:
+    """Point a session's bound files and folders under ``old`` to the same places under ``new``."""
+    old, new = old.rstrip("/"), new.rstrip("/")
+    await tx.execute(
+        "UPDATE resources SET uri = ? || substr(uri, length(?) + 1) WHERE session_id = ?"
+        " AND kind IN ('file', 'folder', 'db') AND (uri = ? OR substr(uri, 1, length(?) + 1) = ? || '/')",
+        (new, old, sid, old, old, old))
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -291,6 +291,29 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE sessions ADD COLUMN spawned_by INTEGER REFERENCES sessions(id);
     """,
+    # 6 (worktrees, issue 12): a step of its own, adding one table and touching no other, so
+    # that it can be renumbered after any other migration without a change to its text.
+    # A fork's own folder, made by ``fork --worktree``: a git worktree on a new branch
+    # (kind 'git': ``base`` is the commit it started at) or a copy of a folder outside git
+    # (kind 'copy': ``base`` is the JSON manifest of the files copied, the base of a merge
+    # back). ``path`` is what was made (and what is removed), ``folder`` the session's folder
+    # in it, ``source`` the parent's folder it came from, ``repo`` (git) the repository's
+    # common git folder and ``branch`` the fork's branch; ``removed`` is set once it is gone.
+    """
+    CREATE TABLE worktrees (
+        session_id  INTEGER PRIMARY KEY REFERENCES sessions(id),
+        kind        TEXT NOT NULL,
+        path        TEXT NOT NULL,
+        folder      TEXT NOT NULL,
+        source      TEXT NOT NULL,
+        repo        TEXT,
+        branch      TEXT,
+        created     REAL NOT NULL,
+        removed     REAL,
+        base        TEXT NOT NULL
+    );
+    """,
+    # ---- end of worktrees
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """API summary: regenerate API.md from the public functions and classes under src/.
 
-A Procession ``command:`` runner for a session that watches ``src/``. It reads the
-session document on stdin (the changed paths are in the run's cause), parses every Python
-file under ``src/`` with ``ast`` (nothing is imported or run), writes ``API.md`` in its
-working folder and answers with a one-line summary of what changed.
+A Procession ``command:`` runner for a session woken by the commits that touch ``src/`` (a
+commit trigger: ``procession trigger add SID commit --path 'src/**'``) or by any change under
+it (a watch). It reads the session document on stdin (the run's cause names the commits
+and the changed paths), parses every Python file under ``src/`` with ``ast`` (nothing is
+imported or run), writes ``API.md`` in its working folder and answers with a one-line
+summary of what changed.
 """
 
 import ast
@@ -51,8 +53,13 @@ def main() -> int:
                         items += 1
         out.append("")
     (Path.cwd() / "API.md").write_text("\n".join(out), encoding="utf-8")
-    changed = sorted({Path(p).name for c in doc["run"]["cause"] for p in c.get("paths", [])})
+    causes = doc["run"]["cause"]
+    changed = sorted({Path(p).name for c in causes for p in c.get("paths", [])})
+    commits = [c["subject"] for cause in causes for c in cause.get("commits", [])]
     why = f"after changes to {', '.join(changed)}" if changed else "on request"
+    if commits:
+        why = f"after {len(commits)} commit{'s' if len(commits) > 1 else ''} ({'; '.join(commits[-3:])})" + (
+            f" changing {', '.join(changed)}" if changed else "")
     print(f"API.md regenerated {why}: {modules} modules, {items} public names.")
     return 0
 

@@ -166,7 +166,7 @@ async def test_fork_merge_and_conflicts(cli: Any, db: Path, tmp_path: Path, ws: 
     fill(cli, 1, 6, tmp_path)
     cli("memory", "1", "set", "k", '"base"')
     child = cli.json("fork", "1", "--name", "kid")
-    assert child == {"sid": 2, "parent": 1, "at": 6, "notes": []}
+    assert child == {"sid": 2, "parent": 1, "at": 6, "worktree": None, "branch": None, "notes": []}
     early = cli.json("fork", "1", "--at", "2")
     assert early["sid"] == 3 and early["at"] == 2
     assert len(cli.json("history", "3")) == 2

@@ -169,7 +169,8 @@ async def test_every_accepted_call_writes_one_journal_row(ws: Workspace, tmp_pat
     forked, e = await accepted(ws, "fork", ws.fork(sid, "kid", at=5))
     child = forked.sid
     assert e.session == sid and e.other == child and e.args["at"] == 5 and e.outcome == {"sid": child, "parent": sid,
-                                                                                            "at": 5}
+                                                                                            "at": 5, "worktree": None,
+                                                                                            "branch": None}
     res, e = await accepted(ws, "merge", ws.merge(child, sid))
     assert e.session == sid and e.other == child and e.outcome["source"] == child and e.outcome["sid"] == sid
 

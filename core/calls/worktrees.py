@@ -1,0 +1,429 @@
+"""A fork's own folder: made by ``fork --worktree``, merged back by ``merge``, removed after.
+
+When the parent's folder is in a git repository, the fork gets a **git worktree** on a new
+branch (``procession/<fork name>``) at the parent's current commit, in a folder beside the
+repository (``<repo>.forks/<fork name>``); its folder is the parent's, there. Merging the fork
+merges that branch into the branch checked out in the target's folder with git's own
+three-way merge. Outside git the fork gets a **copy** of the folder (``<folder>.forks/...``;
+reflinks where the file system has them), with a manifest of what was copied: merging it
+back is a three-way merge of files (the manifest is the base), done file by file.
+
+Uncommitted changes in the parent's repository are refused, or carried into the worktree
+(``carry``: the diff against HEAD applied there, untracked files copied). A fork's folder is
+removed when the fork is merged, or cancelled with ``clean`` — never while it holds work that
+would be lost: uncommitted changes in a worktree, or changed files in a copy that is not
+being merged. A branch with commits on no other branch is kept (and said so).
+
+All of this is file and git work, synchronous: the calls run it on a worker thread, outside
+the store's write lock; what is made before a call's transaction is undone if it is refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..model.errors import InvalidArgument, ProcessionError
+from ..model.records import MISSING, FileMerge
+from ..model.text import plural
+from ..model.trigger_spec import IGNORED_DIRS
+from . import gitrepo
+from .merge import Resolution, three_way
+
+#: Linux's FICLONE ioctl: the destination shares the source's blocks (btrfs, XFS, bcachefs...).
+FICLONE = 0x40049409
+#: Paths a refusal names before "and N more".
+NAMED = 5
+
+
+@dataclass(slots=True, frozen=True)
+class Made:
+    """A fork's folder, made before the fork's transaction (undone if that is refused)."""
+
+    kind: str  # "git" | "copy"
+    path: str  # what was made: the worktree's top, or the copy
+    folder: str  # the fork's folder in it
+    source: str  # the parent's folder
+    repo: str | None  # git: the common git folder of the repository
+    branch: str | None  # git: the fork's new branch
+    base: str  # git: the commit it starts at; copy: the manifest of what was copied (JSON)
+    source_top: str | None = None  # git: the top of the parent's worktree, and its branch
+    source_branch: str | None = None
+    carried: tuple[str, ...] = ()
+
+    def journal(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "branch": self.branch, "carried": len(self.carried)}
+
+
+# ---------------------------------------------------------------- making one
+
+
+def make(folder: str, name: str, carry: bool) -> Made:
+    """A worktree (or a copy) of ``folder`` for a fork called ``name``."""
+    if not os.path.isdir(folder):
+        raise InvalidArgument(f"the session's folder {folder} does not exist: there is nothing to fork it from")
+    found = gitrepo.repo(folder)
+    return _make_worktree(found, folder, name, carry) if found is not None else _make_copy(folder, name)
+
+
+def _make_worktree(found: gitrepo.Repo, folder: str, name: str, carry: bool) -> Made:
+    if found.head is None:
+        raise InvalidArgument(f"{found.top} has no commit yet: commit once, then fork into a worktree")
+    dirty = gitrepo.uncommitted(found.top)
+    if dirty and not carry:
+        raise InvalidArgument(f"{found.top} has uncommitted changes ({named(dirty)}): commit them, or fork with"
+                              " --carry to take them into the fork's worktree")
+    slug = _slug(name)
+    branch = f"procession/{slug}"
+    n = 2
+    while gitrepo.has_branch(found.top, branch):
+        branch, n = f"procession/{slug}-{n}", n + 1
+    if not gitrepo.branch_name_ok(found.top, branch):
+        raise InvalidArgument(f"cannot name a branch after the fork {name!r}: give it another name")
+    path = _free(Path(found.top).parent / f"{Path(found.top).name}.forks" / slug)
+    path.parent.mkdir(exist_ok=True)
+    gitrepo.run(found.top, "worktree", "add", "-q", "-b", branch, str(path), found.head)
+    made = Made("git", str(path), str(path / gitrepo.relative(os.path.realpath(folder), found.top)), folder,
+                found.common_dir, branch, found.head, found.top, found.branch, tuple(dirty))
+    try:
+        if dirty:
+            _carry(found.top, str(path))
+        os.makedirs(made.folder, exist_ok=True)  # a folder git does not track is not checked out
+    except BaseException:
+        undo(made)
+        raise
+    return made
+
+
+def _carry(top: str, into: str) -> None:
+    """The uncommitted changes of the worktree ``top`` made in the worktree ``into`` too: the
+    diff against HEAD (staged and not) applied there, untracked files copied."""
+    diff = gitrepo.run(top, "diff", "--binary", "HEAD").stdout
+    if diff:
+        gitrepo.run(into, "apply", "--whitespace=nowarn", "-", input=diff)
+    for rel in gitrepo.untracked(top):
+        target = Path(into) / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(top) / rel, target, follow_symlinks=False)
+
+
+def _make_copy(folder: str, name: str) -> Made:
+    base = manifest(folder)
+    path = _free(Path(folder).parent / f"{Path(folder).name}.forks" / _slug(name))
+    path.parent.mkdir(exist_ok=True)
+    made = Made("copy", str(path), str(path), folder, None, None, json.dumps(base, sort_keys=True))
+    try:
+        copy_tree(folder, str(path))
+    except BaseException:
+        undo(made)
+        raise
+    return made
+
+
+def undo(made: Made) -> None:
+    """Take back what ``make`` made (its fork was refused)."""
+    if made.kind == "git":
+        gitrepo.run(made.source_top, "worktree", "remove", "--force", made.path, check=False)
+        gitrepo.run(made.source_top, "branch", "-D", made.branch or "", check=False)
+    shutil.rmtree(made.path, ignore_errors=True)
+    _drop_empty(Path(made.path).parent)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].strip("-") or "fork"
+
+
+def _free(path: Path) -> Path:
+    candidate, n = path, 2
+    while candidate.exists():
+        candidate, n = path.with_name(f"{path.name}-{n}"), n + 1
+    return candidate
+
+
+def _drop_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def named(paths: Sequence[str]) -> str:
+    """``a.txt, b.txt and 3 more``."""
+    shown = ", ".join(paths[:NAMED])
+    return shown + (f" and {len(paths) - NAMED} more" if len(paths) > NAMED else "")
+
+
+# ---------------------------------------------------------------- copies
+
+
+def copy_tree(source: str, target: str) -> None:
+    """Copy a folder, symlinks as symlinks, each file a reflink where the file system allows
+    (the copy then shares the file's blocks until either side writes), else a plain copy."""
+    cloning = [True]
+
+    def clone(src: str, dst: str) -> None:
+        if cloning[0]:
+            try:
+                with open(src, "rb") as fin, open(dst, "wb") as fout:
+                    fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+                shutil.copystat(src, dst)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.ENOSYS):
+                    raise
+                cloning[0] = False  # this file system cannot: plain copies from now on
+        shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, symlinks=True, copy_function=clone)
+
+
+def manifest(folder: str) -> dict[str, str]:
+    """Every file under ``folder`` (but for the folders tools fill with churn) by its path
+    there, with a digest of its content (a symlink: of where it points)."""
+    found: dict[str, str] = {}
+    for here, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not os.path.islink(os.path.join(here, d))]
+        for name in names:
+            path = os.path.join(here, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                found[rel] = "link:" + os.readlink(path)
+                continue
+            digest = hashlib.sha256()
+            try:
+                with open(path, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(chunk)
+            except OSError:
+                continue
+            found[rel] = digest.hexdigest()
+    return found
+
+
+def _copy_changes(record: Any) -> list[str]:
+    base = json.loads(record["base"])
+    now = manifest(record["path"]) if os.path.isdir(record["path"]) else {}
+    return sorted(p for p in base.keys() | now.keys() if base.get(p) != now.get(p))
+
+
+# ---------------------------------------------------------------- what it holds, removing it
+
+
+def unsaved(record: Any) -> list[str]:
+    """The work a fork's folder holds that removing it would lose: uncommitted paths of a
+    worktree, changed files of a copy."""
+    if not os.path.isdir(record["path"]):
+        return []
+    if record["kind"] == "git":
+        return gitrepo.uncommitted(record["path"])
+    return _copy_changes(record)
+
+
+def remove(record: Any) -> list[str]:
+    """Remove a fork's folder (the caller has made sure it holds nothing unsaved); a worktree's
+    branch goes too unless it has commits on no other branch. Returns what to tell."""
+    path, notes = record["path"], []
+    if record["kind"] == "copy":
+        shutil.rmtree(path, ignore_errors=True)
+        _drop_empty(Path(path).parent)
+        return [f"its copy {path} is removed"]
+    common, branch = record["repo"], record["branch"]
+    if os.path.isdir(path):
+        gitrepo.run(None, "worktree", "remove", path, git_dir=common)
+    else:
+        gitrepo.run(None, "worktree", "prune", git_dir=common)
+    _drop_empty(Path(path).parent)
+    unique = gitrepo.run(None, "rev-list", "--count", branch, "--not", f"--exclude={branch}", "--branches",
+                         git_dir=common, check=False)
+    count = int(unique.stdout.strip() or 0) if unique.returncode == 0 else 0
+    if unique.returncode != 0:
+        notes.append(f"its worktree {path} is removed (its branch {branch} was gone already)")
+    elif count:
+        notes.append(f"its worktree {path} is removed; its branch {branch} is kept: {plural(count, 'commit')} on no"
+                     f" other branch (git branch -D {branch} deletes them)")
+    else:
+        gitrepo.run(None, "branch", "-D", branch, git_dir=common)
+        notes.append(f"its worktree {path} and its branch {branch} are removed")
+    return notes
+
+
+# ---------------------------------------------------------------- merging it back
+
+
+@dataclass(slots=True)
+class FilePlan:
+    """What merging a fork's folder into a target's folder takes, read before anything is done."""
+
+    summary: FileMerge
+    record: dict[str, Any]
+    top: str  # git: the target's worktree; copy: the target's folder
+    updates: dict[str, bool] = field(default_factory=dict)  # copy: path -> brought over (False: deleted)
+
+
+@dataclass(slots=True)
+class Applied:
+    """A file merge done, until its call commits (``finish``) or is refused (``take_back``)."""
+
+    plan: FilePlan
+    before: str | None = None  # git: the target's commit before the merge
+    commit: str | None = None  # git: the merge commit (None: nothing to merge)
+    backups: str | None = None  # copy: the folder holding the files the merge replaced
+    touched: list[str] = field(default_factory=list)
+
+
+def gone(record: Any) -> bool:
+    """Whether nothing is left of a fork's folder to merge: a copy removed by hand, a worktree
+    removed with its branch deleted (a worktree removed alone still has its branch to merge)."""
+    if os.path.isdir(record["path"]):
+        return False
+    if record["kind"] == "copy":
+        return True
+    found = gitrepo.run(None, "show-ref", "--verify", "--quiet", f"refs/heads/{record['branch']}",
+                        git_dir=record["repo"], check=False)
+    return found.returncode != 0
+
+
+def plan(record: Any, source: int, target: int, folder: str, resolution: Resolution) -> FilePlan:
+    """What merging session ``source``'s folder (``record``, not ``gone``) into ``folder``
+    (session ``target``'s) would change and where it conflicts; refused while the fork holds
+    uncommitted work or the target cannot take the merge."""
+    record = dict(record)
+    if record["kind"] == "git":
+        return _plan_git(record, source, target, folder, resolution)
+    return _plan_copy(record, source, target, folder, resolution)
+
+
+def _side(resolution: Resolution, path: str) -> str | None:
+    return (resolution.files or {}).get(path, resolution.side)
+
+
+def _plan_git(record: dict[str, Any], source: int, target: int, folder: str, resolution: Resolution) -> FilePlan:
+    path, branch = record["path"], record["branch"]
+    dirty = gitrepo.uncommitted(path) if os.path.isdir(path) else []
+    if dirty:
+        raise ProcessionError(f"session {source}'s worktree {path} has uncommitted changes ({named(dirty)}): commit"
+                              f" them on its branch {branch}, or discard them, then merge")
+    found = gitrepo.repo(folder)
+    if found is None or os.path.realpath(found.common_dir) != os.path.realpath(record["repo"]):
+        raise ProcessionError(f"session {target}'s folder {folder} is not in the repository of session {source}'s"
+                              f" worktree ({path}): its branch {branch} cannot be merged there")
+    if found.branch is None:
+        raise ProcessionError(f"HEAD is detached in {found.top} (session {target}'s folder): check out the branch"
+                              f" to merge {branch} into")
+    if found.branch == branch:
+        raise ProcessionError(f"{found.top} has session {source}'s branch {branch} checked out itself")
+    changed = gitrepo.uncommitted(found.top, untracked=False)
+    if changed:
+        raise ProcessionError(f"session {target}'s folder {found.top} has uncommitted changes ({named(changed)}):"
+                              " commit or stash them, then merge")
+    tree, conflicted = gitrepo.merge_tree(found.top, found.branch, branch)
+    changes = gitrepo.diff_names(found.top, found.branch, tree)
+    resolved = {p: side for p in conflicted if (side := _side(resolution, p)) in ("ours", "theirs")}
+    summary = FileMerge("git", path, branch, found.top, found.branch, tuple(changes),
+                        {p: kind for p, kind in conflicted.items() if p not in resolved}, resolved)
+    return FilePlan(summary, record, found.top)
+
+
+def _plan_copy(record: dict[str, Any], source: int, target: int, folder: str, resolution: Resolution) -> FilePlan:
+    if os.path.realpath(folder) != os.path.realpath(record["source"]):
+        raise ProcessionError(f"session {source}'s copy was made from {record['source']}, and session {target} works"
+                              f" in {folder}: merge it into a session working in {record['source']}")
+
+    def text(m: dict[str, str]) -> dict[str, str]:  # as three_way compares them: JSON texts
+        return {k: json.dumps(v) for k, v in m.items()}
+
+    ours = manifest(folder)
+    changes, conflicts, resolved = three_way(text(json.loads(record["base"])), text(ours),
+                                             text(manifest(record["path"])), Resolution(resolution.side,
+                                                                                         resolution.files))
+    kinds = {p: "deleted here, changed in the fork" if o is MISSING else "changed here, deleted in the fork"
+             if t is MISSING else "added on both sides" if b is MISSING else "changed on both sides"
+             for p, (b, o, t) in conflicts.items()}
+    statuses = tuple(("D" if v is MISSING else "M" if p in ours else "A", p) for p, v in sorted(changes.items()))
+    summary = FileMerge("copy", record["path"], None, folder, None, statuses, kinds,
+                        {p: str(side) for p, side in resolved.items()})
+    return FilePlan(summary, record, folder, {p: v is not MISSING for p, v in changes.items()})
+
+
+def apply(plan: FilePlan, message: str) -> Applied:
+    """Do the file merge ``plan`` says (with no conflict left unsettled): git's merge, then
+    each settled path taken from its side, committed with ``message``; or the copy's files
+    brought over, the ones they replace kept aside until ``finish``."""
+    if plan.summary.kind == "copy":
+        return _apply_copy(plan)
+    top, branch = plan.top, plan.record["branch"]
+    applied = Applied(plan, before=gitrepo.run(top, "rev-parse", "HEAD").stdout.decode().strip())
+    merged = gitrepo.run(top, "merge", "--no-ff", "--no-commit", "-m", message, branch, check=False)
+    if gitrepo.run(top, "rev-parse", "-q", "--verify", "MERGE_HEAD", check=False).returncode != 0:
+        if merged.returncode != 0:
+            raise gitrepo.GitError(gitrepo.said(merged))
+        return applied  # already up to date: the branch has nothing the target lacks
+    try:
+        for path, side in plan.summary.resolved.items():
+            stages = gitrepo.stages(top, path)
+            if (2 if side == "ours" else 3) in stages:
+                gitrepo.run(top, "checkout", f"--{side}", "--", path)
+                gitrepo.run(top, "add", "--", path)
+            else:
+                gitrepo.run(top, "rm", "-q", "-f", "--", path)
+        left = gitrepo.unmerged(top)
+        if left:
+            raise ProcessionError(f"git's merge left {named(left)} unmerged in {top}: nothing was merged")
+        gitrepo.run(top, "commit", "-q", "--no-edit", "--no-verify")
+    except BaseException:
+        gitrepo.run(top, "merge", "--abort", check=False)
+        raise
+    applied.commit = gitrepo.run(top, "rev-parse", "HEAD").stdout.decode().strip()
+    return applied
+
+
+def _apply_copy(plan: FilePlan) -> Applied:
+    folder, fork = plan.top, plan.record["path"]
+    applied = Applied(plan, backups=tempfile.mkdtemp(prefix=".procession-merge-", dir=Path(folder).parent))
+    try:
+        for rel, brought in sorted(plan.updates.items()):
+            here = Path(folder) / rel
+            if here.exists() or here.is_symlink():
+                kept = Path(applied.backups or "") / rel
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(here, kept)
+            applied.touched.append(rel)
+            if brought:
+                here.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(Path(fork) / rel, here, follow_symlinks=False)
+    except BaseException:
+        take_back(applied)
+        raise
+    return applied
+
+
+def take_back(applied: Applied) -> None:
+    """Undo a file merge whose call was refused after it was done."""
+    top = applied.plan.top
+    if applied.plan.summary.kind == "git":
+        if applied.commit and applied.before:
+            gitrepo.run(top, "reset", "-q", "--keep", applied.before, check=False)
+        return
+    for rel in reversed(applied.touched):
+        here, kept = Path(top) / rel, Path(applied.backups or "") / rel
+        if here.exists() or here.is_symlink():
+            here.unlink()
+        if kept.exists() or kept.is_symlink():
+            os.replace(kept, here)
+    finish(applied)
+
+
+def finish(applied: Applied) -> None:
+    """The merge's call committed: what a copy merge kept aside goes."""
+    if applied.backups:
+        shutil.rmtree(applied.backups, ignore_errors=True)

@@ -1,0 +1,241 @@
+"""Forks with a folder of their own: a git worktree on a new branch, or a copy outside git;
+merged back with the memory (git's three-way merge, or file by file), removed after, never
+while they hold work that would be lost. Real repositories in temporary folders."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import dump
+from procession import Workspace
+from procession.calls.merge import Resolution
+from procession.model.errors import MergeConflict, ProcessionError
+from procession.model.errors import InvalidArgument
+from procession.model.states import State
+from support.git import Repo, git_identity  # noqa: F401  (the fixture, used by every test here)
+
+
+pytestmark = pytest.mark.usefixtures("git_identity")
+
+
+async def session_in(ws: Workspace, folder: Path, name: str = "review") -> int:
+    sid = (await ws.spawn(name, "review", cwd=str(folder))).sid
+    await ws.bind(sid, "folder", str(folder))
+    await ws.bind(sid, "file", str(folder / "notes.md"), mode="ro")
+    await ws.memory_set(sid, "verdict", "undecided")
+    return sid
+
+
+async def test_a_fork_gets_its_own_worktree_and_the_parents_files_stay(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "parent\n", "src/a.py": "a = 1\n"})
+    parent = await session_in(ws, repo.path)
+    await ws.trigger_add(parent, "watch", ["src"])
+    await ws.trigger_add(parent, "commit")
+    forked = await ws.fork(parent, worktree=True)
+    wt = tmp_path / "repo.forks" / "review-2"
+    assert (forked.worktree, forked.branch) == (str(wt), "procession/review-2")
+    info = await ws.info(forked.sid)
+    assert info.worktree is not None and info.worktree.kind == "git" and info.worktree.branch == "procession/review-2"
+    assert info.cwd == str(wt)
+    detail = await ws.show(forked.sid)
+    assert [(r.kind, r.uri) for r in detail.resources] == [("folder", str(wt)), ("file", str(wt / "notes.md"))]
+    specs = {t.kind: t.spec for t in info.triggers}
+    assert specs["watch"]["paths"] == [str(wt / "src")]
+    assert (specs["commit"]["repo"], specs["commit"]["branch"]) == (str(wt), "procession/review-2")
+    assert Repo(wt).git("branch", "--show-current") == "procession/review-2"
+    assert Repo(wt).head() == repo.head()
+    # both write a file; the parent's is its own
+    (wt / "notes.md").write_text("the fork's notes\n")
+    (repo.path / "notes.md").write_text("the parent's notes\n")
+    assert repo.read("notes.md") == "the parent's notes\n" and Repo(wt).read("notes.md") == "the fork's notes\n"
+    second = await ws.fork(parent, "what if", worktree=True, carry=True)  # the parent is dirty now: carried
+    assert Repo(Path(second.worktree or "")).read("notes.md") == "the parent's notes\n"
+    assert any("1 uncommitted change carried" in n.text for n in second.notes)
+
+
+async def test_uncommitted_changes_are_refused_or_carried(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "v1\n", "gone.txt": "x\n"})
+    parent = await session_in(ws, repo.path)
+    repo.write({"notes.md": "v2, not committed\n", "new/untracked.txt": "u\n"})
+    (repo.path / "gone.txt").unlink()
+    before = dump(ws.path)
+    with pytest.raises(InvalidArgument, match=r"uncommitted changes \(.*\): commit them, or fork with --carry"):
+        await ws.fork(parent, worktree=True)
+    assert dump(ws.path) == before and not (tmp_path / "repo.forks").exists()
+    assert "procession/" not in repo.git("branch", "--list")
+    carried = await ws.fork(parent, worktree=True, carry=True)
+    fork = Repo(Path(carried.worktree or ""))
+    assert fork.read("notes.md") == "v2, not committed\n" and fork.read("new/untracked.txt") == "u\n"
+    assert not (fork.path / "gone.txt").exists()
+    assert repo.read("notes.md") == "v2, not committed\n"  # the parent keeps its changes
+    with pytest.raises(InvalidArgument, match="applies to a fork with a worktree only"):
+        await ws.fork(parent, carry=True)
+
+
+async def fork_with_a_commit(ws: Workspace, repo: Repo, parent: int, files: dict[str, str]) -> tuple[int, Repo]:
+    forked = await ws.fork(parent, worktree=True)
+    fork = Repo(Path(forked.worktree or ""))
+    fork.commit(files, "the fork's work")
+    await ws.memory_set(forked.sid, "verdict", "ship it")
+    return forked.sid, fork
+
+
+async def test_merge_merges_the_branch_with_the_memory_and_removes_the_worktree(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "parent\n"})
+    parent = await session_in(ws, repo.path)
+    child, fork = await fork_with_a_commit(ws, repo, parent, {"src/new.py": "n = 1\n"})
+    await ws.send(child, "done in the worktree")
+    plan = await ws.merge_plan(child, parent)
+    assert plan.clean and plan.files is not None and plan.files.changes == (("A", "src/new.py"),)
+    assert plan.memory_set == {"verdict": "ship it"} and plan.messages == 1
+    assert dump(ws.path) == dump(ws.path) and not (repo.path / "src").exists()  # a dry run changes nothing
+    work = fork.head()
+    merged = await ws.merge(child, parent)
+    assert merged.files == ("A src/new.py",) and merged.commit == repo.head()
+    assert repo.read("src/new.py") == "n = 1\n"
+    assert repo.git("log", "-1", "--format=%s") == "procession: merge session 2 (review #2) into session 1 (review)"
+    assert repo.git("rev-parse", "HEAD^2") == work
+    assert not fork.path.exists() and "procession/review-2" not in repo.git("branch", "--list")
+    assert any("and its branch procession/review-2 are removed" in n.text for n in merged.notes)
+    assert await ws.memory_get(parent, "verdict") == "ship it"
+    assert (await ws.info(child)).worktree is None and (await ws.info(child)).reason == "merged"
+    assert all(str(fork.path) not in r.uri for r in (await ws.show(parent)).resources)
+
+
+async def test_file_conflicts_stop_the_merge_with_memory_ones_until_settled(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "base\n", "keep.md": "k\n"})
+    parent = await session_in(ws, repo.path)
+    child, fork = await fork_with_a_commit(ws, repo, parent, {"notes.md": "theirs\n", "other.md": "o\n"})
+    repo.commit({"notes.md": "ours\n"}, "the parent's work")
+    await ws.memory_set(parent, "verdict", "hold")
+    head, before = repo.head(), dump(ws.path)
+    with pytest.raises(MergeConflict) as refused:
+        await ws.merge(child, parent)
+    assert refused.value.files == {"notes.md": "contents"} and list(refused.value.conflicts) == ["verdict"]
+    assert "2 unresolved conflicts: verdict, file notes.md" in str(refused.value)
+    assert repo.head() == head and repo.read("notes.md") == "ours\n" and not (repo.path / "other.md").exists()
+    assert dump(ws.path) == before and fork.path.exists()
+    plan = await ws.merge_plan(child, parent, Resolution(picks={"verdict": "theirs"}))
+    assert not plan.clean and plan.files is not None and plan.files.conflicts == {"notes.md": "contents"}
+    merged = await ws.merge(child, parent, Resolution(picks={"verdict": "theirs"}, files={"notes.md": "theirs"}))
+    assert repo.read("notes.md") == "theirs\n" and repo.read("other.md") == "o\n"
+    assert merged.resolved == {"verdict": "theirs", "notes.md": "theirs"}
+    assert await ws.memory_get(parent, "verdict") == "ship it"
+
+
+async def test_conflicts_resolved_on_the_forks_branch_then_merged_again(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "base\n"})
+    parent = await session_in(ws, repo.path)
+    child, fork = await fork_with_a_commit(ws, repo, parent, {"notes.md": "theirs\n"})
+    repo.commit({"notes.md": "ours\n"}, "the parent's work")
+    with pytest.raises(MergeConflict):
+        await ws.merge(child, parent)
+    fork.git("merge", "-q", "main", check=False)
+    fork.commit({"notes.md": "both, reconciled\n"}, "resolve")
+    await ws.merge(child, parent)
+    assert repo.read("notes.md") == "both, reconciled\n"
+
+
+async def test_unsaved_work_is_never_removed(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "base\n"})
+    parent = await session_in(ws, repo.path)
+    child, fork = await fork_with_a_commit(ws, repo, parent, {"a.md": "a\n"})
+    fork.write({"draft.md": "not committed\n"})
+    before = dump(ws.path)
+    with pytest.raises(ProcessionError, match=r"worktree .* has uncommitted changes \(draft.md\): commit them"):
+        await ws.merge(child, parent)
+    with pytest.raises(ProcessionError, match=r"holds uncommitted changes \(draft.md\).*without --clean"):
+        await ws.cancel(child, clean=True)
+    assert dump(ws.path) == before and (fork.path / "draft.md").exists()
+    (fork.path / "draft.md").unlink()
+    cancelled = await ws.cancel(child, clean=True)
+    assert cancelled.state is State.TERMINATED and not fork.path.exists()
+    assert any("branch procession/review-2 is kept: 1 commit on no other branch" in n.text for n in cancelled.notes)
+    assert "procession/review-2" in repo.git("branch", "--list")
+    other = (await ws.fork(parent, worktree=True)).sid  # without --clean: it stays, and the note says how to go
+    stays = await ws.cancel(other)
+    assert any("stays (branch procession/review-3): cancel with --clean" in n.text for n in stays.notes)
+    assert (tmp_path / "repo.forks" / "review-3").exists()
+
+
+async def test_outside_git_the_fork_gets_a_copy_merged_back_file_by_file(ws, tmp_path):
+    folder = tmp_path / "plain"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.md").write_text("base\n")
+    (folder / "sub" / "data.csv").write_text("1,2\n")
+    (folder / "gone.txt").write_text("x\n")
+    os.symlink("notes.md", folder / "link")
+    parent = await session_in(ws, folder)
+    forked = await ws.fork(parent, worktree=True)
+    copy = Path(forked.worktree or "")
+    assert copy == tmp_path / "plain.forks" / "review-2" and (await ws.info(forked.sid)).worktree.kind == "copy"
+    assert (copy / "sub" / "data.csv").read_text() == "1,2\n" and os.readlink(copy / "link") == "notes.md"
+    (copy / "sub" / "data.csv").write_text("1,2\n3,4\n")
+    (copy / "added.md").write_text("new\n")
+    (copy / "gone.txt").unlink()
+    (copy / "notes.md").write_text("theirs\n")
+    (folder / "notes.md").write_text("ours\n")
+    assert (folder / "sub" / "data.csv").read_text() == "1,2\n"  # the parent's files are its own
+    with pytest.raises(ProcessionError, match=r"copy .* holds changed files"):
+        await ws.cancel(forked.sid, clean=True)
+    with pytest.raises(MergeConflict) as refused:
+        await ws.merge(forked.sid, parent)
+    assert refused.value.files == {"notes.md": "changed on both sides"}
+    assert not (folder / "added.md").exists()
+    plan = await ws.merge_plan(forked.sid, parent, Resolution(files={"notes.md": "ours"}))
+    assert plan.clean and plan.files is not None
+    assert dict((p, s) for s, p in plan.files.changes) == {"added.md": "A", "gone.txt": "D", "sub/data.csv": "M"}
+    await ws.merge(forked.sid, parent, Resolution(files={"notes.md": "ours"}))
+    assert (folder / "sub" / "data.csv").read_text() == "1,2\n3,4\n" and (folder / "added.md").read_text() == "new\n"
+    assert not (folder / "gone.txt").exists() and (folder / "notes.md").read_text() == "ours\n"
+    assert not copy.exists() and not (tmp_path / "plain.forks").exists()
+    assert not any(p.name.startswith(".procession-merge") for p in tmp_path.iterdir())
+
+
+def test_the_cli_forks_into_a_worktree_and_merges_back(cli, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "base\n"})
+    cli("spawn", "review", "--agent", "review", "--cwd", str(repo.path))
+    fork = Path(cli.json("fork", "1", "--worktree")["worktree"])
+    Repo(fork).commit({"notes.md": "theirs\n"}, "fork")
+    repo.commit({"notes.md": "ours\n"}, "parent")
+    dry = cli("merge", "2", "1", "--dry-run", check=False)
+    assert dry.returncode == 3 and "file notes.md: contents (--ours notes.md or --theirs notes.md)" in dry.stdout
+    refused = cli("merge", "2", "1", "--json", check=False)
+    assert refused.returncode == 3 and json.loads(refused.stdout)["files"] == {"notes.md": "contents"}
+    assert cli.json("merge", "2", "1", "--dry-run", "--theirs", "notes.md")["clean"] is True
+    merged = cli("merge", "2", "1", "--theirs", "notes.md")
+    assert merged.stdout.startswith("merged 2 into 1") and "1 file changed" in merged.stdout
+    assert "its worktree" in merged.stderr and repo.read("notes.md") == "theirs\n"
+    both = cli("merge", "2", "1", "--ours", "a", "--theirs", "a", check=False)
+    assert both.returncode == 2 and "both --ours and --theirs" in both.stderr
+
+
+async def test_a_worktree_removed_by_hand_still_merges_what_is_left(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo", {"notes.md": "base\n"})
+    parent = await session_in(ws, repo.path)
+    child, fork = await fork_with_a_commit(ws, repo, parent, {"kept.md": "on its branch\n"})
+    repo.git("worktree", "remove", str(fork.path))  # the folder gone, its branch still there: merged
+    merged = await ws.merge(child, parent)
+    assert repo.read("kept.md") == "on its branch\n" and merged.files == ("A kept.md",)
+    other, fork = await fork_with_a_commit(ws, repo, parent, {"lost.md": "x\n"})
+    repo.git("worktree", "remove", str(fork.path))
+    repo.git("branch", "-D", "procession/review-3")  # nothing left of it: the memory and messages merge
+    merged = await ws.merge(other, parent)
+    assert any("own folder and branch are gone" in n.text for n in merged.notes) and merged.files == ()
+    assert (await ws.info(other)).worktree is None and await ws.memory_get(parent, "verdict") == "ship it"
+
+
+async def test_a_commit_trigger_goes_through_a_snapshot_file(ws, tmp_path):
+    repo = Repo.init(tmp_path / "repo")
+    sid = (await ws.spawn("docs", "docs", cwd=str(repo.path))).sid
+    await ws.trigger_add(sid, "commit", branch="*", paths=["docs/**"])
+    await ws.save(sid, file=str(tmp_path / "docs.json"))
+    loaded = (await ws.load(str(tmp_path / "docs.json"))).sid
+    (trig,) = (await ws.info(loaded)).triggers
+    assert trig.spec == {"repo": str(repo.path), "branch": "*", "paths": ["docs/**"], "debounce_ms": 100,
+                         "git": str(repo.path / ".git")}
+    assert not trig.armed and trig.seen == {}  # it looks for the first time once approved and taken in
