@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ...model import limits
-from ...model.errors import InvalidArgument
+from ...model.errors import InvalidArgument, ProcessionError
 from ...model.runner_spec import RunnerSpec
 from . import toolbox
 from .process import Sink, StepResult
@@ -339,3 +339,35 @@ class HttpStep:
     def kill(self) -> None:
         if self.task is not None:
             self.task.cancel()
+
+
+async def complete(spec: RunnerSpec, messages: list[dict[str, Any]], env: dict[str, str] | None = None,
+                   timeout: float = 300.0) -> tuple[str, dict[str, Any]]:
+    """One whole (not streamed) chat completion, without tools: its text and its usage.
+    Refused in one line that names the server, never the key (as a run's error is)."""
+    import httpx
+
+    env = dict(os.environ if env is None else env)
+    base, _, key_env = (spec.arg or DEFAULT_BASE).partition("#")
+    key = api_key(key_env or DEFAULT_KEY_ENV)
+    body = {**_setting(env, SAMPLING_ENV, {}), "model": spec.target, "messages": messages, "stream": False}
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=timeout)) as client:
+            response = await client.post(f"{base.rstrip('/')}/chat/completions", json=body,
+                                         headers={"Authorization": f"Bearer {key}"} if key else {})
+    except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
+        raise ProcessionError(_failure(exc, base)) from None
+    text = response.text[:500]
+    if key:
+        text = text.replace(key, HIDDEN)
+    if response.status_code != 200:
+        raise ProcessionError(f"HTTP {response.status_code} from {base}: {text}")
+    try:
+        reply = response.json()
+        content = reply["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ProcessionError(f"{base} answered with no reply: {text}") from None
+    if not isinstance(content, str) or not content.strip():
+        raise ProcessionError(f"{base} answered with an empty reply")
+    usage = reply.get("usage")
+    return content.strip(), usage if isinstance(usage, dict) else {}
