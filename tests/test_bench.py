@@ -42,3 +42,12 @@ def test_mcp_server_tiny_measures_every_round_trip() -> None:
                             "start"}
     assert all(len(f["runs"]) == 25 for k, f in figures.items() if k != "start")
     assert all(0 < f["median"] < 5 for f in figures.values())
+
+
+def test_loop_tiny_measures_each_tool_kind_and_the_savings() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "loop.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    assert all(0 < figures[k]["median"] < 1 for k in figures if k.startswith("loop_"))
+    assert figures["saving_mask-tools"]["after"] < figures["saving_mask-tools"]["before"] / 2

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import until
 from procession import State
+from procession.model.errors import InvalidArgument
 from support.models import Hold, ModelServer, Script, calls, Call, say, tool_call
 
 CALC = Path(__file__).resolve().parent.parent / "support" / "mcp_calc.py"
@@ -128,13 +129,38 @@ async def test_file_db_command_and_mcp_tools(live, engine, model, tmp_path):
     assert outputs[6] == "42" and not any(t.meta["tool"]["is_error"] for t in tools)
 
 
-async def test_turn_limit_stops_the_loop_and_says_so(live, engine, model, tmp_path):
+async def test_turn_limit_and_sampling_settings(live, engine, model, tmp_path):
     (tmp_path / "f.txt").write_text("f")
-    sid = await session(live, model, tmp_path, PROCESSION_MAX_TURNS=2)
+    sid = await session(live, model, tmp_path)
     await live.bind(sid, "file", str(tmp_path / "f.txt"), mode="ro")
+    await live.sampling(sid, max_turns=2, temperature=0.2, max_tokens=50, fields={"top_p": 0.9, "seed": 7})
+    await live.sampling(sid, fields={"seed": None})
+    assert (await live.show(sid)).env == {"PROCESSION_MAX_TURNS": "2",
+                                          "PROCESSION_SAMPLING": '{"max_tokens": 50, "temperature": 0.2, "top_p": 0.9}'}
     run, tools = await run_once(live, model, sid, *[tool_call("f_txt_read", {})] * 3)
     assert run.outcome == "ok" and len(model.turn_requests()) == 2 and len(tools) == 2
     assert "turn limit (2 model requests" in run.error
+    body = model.turn_requests()[0].body
+    assert (body["temperature"], body["max_tokens"], body["top_p"], body["stream"]) == (0.2, 50, 0.9, True)
+    with pytest.raises(InvalidArgument, match="sets model itself"):
+        await live.sampling(sid, fields={"model": "other"})
+
+
+async def test_a_bad_setting_fails_the_run_before_any_request(live, engine, model, tmp_path):
+    sid = await session(live, model, tmp_path, PROCESSION_SAMPLING="[1]")
+    await live.activate(sid)
+    run = (await until(lambda: ended(live, sid)))[0]
+    assert run.outcome == "failed" and "PROCESSION_SAMPLING must be a JSON object" in run.error
+    assert not model.requests
+
+
+def test_set_takes_the_runners_settings(cli):
+    cli("spawn", "s", "--agent", "a", "--runner", "openai:m@http://127.0.0.1:9/v1")
+    cli("set", "1", "--max-turns", "3", "--temperature", "0.1", "--request", "seed=7", "--name", "t")
+    shown = cli.json("show", "1")
+    assert shown["name"] == "t" and shown["env"] == {"PROCESSION_MAX_TURNS": "3",
+                                                     "PROCESSION_SAMPLING": '{"seed": 7, "temperature": 0.1}'}
+    assert cli("set", "1", "--max-turns", "0", check=False).returncode == 1
 
 
 async def test_suspend_holds_between_turns_and_resume_finishes(live, engine, model, tmp_path):

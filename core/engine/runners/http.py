@@ -3,17 +3,15 @@
 Works with any server that speaks ``POST {base}/chat/completions`` with ``stream: true``
 (OpenAI, llama.cpp, Ollama, vLLM...). The model is offered the session's bound resources as
 tools (``toolbox``); each streamed reply that calls tools has them run and answered, turn
-after turn, until a reply calls none or the session's turn limit (``PROCESSION_MAX_TURNS``,
-default ``MAX_TURNS``) is reached. Every reply and every tool call is handed to the engine
+after turn, until a reply calls none or the session's turn limit (``sampling``) is reached. Every reply and every tool call is handed to the engine
 as it completes, as the same JSON Lines events a command runner prints (tool calls as
 ``tool`` events, stored as the agent-CLI runners store theirs), so the engine treats both
 alike and commits them as they come.
 
 Suspending the step is a true pause: the request or tool call under way finishes, then the
 loop holds before the next one until it is resumed; nothing partial enters the context.
-Interrupting it cancels what is under way and keeps the turns already done. Sampling
-settings (temperature, max tokens, any extra request field) are the session's
-``PROCESSION_SAMPLING`` setting, a JSON object merged into every request.
+Interrupting it cancels what is under way and keeps the turns already done. The session's
+sampling settings (temperature, max tokens, any extra request field) go into every request.
 
 The API key is read from the environment variable the spec names
 (``openai:MODEL@URL#VAR``, default ``OPENAI_API_KEY``) when the request is made; it is never
@@ -34,9 +32,9 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
-from ...model import limits
+from ...model import limits, sampling
 from ...model.errors import InvalidArgument, ProcessionError
 from ...model.runner_spec import RunnerSpec
 from . import toolbox
@@ -44,10 +42,6 @@ from .process import Sink, StepResult
 
 DEFAULT_BASE = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-#: Model requests one run makes at most, unless the session says (``PROCESSION_MAX_TURNS``).
-MAX_TURNS: Final = 20
-MAX_TURNS_ENV: Final = "PROCESSION_MAX_TURNS"
-SAMPLING_ENV: Final = "PROCESSION_SAMPLING"
 #: What an HTTP header value may hold: printable ASCII, no space (a key never has one).
 _KEY = re.compile(r"[\x21-\x7e]+")
 #: The blank a key is replaced with in any text that is kept.
@@ -119,20 +113,6 @@ def request_messages(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _setting(env: dict[str, str], name: str, default: Any) -> Any:
-    """A session setting as JSON (a number, an object), refused in one line when it is not."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise InvalidArgument(f"the session setting {name} is not JSON: {raw[:80]!r}") from None
-    if type(value) is not type(default):
-        raise InvalidArgument(f"the session setting {name} must be {type(default).__name__}, not {raw[:80]!r}")
-    return value
-
-
 @dataclass(slots=True)
 class Reply:
     """One streamed reply, as it came: its text, its tool calls (by index), its usage."""
@@ -172,8 +152,8 @@ class HttpStep:
 
     @classmethod
     async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None) -> HttpStep:
-        _setting(env, MAX_TURNS_ENV, 0)
-        _setting(env, SAMPLING_ENV, {})
+        sampling.max_turns(env)  # a bad setting fails the run before it starts, in one line
+        sampling.fields(env)
         return cls(spec, cwd, env)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:
@@ -207,8 +187,8 @@ class HttpStep:
         base, _, key_env = (self.spec.arg or DEFAULT_BASE).partition("#")
         try:
             self.key = api_key(key_env or DEFAULT_KEY_ENV)
-            max_turns = _setting(self.env, MAX_TURNS_ENV, 0) or MAX_TURNS
-            sampling = _setting(self.env, SAMPLING_ENV, {})
+            max_turns = sampling.max_turns(self.env)
+            extra = sampling.fields(self.env)
         except InvalidArgument as exc:
             self.error = str(exc)
             return 1
@@ -221,7 +201,7 @@ class HttpStep:
                 tools = box.specs()
                 for _ in range(max_turns):
                     await self._going.wait()
-                    body = {**sampling, "model": self.spec.target, "messages": messages, "stream": True,
+                    body = {**extra, "model": self.spec.target, "messages": messages, "stream": True,
                             "stream_options": {"include_usage": True}, **({"tools": tools} if tools else {})}
                     self.reply = Reply()
                     if not await self._request(client, base, headers, body):
@@ -238,7 +218,7 @@ class HttpStep:
                         await self._going.wait()
                         messages.append(await self._call(box, call))
                 self._event(type="note", text=f"stopped at the turn limit ({max_turns} model requests;"
-                                              f" the session's {MAX_TURNS_ENV} setting)")
+                                              f" the session's {sampling.MAX_TURNS_ENV} setting)")
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             self.error = _failure(exc, base)
             return 1
@@ -350,7 +330,7 @@ async def complete(spec: RunnerSpec, messages: list[dict[str, Any]], env: dict[s
     env = dict(os.environ if env is None else env)
     base, _, key_env = (spec.arg or DEFAULT_BASE).partition("#")
     key = api_key(key_env or DEFAULT_KEY_ENV)
-    body = {**_setting(env, SAMPLING_ENV, {}), "model": spec.target, "messages": messages, "stream": False}
+    body = {**sampling.fields(env), "model": spec.target, "messages": messages, "stream": False}
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=timeout)) as client:
             response = await client.post(f"{base.rstrip('/')}/chat/completions", json=body,
