@@ -343,7 +343,7 @@ class Engine:
             live.step.kill()
         finally:
             live.disarm()
-            flusher.cancel()
+            live.stop_flushing()
             await asyncio.gather(flusher, return_exceptions=True)
         await live.flush()
         outcome, error = live.outcome(result)

@@ -71,6 +71,7 @@ class LiveRun:
     _timer: asyncio.TimerHandle | None = None
     _started: float = field(default_factory=time.monotonic)
     procs: dict[int, Any] = field(default_factory=dict)  # psutil handles, for CPU and RSS
+    _no_more: asyncio.Event = field(default_factory=asyncio.Event)
 
     # ------------------------------------------------------------------ output as it comes
 
@@ -126,10 +127,18 @@ class LiveRun:
                 await self.ledger.drop_log(self.run, drop_upto, self._head_end)
 
     async def flusher(self) -> None:
-        """Every ``FLUSH_S`` while the step runs."""
-        while True:
-            await asyncio.sleep(FLUSH_S)
-            await self.flush()
+        """Every ``FLUSH_S`` while the step runs, until ``stop_flushing``. It is never cancelled:
+        a flush cut in the middle would lose the events it had taken (its transaction rolled
+        back), which a step that ends right after saying something makes likely."""
+        while not self._no_more.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._no_more.wait(), FLUSH_S)
+            if not self._no_more.is_set():
+                await self.flush()
+
+    def stop_flushing(self) -> None:
+        """The step is over: the flusher ends after the flush under way, if any."""
+        self._no_more.set()
 
     # ------------------------------------------------------------------ the clock
 

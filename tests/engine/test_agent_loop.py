@@ -229,3 +229,46 @@ def test_tool_event_of_a_command_step_is_stored_structured():
                             "output": "hit", "is_error": False}).encode() + b"\n")
     role, content, meta = reader.close().messages[0]
     assert role == "tool" and content == "grep: x\nhit" and meta["tool"]["output_size"] == 3
+
+
+async def test_procession_own_mcp_server_as_tools(live, engine, model, tmp_path):
+    sid = await session(live, model, tmp_path)
+    await live.bind(sid, "mcp", "procession")
+    run, tools = await run_once(live, model, sid, tool_call("procession_memory_set", {"sid": sid, "key": "seen", "value": "1"}),
+                                say("ok"))
+    assert run.outcome == "ok", run.error
+    assert not tools[0].meta["tool"]["is_error"], tools[0].content
+    assert (await live.show(sid)).memory == {"seen": 1}
+    offered = {t["function"]["name"] for t in model.turn_requests()[0].body["tools"]}
+    assert {"procession_ps", "procession_send", "procession_fork"} <= offered
+
+
+async def test_an_mcp_server_over_http_and_one_that_does_not_start(live, engine, model, tmp_path):
+    import asyncio
+    import contextlib
+    import socket
+
+    sid = await session(live, model, tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "procession", "mcp", "--db", str(live.path),
+                                                "--session", str(sid), "--http", f"127.0.0.1:{port}")
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            await asyncio.sleep(0.05)
+        await live.bind(sid, "mcp", f"http://127.0.0.1:{port}/mcp")
+        run, tools = await run_once(live, model, sid, tool_call("127_0_0_1_ps", {}), say("ok"))
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert run.outcome == "ok", run.error
+    assert f'"id": {sid}' in tools[0].meta["tool"]["output"]
+    await live.unbind(sid, f"http://127.0.0.1:{port}/mcp")
+    await live.bind(sid, "mcp", "stdio:/nonexistent/server")
+    await live.activate(sid)
+    run = (await until(lambda: ended(live, sid, 2)))[1]
+    assert run.outcome == "failed" and "the MCP server stdio:/nonexistent/server could not be started" in run.error
+    assert len(model.turn_requests()) == 2

@@ -222,7 +222,10 @@ class HttpStep:
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             self.error = _failure(exc, base)
             return 1
-        except (OSError, toolbox.Refused) as exc:
+        except toolbox.Refused as exc:
+            self.error = str(exc)
+            return 1
+        except OSError as exc:
             self.error = f"the session's tools could not start: {exc}"
             return 1
         return 0
