@@ -6,11 +6,14 @@ review agent has a session with two forks, one of which disagrees with its paren
 memory key, so merging it shows a conflict to resolve. The payroll and API-docs sessions
 run the real example runners (``procession.examples``) on files copied into a folder
 beside the workspace: touch ``rates.csv`` or a file under ``src/`` there and the session
-wakes. Nothing needs an API key.
+wakes. While ``procession demo`` runs, a "payroll questions" session is an ``openai:`` agent
+loop on the demo's own scripted model (``demo_model``): activate it to watch it read its
+two bound tables and answer. Nothing needs an API key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from dataclasses import dataclass
@@ -18,10 +21,14 @@ from importlib import resources
 from pathlib import Path
 
 from procession.calls import Workspace
-from procession.model.errors import WorkspaceError
+from procession.model.errors import ProcessionError, WorkspaceError
 from procession.store import Clock
 
+from . import demo_model
+
 MARK = "demo"
+#: The session on the demo's own model.
+QUESTIONS = "payroll questions"
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,7 +158,35 @@ async def _populate(ws: Workspace, folder: Path) -> dict[str, int]:
                                   "content": "Lenient reading: last writer wins is acceptable for scratch keys."}])
     await ws.memory_set(sid, "verdict", "ship with conflict reports")
     await ws.memory_set(lenient, "owner", "review team")
+
     return s
+
+
+async def with_model(db: Path, url: str) -> int:
+    """The demo's session on its own model, made on first use and pointed at the demo model
+    serving at ``url`` (its port is new each time); returns its SID. It stays out of
+    ``build``: without its model it could only fail."""
+    folder = files_folder(db) / "payroll"
+    runner = f"openai:{demo_model.MODEL}@{url}"
+    ws = await Workspace.open(db)
+    try:
+        found = [s for s in await ws.ps(all=True) if s.name == QUESTIONS]
+        if found:
+            if found[0].runner != runner:
+                with contextlib.suppress(ProcessionError):  # busy (another engine runs it): left as it is
+                    await ws.migrate(found[0].id, runner)
+            return found[0].id
+        sid = (await ws.spawn(
+            QUESTIONS, "hr", window=4_000, cwd=str(folder), runner=runner,
+            system="You answer questions about the payroll from its tables. Read them; never guess a number.",
+            goal="Answer from the tables, with the tool calls to show for it.",
+        )).sid
+        await ws.bind(sid, "file", str(folder / "rates.csv"), mode="ro")
+        await ws.bind(sid, "file", str(folder / "employees.csv"), mode="ro")
+        await ws.send(sid, "Which grade has the highest hourly rate, and who is on it?")
+        return sid
+    finally:
+        await ws.close()
 
 
 def _conversation(lines: list[tuple[str, str]], repeat: int) -> list[dict[str, str]]:

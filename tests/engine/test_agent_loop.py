@@ -272,3 +272,32 @@ async def test_an_mcp_server_over_http_and_one_that_does_not_start(live, engine,
     run = (await until(lambda: ended(live, sid, 2)))[1]
     assert run.outcome == "failed" and "the MCP server stdio:/nonexistent/server could not be started" in run.error
     assert len(model.turn_requests()) == 2
+
+
+async def test_the_demo_session_reads_its_tables_and_answers_with_no_key(tmp_path):
+    import asyncio
+
+    from procession import Workspace
+    from procession.cli import demo
+    from procession.cli.demo_model import DemoModel
+    from procession.engine import Engine
+
+    made = await demo.build(tmp_path / "demo.db")
+    with DemoModel() as served:
+        sid = await demo.with_model(made.db, served.url)
+        assert await demo.with_model(made.db, served.url) == sid  # made once
+        engine = Engine(made.db, slots=1, grace=0.3, triggers=False)
+        await engine.start()
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(engine.serve(stop))
+        try:
+            async with await Workspace.open(made.db) as ws:
+                await ws.activate(sid)
+                run = (await until(lambda: ended(ws, sid)))[0]
+                history = await ws.history(sid)
+        finally:
+            stop.set()
+            await task
+    assert run.outcome == "ok" and [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [m.meta["tool"]["name"] for m in history[2:4]] == ["rates_csv_read", "employees_csv_read"]
+    assert history[-1].content == "Grade A has the highest hourly rate, 42.00 EUR: Aiko Tanaka (160 hours this month)."
