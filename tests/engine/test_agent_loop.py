@@ -108,7 +108,7 @@ async def test_file_db_command_and_mcp_tools(live, engine, model, tmp_path):
     db = tmp_path / "ledger.db"
     sid = await session(live, model, tmp_path)
     await live.bind(sid, "file", str(rates), mode="rw")
-    await live.bind(sid, "db", str(db), mode="rw")
+    await live.bind(sid, "sqlite", str(db), mode="rw")
     await live.bind(sid, "tool", f"upper={sys.executable} -c \"import sys; print(sys.stdin.read().upper(), *sys.argv[1:])\"")
     await live.bind(sid, "mcp", f"stdio:{sys.executable} {CALC}")
     run, tools = await run_once(

@@ -126,7 +126,7 @@ async def opened(resources: list[dict[str, Any]], cwd: str, env: dict[str, str])
                 box.add(Path(uri).name, folder_tools(Path(uri), rw))
             elif kind == "file":
                 box.add(Path(uri).name, file_tools(Path(uri), rw))
-            elif kind == "db":
+            elif kind in ("db", "sqlite"):
                 box.add(Path(uri).name, db_tools(Path(uri), rw))
             elif kind == "tool":
                 name, command = command_tool(uri, cwd, env)
