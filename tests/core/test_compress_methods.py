@@ -109,3 +109,17 @@ async def test_the_cli_ways_to_compress(ws, cli):
     assert both.returncode != 0 and "choose one way to compress" in both.stderr
     no_model = cli("compress", sid, "--model", check=False)
     assert no_model.returncode != 0 and "not a model Procession can ask" in no_model.stderr
+
+
+async def test_the_extractive_summary_keeps_both_sides(ws):
+    sid = (await ws.spawn("cvs", "hr")).sid
+    transcript = []
+    for n in range(28):  # each CV in words of its own; the replies repeat theirs
+        words = " ".join(f"{w}{n}" for w in ("skill", "employer", "degree", "town", "project", "award"))
+        transcript += [{"role": "user", "content": f"Applicant {words}."},
+                       {"role": "assistant", "content": "Strong match for the backend role; shortlist the candidate.",
+                        "author": "runner"}]
+    await ws.send_many(sid, transcript[:55])
+    summary = (await ws.compress(sid, 0)).fold.summary
+    lines = summary.splitlines()[1:]
+    assert any(line.startswith("user: Applicant") for line in lines) and any(line.startswith("assistant:") for line in lines)
