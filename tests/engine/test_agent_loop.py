@@ -301,3 +301,22 @@ async def test_the_demo_session_reads_its_tables_and_answers_with_no_key(tmp_pat
     assert run.outcome == "ok" and [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
     assert [m.meta["tool"]["name"] for m in history[2:4]] == ["rates_csv_read", "employees_csv_read"]
     assert history[-1].content == "Grade A has the highest hourly rate, 42.00 EUR: Aiko Tanaka (160 hours this month)."
+
+
+async def test_interrupt_in_a_tool_call_kills_it_and_stores_the_call_without_result(live, engine, model, tmp_path):
+    sid = await session(live, model, tmp_path)
+    await live.bind(sid, "tool", f"slow={sys.executable} -c \"import time; print('started', flush=True); time.sleep(60)\"")
+    model.script.add(tool_call("slow", {}))
+    await live.send(sid, "go")
+    await live.activate(sid)
+    await until(lambda: _status(live, sid, "slow:"))
+    await live.interrupt(sid)
+    run = (await until(lambda: ended(live, sid)))[0]
+    assert run.outcome == "interrupted" and run.ended - run.started < 10
+    call = [m for m in await live.history(sid) if m.role == "tool"][0]
+    assert call.meta["tool"]["output"] is None and "(no result: the run stopped first)" in call.content
+
+
+async def _status(live, sid, prefix):
+    runs = await live.runs(sid)
+    return bool(runs) and (runs[0].status or "").startswith(prefix)
