@@ -175,6 +175,8 @@ class Engines:
 
     def stop(self, sig: int) -> None:
         assert self.proc is not None
+        if self.proc.poll() is not None:  # it ended before it was told to: an engine must not
+            self.lives[-1]["died"] = self.proc.returncode
         self.proc.send_signal(sig)
         try:
             self.proc.wait(timeout=60)
@@ -185,8 +187,25 @@ class Engines:
         self.lives[-1].update(end=time.time(), how=signal.Signals(sig).name, code=self.proc.returncode)
         self.proc = None
 
+    def holds_lease(self, within: float = 30.0) -> bool:
+        """Wait until the live engine holds the lease (a restarted one takes a moment): a rival
+        started before that may rightly win the race for it."""
+        deadline = time.time() + within
+        while time.time() < deadline and self.proc is not None and self.proc.poll() is None:
+            try:
+                with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1) as conn:
+                    row = conn.execute("SELECT pid FROM lease WHERE id = 1").fetchone()
+                if row and row[0] == self.proc.pid:
+                    return True
+            except sqlite3.Error:
+                pass
+            time.sleep(0.1)
+        return False
+
     def rival(self) -> None:
         """A second engine while one lives: it must refuse, and the first must live on."""
+        if not self.holds_lease():
+            return  # the live engine died or never took the lease: no fair rival (its own log says why)
         self.rivals["tried"] += 1
         rival = subprocess.Popen(self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
@@ -332,6 +351,8 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
     started = {int(p.name): p.read_text() for p in (tmp / "started").iterdir()}
     owed = excused = 0
     for marker in (tmp / "done").iterdir():
+        if not marker.name.isdigit():  # a marker still being written when its step was killed
+            continue
         run, at = int(marker.name), float(marker.read_text())
         life = next((x for x in engines.lives if x["start"] <= at <= (x["end"] or at)), None)
         if life is None or (life["how"] == "SIGKILL" and life["end"] < owed_by(at, holds)):
@@ -354,6 +375,9 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
     errors = [e for s in summaries for e in s["errors"]]
     if errors:
         miss("worker errors (not refusals)", errors[0])
+    died = [x for x in engines.lives if "died" in x]
+    if died:
+        miss("engines that ended on their own", f"pid {died[0]['pid']} (exit {died[0]['died']}): see its log")
     stuck = sum(1 for x in engines.lives if x.get("stuck"))
     if stuck:
         miss("engines that did not stop", f"{stuck}")
@@ -480,7 +504,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"{'check':<32} {'lost':>6}  example")
     for what in ("messages", "memory values", "sessions", "forks", "checkpoints", "journal rows", "runs left open",
                  "sessions left running", "finished steps' replies", "escaped processes", "rival engines that ran",
-                 "worker errors (not refusals)", "engines that did not stop", "engine tracebacks", "integrity"):
+                 "worker errors (not refusals)", "engines that ended on their own", "engines that did not stop",
+                 "engine tracebacks", "integrity"):
         print(f"{what:<32} {r['lost_by_kind'].get(what, 0):>6}  {r['examples'].get(what, '')}")
     for what, n in r["lost_by_kind"].items():
         if what.endswith("(session gone)"):

@@ -62,8 +62,10 @@ def done(run: int, *, events: bool = True) -> None:
 
 def mark(run: int) -> None:
     """The reply is out: from here on, the engine owes it a place in the history."""
-    with open(os.path.join(HERE, "done", str(run)), "w") as fh:
+    path = os.path.join(HERE, "done", str(run))
+    with open(f"{path}.tmp", "w") as fh:  # whole or absent: a step may be killed mid-write
         fh.write(str(time.time()))
+    os.replace(f"{path}.tmp", path)
 
 
 def main() -> None:

@@ -123,15 +123,18 @@ def _summary(d: SessionDetail, now: float, width: int) -> Text:
     the context), one a line on a narrow one."""
     text = Text()
     text.append(lines.title(d.info), "bold")
-    facts = lines.facts(d, now)
-    per_line = 2 if width >= 120 else 1
     column = width // 2 - 10
-    for i in range(0, len(facts), per_line):
-        pair = facts[i:i + per_line]
+    rows: list[list[tuple[str, str]]] = []
+    for fact in lines.facts(d, now):  # a long value takes a line of its own
+        if width >= 120 and rows and len(rows[-1]) == 1 and len(rows[-1][0][1]) < column and len(fact[1]) < column:
+            rows[-1].append(fact)
+        else:
+            rows.append([fact])
+    for row in rows:
         text.append("\n")
-        for j, (label, value) in enumerate(pair):
+        for j, (label, value) in enumerate(row):
             text.append(f"{label:<9}", "dim")
-            text.append(f"{value:<{column}}" if j < len(pair) - 1 else value)
+            text.append(f"{value:<{column}}" if j < len(row) - 1 else value)
     return text
 
 

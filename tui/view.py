@@ -145,12 +145,15 @@ class View:
             heading.tokens += session.context_tokens - before.context_tokens
 
     def _tree(self, sessions: Mapping[int, SessionInfo], shown: list[SessionInfo]) -> None:
-        """Agents, their sessions, forks under their parents (siblings in the sort order)."""
+        """Agents, their sessions, forks under their parents and sessions under the session of
+        the same agent that spawned them (siblings in the sort order)."""
         children: dict[int | None, list[SessionInfo]] = {}
         by_agent: dict[str, list[SessionInfo]] = {}
         roots: dict[str, list[SessionInfo]] = {}
         for s in shown:
             parent = s.parent if s.parent in self.shown else None
+            if parent is None and s.spawned_by in self.shown and sessions[s.spawned_by].agent == s.agent:
+                parent = s.spawned_by
             children.setdefault(parent, []).append(s)
             by_agent.setdefault(s.agent, []).append(s)
             if parent is None:
@@ -178,4 +181,5 @@ class View:
 
 
 def _tree_moved(before: SessionInfo | None, after: SessionInfo) -> bool:
-    return before is None or before.parent != after.parent or before.agent != after.agent
+    return (before is None or before.parent != after.parent or before.agent != after.agent
+            or before.spawned_by != after.spawned_by)

@@ -152,7 +152,11 @@ class FileCalls(Calls):
             tx, self.store.count_tokens(system) if system else 0,
             agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
             priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"], cwd=os.getcwd(),
-            armed=0,
+            armed=0, env=json.dumps(s["env"]) if s.get("env") else None,
+            pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
+            # a copy of the agent's session, not the session itself: its first run forks it
+            agent_ref=json.dumps({**s["agent_ref"], "fork": True}) if s.get("agent_ref") else None,
+            agent_seen=s.get("agent_seen", 0) if s.get("agent_ref") else 0,
         )
         row = await rows.session(tx, sid)
         await rows.append(tx, row, msgs, self.store.count_tokens, progress, len(msgs))
@@ -187,6 +191,11 @@ async def _payload(tx: Any, sid: int) -> tuple[dict[str, Any], int]:
             "uuid": row["uuid"], "name": row["name"], "agent": row["agent"], "goal": row["goal"],
             "system": row["system"], "priority": row["priority"], "runner": row["runner"],
             "window": row["window"], "timeout": row["timeout"], "created": row["created"],
+            # settings, not secrets: a passed name travels, its value never does
+            "env": json.loads(row["env"]) if row["env"] else {},
+            "passed": json.loads(row["pass_env"]) if row["pass_env"] else [],
+            "agent_ref": json.loads(row["agent_ref"]) if row["agent_ref"] else None,
+            "agent_seen": row["agent_seen"],
         },
         "messages": [
             {"seq": m.seq, "role": m.role, "content": m.content, "author": m.author, "pinned": m.pinned,

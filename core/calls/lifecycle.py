@@ -62,6 +62,7 @@ class LifecycleCalls(Calls):
             priority=limits.priority(priority), runner=runner, window=limits.window(window),
             timeout=limits.positive(timeout, "timeout"), cwd=folder,
             env=json.dumps(settings) if settings else None, pass_env=json.dumps(names) if names else None,
+            spawned_by=self.acting,
         )
         return Spawned(sid)
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..model import limits, runner_spec, trigger_spec
+from ..model import environ, limits, runner_spec, trigger_spec
 from ..model.errors import InvalidArgument, SnapshotError
 
 FORMAT: Final = "procession.snapshot"
@@ -89,9 +89,14 @@ def _need(cond: bool, what: str) -> None:
         raise SnapshotError(what)
 
 
-def _keys(obj: dict[str, Any], keys: set[str], what: str) -> None:
-    """An object has exactly these keys: a file either says everything we write, or is not ours."""
-    missing, extra = keys - obj.keys(), obj.keys() - keys
+#: Keys of a session that files written before agent sessions do not have.
+AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen"})
+
+
+def _keys(obj: dict[str, Any], keys: set[str], what: str, optional: frozenset[str] = frozenset()) -> None:
+    """An object has exactly these keys (and maybe the optional ones): a file either says
+    everything we write, or is not ours."""
+    missing, extra = keys - obj.keys(), obj.keys() - keys - optional
     _need(not missing, f"{what} lacks {', '.join(sorted(missing))}")
     _need(not extra, f"{what} has unknown {', '.join(sorted(extra))}")
 
@@ -114,7 +119,20 @@ def _validate(p: dict[str, Any]) -> Snapshot:
     s = p["session"]
     _need(isinstance(s, dict), "session must be an object")
     _keys(s, {"uuid", "name", "agent", "goal", "system", "priority", "runner", "window", "timeout", "created"},
-          "session")
+          "session", optional=AGENT_KEYS)
+    env = s.get("env", {})
+    _need(isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()),
+          "session.env must be an object of strings")
+    for key, value in env.items():
+        environ.setting(f"{key}={value}")
+    passed = s.get("passed", [])
+    _need(isinstance(passed, list) and all(isinstance(k, str) for k in passed), "session.passed must be a list of names")
+    for key in passed:
+        environ.name(key)
+    ref = s.get("agent_ref")
+    _need(ref is None or (isinstance(ref, dict) and isinstance(ref.get("cli"), str) and isinstance(ref.get("id"), str)),
+          "session.agent_ref must be an object with cli and id")
+    _need(_is_int(s.get("agent_seen", 0)) and s.get("agent_seen", 0) >= 0, "session.agent_seen must be an integer")
     for key in ("name", "agent"):
         _text(s.get(key), f"session.{key}", empty=False)
     for key in ("goal", "system", "runner", "uuid"):

@@ -333,7 +333,8 @@ class Engine:
     async def _supervise(self, live: LiveRun, document: bytes) -> None:
         """Feed the step, follow it, record the outcome. Never raises: a bad step fails its run."""
         live.arm(lambda: self._interrupt(live, "timeout"))
-        flusher = asyncio.ensure_future(live.flusher())
+        ended = asyncio.Event()
+        flusher = asyncio.ensure_future(live.flusher(ended))
         result = StepResult(None, "")
         try:
             result = await live.step.run(document, live.sink)
@@ -343,7 +344,7 @@ class Engine:
             live.step.kill()
         finally:
             live.disarm()
-            live.stop_flushing()
+            ended.set()  # the flush under way finishes: what it took from the reader is stored
             await asyncio.gather(flusher, return_exceptions=True)
         await live.flush()
         outcome, error = live.outcome(result)
@@ -408,7 +409,10 @@ class Engine:
             if moved:  # what it wrote now would reach no one else: stop, and say why
                 self._give_up(moved)
                 return
-            reaper.reap()
+            trackers = [live.tracker for live in self.live.values() if live.tracker is not None]
+            owned = [await asyncio.to_thread(t.members) for t in trackers if isinstance(t, reaper.CgroupTracker)]
+            reaper.reap(frozenset(t.marker for t in trackers if isinstance(t, reaper.MarkerTracker)),
+                        frozenset().union(*owned))
             stats = []
             for live in list(self.live.values()):
                 if live.tracker is None:

@@ -52,30 +52,49 @@ def become_subreaper() -> bool:
 LEADERS: set[int] = set()
 
 
-def reap() -> list[int]:
-    """Collect the exit status of steps' orphans re-parented to this process.
+def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()) -> list[int]:
+    """Collect the exit status of steps' orphans re-parented to this process, and kill the live
+    ones no live run owns.
 
-    Only zombies of another session than this process's are taken: every step starts in a
+    Only processes of another session than this process's are taken: every step starts in a
     session of its own, and its descendants stay there or make their own, while whatever else
     this process starts (a subprocess, a test's helper) stays in its session and is waited for
-    by whoever started it. Step leaders (``LEADERS``) are left to asyncio."""
+    by whoever started it. Step leaders (``LEADERS``) are left to asyncio. A live orphan is a
+    step's process whose parent exited; one that carries the marker of a run in ``live`` (a
+    marker tracker's), or is ``owned`` (a member of a live run's cgroup), belongs to that run.
+    Any other — its run over, or it cleared its environment, so that a marker tracker cannot
+    tell it from nothing — is killed: nothing a step started outlives it unseen."""
     me, reaped = os.getpid(), []
     mine = os.getsid(0)
+    needles = {f"{MARKER_ENV}={m}".encode() for m in live}
     for pid in _pids():
         if pid in LEADERS:
             continue
         stat = _stat(pid)
-        if stat is None or stat[0] != "Z" or stat[1] != me:
+        if stat is None or stat[1] != me:
             continue
         try:
             if os.getsid(pid) == mine:
                 continue
         except OSError:
             continue
+        if stat[0] != "Z":
+            if pid not in owned and not needles & set(_environ(pid)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            continue
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
             reaped.append(pid)
     return reaped
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read().split(b"\0")
+    except OSError:
+        return []
 
 
 class Tracker:
@@ -151,11 +170,7 @@ class MarkerTracker(Tracker):
         return found
 
     def _marked(self, pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                return self._needle in fh.read().split(b"\0")
-        except OSError:
-            return False
+        return self._needle in _environ(pid)
 
 
 class CgroupTracker(Tracker):

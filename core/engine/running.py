@@ -71,7 +71,6 @@ class LiveRun:
     _timer: asyncio.TimerHandle | None = None
     _started: float = field(default_factory=time.monotonic)
     procs: dict[int, Any] = field(default_factory=dict)  # psutil handles, for CPU and RSS
-    _no_more: asyncio.Event = field(default_factory=asyncio.Event)
 
     # ------------------------------------------------------------------ output as it comes
 
@@ -96,6 +95,9 @@ class LiveRun:
                 self.reader.pending = _merge(events, self.reader.pending)
             except ProcessionError as exc:
                 self.problems.append(f"could not apply the step's events: {exc}")
+            except Exception as exc:  # noqa: BLE001 - said in the run's error, never lost in silence
+                log.exception("run %d of session %d: its events could not be applied", self.run, self.sid)
+                self.problems.append(f"could not apply the step's events: {type(exc).__name__}: {exc}")
         await self._flush_log()
 
     async def _flush_log(self) -> None:
@@ -126,19 +128,16 @@ class LiveRun:
             with contextlib.suppress(ProcessionError):
                 await self.ledger.drop_log(self.run, drop_upto, self._head_end)
 
-    async def flusher(self) -> None:
-        """Every ``FLUSH_S`` while the step runs, until ``stop_flushing``. It is never cancelled:
-        a flush cut in the middle would lose the events it had taken (its transaction rolled
-        back), which a step that ends right after saying something makes likely."""
-        while not self._no_more.is_set():
+    async def flusher(self, ended: asyncio.Event) -> None:
+        """Every ``FLUSH_S`` until ``ended`` is set. Never cancelled: a flush holds events it
+        has taken from the reader until the store took them, which may wait on another
+        process's lock for seconds; cancelled then, they would be lost (the chaos bench found
+        it: a step's reply gone when its run ended while its flush waited)."""
+        while not ended.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._no_more.wait(), FLUSH_S)
-            if not self._no_more.is_set():
-                await self.flush()
-
-    def stop_flushing(self) -> None:
-        """The step is over: the flusher ends after the flush under way, if any."""
-        self._no_more.set()
+                await asyncio.wait_for(ended.wait(), FLUSH_S)
+                return
+            await self.flush()
 
     # ------------------------------------------------------------------ the clock
 

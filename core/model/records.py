@@ -75,6 +75,7 @@ class SessionInfo:
     #: agent CLI's own context, as it last reported it, against its own window)
     context_source: str = "procession"
     status: str | None = None  # what a running agent is doing (its last tool call or message)
+    spawned_by: int | None = None  # the session that spawned it (an agent, through its MCP server)
 
     @property
     def last_fired(self) -> float | None:

@@ -71,6 +71,8 @@ def _name(s: SessionInfo, now: float) -> Parts:
         parts.append((f" ({s.reason}{f' into {s.merged_into}' if s.merged_into else ''})", "cell--muted"))
     elif s.state is State.SUSPENDED and s.reason:  # suspended by the engine: failing
         parts.append((f" ({s.reason})", "cell--warning"))
+    if s.status and s.state is State.RUNNING:  # what a running agent is doing, as it happens
+        parts.append((f"  ▸ {printable(s.status)}".replace("\n", " "), "cell--muted"))
     return parts
 
 
@@ -89,18 +91,12 @@ def _last(s: SessionInfo, now: float) -> Parts:
     return [(text, style)]
 
 
-def _runner(s: SessionInfo, now: float) -> Parts:
-    parts = [(printable(s.runner), "cell--muted")]
-    if s.status and s.state is State.RUNNING:  # the agent's last tool call or message, as it happens
-        parts.append((f" · {printable(s.status)}".replace("\n", " "), ""))
-    return parts
-
-
 COLUMNS: tuple[Column, ...] = (
     Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
            lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
-    Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name, "session name"),
+    Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name,
+           "session name (and what a running agent is doing)"),
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
            lambda s, n: [(s.state.letter, f"state--{s.state.letter}")],
            "state: R running, Q ready, S sleeping, T suspended, Z terminated"),
@@ -123,8 +119,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("rss", "RSS", 6, True, lambda s: (s.rss or -1, s.id),
            lambda s, n: [("-", "cell--muted")] if s.rss is None else [(words.size(s.rss), "")],
            "memory of a running step"),
-    Column("runner", "RUNNER", 18, False, lambda s: (s.runner, s.id), _runner,
-           "runner / model (and what a running agent is doing)", grow=True),
+    Column("runner", "RUNNER", 18, False, lambda s: (s.runner, s.id),
+           lambda s, n: [(printable(s.runner), "cell--muted")], "runner / model", grow=True),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 DEFAULT = tuple(c.key for c in COLUMNS)

@@ -33,7 +33,7 @@ PS_COLUMNS = (
     " s.merged_into, s.runner, COALESCE(s.agent_window, s.window), COALESCE(s.agent_context, s.context_tokens),"
     " s.context_count, s.length, s.created, s.last_active,"
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
-    " s.agent_context IS NOT NULL, r.status"
+    " s.agent_context IS NOT NULL, r.status, s.spawned_by"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"

@@ -286,6 +286,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE runs ADD COLUMN prompt_upto INTEGER;
     ALTER TABLE runs ADD COLUMN status TEXT;
     """,
+    # 5: the session a session was spawned by, when an agent spawned it through its MCP server:
+    # the monitor's tree shows it there, as it shows a fork under its parent.
+    """
+    ALTER TABLE sessions ADD COLUMN spawned_by INTEGER REFERENCES sessions(id);
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

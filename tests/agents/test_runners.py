@@ -146,8 +146,9 @@ async def test_suspend_stops_every_process_of_the_tree_and_resume_continues_them
     await live.resume(sid)
     run = await until(lambda: finished(live, sid), timeout=RUN_S)
     assert run.outcome == "ok", run.error
-    [tool] = [c for c in (await live.show(sid)).context if c.role == "tool"]
-    assert "slept" in tool.meta["tool"]["output"]  # type: ignore[index]
+    tools = [c for c in (await live.show(sid)).context if c.role == "tool"]
+    _, said = await live.run_log(sid)
+    assert len(tools) == 1 and "slept" in tools[0].meta["tool"]["output"], "".join(c.data for c in said)[-3000:]  # type: ignore[index]
 
 
 async def test_cancel_during_a_tool_leaves_no_process_of_the_tree_alive(
@@ -253,7 +254,7 @@ async def test_the_monitor_shows_what_a_running_agent_does_and_its_tool_calls(
     async with app.run_test(size=(160, 45)) as pilot:
         await live.send(sid, "sleep a little")
         await live.activate(sid)
-        await until(lambda: "claude: · Bash: sleep" in line_of(app, sid), timeout=RUN_S)  # as wide as the column
+        await until(lambda: "coder  ▸ Bash: sleep 2 && echo slept" in line_of(app, sid), timeout=RUN_S)
         await until(lambda: finished(live, sid), timeout=RUN_S)
         await to(pilot, app, sid)
         await keys(pilot, "enter")
@@ -279,3 +280,23 @@ async def test_an_agent_bound_to_procession_forks_itself_and_sends_through_its_o
     journal = [(e.actor, e.call, e.session, e.other) for e in await live.journal(limit=500)]
     assert ("mcp", "fork", sid, child) in journal  # made by the session itself, through its server
     assert ("mcp", "send", child, sid) in journal
+
+
+async def test_a_passed_key_never_reaches_the_store_the_journal_or_a_snapshot(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import uuid
+
+    planted = f"sk-planted-{uuid.uuid4().hex}"
+    key = {"claude": "ANTHROPIC_API_KEY", "codex": "SCRIPTED_MODEL_KEY", "opencode": "OPENCODE_PLANTED_KEY"}
+    model_server.script.add(shell("echo done"), say("Done."))
+    sid = await agent_session(live, agent_sandbox, monkeypatch, **{key[agent_sandbox.name]: planted})
+    assert key[agent_sandbox.name] in (await live.show(sid)).passed
+    run = await ask(live, sid, "go", 1)
+    assert run.outcome == "ok", run.error
+    if agent_sandbox.name != "opencode":  # the CLI really used it: the server saw it
+        assert any(planted in json.dumps(r.headers) for r in model_server.requests)
+    await live.save(sid, file=str(tmp_path / "snap.json"))
+    for path in (db, Path(f"{db}-wal"), tmp_path / "snap.json"):
+        if path.exists():
+            assert planted.encode() not in path.read_bytes(), path

@@ -34,6 +34,9 @@ async def check_consistent(db: Path, since: int = 0) -> dict[str, int]:
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 0:  # killed while the workspace was being made:
+            assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0  # nothing of it half-made
+            return {"sessions": 0, "runs": 0, "rev": since, "checked": 0}
     orphans = _live_pids(db)
     engine = Engine(db, grace=0.1)
     await engine.start()

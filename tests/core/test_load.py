@@ -12,12 +12,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from conftest import until
 
 WORKER = str(Path(__file__).parents[1] / "support" / "loadworker.py")
 CALLS = 2500
 
 
+@pytest.mark.timeout(360)  # 5,000 processes: minutes on a loaded 2-core machine
 async def test_four_processes_at_once_lose_nothing(db, live, tmp_path):
     """A monitor, an engine and two loops of 2,500 random CLI calls each (through the CLI's
     entry point, each opening and closing the workspace) on one workspace: every accepted call

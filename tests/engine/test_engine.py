@@ -160,11 +160,16 @@ async def test_suspend_resume_stop_the_process_for_real(db, live):
         await serving
 
 
+async def _said(ws, sid: int, text: str) -> bool:
+    _, chunks = await ws.run_log(sid)
+    return any(text in c.data for c in chunks)
+
+
 async def _suspend_resume_interrupt(live):
     sid = (await live.spawn("sleeper", "a", runner="builtin:sleep:30")).sid
     await live.activate(sid)
     pid = await until(lambda: running_pid(live, sid))
-    await until(lambda: proc_state(pid) in ("S", "R"))
+    await until(lambda: _said(live, sid, "started"), timeout=20)  # past its start: it handles SIGINT now
     await live.suspend(sid)
     await until(lambda: proc_state(pid) == "T", timeout=0.5)
     await live.resume(sid)

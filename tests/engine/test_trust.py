@@ -106,6 +106,29 @@ async def test_an_engine_started_while_the_workspace_is_locked_waits_instead_of_
         await eng.serve(stop)
 
 
+async def test_what_a_step_said_while_its_flush_waited_on_a_lock_is_kept_when_the_run_ends(db, live, tmp_path):
+    go = tmp_path / "go"
+    step = ("command:while [ ! -e go ]; do sleep 0.02; done;"
+            " echo '{\"type\": \"message\", \"content\": \"said while locked\"}'; sleep 0.5")
+    sid = (await live.spawn("s", "a", runner=step, cwd=str(tmp_path))).sid
+    eng = Engine(db, grace=0.3)
+    await eng.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(eng.serve(stop))
+    try:
+        await live.activate(sid)
+        await until(lambda: running_pid(live, sid), timeout=10)
+        holder = hold_the_write_lock(db, 2.5)  # the step's flush will wait for it...
+        go.touch()  # ...with the message taken from the step, while the step ends
+        await asyncio.to_thread(holder.join)
+        run = await until(lambda: finished(live, sid), timeout=20)
+        assert run.outcome == "ok", run.error
+        assert [m.content for m in await live.history(sid)] == ["said while locked"]
+    finally:
+        stop.set()
+        await task
+
+
 def start_engine_process(db: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.3", *extra],
                             stderr=subprocess.PIPE, text=True)
@@ -191,6 +214,19 @@ async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_
     assert run.outcome == "ok" and run.ended - run.started < 5  # not held open by the grandchild's pipes
     grandchild = await until(lambda: pid_in(pidfile))
     await until(lambda: not alive(grandchild), timeout=5)
+
+
+async def test_an_orphan_that_cleared_its_environment_does_not_outlive_its_run(tracked, live, tmp_path):
+    pidfile = tmp_path / "orphan.pid"
+    # no marker to find it by, in a session of its own, and its parent gone at once
+    step = (f"command:{sys.executable} -c \"import subprocess; p = subprocess.Popen(['/bin/sleep', '300'], env={{}},"
+            f" start_new_session=True); open('{pidfile}', 'w').write(str(p.pid))\"")
+    sid = (await live.spawn("clears its env", "a", runner=step)).sid
+    await live.activate(sid)
+    run = await until(lambda: finished(live, sid), timeout=10)
+    assert run.outcome == "ok", run.error
+    orphan = await until(lambda: pid_in(pidfile))
+    await until(lambda: not alive(orphan), timeout=5)
 
 
 async def test_suspend_stops_and_cancel_kills_every_process_of_the_tree(tracked, live, tmp_path):

@@ -248,6 +248,19 @@ async def test_tree_shows_agents_and_forks_under_their_parent(make) -> None:
         assert keys_shown(app) == list(range(1, 9))
 
 
+async def test_a_session_an_agent_spawned_for_itself_appears_under_it_live(make, store: Workspace) -> None:
+    app = await make()
+    async with app.run_test(size=SIZE) as pilot:
+        await keys(pilot, "t")
+        helper = (await store.as_actor("mcp", acting=LENIENT).spawn("helper", "review")).sid  # through its server
+        other = (await store.as_actor("mcp", acting=LENIENT).spawn("outsider", "docs")).sid  # for another agent
+        await eventually(lambda: helper in app.table.keys and other in app.table.keys)
+        shown = keys_shown(app)
+        assert shown.index(helper) == shown.index(LENIENT) + 1
+        assert app.table.prefixes[helper] == "      └─ "  # a child of lenient, itself a fork of review
+        assert shown.index(other) < shown.index("agent:hr")  # under its own agent, docs
+
+
 async def test_sort_menu_next_previous_and_invert(make) -> None:
     app = await make()
     async with app.run_test(size=SIZE) as pilot:

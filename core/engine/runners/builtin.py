@@ -37,12 +37,12 @@ def main(argv: list[str]) -> int:
         print(messages[-1]["content"])
         return 0
     if name == "sleep":
-        print("started", flush=True)
         seconds = float(arg or 5)
         step = min(0.1, seconds) or 0.1
         end = time.monotonic() + seconds
         ticks = 0
         try:
+            print("started", flush=True)  # once this is out, an interrupt is handled
             while time.monotonic() < end:
                 time.sleep(min(step, max(end - time.monotonic(), 0)))
                 ticks += 1
