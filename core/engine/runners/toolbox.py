@@ -87,7 +87,7 @@ class Toolbox:
 
     def add(self, prefix: str, tools: list[Tool]) -> None:
         slug, n = _slug(prefix), 1
-        while any(t.name.startswith(slug + "_") for t in self.tools.values()):
+        while any(t.name == slug or t.name.startswith(slug + "_") for t in self.tools.values()):
             n += 1
             slug = f"{_slug(prefix)}{n}"
         for tool in tools:
