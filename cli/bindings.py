@@ -37,7 +37,7 @@ async def approve(ws: Workspace, args: argparse.Namespace) -> int:
 
 
 @command(Call.BIND, args=[
-    SID, arg("kind", help="file, folder, db, mcp, tool, url"), arg("uri"),
+    SID, arg("kind", help="file, folder, db (or sqlite), mcp, tool, url"), arg("uri"),
     arg("--mode", default="rw", choices=("ro", "rw")),
 ])
 async def bind(ws: Workspace, args: argparse.Namespace) -> int:

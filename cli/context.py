@@ -65,9 +65,24 @@ async def memory(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
-@command(Call.COMPRESS, args=[SID, arg("--keep-last", type=int, default=DEFAULT_KEEP_LAST)])
+@command(Call.COMPRESS, args=[
+    SID, arg("--keep-last", type=int, default=DEFAULT_KEEP_LAST),
+    arg("--model", action="store_true", help="have the session's model (an openai: runner) write the summary"),
+    arg("--with", dest="with_spec", metavar="SPEC", help="the model to ask instead: openai:MODEL[@URL][#KEY_VAR]"),
+    arg("--mask-tools", action="store_true", help="replace older tool outputs with one-line stubs instead"),
+    arg("--summary", metavar="TEXT", help="your own summary of what is folded ('-': read it from stdin)"),
+])
 async def compress(ws: Workspace, args: argparse.Namespace) -> int:
-    return done(args, await ws.compress(args.sid, args.keep_last))
+    chosen = [n for n, v in (("--model", args.model or args.with_spec), ("--mask-tools", args.mask_tools),
+                             ("--summary", args.summary is not None)) if v]
+    if len(chosen) > 1:
+        raise UsageError(f"choose one way to compress, not {' and '.join(chosen)}")
+    if args.model or args.with_spec:
+        from procession.engine.summaries import compress_by_model
+
+        return done(args, await compress_by_model(ws, args.sid, args.keep_last, spec=args.with_spec))
+    summary = read_text("-") if args.summary == "-" else args.summary
+    return done(args, await ws.compress(args.sid, args.keep_last, summary=summary, mask_tools=args.mask_tools))
 
 
 @command(Call.EXPAND, args=[SID])

@@ -7,11 +7,14 @@ parent on a memory key, so merging it shows a conflict to resolve. The payroll a
 sessions run the real example runners (``procession.examples``) on files copied into a
 folder beside the workspace, the API docs in a git repository made there: touch
 ``rates.csv``, or commit a change under ``src/``, and the session wakes. Nothing needs an
-API key. Without git, the API-docs session watches ``src/`` instead.
+API key. Without git, the API-docs session watches ``src/`` instead. While ``procession demo``
+runs, a "payroll questions" session is an ``openai:`` agent loop on the demo's own scripted
+model (``demo_model``): activate it to watch it read its two bound tables and answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -20,10 +23,14 @@ from importlib import resources
 from pathlib import Path
 
 from procession.calls import Workspace, gitrepo
-from procession.model.errors import WorkspaceError
+from procession.model.errors import ProcessionError, WorkspaceError
 from procession.store import Clock
 
+from . import demo_model
+
 MARK = "demo"
+#: The session on the demo's own model.
+QUESTIONS = "payroll questions"
 
 
 @dataclass(slots=True, frozen=True)
@@ -180,7 +187,35 @@ async def _populate(ws: Workspace, folder: Path, git: bool) -> dict[str, int]:
                                   "content": "Lenient reading: last writer wins is acceptable for scratch keys."}])
     await ws.memory_set(sid, "verdict", "ship with conflict reports")
     await ws.memory_set(lenient, "owner", "review team")
+
     return s
+
+
+async def with_model(db: Path, url: str) -> int:
+    """The demo's session on its own model, made on first use and pointed at the demo model
+    serving at ``url`` (its port is new each time); returns its SID. It stays out of
+    ``build``: without its model it could only fail."""
+    folder = files_folder(db) / "payroll"
+    runner = f"openai:{demo_model.MODEL}@{url}"
+    ws = await Workspace.open(db)
+    try:
+        found = [s for s in await ws.ps(all=True) if s.name == QUESTIONS]
+        if found:
+            if found[0].runner != runner:
+                with contextlib.suppress(ProcessionError):  # busy (another engine runs it): left as it is
+                    await ws.migrate(found[0].id, runner)
+            return found[0].id
+        sid = (await ws.spawn(
+            QUESTIONS, "hr", window=4_000, cwd=str(folder), runner=runner,
+            system="You answer questions about the payroll from its tables. Read them; never guess a number.",
+            goal="Answer from the tables, with the tool calls to show for it.",
+        )).sid
+        await ws.bind(sid, "file", str(folder / "rates.csv"), mode="ro")
+        await ws.bind(sid, "file", str(folder / "employees.csv"), mode="ro")
+        await ws.send(sid, "Which grade has the highest hourly rate, and who is on it?")
+        return sid
+    finally:
+        await ws.close()
 
 
 def _conversation(lines: list[tuple[str, str]], repeat: int) -> list[dict[str, str]]:

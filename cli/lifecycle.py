@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from procession.model.calls import Call
 from procession.model.errors import ProcessionError
 from procession.model.outcomes import Moved, Outcome
 from procession.model.states import State
-from procession.present import results
+from procession.present import parse, results
 from procession.present.words import printable
 
 from .terminal import UsageError, done, emit, error, notes, read_text
@@ -75,6 +76,11 @@ async def env(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--timeout", type=float, help="seconds a run may take (0: no limit)"),
     arg("--window", type=int, help="context window in tokens (the context must fit it)"),
     arg("--fail-limit", type=int, metavar="N", help="failed runs in a row that suspend it (0: never; default 3)"),
+    arg("--max-turns", type=int, metavar="N", help="model requests an openai: run makes at most (default 20)"),
+    arg("--temperature", type=float, help="the openai: runner's sampling temperature"),
+    arg("--max-tokens", type=int, metavar="N", help="the most tokens an openai: reply may have"),
+    arg("--request", action="append", default=[], metavar="FIELD=JSON",
+        help="a field the openai: runner adds to each request (null removes it); repeatable"),
 ])
 async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     system = args.system
@@ -82,8 +88,16 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
         if system is not None:
             raise UsageError("give either --system or --system-file, not both")
         system = read_text(args.system_file)
-    return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
-                                   window=args.window, fail_limit=args.fail_limit))
+    fields = {key: json.loads(value) for key, value in (parse.key_json(pair, "--request") for pair in args.request)}
+    outcomes: list[Outcome] = []
+    if any(v is not None for v in (args.max_turns, args.temperature, args.max_tokens)) or fields:
+        outcomes.append(await ws.sampling(args.sid, max_turns=args.max_turns, temperature=args.temperature,
+                                          max_tokens=args.max_tokens, fields=fields))
+    settings = (args.name, args.goal, system, args.timeout, args.window, args.fail_limit)
+    if not outcomes or any(v is not None for v in settings):
+        outcomes.append(await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
+                                     window=args.window, fail_limit=args.fail_limit))
+    return done(args, outcomes[-1])
 
 
 async def each(args: argparse.Namespace, call: Callable[[int], Awaitable[Outcome]], *,

@@ -92,3 +92,12 @@ def test_git_tiny_measures_commits_and_worktree_forks() -> None:
     assert 0 < figures["commit_to_run"]["median"] < 5
     for key in ("fork_worktree_cli", "fork_worktree_api", "git_worktree_add", "merge_worktree_cli", "fork_copy_cli"):
         assert 0 < figures[key]["median"] < 60, key
+
+
+def test_loop_tiny_measures_each_tool_kind_and_the_savings() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "loop.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    assert all(0 < figures[k]["median"] < 1 for k in figures if k.startswith("loop_"))
+    assert figures["saving_mask-tools"]["after"] < figures["saving_mask-tools"]["before"] / 2

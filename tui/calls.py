@@ -172,7 +172,23 @@ async def _memory(ui: Calling, targets: Targets) -> None:
 
 
 async def _compress(ui: Calling, targets: Targets) -> None:
-    await ui.make_each([ui.ws.compress(t.id) for t in targets])
+    picked = await ui.choose(f"Compress {_who(targets)} (expand restores it exactly)", [
+        Choice("extract", "Summarise older messages (built in, no model)"),
+        Choice("model", "Summary written by the session's model (an openai: runner)"),
+        Choice("mask", "Mask older tool outputs with one-line stubs"),
+        Choice("own", "Fold older messages behind a summary of my own…", enabled=len(targets) == 1),
+    ])
+    if picked == "own":
+        t = targets[0]
+        await ui.form_call(f"Your summary of the older messages of {t.id}", [Field("summary", "", multiline=True)],
+                           lambda v: ui.ws.compress(t.id, summary=v["summary"]),
+                           help="Ctrl+S folds · Esc cancels")
+    elif picked == "model":
+        from procession.engine.summaries import compress_by_model
+
+        await ui.make_each([compress_by_model(ui.ws, t.id) for t in targets])
+    elif picked is not None:
+        await ui.make_each([ui.ws.compress(t.id, mask_tools=picked == "mask") for t in targets])
 
 
 async def _expand(ui: Calling, targets: Targets) -> None:

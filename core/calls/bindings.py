@@ -36,7 +36,7 @@ class BindingCalls(Calls):
 
     @syscall(Call.BIND)
     async def bind(self, act: Act, sid: int, kind: str, uri: str, *, mode: str = "rw") -> Bound:
-        """Bind a resource (file, folder, db, mcp, tool, url); paths are stored absolute."""
+        """Bind a resource (file, folder, db or sqlite, mcp, tool, url); paths are stored absolute."""
         if kind not in limits.RESOURCE_KINDS:
             raise InvalidArgument(f"unknown resource kind {kind!r}; kinds are {', '.join(limits.RESOURCE_KINDS)}")
         if mode not in limits.RESOURCE_MODES:

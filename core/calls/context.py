@@ -10,7 +10,7 @@ from ..model import limits
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Compressed, Expanded, MemoryChanged, Sent
-from ..model.records import Fold
+from ..model.records import ContextItem, Fold
 from ..store import rows
 from ..store.sqlite import Tx
 from . import history, waking
@@ -75,44 +75,110 @@ class ContextCalls(Calls):
         return MemoryChanged(sid, deleted=(key,))
 
     @syscall(Call.COMPRESS)
-    async def compress(self, act: Act, sid: int, keep_last: int = DEFAULT_KEEP_LAST) -> Compressed:
-        """Fold all but the last ``keep_last`` context items behind one summary.
+    async def compress(self, act: Act, sid: int, keep_last: int = DEFAULT_KEEP_LAST, *, summary: str | None = None,
+                       mask_tools: bool = False, expect: tuple[int, int] | None = None) -> Compressed:
+        """Fold all but the last ``keep_last`` context items behind one summary: the built-in
+        extractive one, or ``summary`` (the user's own, or a model's: ``expect`` is the range
+        it was made for, and the call is refused if the context has changed since). With
+        ``mask_tools``, each older tool call's output is folded alone behind a one-line stub
+        instead, and the rest of the conversation stays as it was.
 
         System and pinned messages stay in place. The archived messages stay in the history;
-        ``expand`` restores the context exactly.
+        ``expand`` restores the context exactly (a masking as a whole).
         """
         if keep_last < 0:
             raise InvalidArgument("--keep-last must be 0 or more")
-        plan = await plan_fold(act.tx, act.row, keep_last)
+        if mask_tools:
+            return await _mask(act, sid, keep_last)
+        if summary is not None:
+            summary = limits.text(summary, "the summary")
+            if not summary.strip():
+                raise InvalidArgument("the summary is empty")
+        plan = await plan_fold(act.tx, act.row, keep_last, given=summary)
         if plan is None:
             raise ProcessionError(
                 f"nothing to compress in session {sid}: all but the last {keep_last} context items are"
                 " pinned or system messages, or there are none"
             )
+        if expect is not None and (plan[0].lo, plan[0].hi) != tuple(expect):
+            raise ProcessionError(f"the context of session {sid} changed while its summary was made; compress again")
         fold = await write_fold(act.tx, act.row, *plan)
-        row = await act.reload()
-        if row["context_tokens"] > row["window"]:
-            act.note(f"the context ({row['context_tokens']} tokens) is still over the window ({row['window']});"
-                     " runs will refuse it until it fits: keep fewer items, or migrate to a larger window",
-                     Call.MIGRATE, sid)
-        if row["agent_ref"]:
-            act.note(f"this folds Procession's copy of the history; the agent's own context"
-                     f"{' (' + str(row['agent_context']) + ' tokens)' if row['agent_context'] else ''} is in its"
-                     " session, unchanged: its CLI compacts that itself")
-        return Compressed(sid, fold, row["context_tokens"], row["window"])
+        return _compressed(act, sid, fold, await act.reload())
+
+    async def fold_plan(self, sid: int, keep_last: int = DEFAULT_KEEP_LAST) -> history.FoldPlan:
+        """What ``compress`` would archive now (a read: for a summary made outside a transaction)."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            in_force = await history.folds(tx, sid)
+            plan = history.plan_fold(history.active(await history.read(tx, sid), in_force), in_force, keep_last)
+        if plan is None:
+            raise ProcessionError(f"nothing to compress in session {sid}: all but the last {keep_last} context"
+                                  " items are pinned or system messages, or there are none")
+        return plan
 
     @syscall(Call.EXPAND)
     async def expand(self, act: Act, sid: int) -> Expanded:
-        """Undo the newest compress: its archived items come back exactly as they were."""
+        """Undo the newest compress: its archived items come back exactly as they were (all the
+        stubs of a ``--mask-tools``: the folds one call made share its time)."""
         in_force = await history.folds(act.tx, sid)
         if not in_force:
             raise ProcessionError(f"nothing to expand in session {sid}: it has no compressed range")
-        fold = in_force[-1]
-        await rows.expand_fold(act.tx, fold.id)
-        tokens = act.row["context_tokens"] - fold.summary_tokens + fold.archived_tokens
+        group = [f for f in in_force if f.created == in_force[-1].created]
+        for fold in group:
+            await rows.expand_fold(act.tx, fold.id)
+        whole = _together(group)
+        tokens = act.row["context_tokens"] - whole.summary_tokens + whole.archived_tokens
         await rows.update_session(act.tx, sid, context_tokens=tokens,
-                                  context_count=act.row["context_count"] - 1 + fold.archived_count)
-        return Expanded(sid, fold, tokens)
+                                  context_count=act.row["context_count"] - len(group) + whole.archived_count)
+        return Expanded(sid, whole, tokens, len(group))
+
+
+def _compressed(act: Act, sid: int, fold: Fold, row: sqlite3.Row, masked: int = 0) -> Compressed:
+    if row["context_tokens"] > row["window"]:
+        act.note(f"the context ({row['context_tokens']} tokens) is still over the window ({row['window']});"
+                 " runs will refuse it until it fits: keep fewer items, or migrate to a larger window",
+                 Call.MIGRATE, sid)
+    if row["agent_ref"]:
+        act.note(f"this folds Procession's copy of the history; the agent's own context"
+                 f"{' (' + str(row['agent_context']) + ' tokens)' if row['agent_context'] else ''} is in its"
+                 " session, unchanged: its CLI compacts that itself")
+    return Compressed(sid, fold, row["context_tokens"], row["window"], masked)
+
+
+def _together(folds: Sequence[Fold]) -> Fold:
+    """Folds made by one call, as one (their counts summed, the range they span)."""
+    if len(folds) == 1:
+        return folds[0]
+    return Fold(folds[-1].id, min(f.lo for f in folds), max(f.hi for f in folds), "",
+                sum(f.summary_tokens for f in folds), sum(f.archived_count for f in folds),
+                sum(f.archived_tokens for f in folds), folds[-1].created)
+
+
+def mask_stub(item: ContextItem) -> str:
+    """The one line an older tool output is folded behind: what was called, how much it said."""
+    tool = (item.meta or {}).get("tool") or {}
+    head = item.content.split("\n", 1)[0]
+    size = tool.get("output_size", len(item.content.encode("utf-8", "replace")))
+    failed = " (it failed)" if tool.get("is_error") else ""
+    return f"[tool call {head[:200]} — its output of {size} bytes masked{failed}; expand restores it]"
+
+
+async def _mask(act: Act, sid: int, keep_last: int) -> Compressed:
+    tx, count = act.tx, act.tx.store.count_tokens
+    items = history.active(await history.read(tx, sid), await history.folds(tx, sid))
+    folds = []
+    for item in items[: max(len(items) - keep_last, 0)]:
+        if item.role != "tool" or item.fold is not None or item.protected:
+            continue
+        stub = mask_stub(item)
+        tokens = count(stub)
+        if tokens < item.tokens:
+            folds.append(await write_fold(tx, await act.reload(), history.FoldPlan(item.seq, item.seq, (item,)),
+                                          stub, tokens))
+    if not folds:
+        raise ProcessionError(f"nothing to mask in session {sid}: no tool output older than the last {keep_last}"
+                              " context items is longer than its stub")
+    return _compressed(act, sid, _together(folds), await act.reload(), len(folds))
 
 
 async def _author(tx: Tx, sid: int, sender: int | None) -> str:
@@ -155,9 +221,10 @@ async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[str, str, s
     return start + n
 
 
-async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None = None) -> FoldPlan | None:
-    """What a compress keeping the last ``keep_last`` items would archive, and its summary;
-    None when it would hide nothing or save nothing."""
+async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None = None,
+                    given: str | None = None) -> FoldPlan | None:
+    """What a compress keeping the last ``keep_last`` items would archive, and its summary
+    (``given``, else the extractive one); None when it would hide nothing or save nothing."""
     count = tx.store.count_tokens
     in_force = await history.folds(tx, row["id"])
     items = history.active(await history.read(tx, row["id"]), in_force)
@@ -166,9 +233,9 @@ async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None
         return None
     archived_tokens = sum(i.tokens for i in plan.archived)
     budget = min(budget or 512, max(32, archived_tokens // 4))
-    summary = summarise([(i.role, i.content) for i in plan.archived], budget, count)
+    summary = given if given is not None else summarise([(i.role, i.content) for i in plan.archived], budget, count)
     summary_tokens = count(summary)
-    if summary_tokens >= archived_tokens:
+    if summary_tokens >= archived_tokens and given is None:  # a summary the user gives is theirs to judge
         return None
     return plan, summary, summary_tokens
 

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ..model import agents, environ, limits, runner_spec
+from ..model import agents, environ, limits, runner_spec, sampling
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
 from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Spawned, Updated
@@ -81,6 +81,21 @@ class LifecycleCalls(Calls):
         env, names = environ.merged(current, names, set=settings, passes=list(passed or []), unset=list(unset or []))
         await rows.update_session(act.tx, sid, env=json.dumps(env) if env else None,
                                   pass_env=json.dumps(names) if names else None)
+        return EnvChanged(sid, env, tuple(names))
+
+    @syscall(Call.ENV)
+    async def sampling(self, act: Act, sid: int, *, max_turns: int | None = None, temperature: float | None = None,
+                       max_tokens: int | None = None, fields: dict[str, Any] | None = None) -> EnvChanged:
+        """Change what the ``openai:`` runner does for this session: its turn limit, and the
+        fields it adds to each request (``fields``: any, null removes one). Stored as session
+        settings (``model.sampling``): ``show`` lists them, snapshots keep them."""
+        current, names = environment(act.row)
+        settings = sampling.changed(current, turns=max_turns, temperature=temperature, max_tokens=max_tokens,
+                                    extra=fields)
+        if not settings:
+            raise InvalidArgument("nothing to change: give a turn limit, a temperature, max tokens or a field")
+        env, names = environ.merged(current, names, set=settings, passes=[], unset=[])
+        await rows.update_session(act.tx, sid, env=json.dumps(env), pass_env=json.dumps(names) if names else None)
         return EnvChanged(sid, env, tuple(names))
 
     @syscall(Call.SET)

@@ -1,8 +1,8 @@
 """The built-in extractive summariser used by ``compress``.
 
 It needs no model: it picks the sentences that carry the most frequent content words of
-the archived messages (Luhn's method), keeps them in their original order, and stays
-within a token budget. A model-made summary can replace it later through a runner; the
+the archived messages (Luhn's method), in turn from each role so that both sides of a
+conversation stay, keeps them in their original order, and stays within a token budget. A model-made summary can replace it later through a runner; the
 fold stores whatever text stands for the archived range, and ``expand`` never depends on
 the summary being any good.
 """
@@ -52,7 +52,7 @@ def summarise(messages: Sequence[tuple[str, str]], budget: int, count: Callable[
     ranked = sorted(sentences, key=lambda s: -score(s[1]))
     chosen: list[tuple[int, str]] = []
     used = count(header)
-    for index, sentence in ranked:
+    for index, sentence in _both_sides(ranked):
         cost = count(sentence)
         if used + cost > budget and chosen:
             continue
@@ -61,3 +61,16 @@ def summarise(messages: Sequence[tuple[str, str]], budget: int, count: Callable[
         if used >= budget:
             break
     return "\n".join([header, *(s for _, s in sorted(chosen))])
+
+
+def _both_sides(ranked: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The ranked sentences taken in turn from each role (best first within each), so that a
+    summary keeps what each side said: one side's frequent words cannot crowd out the other."""
+    by_role: dict[str, list[tuple[int, str]]] = {}
+    for item in ranked:
+        by_role.setdefault(item[1].split(":", 1)[0], []).append(item)
+    queues = list(by_role.values())
+    out: list[tuple[int, str]] = []
+    for i in range(max(map(len, queues), default=0)):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out

@@ -281,8 +281,9 @@ class Engine:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 invocation, reader = agents.prepare(spec.kind, turn)
                 env.update(invocation.env)
-            if spec.kind == "openai":
-                step = await HttpStep.start(spec, cwd, env)
+            if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
+                tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")
+                step = await HttpStep.start(spec, cwd, tracker.environ(env))
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
                 step = await ProcessStep.start(spec, cwd, env, tracker, command=invocation.argv or None)

@@ -33,10 +33,11 @@ PRIORITY_MAX: Final = 100
 WINDOW_MAX: Final = 1 << 31
 TEXT_MAX: Final = 64 * 1024 * 1024
 ROLES: Final = ("system", "user", "assistant", "tool")
-RESOURCE_KINDS: Final = ("file", "folder", "db", "mcp", "tool", "url")
+#: ``db`` and ``sqlite`` are alike: the ``openai:`` runner opens either as a SQLite database.
+RESOURCE_KINDS: Final = ("file", "folder", "db", "sqlite", "mcp", "tool", "url")
 RESOURCE_MODES: Final = ("ro", "rw")
 #: Resource kinds whose URI is a path on this machine (stored absolute).
-PATH_KINDS: Final = ("file", "folder", "db")
+PATH_KINDS: Final = ("file", "folder", "db", "sqlite")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: The deepest nesting of lists and objects a JSON value may have (a scalar is depth 0).
 JSON_DEPTH: Final = 64

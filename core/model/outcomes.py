@@ -103,15 +103,19 @@ class MemoryChanged(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Compressed(Outcome):
+    """``fold``: the one made, or (``masked`` tool outputs) the folds made, as one."""
+
     fold: Fold
     context_tokens: int
     window: int
+    masked: int = 0
 
 
 @dataclass(slots=True, frozen=True)
 class Expanded(Outcome):
     fold: Fold
     context_tokens: int
+    folds: int = 1
 
 
 @dataclass(slots=True, frozen=True)

@@ -32,11 +32,6 @@ class RunnerSpec:
     arg: str = ""  # the base URL of an openai runner, or a builtin's argument
 
     @property
-    def freezable(self) -> bool:
-        """Whether suspend can stop the step in place (a process), or must interrupt it (HTTP)."""
-        return self.kind != "openai"
-
-    @property
     def agent(self) -> bool:
         """Whether an agent CLI runs it: it keeps its own session, context and transcript."""
         return self.kind in CLIS

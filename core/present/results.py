@@ -60,6 +60,10 @@ def describe(o: Outcome) -> str:
         case MemoryChanged():
             done = [f"set {printable(k)}" for k in o.set] + [f"deleted {printable(k)}" for k in o.deleted]
             return f"{o.sid}: {', '.join(done)}"
+        case Compressed(masked=masked) if masked:
+            f = o.fold
+            return (f"{o.sid}: masked {plural(masked, 'tool output')} ({f.archived_tokens} tokens) behind one-line"
+                    f" stubs ({f.summary_tokens} tokens); context {o.context_tokens}/{o.window}")
         case Compressed():
             f = o.fold
             return (f"{o.sid}: folded {plural(f.archived_count, 'item')} ({f.archived_tokens} tokens) into a summary"

@@ -444,12 +444,20 @@ async def test_nice_keys_move_the_priority(make, store: Workspace) -> None:
         assert "  -1 " in line_of(app, SCREENING)
 
 
+async def compress_by(pilot: Any, app: Monitor, way: str) -> None:
+    """The compress key's menu, one way picked."""
+    await keys(pilot, "c")
+    await eventually(lambda: isinstance(app.screen, ActionMenu))
+    pick(app, way)
+    await keys(pilot, "enter")
+
+
 async def test_compress_and_expand(make, store: Workspace) -> None:
     app = await make()
     async with app.run_test(size=SIZE) as pilot:
         await to(pilot, app, REVIEW)
         before = await store.info(REVIEW)
-        await keys(pilot, "c")
+        await compress_by(pilot, app, "extract")
         await eventually(lambda: app.said("folded"))
         folded = await store.info(REVIEW)
         assert folded.messages < before.messages and folded.context_tokens < before.context_tokens
@@ -458,6 +466,21 @@ async def test_compress_and_expand(make, store: Workspace) -> None:
         await eventually(lambda: app.said("restored"))
         restored = await store.info(REVIEW)
         assert (restored.messages, restored.context_tokens) == (before.messages, before.context_tokens)
+
+
+async def test_compress_behind_a_summary_of_ones_own(make, store: Workspace) -> None:
+    app = await make()
+    async with app.run_test(size=SIZE) as pilot:
+        await to(pilot, app, REVIEW)
+        before = await store.context(REVIEW)
+        await compress_by(pilot, app, "own")
+        await eventually(lambda: isinstance(app.screen, Form))
+        await keys(pilot, *"kept: the review", "ctrl+s")
+        await eventually(lambda: app.said("folded"))
+        assert (await store.context(REVIEW))[0].content == "kept: the review"
+        await keys(pilot, "x")
+        await eventually(lambda: app.said("restored"))
+        assert await store.context(REVIEW) == before
 
 
 async def test_send_asks_for_the_text(make, store: Workspace) -> None:

@@ -6,17 +6,21 @@ A step receives on stdin::
      "session": {"id", "uuid", "name", "agent", "goal"},
      "run": {"id", "cause": [...]},
      "system": "...",
-     "messages": [{"seq", "role", "content", "author"}],
+     "messages": [{"seq", "role", "content", "author"[, "tool"]}],
      "memory": {...},
      "resources": [{"kind", "uri", "mode"}]}
 
-and answers on stdout either with plain text (one assistant message) or, when its first
+(a tool call's message carries the structured call, ``tool``: {id, name, input, output,
+output_size, is_error}), and answers on stdout either with plain text (one assistant message) or, when its first
 non-blank line is a JSON object with a ``type``, with one event per line:
 
     {"type": "message", "role": "assistant", "content": "..."}
     {"type": "memory", "set": {"key": value}, "delete": ["key"]}
     {"type": "send", "to": 12, "text": "..."}
     {"type": "usage", "in": 1200, "out": 80}
+    {"type": "tool", "id": "c1", "name": "read", "input": {...}, "output": "...", "is_error": false}
+    {"type": "status", "text": "what the step is doing now"}
+    {"type": "note", "text": "what the run's record should say"}
     {"type": "done"}                      (the session terminates, reason done)
 
 Events are read as they arrive (``Reader``), so that what a running step has said and done
@@ -34,6 +38,7 @@ from typing import Any, Final
 from ...model import limits
 from ...model.errors import InvalidArgument
 from ...model.records import ContextItem
+from .toolcalls import tool_message
 
 VERSION: Final = 1
 HEAD_BYTES: Final = 512 * 1024
@@ -53,11 +58,18 @@ def document(session: dict[str, Any], run: dict[str, Any], system: str, context:
         "session": session,
         "run": run,
         "system": system,
-        "messages": [{"seq": i.seq, "role": i.role, "content": i.content, "author": i.author} for i in context],
+        "messages": [_message(i) for i in context],
         "memory": memory,
         "resources": resources,
     }
     return json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _message(item: ContextItem) -> dict[str, Any]:
+    out = {"seq": item.seq, "role": item.role, "content": item.content, "author": item.author}
+    if item.role == "tool" and item.meta and isinstance(item.meta.get("tool"), dict):
+        out["tool"] = item.meta["tool"]
+    return out
 
 
 class Output:
@@ -308,6 +320,19 @@ def _apply(event: dict[str, Any], events: Events, n: int) -> None:
             value = event.get(key, 0)
             if isinstance(value, int) and value >= 0:
                 setattr(events, attr, getattr(events, attr) + value)
+    elif kind == "tool":
+        name, call_id, output = event.get("name"), event.get("id", ""), event.get("output")
+        if isinstance(name, str) and isinstance(call_id, str) and (output is None or isinstance(output, str)):
+            events.messages.append(tool_message(call_id, name, event.get("input"), output,
+                                                bool(event.get("is_error"))))
+        else:
+            events.problems.append(f"line {n}: a tool event needs a name, an id and an output string (or null)")
+    elif kind == "status":
+        if isinstance(event.get("text"), str):
+            events.status = event["text"]
+    elif kind == "note":  # something the run's record should say (a limit it stopped at)
+        if isinstance(event.get("text"), str):
+            events.problems.append(event["text"])
     elif kind == "done":
         events.done = True
     else:

@@ -19,11 +19,8 @@ from urllib.parse import urlsplit
 
 from ....model import limits
 from ..protocol import LINE_MAX, Events
+from ..toolcalls import summary, tool_message
 
-#: What a tool call's stored output keeps (the full size is noted beside it).
-OUTPUT_MAX: Final = 16 * 1024
-#: How much of a tool's input the readable line and the status show.
-SUMMARY_MAX: Final = 160
 #: A session setting: extra arguments for the CLI (shell words), after Procession's own.
 EXTRA_ARGS: Final = "PROCESSION_AGENT_ARGS"
 
@@ -81,39 +78,6 @@ class Invocation:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
-
-
-def summary(value: Any) -> str:
-    """A tool input as one short line: its command or path if it has one, else compact JSON."""
-    if isinstance(value, dict):
-        for key in ("command", "cmd", "file_path", "filePath", "path", "pattern", "url", "query"):
-            if isinstance(value.get(key), str | list):
-                shown = value[key] if isinstance(value[key], str) else " ".join(map(str, value[key]))
-                break
-        else:
-            shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    else:
-        shown = str(value)
-    shown = " ".join(shown.split())
-    return shown if len(shown) <= SUMMARY_MAX else shown[: SUMMARY_MAX - 1] + "…"
-
-
-def tool_message(call_id: str, name: str, input: Any, output: str | None, is_error: bool,
-                 **meta: Any) -> tuple[str, str, dict[str, Any]]:
-    """A tool call as a history message: readable content, and the structured call in meta
-    (``output`` bounded to ``OUTPUT_MAX``, its full size beside it; None: it never returned)."""
-    size = len(output.encode("utf-8", "replace")) if output is not None else 0
-    kept = output if output is None or size <= OUTPUT_MAX else output.encode("utf-8", "replace")[:OUTPUT_MAX].decode(
-        "utf-8", "ignore")
-    tool = {"id": call_id, "name": name, "input": input, "output": kept, "output_size": size, "is_error": is_error}
-    head = f"{name}: {summary(input)}"
-    if output is None:
-        body = "(no result: the run stopped first)"
-    else:
-        body = kept or "(no output)"
-        if kept is not None and len(kept) < len(output):
-            body += f"\n[… {size} bytes in all]"
-    return "tool", f"{head}\n{'error: ' if is_error else ''}{body}", {**meta, "tool": tool}
 
 
 class Reader:
