@@ -111,6 +111,7 @@ class Engine:
         self.lost: str = ""  # why the engine stopped on its own (the lease taken, the file gone)
         self.backoff_until: float | None = None
         self._background: list[asyncio.Task[None]] = []
+        self.launching: set[reaper.Tracker] = set()  # trackers of steps started, not yet claimed
         self._stop: asyncio.Event | None = None
 
     # ------------------------------------------------------------------ life
@@ -286,9 +287,11 @@ class Engine:
                 step = await HttpStep.start(spec, cwd, tracker.environ(env))
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
+                self.launching.add(tracker)  # its processes are owned from the start, not once it is claimed
                 step = await ProcessStep.start(spec, cwd, env, tracker, command=invocation.argv or None)
         except (OSError, InvalidArgument) as exc:
             if tracker is not None:
+                self.launching.discard(tracker)
                 tracker.close()
             _remove(invocation.files)
             why = str(exc) if isinstance(exc, InvalidArgument) else f"cannot start the step in {cwd}: {exc.strerror or exc}"
@@ -305,6 +308,7 @@ class Engine:
             else:
                 step.kill()
             if tracker is not None:
+                self.launching.discard(tracker)
                 tracker.close()
             _remove(invocation.files)
             if isinstance(exc, EngineBusy):
@@ -315,6 +319,8 @@ class Engine:
         live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
                        reader=reader, files=invocation.files)
         self.live[sid] = live
+        if tracker is not None:
+            self.launching.discard(tracker)
         document = turn.prompt.encode("utf-8", "surrogatepass") if turn else start.document
         live.task = asyncio.ensure_future(self._supervise(live, document))
         log.info("run %d of session %d started (%s, pid %s)", start.run, sid, row["runner"], step.pid)
@@ -412,6 +418,7 @@ class Engine:
                 self._give_up(moved)
                 return
             trackers = [live.tracker for live in self.live.values() if live.tracker is not None]
+            trackers += list(self.launching)
             owned = [await asyncio.to_thread(t.members) for t in trackers if isinstance(t, reaper.CgroupTracker)]
             reaper.reap(frozenset(t.marker for t in trackers if isinstance(t, reaper.MarkerTracker)),
                         frozenset().union(*owned))
