@@ -42,6 +42,9 @@ from .watch import Watcher
 log = logging.getLogger("procession.engine")
 #: How soon a look the store refused (busy) is tried again.
 RETRY_S = 1.0
+#: How often the repositories of watched triggers are checked to be still there: one deleted
+#: whole may give its watches no event to report (their folders go with them).
+SWEEP_S = 2.0
 
 
 def watched_files(spec: dict[str, Any]) -> list[str]:
@@ -68,10 +71,20 @@ class CommitWatch:
         self._looking: set[asyncio.Task[None]] = set()
         self._retries: set[asyncio.TimerHandle] = set()
         self._closed = False
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def _sweep(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(SWEEP_S)
+            for tid, spec in list(self.specs.items()):
+                if tid not in self.gone and not os.path.isdir(spec["git"]):
+                    self._spawn(tid)
 
     async def update(self, specs: dict[int, dict[str, Any]], catch_up: bool = False) -> None:
         """Hold exactly these triggers (id -> spec). Those new to the engine (and those whose
         repository was gone) are looked at once their watches are in place."""
+        if self._sweeper is None and not self._closed:
+            self._sweeper = asyncio.ensure_future(self._sweep())
         fresh = [tid for tid in specs if tid not in self.specs or tid in self.gone]
         self.specs = dict(specs)
         self.gone &= set(specs)
@@ -128,6 +141,9 @@ class CommitWatch:
 
     async def close(self) -> None:
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         for handle in self._retries:
             handle.cancel()
         await self.watcher.close()

@@ -68,6 +68,13 @@ async def step_pid(ws: Workspace, sid: int) -> int | None:
     return info.pid if info.state in (State.RUNNING, State.SUSPENDED) else None
 
 
+def gone(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError):  # it went while being looked at
+        return True
+
+
 def sleeping_in(pid: int, seconds: str) -> bool:
     return any(p.name() == "sleep" and seconds in p.cmdline() for p in tree(pid) if p.is_running())
 
@@ -162,7 +169,7 @@ async def test_cancel_during_a_tool_leaves_no_process_of_the_tree_alive(
     await until(lambda: sleeping_in(pid, "30"), timeout=RUN_S)
     everyone = tree(pid)
     await live.cancel(sid)
-    await until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in everyone), timeout=10)
+    await until(lambda: all(gone(p) for p in everyone), timeout=10)
     run = await until(lambda: finished(live, sid), timeout=RUN_S)
     assert run.outcome == "cancelled"
 

@@ -43,6 +43,15 @@ def payload_of(ws_export: dict) -> dict:
     p["session"].pop("uuid")
     p["session"].pop("created")
     p["triggers"] = [{"kind": t["kind"], "spec": revalidate(t["kind"], t["spec"])} for t in p["triggers"]]
+    s = p["session"]  # what a file may leave out (older files lack it), as a load fills it in
+    s.setdefault("env", {})
+    s.setdefault("passed", [])
+    ref = s.setdefault("agent_ref", None)
+    if ref is None:
+        s["agent_seen"] = 0
+    else:
+        ref.pop("fork", None)  # a loaded copy forks the agent's session: marked so on the way in
+        s.setdefault("agent_seen", 0)
     return p
 
 
