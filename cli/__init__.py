@@ -12,14 +12,17 @@ its handler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from procession.calls import Workspace
 from procession.model.errors import ProcessionError
 from procession.present.parse import Malformed
 from procession.present.words import printable
+from procession.store import default_path, workspace_path
 
 from . import bindings, context, engine, files, lifecycle, lineage, mcp, monitor, reads  # noqa: F401  (they register)
 from .registry import Command, build_parser
@@ -31,9 +34,18 @@ __all__ = ["main"]
 async def run(command: Command, args: object) -> int:
     if not command.workspace:
         return await command.handler(args)
-    ws = await Workspace.open(getattr(args, "db", None), actor="cli", create=command.creates)
+    given = getattr(args, "db", None)
+    new = command.creates and not (workspace_path(given) if given else default_path()).exists()
+    ws = await Workspace.open(given, actor="cli", create=command.creates)
     try:
         return await command.handler(ws, args)
+    except ProcessionError:
+        if new and not await ws.journal(limit=1):  # refused: the workspace it made holds nothing
+            await ws.close()
+            for path in (ws.store.path, Path(f"{ws.store.path}-wal"), Path(f"{ws.store.path}-shm")):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        raise
     finally:
         await ws.close()
 

@@ -81,7 +81,8 @@ async def _cancel(ui: Calling, targets: Targets) -> None:
     if not fit:
         await ui.make(ui.ws.cancel(targets[0].id))  # refused: the reason is shown
         return
-    if not await ui.confirm(f"Cancel {_who(fit)}? They end for good (their history is kept):",
+    ends = "It ends for good (its history is kept)" if len(fit) == 1 else "They end for good (their history is kept)"
+    if not await ui.confirm(f"Cancel {_who(fit)}? {ends}:",
                             [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]):
         return
     clean = False

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .sqlite import BUSY_TIMEOUT_MS, Clock, Store, Tx, default_path
+from .sqlite import BUSY_TIMEOUT_MS, Clock, Store, Tx, default_path, workspace_path
 
-__all__ = ["BUSY_TIMEOUT_MS", "Clock", "Store", "Tx", "default_path"]
+__all__ = ["BUSY_TIMEOUT_MS", "Clock", "Store", "Tx", "default_path", "workspace_path"]

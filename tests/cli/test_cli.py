@@ -511,3 +511,12 @@ def test_show_last_history_pages_and_wait(cli: Any) -> None:
     cli("cancel", str(sid))
     assert cli("wait", str(sid)).stdout == f"{sid}: it is terminated\n"
     refused(cli("wait", str(sid), "--timeout", "-1", check=False))
+
+
+def test_a_refused_spawn_on_a_new_path_leaves_no_workspace_behind(cli, tmp_path):
+    target = tmp_path / "new.db"
+    refused = cli("--db", str(target), "spawn", "x", "--agent", "a", "--runner", "claude:a b", check=False)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("new.db*"))  # nothing accepted, nothing made
+    cli("--db", str(target), "spawn", "x", "--agent", "a")
+    assert target.exists()
