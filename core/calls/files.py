@@ -22,6 +22,7 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
 from ..model.records import Checkpoint, ContextItem, Fold
+from ..model.text import plural
 from ..store import rows
 from . import history, snapshot
 from .base import Calls
@@ -163,6 +164,10 @@ class FileCalls(Calls):
         await rows.insert_resources(tx, sid, [(r["kind"], r["uri"], r["mode"]) for r in snap.resources])
         await rows.insert_triggers(tx, sid, prepared.triggers)
         act.note("its runner and triggers are disarmed until it is approved", Call.APPROVE, sid)
+        dropped = sum(1 for t in snap.triggers if t["kind"] == "after")
+        if dropped:
+            act.note(f"{plural(dropped, 'after trigger')} left out: an after trigger names a session of the"
+                     " workspace the file came from (add it again here with trigger add)")
         return Loaded(sid, file, len(msgs))
 
     @syscall(Call.LOAD, session="result", other="sid", check="sid")
