@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from report import Results, environment, table  # noqa: E402
+from report import Results, engine_running, environment, table  # noqa: E402
 from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli  # noqa: E402
 from support.models import ModelServer, say  # noqa: E402
 
@@ -53,7 +53,6 @@ def direct(sandbox: Any, server: ModelServer, seen: int) -> tuple[float, float]:
 
 async def through(sandbox: Any, server: ModelServer, seen: int, folder: Path) -> tuple[float, float]:
     from procession import Workspace
-    from procession.engine import Engine
     from procession.model import environ
 
     db = folder / f"ws-{seen}.db"
@@ -71,11 +70,7 @@ async def through(sandbox: Any, server: ModelServer, seen: int, folder: Path) ->
         sid = (await ws.spawn("bench", "bench", runner=f"{sandbox.name}:", cwd=str(sandbox.workdir), env=settings,
                               passed=passed)).sid
         await ws.send(sid, "hello")
-        engine = Engine(db, slots=1, grace=0.5)
-        await engine.start()
-        stop = asyncio.Event()
-        task = asyncio.ensure_future(engine.serve(stop))
-        try:
+        async with engine_running(db):
             await ws.activate(sid)
             queued = time.time()
             await asyncio.to_thread(server.wait_requests, seen + 1, "turn", 60)
@@ -85,9 +80,6 @@ async def through(sandbox: Any, server: ModelServer, seen: int, folder: Path) ->
             _, chunks = await ws.run_log(sid)
             last_event = max(c.ts for c in chunks if c.stream == "out")
             return first, runs[-1].ended - last_event
-        finally:
-            stop.set()
-            await task
 
 
 def main() -> int:

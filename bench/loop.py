@@ -33,7 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from report import Results, environment, table  # noqa: E402
+from report import Results, engine_running, environment, table  # noqa: E402
 from support.models import ModelServer, Script, say, tool_call  # noqa: E402
 
 CALC = HERE.parent / "tests" / "support" / "mcp_calc.py"
@@ -47,7 +47,6 @@ async def overhead(folder: Path, kind: str, calls: int) -> list[float]:
     import sqlite3
 
     from procession import Workspace
-    from procession.engine import Engine
 
     data = folder / "data"
     data.mkdir(exist_ok=True)
@@ -66,20 +65,13 @@ async def overhead(folder: Path, kind: str, calls: int) -> list[float]:
             await ws.bind(sid, "tool", "echo=echo")
             await ws.bind(sid, "mcp", f"stdio:{sys.executable} {CALC}")
             await ws.send(sid, "go")
-            engine = Engine(db_path, slots=1, grace=0.5)
-            await engine.start()
-            stop = asyncio.Event()
-            task = asyncio.ensure_future(engine.serve(stop))
-            try:
+            async with engine_running(db_path):
                 await ws.activate(sid)
                 while not (runs := await ws.runs(sid)) or runs[-1].ended is None:
                     await asyncio.sleep(0.02)
                 assert runs[-1].outcome == "ok" and not runs[-1].error, runs[-1].error
                 errors = [m for m in await ws.history(sid) if m.role == "tool" and m.meta["tool"]["is_error"]]
                 assert not errors, errors[0].content
-            finally:
-                stop.set()
-                await task
         at = [r.at for r in server.turn_requests()]
     assert len(at) == calls + 1
     return [b - a for a, b in zip(at, at[1:])]

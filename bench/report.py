@@ -6,6 +6,7 @@ import path).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sqlite3
@@ -13,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,22 @@ def environment(root: Path, watched: Sequence[str] = (".",), **extra: Any) -> di
         "source_modified": dirty, "cpu_count": os.cpu_count(), "platform": platform.platform(),
         "machine": platform.machine(), "loadavg_at_start": load, "tmpdir": str(root), **extra,
     }
+
+
+@contextlib.asynccontextmanager
+async def engine_running(db: Path, slots: int = 1) -> AsyncIterator[Any]:
+    """An engine on ``db`` in this process, serving until the block ends."""
+    import asyncio
+
+    from procession.engine import Engine
+
+    engine = Engine(db, slots=slots, grace=0.5)
+    await engine.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(engine.serve(stop))
+    try:
+        yield engine
+    finally:
+        stop.set()
+        await task
+
