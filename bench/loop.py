@@ -80,7 +80,7 @@ async def overhead(folder: Path, kind: str, calls: int) -> list[float]:
 async def saving(folder: Path) -> dict[str, dict[str, int]]:
     """Context tokens before and after each way of compressing the same 200-message session."""
     from procession import Workspace
-    from procession.engine.runners.toolcalls import tool_message
+    from procession.model.toolcalls import tool_message
     from procession.engine.summaries import compress_by_model
     from procession.store import rows
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from procession.calls.context import DEFAULT_KEEP_LAST
-from procession.engine.runners.toolcalls import tool_message
+from procession.model.toolcalls import tool_message
 from procession.engine.summaries import compress_by_model
 from procession.model.errors import InvalidArgument, ProcessionError
 from procession.store import rows

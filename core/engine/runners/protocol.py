@@ -38,7 +38,7 @@ from typing import Any, Final
 from ...model import limits
 from ...model.errors import InvalidArgument
 from ...model.records import ContextItem
-from .toolcalls import tool_message
+from ...model.toolcalls import tool_message
 
 VERSION: Final = 1
 HEAD_BYTES: Final = 512 * 1024

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ...model import mcp_binding
-from .toolcalls import OUTPUT_MAX
+from ...model.toolcalls import OUTPUT_MAX
 
 #: A bound command's time limit, and how much of its output is read (the rest is drained).
 COMMAND_TIMEOUT_S: Final = 60.0

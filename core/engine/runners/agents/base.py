@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from ....model import limits
 from ..protocol import LINE_MAX, Events
-from ..toolcalls import summary, tool_message
+from ....model.toolcalls import summary, tool_message
 
 #: A session setting: extra arguments for the CLI (shell words), after Procession's own.
 EXTRA_ARGS: Final = "PROCESSION_AGENT_ARGS"

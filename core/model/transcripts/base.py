@@ -1,0 +1,124 @@
+"""The types every transcript format shares (see the package's docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class Said:
+    """One message of a transcript, as Procession stores it.
+
+    ``role``: ``user``, ``assistant`` or ``tool`` (a tool call paired with its result, made by
+    ``model.toolcalls.tool_message``). ``meta`` keeps what resumes or forks the agent's own
+    session at this message (Claude: ``agent_uuid``, the record's uuid). ``ts``: when the CLI
+    wrote it (seconds since the epoch), None when the transcript does not say.
+    """
+
+    role: str
+    content: str
+    meta: dict[str, Any] | None = None
+    ts: float | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Position:
+    """Where a read of a transcript stopped. ``offset``: bytes of the file read, whole records
+    only (JSONL formats); ``last``: the id of the last record imported (Claude: the uuid of the
+    last record on the conversation's chain; opencode: the last message id)."""
+
+    offset: int = 0
+    last: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "last": self.last}
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> Position:
+        data = data or {}
+        return cls(int(data.get("offset") or 0), str(data.get("last") or ""))
+
+
+@dataclass(slots=True, frozen=True)
+class Found:
+    """A transcript found where a CLI keeps them (not read yet)."""
+
+    cli: str
+    id: str  # the CLI's own session id (Claude: the session uuid; Codex: the thread id; opencode: ses_...)
+    path: str  # the file (opencode: its database)
+    cwd: str  # the folder the session ran in ("" when the listing does not say)
+    updated: float  # last change, seconds since the epoch
+    size: int = 0  # bytes (0 when unknown)
+
+
+@dataclass(slots=True)
+class Transcript:
+    """What a read found: the messages after the position, and what the session is."""
+
+    cli: str
+    id: str
+    path: str
+    cwd: str = ""
+    model: str = ""
+    title: str = ""  # the CLI's own title or first prompt, short
+    started: float | None = None
+    messages: list[Said] = field(default_factory=list)
+    # token use over the part read (summed per model call), and the agent's context after it
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    context: tuple[int, int | None] | None = None  # (tokens, window)
+    position: Position = Position()
+    forked_from: str | None = None  # the CLI's id of the session this one was forked from
+    problems: list[str] = field(default_factory=list)  # records skipped, and why (one line each)
+    branched: bool = False  # the conversation no longer passes through position.last (rewound in the CLI)
+
+    def ref(self) -> dict[str, Any]:
+        """The agent reference a session adopted from this transcript keeps (as the runners do)."""
+        return {"cli": self.cli, "id": self.id, "cwd": self.cwd, "transcript": self.path}
+
+
+class Format(Protocol):
+    """One CLI's files. ``env`` is the environment the CLI runs with (its HOME, and the
+    ``CLAUDE_CONFIG_DIR`` / ``CODEX_HOME`` / ``XDG_DATA_HOME`` it honours)."""
+
+    cli: str
+
+    def discover(self, env: Mapping[str, str]) -> Iterator[Found]:
+        """Every session this CLI keeps under ``env``'s home, newest first; cheap (no full read)."""
+        ...
+
+    def find(self, env: Mapping[str, str], ident: str) -> Found:
+        """One session by its id, an unambiguous id prefix, or its file's path; ``InvalidArgument``
+        (one line) when there is none."""
+        ...
+
+    def read(self, found: Found, position: Position | None = None) -> Transcript:
+        """The conversation after ``position`` (all of it when None): its linear history
+        (Claude: the ``parentUuid`` chain back from the newest leaf, without sidechains,
+        attachments and meta records; Codex: response items without developer messages and
+        injected context), token use, context, and the position to read on from. A file that
+        is not this format at all: ``InvalidArgument`` (one line)."""
+        ...
+
+    def carry(self, ref: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any] | None:
+        """The agent's own session as JSON-able data for a snapshot file (``save -o``), enough
+        for ``place`` to rebuild it on another machine; None when its files are gone."""
+        ...
+
+    def place(self, carried: Mapping[str, Any], env: Mapping[str, str], cwd: str,
+              mapping: Mapping[str, str]) -> dict[str, Any]:
+        """Write a carried session where this machine's CLI (under ``env``) finds it, for a
+        session whose folder is now ``cwd``; ``mapping`` (old path prefix -> new) rewrites the
+        paths inside it. Returns the new agent reference (``Transcript.ref`` shape). Refuses,
+        with ``InvalidArgument``, to overwrite a session of the same id that differs."""
+        ...
+
+    def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:
+        """A new native session of this CLI holding ``history`` (for ``migrate`` from another
+        runner), which the real CLI resumes; returns its agent reference, or None when this
+        format cannot be written (the caller then gives the history as a first prompt)."""
+        ...
