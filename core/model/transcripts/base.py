@@ -122,3 +122,13 @@ class Format(Protocol):
         runner), which the real CLI resumes; returns its agent reference, or None when this
         format cannot be written (the caller then gives the history as a first prompt)."""
         ...
+
+
+def remap(path: str, mapping: Mapping[str, str]) -> str:
+    """``path`` with the longest ``mapping`` prefix it starts with (whole path components)
+    replaced by its new value (``load --map OLD=NEW``); unchanged when none applies."""
+    for old in sorted(mapping, key=len, reverse=True):
+        stem = old.rstrip("/")
+        if path == stem or path.startswith(stem + "/"):
+            return mapping[old].rstrip("/") + path[len(stem):]
+    return path
