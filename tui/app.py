@@ -44,6 +44,8 @@ from .main import MainScreen
 from .meters import Meters
 
 POLL_S = 0.1
+#: How often the monitor looks for agent CLIs running its sessions outside Procession.
+OUTSIDE_S = 3.0
 
 
 class CallCommands(Provider):
@@ -110,6 +112,7 @@ class ProcessionApp(App[str]):
         self.paused = False
         self.following: int | None = None
         self._last_tick = 0.0
+        self._last_look = 0.0
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
                markup: bool = False) -> None:
@@ -286,6 +289,9 @@ class ProcessionApp(App[str]):
             self.seen_version = version
             self.dirty = False
             await self.refresh_data()
+        if now - self._last_look >= OUTSIDE_S and self.feed.loaded and not self.paused:
+            self._last_look = now
+            self.main.table.refresh_keys(await self.feed.look_outside())
         if now - self._last_tick >= self.settings.interval:
             self._last_tick = now
             await self.refresh_header()

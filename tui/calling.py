@@ -135,21 +135,26 @@ class Calling(Screen[Any]):
             self.report(*done)
         return done
 
-    async def form_call(self, title: str, fields: list[Field], call: Any, *, help: str = "") -> Outcome | None:
+    async def form_call(self, title: str, fields: list[Field], call: Any, *, help: str = "",
+                        report: Callable[[Any], str] | None = None) -> Any:
         """Ask with a form and make ``call(values)``; a refusal opens the form again with what
-        was typed and the reason in it. None when the user gives up."""
+        was typed and the reason in it. None when the user gives up. What the call returns is
+        reported (``report``: in those words, for what is not one outcome)."""
         error = ""
         while True:
             answer = await self.ask(title, fields, help=help, error=error)
             if answer is None:
                 return None
             try:
-                outcome: Outcome = await call(answer)
+                outcome = await call(answer)
             except ProcessionError as exc:
                 error = str(exc)
                 fields = [dataclasses.replace(f, value=answer.get(f.key, f.value)) for f in fields]
                 continue
-            self.report(outcome)
+            if report is not None:
+                self.monitor.notify(report(outcome), timeout=6)
+            else:
+                self.report(outcome)
             await self.monitor.refresh_data()
             return outcome
 

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import environ
+from procession.model import agents, environ, transcripts
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.model.records import SessionInfo
 from procession.model.states import State, allowed
 from procession.calls.merge import Resolution
-from procession.present import lines, parse
+from procession.present import lines, parse, results
 from procession.present.words import plural, printable
 
 from .calling import Calling
@@ -385,6 +386,37 @@ async def _trigger(ui: Calling, targets: Targets) -> None:
                             " · commit [REPO] [--branch B] [--path GLOB]… · --debounce MS (watch, commit)")
 
 
+async def _adopt(ui: Calling, targets: Targets) -> None:
+    adoption = await ui.form_call("Adopt an agent CLI's own sessions", [
+        Field("cli", "Whose", "claude", choices=tuple((c, agents.CLIS[c].title) for c in transcripts.CLIS)),
+        Field("ident", "Session id or transcript file", placeholder="empty: every one it keeps here"),
+    ], lambda v: ui.ws.adopt(v["cli"], v["ident"].strip() or None, every=not v["ident"].strip()),
+        help="Each becomes a sleeping session; one adopted before is not made again",
+        report=lambda a: results.adoption(a, brief=True))
+    made = [r for r in adoption.results if not r.already] if adoption else []
+    if made:
+        ui.monitor.move_to(made[0].sid)
+
+
+async def _sync(ui: Calling, targets: Targets) -> None:
+    await ui.make_each([ui.ws.sync(t.id) for t in targets])
+
+
+async def _attach(ui: Calling, targets: Targets) -> None:
+    """o: the agent's own CLI on the session, in this terminal; the table comes back when it exits."""
+    from procession.engine.runners.agents import interactive
+
+    attached = await ui.make(ui.ws.attach(targets[0].id), quiet=True)
+    if attached is None:
+        return
+    try:
+        argv = interactive(attached.cli, attached.agent, attached.cwd, attached.env)
+        with ui.app.suspend():
+            subprocess.run(argv, cwd=attached.cwd if os.path.isdir(attached.cwd) else None, env=attached.env)
+    finally:
+        await ui.make(ui.ws.detach(attached))
+
+
 def _int(text: str, what: str) -> int:
     try:
         return int(text.strip())
@@ -423,6 +455,10 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
     Call.MIGRATE: ("g", _migrate, None),
     Call.MERGE: ("m", _merge, None),
     Call.SAVE: ("S", _save, None),
+    Call.ADOPT: ("O", _adopt, None),
+    Call.SYNC: ("y", _sync, lambda s: s.runner.split(":")[0] in transcripts.CLIS and allowed(Call.SYNC, s.state)),
+    Call.ATTACH: ("o", _attach, lambda s: s.runner.split(":")[0] in transcripts.CLIS and allowed(Call.ATTACH, s.state),
+                  "open the agent's own CLI on the session, here (the table comes back when it exits)"),
     Call.APPROVE: ("A", _approve, lambda s: s.unapproved and allowed(Call.APPROVE, s.state)),
     Call.BIND: ("b", _bind, None),
     Call.UNBIND: ("B", _unbind, lambda s: allowed(Call.UNBIND, s.state)),

@@ -9,11 +9,14 @@ rows. It is driven by the app and tested on its own, without Textual.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from procession.calls import Workspace
+from procession.engine.outside import Live, Looker
 from procession.model.records import SessionInfo
 from procession.model.states import Reason, State
 
@@ -53,6 +56,9 @@ class Feed:
     highlights: dict[int, tuple[str, float]] = field(default_factory=dict)
     #: sessions the engine has just suspended for failing, to tell the user of
     failing: list[SessionInfo] = field(default_factory=list)
+    #: sessions an agent CLI runs outside Procession (``look_outside``), and the looker
+    outside: dict[int, Live] = field(default_factory=dict)
+    looker: Looker = field(default_factory=Looker)
 
     async def load_first(self) -> int:
         """The first screenful; returns the SID to go on from (0: everything is read)."""
@@ -98,9 +104,30 @@ class Feed:
                     self.failing.append(info)
             elif highlight:
                 self.highlights[info.id] = ("new", now + HIGHLIGHT_S)
+            info = self._marked(info)
             self._count(info, 1)
             self.sessions[info.id] = info
         return before
+
+    async def look_outside(self) -> list[int]:
+        """Which sessions their agent's own CLI runs now, outside Procession (their rows show
+        its pid, CPU and RSS); returns the sessions whose rows changed."""
+        refs = await self.ws.agent_refs()
+        found = await asyncio.to_thread(self.looker.look, refs)
+        changed = [sid for sid in set(found) | set(self.outside) if found.get(sid) != self.outside.get(sid)]
+        self.outside = found
+        for sid in changed:
+            if sid in self.sessions:
+                self.sessions[sid] = self._marked(self.sessions[sid])
+        return changed
+
+    def _marked(self, info: SessionInfo) -> SessionInfo:
+        live = self.outside.get(info.id)
+        if live is not None and info.pid is None:
+            return dataclasses.replace(info, outside=live.pid, cpu=live.cpu, rss=live.rss)
+        if live is None and info.outside is not None:
+            return dataclasses.replace(info, outside=None, cpu=None, rss=None)
+        return info
 
     def _count(self, info: SessionInfo, sign: int) -> None:
         self.by_state[info.state.value] += sign

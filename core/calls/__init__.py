@@ -3,7 +3,8 @@
 ``Workspace`` is the table, one class made of its parts, each in a module named for what
 its calls act on: ``reads`` (what faces show), ``context`` (messages, memory, compress),
 ``lifecycle`` (birth, settings, the lifecycle moves), ``lineage`` (fork, merge), ``files``
-(save, load), ``bindings`` (resources, triggers, approval) and ``agents`` (what an agent
+(save, load), ``bindings`` (resources, triggers, approval), ``adopt`` (the agent CLIs' own
+sessions: adopt, sync, attach) and ``agents`` (what an agent
 acting as a session reaches, and waiting for an answer). Every changing call is one
 ``BEGIN IMMEDIATE`` transaction made by ``@syscall``: it checks the lifecycle table, runs
 the call, writes its journal row, and commits; a refusal raises a ``ProcessionError`` and
@@ -13,6 +14,7 @@ engine all call these methods; none of them writes to the store any other way.
 
 from __future__ import annotations
 
+from .adopt import AdoptCalls
 from .agents import AgentCalls
 from .bindings import BindingCalls
 from .context import ContextCalls
@@ -22,7 +24,8 @@ from .lineage import LineageCalls
 from .reads import ReadCalls
 
 
-class Workspace(ReadCalls, ContextCalls, LifecycleCalls, LineageCalls, FileCalls, BindingCalls, AgentCalls):
+class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, BindingCalls,
+                AgentCalls):
     """An open workspace and every call that acts on it, on behalf of one actor.
 
     ``async with await Workspace.open(path) as ws: await ws.spawn("payroll", "hr")``

@@ -31,7 +31,7 @@ from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBu
 from ..model.states import State
 from ..model.text import plural
 from ..store.sqlite import Store
-from . import reaper
+from . import follow, reaper
 from .lease import Heartbeat
 from .ledger import FAILED, Ledger, Orphan
 from .running import LiveRun, Reader
@@ -107,6 +107,7 @@ class Engine:
         self.kick = asyncio.Event()
         self.stopping = False
         self.triggers: Triggers | None = None
+        self.follower: follow.Follower | None = None
         self.heartbeat: Heartbeat | None = None
         self.lost: str = ""  # why the engine stopped on its own (the lease taken, the file gone)
         self.backoff_until: float | None = None
@@ -139,6 +140,8 @@ class Engine:
                 triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None,
                                                     kick=self.kick.set)
                 await _patiently(lambda: triggers.refresh(catch_up=True))
+                follower = self.follower = follow.Follower(self.ledger, lambda sid: sid in self.live)
+                await _patiently(follower.refresh)
         except BaseException:
             if self.heartbeat is not None:
                 self.heartbeat.stop()
@@ -180,6 +183,8 @@ class Engine:
         try:
             if self.triggers:
                 await self.triggers.close()
+            if self.follower:
+                await self.follower.close()
             if self.heartbeat is not None:
                 self.heartbeat.stop()
             with contextlib.suppress(ProcessionError):
@@ -204,6 +209,8 @@ class Engine:
                         await self._reconcile()
                         if self.triggers:
                             await self.triggers.refresh()
+                        if self.follower:
+                            await self.follower.refresh()
                         await self._schedule()
                     if self.triggers and await self.triggers.fire_due(self.only):
                         self.kick.set()
@@ -357,6 +364,8 @@ class Engine:
         await live.flush()
         outcome, error = live.outcome(result)
         last = live.reader.close()
+        if isinstance(live.reader, agents.Reader):  # an agent CLI's: where its transcript is read to now
+            last.followed = await follow.settled(self.ledger, live.sid, last.agent_ref)
         if result.partial and live.intent != "suspend":  # a suspended request runs again: nothing partial stays
             last.reply = result.partial
         try:

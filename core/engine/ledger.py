@@ -13,7 +13,7 @@ import os
 import socket
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..calls import Workspace, history, waking
 from ..calls.context import deliver
@@ -454,13 +454,23 @@ def backoff(failures: int) -> float:
     return float(min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S))
 
 
+#: What an agent reference keeps when its session announces itself again (a resumed run).
+_KEPT: Final = ("position", "adopted")
+
+
 async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any) -> list[str]:
     """A step's messages, memory changes, sends and usage; returns what could not be done."""
     sid = row["id"]
     if events.agent_ref:  # the agent has its own session now: it has seen what this run's prompt held
         seen = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
-        await rows.update_session(tx, sid, agent_ref=json.dumps(events.agent_ref),
-                                  agent_seen=max(row["agent_seen"], seen or 0))
+        ref = dict(events.agent_ref)
+        held = json.loads(row["agent_ref"]) if row["agent_ref"] else {}
+        if held.get("id") == ref["id"] and not held.get("fork"):  # the same session resumed: where it was read to
+            ref.update({k: held[k] for k in _KEPT if k in held})
+        await rows.update_session(tx, sid, agent_ref=json.dumps(ref), agent_seen=max(row["agent_seen"], seen or 0))
+        row = await rows.session(tx, sid)
+    if events.followed is not None and row["agent_ref"]:
+        await rows.update_session(tx, sid, agent_ref=json.dumps({**json.loads(row["agent_ref"]), **events.followed}))
         row = await rows.session(tx, sid)
     if events.messages:
         await rows.append(tx, row, [(role, text, "runner", False, {"run": run, **(meta or {})})

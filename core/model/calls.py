@@ -41,6 +41,10 @@ class Call(StrEnum):
     # lineage and files
     MERGE = "merge"
     SAVE = "save"
+    # the agent CLIs' own sessions
+    ADOPT = "adopt"
+    SYNC = "sync"
+    ATTACH = "attach"
     # bindings
     APPROVE = "approve"
     BIND = "bind"
@@ -89,6 +93,9 @@ INFO: Final[dict[Call, CallInfo]] = {
     Call.MIGRATE: CallInfo("move a session to another runner or window"),
     Call.MERGE: CallInfo("merge a session into another (three-way); the source ends merged", confirm=True),
     Call.SAVE: CallInfo("checkpoint a session in the store, or write a snapshot file"),
+    Call.ADOPT: CallInfo("adopt an agent CLI's own sessions (Claude Code, Codex, opencode) as sessions", target="none"),
+    Call.SYNC: CallInfo("append what an agent session's own transcript gained outside Procession", target="many"),
+    Call.ATTACH: CallInfo("open the agent's own interactive CLI on a session, here; synced when it exits"),
     Call.APPROVE: CallInfo("arm a session's runner and triggers after reviewing them", target="many", confirm=True),
     Call.BIND: CallInfo("bind a resource: file, folder, db, mcp, tool, url"),
     Call.UNBIND: CallInfo("unbind a resource"),

@@ -81,6 +81,60 @@ class Loaded(Outcome):
 
 
 @dataclass(slots=True, frozen=True)
+class Adopted(Outcome):
+    """``sid`` holds the agent CLI's own session ``agent`` (of ``cli``), read from ``path``;
+    ``already``: it was adopted (or run) before as ``sid``, and nothing was made."""
+
+    cli: str
+    agent: str
+    path: str
+    messages: int
+    already: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class Adoption:
+    """What ``adopt`` did: a result per transcript it took (made, or already held), and the
+    ones it left out, ``(path, why)``."""
+
+    cli: str
+    results: tuple[Adopted, ...]
+    left: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def made(self) -> int:
+        return sum(1 for r in self.results if not r.already)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cli": self.cli, "adopted": [r.to_json() for r in self.results],
+                "left": [{"path": p, "why": w} for p, w in self.left]}
+
+
+@dataclass(slots=True, frozen=True)
+class Synced(Outcome):
+    """``messages`` appended from the agent's own transcript (0: nothing new); ``branched``:
+    the transcript's conversation left the one the session holds (rewound in the CLI)."""
+
+    messages: int
+    branched: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class Attached(Outcome):
+    """The agent's own CLI may open ``agent`` (of ``cli``) in ``cwd`` now; ``held``: attach
+    suspended the session for it, and detaching resumes it."""
+
+    cli: str
+    agent: str
+    cwd: str
+    held: bool
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # what the CLI is started with: never journaled
+
+    def journal(self) -> dict[str, Any]:
+        return {"sid": self.sid, "cli": self.cli, "agent": self.agent, "cwd": self.cwd, "held": self.held}
+
+
+@dataclass(slots=True, frozen=True)
 class Moved(Outcome):
     """A lifecycle call: the state the session is in now."""
 

@@ -123,7 +123,11 @@ class SessionInfo:
     context_source: str = "procession"
     status: str | None = None  # what a running agent is doing (its last tool call or message)
     spawned_by: int | None = None  # the session that spawned it (an agent, through its MCP server)
+    adopted: bool = False  # made from an agent CLI's own session (``adopt``), not started here
     worktree: Worktree | None = None  # its own folder, when it was forked with one
+    #: the agent CLI's own process running this session outside Procession right now (found by
+    #: the monitor, never stored): its pid; then ``cpu`` and ``rss`` are that process's
+    outside: int | None = None
 
     @property
     def last_fired(self) -> float | None:
@@ -414,3 +418,4 @@ def fields_of(record: Any) -> dict[str, Any]:
                                   else lambda r: (getattr(r, names[0]),))
     names, get = found
     return dict(zip(names, get(record)))
+

@@ -39,13 +39,16 @@ _LETTERS: Final = {
 
 
 class Reason(StrEnum):
-    """Why a session is terminated; or, ``FAILING``, why the engine suspended it."""
+    """Why a session is terminated; or why it is suspended by something other than a person:
+    ``FAILING`` (the engine: its runs keep failing), ``ATTACHED`` (its agent's own CLI is open
+    on it, ``attach``: no run may start meanwhile)."""
 
     DONE = "done"
     CANCELLED = "cancelled"
     FAILED = "failed"
     MERGED = "merged"
     FAILING = "failing"
+    ATTACHED = "attached"
 
 
 SAME: Final = "same"
@@ -65,6 +68,8 @@ TABLE: Final[dict[Call, dict[State, State | str]]] = {
     Call.INTERRUPT: {R: S, Q: S},
     Call.CANCEL: {S: Z, Q: Z, R: Z, T: Z},
     Call.MERGE: {S: Z, Q: Z, T: Z},  # the source of a merge ends merged
+    Call.ATTACH: {S: T, Q: T, T: SAME},  # held while the agent's own CLI is open on it
+    Call.SYNC: {S: SAME, Q: SAME, T: SAME},
     # user calls that keep the state
     **{call: {s: SAME for s in LIVE} for call in (Call.SEND, Call.MEMORY, Call.NICE, Call.BIND, Call.UNBIND,
                                                   Call.TRIGGER, Call.APPROVE, Call.SET,
@@ -92,8 +97,9 @@ HINTS: Final[dict[tuple[Call, State], str]] = {
     (Call.RESUME, R): "it is running, not suspended",
     (Call.INTERRUPT, S): "it is sleeping: no step is running",
     (Call.INTERRUPT, T): "it is suspended: resume it first, or cancel it",
+    (Call.SYNC, R): "a step of it is running: what the agent does arrives through the run",
     **{(call, R): "it is running: interrupt it or wait for the step to finish"
-       for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MERGE)},
+       for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MERGE, Call.ATTACH)},
 }
 
 

@@ -67,6 +67,8 @@ def _name(s: SessionInfo, now: float) -> Parts:
     parts = [(printable(s.name).replace("\n", " "), "")]
     if not s.armed:
         parts.append((" [unapproved]", "cell--warning"))
+    if s.adopted:  # made from an agent CLI's own session
+        parts.append((" [adopted]", "cell--muted"))
     if s.worktree is not None:  # forked into a folder of its own: its branch, or a copy
         parts.append((f" [{printable(s.worktree.branch or 'copy').replace(chr(10), ' ')}]", "cell--muted"))
     if s.state is State.TERMINATED and s.reason:
@@ -75,6 +77,8 @@ def _name(s: SessionInfo, now: float) -> Parts:
         parts.append((f" ({s.reason})", "cell--warning"))
     if s.status and s.state is State.RUNNING:  # what a running agent is doing, as it happens
         parts.append((f"  ▸ {printable(s.status)}".replace("\n", " "), "cell--muted"))
+    elif s.outside is not None:  # its agent's own CLI has it open, outside Procession
+        parts.append((f"  ▸ open in its agent's own CLI (pid {s.outside})", "cell--warning"))
     return parts
 
 
@@ -117,7 +121,7 @@ COLUMNS: tuple[Column, ...] = (
            lambda s, n: [(words.age(s.last_active, n), "")], "time since last activity"),
     Column("cpu", "CPU%", 5, True, lambda s: (s.cpu or -1.0, s.id),
            lambda s, n: [("-", "cell--muted")] if s.cpu is None else [(f"{s.cpu:.0f}", "")],
-           "CPU of a running step"),
+           "CPU of a running step (or of the agent's own CLI running it outside)"),
     Column("rss", "RSS", 6, True, lambda s: (s.rss or -1, s.id),
            lambda s, n: [("-", "cell--muted")] if s.rss is None else [(words.size(s.rss), "")],
            "memory of a running step"),

@@ -12,6 +12,10 @@ from collections.abc import Callable
 
 from ..model.calls import Call
 from ..model.outcomes import (
+    Adopted,
+    Adoption,
+    Attached,
+    Synced,
     Approved,
     Bound,
     Compressed,
@@ -53,6 +57,17 @@ def describe(o: Outcome) -> str:
             return f"loaded {printable(o.source)} as session {o.sid} ({plural(o.messages, 'message')})"
         case Moved():
             return f"{o.sid}: {o.state}"
+        case Adopted(already=True):
+            return f"{o.cli} session {printable(o.agent)} is already session {o.sid}"
+        case Adopted():
+            return f"adopted {o.cli} session {printable(o.agent)} as session {o.sid} ({plural(o.messages, 'message')})"
+        case Synced(branched=True):
+            return f"{o.sid}: not synced: its agent's transcript took another branch"
+        case Synced():
+            return f"{o.sid}: {plural(o.messages, 'message')} synced from its agent's transcript" if o.messages else (
+                f"{o.sid}: in sync with its agent's transcript")
+        case Attached():
+            return f"{o.sid}: opening {o.cli} session {printable(o.agent)} in {printable(o.cwd)}"
         case Sent():
             if o.count == 1:
                 return f"message {o.seq} sent to session {o.sid}"
@@ -103,6 +118,20 @@ def describe(o: Outcome) -> str:
         case TriggerRemoved():
             return f"{o.sid}: trigger {o.trigger.id} removed: {trigger_label(o.trigger)}"
     return f"{o.sid}: done"
+
+
+def adoption(a: Adoption, *, brief: bool = False) -> str:
+    """What ``adopt`` did: a line per session made or found, one per transcript left out, a
+    total (``brief``: the total alone, when there is more than one)."""
+    lines = [describe(r) for r in a.results]
+    lines += [f"left out {printable(path)}: {why}" for path, why in a.left]
+    if brief and len(lines) > 1:
+        lines = []
+    if len(a.results) + len(a.left) != 1:
+        held = len(a.results) - a.made
+        lines.append(f"{plural(a.made, 'session')} adopted" + (f", {held} already held" if held else "")
+                     + (f", {len(a.left)} left out" if a.left else ""))
+    return "\n".join(lines)
 
 
 def failing(s: SessionInfo) -> str:

@@ -33,7 +33,8 @@ PS_COLUMNS = (
     " s.merged_into, s.runner, COALESCE(s.agent_window, s.window), COALESCE(s.agent_context, s.context_tokens),"
     " s.context_count, s.length, s.created, s.last_active,"
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
-    " s.agent_context IS NOT NULL, r.status, s.spawned_by"
+    " s.agent_context IS NOT NULL, r.status, s.spawned_by,"
+    " CASE WHEN s.agent_ref IS NOT NULL THEN json_extract(s.agent_ref, '$.adopted') IS NOT NULL ELSE 0 END"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
@@ -388,6 +389,16 @@ async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int, cache_rea
     await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
                      " cache_read = cache_read + ?, cache_write = cache_write + ? WHERE id = ?",
                      (tokens_in, tokens_out, cache_read, cache_write, run))
+
+
+async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, usage: tuple[int, int, int, int]) -> int:
+    """A run the agent's own CLI made outside Procession (found by ``adopt`` or ``sync``): its
+    span and its token use, so that the session's figures count what its agent spent."""
+    cur = await tx.execute(
+        "INSERT INTO runs (session_id, cause, started, ended, outcome, tokens_in, tokens_out, cache_read, cache_write)"
+        " VALUES (?, ?, ?, ?, 'outside', ?, ?, ?, ?)",
+        (sid, json.dumps([{"kind": "outside", "cli": cli}]), started, ended, *usage))
+    return int(cur.lastrowid or 0)
 
 
 async def log_output(tx: Tx, run: int, chunks: Iterable[tuple[str, float, str]]) -> list[int]:

@@ -129,6 +129,9 @@ class Events:
     agent_ref: dict[str, Any] | None = None
     #: the agent's context as it last reported it: (tokens, window or None)
     context: tuple[int, int | None] | None = None
+    #: what the agent reference gains when the run ended (``follow.settle``): its transcript's
+    #: path and the position read to, so that what the run stored is never synced again
+    followed: dict[str, Any] | None = None
     status: str | None = None  # what the agent is doing now (its last tool call or message)
 
     def __bool__(self) -> bool:
@@ -164,6 +167,7 @@ class Events:
         self.problems += later.problems
         self.agent_ref = later.agent_ref or self.agent_ref
         self.context = later.context or self.context
+        self.followed = later.followed or self.followed
         self.status = later.status or self.status
 
 

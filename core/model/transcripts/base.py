@@ -76,6 +76,11 @@ class Transcript:
     problems: list[str] = field(default_factory=list)  # records skipped, and why (one line each)
     branched: bool = False  # the conversation no longer passes through position.last (rewound in the CLI)
 
+    def journal(self) -> dict[str, Any]:
+        """What a call's journal row keeps of a read: which transcript, how far, not its text."""
+        return {"cli": self.cli, "id": self.id, "path": self.path, "messages": len(self.messages),
+                "position": self.position.as_json()}
+
     def ref(self) -> dict[str, Any]:
         """The agent reference a session adopted from this transcript keeps (as the runners do)."""
         return {"cli": self.cli, "id": self.id, "cwd": self.cwd, "transcript": self.path}

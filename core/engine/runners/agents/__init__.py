@@ -1,7 +1,8 @@
 """Agent CLIs as runners: Claude Code (``claude``), Codex (``codex``), opencode (``opencode``).
 
 Each module says how its CLI is started for a turn (``invocation``) and how its event
-stream reads (a ``Reader``); ``base`` holds what they share."""
+stream reads (a ``Reader``); ``base`` holds what they share. ``interactive`` is the CLI's
+own interactive face, resumed on a session (``attach``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ....model.errors import InvalidArgument
 from . import claude, codex, opencode
 from .base import Invocation, McpServer, Reader, Turn
 
-__all__ = ["Invocation", "McpServer", "Reader", "Turn", "prepare"]
+__all__ = ["Invocation", "McpServer", "Reader", "Turn", "interactive", "prepare"]
 
 _KINDS: Final[dict[str, tuple[Callable[[str, Turn], Invocation], type[Reader]]]] = {
     "claude": (claude.invocation, claude.ClaudeReader),
@@ -29,3 +30,14 @@ def prepare(kind: str, turn: Turn) -> tuple[Invocation, Reader]:
         raise InvalidArgument(f"the {kind} runner is not available in this version")
     start, reader = _KINDS[kind]
     return start(agents.locate(kind, turn.env), turn), reader(turn)
+
+
+def interactive(cli: str, agent: str, cwd: str, env: dict[str, str]) -> list[str]:
+    """The argv of agent CLI ``cli``'s interactive face resumed on its session ``agent``, to run
+    in ``cwd`` (Claude Code finds a session only from the folder it ran in)."""
+    exe = agents.locate(cli, env)
+    if cli == "claude":
+        return [exe, "--resume", agent]
+    if cli == "codex":
+        return [exe, "resume", agent]
+    return [exe, cwd, "--session", agent]

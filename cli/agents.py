@@ -1,0 +1,62 @@
+"""Commands on the agent CLIs' own sessions: adopt, sync, attach."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from procession.calls import Workspace
+from procession.engine.runners import agents
+from procession.model import transcripts
+from procession.model.calls import Call
+from procession.model.trigger_spec import duration
+from procession.present import results
+
+from .registry import SID, SIDS, arg, command
+from .terminal import UsageError, done, emit, notes, progress_bar
+
+
+@command(Call.ADOPT, creates=True, args=[
+    arg("cli", choices=transcripts.CLIS, help="whose sessions"),
+    arg("ident", nargs="?", metavar="ID|PATH", help="one session: its id, an id prefix, or its transcript file"),
+    arg("--all", dest="every", action="store_true", help="every session the CLI keeps here"),
+    arg("--since", metavar="DURATION", help="only sessions changed in the last DURATION (30m, 2h, 7d)"),
+    arg("--agent", help="the agent the new sessions belong to (default: the CLI's name)"),
+])
+async def adopt(ws: Workspace, args: argparse.Namespace) -> int:
+    since = time.time() - duration(args.since) if args.since else None
+    update, stop = progress_bar(args, "adopting")
+    try:
+        adoption = await ws.adopt(args.cli, args.ident, every=args.every, since=since, agent=args.agent,
+                                  progress=update)
+    finally:
+        stop()
+    emit(args, adoption.to_json(), lambda: results.adoption(adoption))
+    notes(args, adoption.results)
+    return 0
+
+
+@command(Call.SYNC, args=[SIDS])
+async def sync(ws: Workspace, args: argparse.Namespace) -> int:
+    for sid in args.sids:
+        done(args, await ws.sync(sid))
+    return 0
+
+
+@command(Call.ATTACH, args=[SID])
+async def attach(ws: Workspace, args: argparse.Namespace) -> int:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("attach opens the agent's own interactive CLI: run it on a terminal")
+    attached = await ws.attach(args.sid)
+    argv = agents.interactive(attached.cli, attached.agent, attached.cwd, attached.env)
+    notes(args, [attached])
+    try:
+        await asyncio.to_thread(subprocess.run, argv, cwd=attached.cwd if os.path.isdir(attached.cwd) else None,
+                                env=attached.env)
+    finally:
+        synced = await ws.detach(attached)
+    return done(args, synced)

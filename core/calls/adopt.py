@@ -1,0 +1,256 @@
+"""Calls on the agent CLIs' own sessions: adopting them as sessions, following them as they
+grow outside Procession, and holding one while its CLI is open on it (``attach``).
+
+An agent session (one a ``claude:``, ``codex:`` or ``opencode:`` runner ran, or one adopted)
+keeps a reference to the CLI's own session (``agent_ref``) and, in it, the position its
+transcript has been read to. What the CLI adds outside Procession (the user kept using it,
+or attached) is appended by ``sync`` exactly once: the read starts at that position, and the
+position moves in the same transaction as the messages. A run of the session moves it too
+(the engine settles it when the run ends), so what a run stored is never read again.
+
+Files are read before the call's transaction opens, never while the workspace is locked; the
+call then checks that the position it read from is still the session's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ..model import agents, limits, runner_spec, transcripts
+from ..model.calls import Call
+from ..model.errors import InvalidArgument, ProcessionError
+from ..model.outcomes import Adopted, Adoption, Attached, Synced
+from ..model.states import Reason, State
+from ..model.transcripts import Found, Position, Transcript
+from ..store import rows
+from ..store.sqlite import Tx
+from .lifecycle import LifecycleCalls
+from .syscall import Act, syscall
+
+#: A session adopted with no model named in its transcript, or no window, gets these.
+DEFAULT_WINDOW: Final = 128_000
+TITLE_MAX: Final = 60
+#: How often a sync reads again when the session moved on while its transcript was read.
+SYNC_TRIES: Final = 3
+
+Progress = Callable[[int, int], None]
+
+
+class _MovedOn(ProcessionError):
+    """The session's read position moved while its transcript was read (nothing is written)."""
+
+
+def agent_ref(row: Any) -> dict[str, Any] | None:
+    return json.loads(row["agent_ref"]) if row["agent_ref"] else None
+
+
+def cli_environment(row: Any) -> dict[str, str]:
+    """The environment a session's agent CLI sees from here: this process's, with the
+    session's stored settings over it (a setting may move the CLI's home)."""
+    return {**os.environ, **(json.loads(row["env"]) if row["env"] else {})}
+
+
+def followed(ref: Mapping[str, Any]) -> Found:
+    """The transcript an agent reference names, as a format reads it."""
+    return Found(ref["cli"], ref["id"], ref.get("transcript") or "", ref.get("cwd") or "", 0.0)
+
+
+def _title(read: Transcript) -> str:
+    words = " ".join((read.title or "").split())
+    if not words:
+        return f"{read.cli} {read.id[:8]}"
+    return words if len(words) <= TITLE_MAX else words[: TITLE_MAX - 1] + "…"
+
+
+async def _holder(tx: Tx, cli: str, ident: str) -> int | None:
+    """The first session that holds the CLI's session ``ident`` itself (a fork waiting for its
+    first run holds its parent's reference, to fork it: not counted)."""
+    found = await tx.value(
+        "SELECT MIN(id) FROM sessions WHERE agent_ref IS NOT NULL AND json_extract(agent_ref, '$.cli') = ?"
+        " AND json_extract(agent_ref, '$.id') = ? AND json_extract(agent_ref, '$.fork') IS NULL", (cli, ident))
+    return int(found) if found is not None else None
+
+
+class AdoptCalls(LifecycleCalls):
+    async def holders(self, cli: str) -> dict[str, int]:
+        """Every session id of ``cli`` a session holds -> the first session holding it."""
+        async with self.store.snapshot() as tx:
+            found = await tx.tuples(
+                "SELECT json_extract(agent_ref, '$.id'), MIN(id) FROM sessions WHERE agent_ref IS NOT NULL"
+                " AND json_extract(agent_ref, '$.cli') = ? AND json_extract(agent_ref, '$.fork') IS NULL"
+                " GROUP BY 1", (cli,))
+        return {str(ident): int(sid) for ident, sid in found}
+
+    async def agent_refs(self) -> dict[int, dict[str, Any]]:
+        """The agent references of the sessions not ended and not running a step here (what
+        the monitor looks for outside Procession)."""
+        async with self.store.snapshot() as tx:
+            found = await tx.tuples("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL"
+                                    " AND state NOT IN ('terminated', 'running')")
+        return {sid: ref for sid, text in found if not (ref := json.loads(text)).get("fork")}
+
+    async def adopt(self, cli: str, ident: str | None = None, *, every: bool = False, since: float | None = None,
+                    agent: str | None = None, env: Mapping[str, str] | None = None,
+                    progress: Progress | None = None) -> Adoption:
+        """Make sessions of the CLI's own: the one ``ident`` names (its id, an id prefix, or
+        its file), or ``every`` one it keeps (``since``: changed since then). Each is one call,
+        one transaction; one already held by a session is said, not made again. With ``every``,
+        a transcript that cannot be read, or holds no conversation, is left out and said."""
+        fmt = transcripts.format_of(cli)
+        environ = dict(os.environ if env is None else env)
+        if ident is not None and (every or since is not None):
+            raise InvalidArgument("adopt takes one session (ID or PATH), or --all / --since, not both")
+        if ident is not None:
+            found = [fmt.find(environ, ident)]
+        elif every or since is not None:
+            found = [f for f in fmt.discover(environ) if since is None or f.updated >= since]
+        else:
+            title = agents.CLIS[cli].title
+            raise InvalidArgument(f"name the {title} session to adopt (its id or its file), or give --all or --since")
+        held = await self.holders(cli)
+        results: list[Adopted] = []
+        left: list[tuple[str, str]] = []
+        for n, one in enumerate(found, 1):
+            if one.id in held:
+                results.append(Adopted(held[one.id], cli, one.id, one.path, 0, already=True))
+            else:
+                try:
+                    read = await asyncio.to_thread(fmt.read, one)
+                    if not read.messages and ident is None:
+                        raise InvalidArgument("it holds no conversation")
+                    results.append(await self.adopt_read(read, agent=agent or cli))
+                except InvalidArgument as refused:
+                    if ident is not None:
+                        raise
+                    left.append((one.path, str(refused)))
+            if progress:
+                progress(n, len(found))
+        return Adoption(cli, tuple(results), tuple(left))
+
+    @syscall(Call.ADOPT, session="result", check=None)
+    async def adopt_read(self, act: Act, read: Transcript, *, agent: str) -> Adopted:
+        """One transcript, read, as a new sleeping session of ``agent``: its messages with their
+        own times, the CLI's reference and read position, its model, context and token use."""
+        held = await _holder(act.tx, read.cli, read.id)
+        if held is not None:
+            return Adopted(held, read.cli, read.id, read.path, 0, already=True)
+        if not read.cwd or not os.path.isabs(read.cwd):
+            raise InvalidArgument(f"{read.path} does not say which folder the session ran in")
+        runner = f"{read.cli}:{read.model}"
+        try:
+            runner_spec.parse(runner)
+        except InvalidArgument:
+            runner = f"{read.cli}:"
+        window = (read.context[1] if read.context and read.context[1] else None) or DEFAULT_WINDOW
+        sid = await rows.insert_session(
+            act.tx, 0, agent_id=await rows.agent_id(act.tx, limits.name(agent, "agent name")),
+            name=_title(read), runner=runner, window=limits.window(window), cwd=read.cwd,
+            agent_ref=json.dumps({**read.ref(), "position": read.position.as_json(), "adopted": act.now}),
+            spawned_by=self.acting, **({"created": read.started} if read.started else {}),
+        )
+        await _take(act.tx, sid, read, self.store.count_tokens)
+        if not os.path.isdir(read.cwd):
+            act.note(f"its folder {read.cwd} is not here: runs need it (migrate the session, or load it with --map)")
+        if read.problems:
+            act.note(f"{len(read.problems)} records of its transcript were left out: {read.problems[0]}")
+        return Adopted(sid, read.cli, read.id, read.path, len(read.messages))
+
+    async def sync(self, sid: int, *, quiet: bool = False) -> Synced:
+        """Append what the session's agent transcript gained since it was last read. ``quiet``
+        (the engine's follower): no call is made, and nothing journaled, when nothing changed."""
+        for _ in range(SYNC_TRIES):
+            async with self.store.snapshot() as tx:
+                row = await rows.session(tx, sid)
+            ref = agent_ref(row)
+            if ref is None:
+                raise InvalidArgument(f"session {sid} has no agent session of its own to sync")
+            if ref.get("fork"):
+                raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
+                                      f" {ref['id']}): there is nothing of its own to sync yet")
+            fmt = transcripts.format_of(ref["cli"])
+            position = Position.of(ref.get("position"))
+            found = followed(ref)
+            if not found.path:
+                found = await asyncio.to_thread(fmt.find, cli_environment(row), ref["id"])
+            read = await asyncio.to_thread(fmt.read, found, position)
+            if quiet and not read.messages and read.position == position and not read.branched:
+                return Synced(sid, 0)
+            try:
+                return await self._synced(sid, read, position)
+            except _MovedOn:
+                continue
+        raise InvalidArgument(f"session {sid} kept changing while its transcript was read: sync it again")
+
+    @syscall(Call.SYNC)
+    async def _synced(self, act: Act, sid: int, read: Transcript, position: Position) -> Synced:
+        ref = agent_ref(act.row)
+        if ref is None or ref.get("id") != read.id or Position.of(ref.get("position")) != position:
+            raise _MovedOn  # meanwhile a run ended, or another sync took it: read again
+        if read.branched:
+            act.note(f"its {agents.CLIS[read.cli].title} transcript no longer continues the conversation this"
+                     " session holds (it was rewound or edited there): nothing was appended; adopt it again"
+                     " to have the new branch as a session of its own")
+            return Synced(sid, 0, branched=True)
+        ref["position"] = read.position.as_json()
+        await rows.update_session(act.tx, sid, agent_ref=json.dumps(ref))
+        await _take(act.tx, sid, read, self.store.count_tokens)
+        if read.problems:
+            act.note(f"{len(read.problems)} records of its transcript were left out: {read.problems[0]}")
+        return Synced(sid, len(read.messages))
+
+    @syscall(Call.ATTACH)
+    async def attach(self, act: Act, sid: int) -> Attached:
+        """Hold the session for its agent's own interactive CLI: suspended (reason
+        ``attached``) so that no run starts while the person types; ``detach`` gives it back."""
+        ref = agent_ref(act.row)
+        if ref is None:
+            spec = runner_spec.parse(act.row["runner"])
+            if not spec.agent:
+                raise InvalidArgument(f"session {sid} runs on {act.row['runner']}, not an agent CLI: there is no"
+                                      " agent's own CLI to open")
+            raise InvalidArgument(f"session {sid} has no {agents.CLIS[spec.kind].title} session of its own yet:"
+                                  " activate it once first")
+        if ref.get("fork"):
+            raise InvalidArgument(f"session {sid}'s own {agents.CLIS[ref['cli']].title} session is made by its"
+                                  " first run (a fork): activate it once first")
+        env = cli_environment(act.row)
+        agents.locate(ref["cli"], env)  # not installed here: refused before anything changes
+        held = act.row["state"] != State.SUSPENDED
+        if held:
+            await rows.update_session(act.tx, sid, state=State.SUSPENDED.value, resume_to=act.row["state"],
+                                      reason=Reason.ATTACHED.value)
+        return Attached(sid, ref["cli"], ref["id"], ref.get("cwd") or act.row["cwd"], held, env)
+
+    async def detach(self, attached: Attached) -> Synced:
+        """The CLI exited: append what the person did in it, and give the session back (resumed
+        to where it was, if attach suspended it and nobody else has moved it since)."""
+        try:
+            return await self.sync(attached.sid)
+        finally:
+            if attached.held:
+                async with self.store.snapshot() as tx:
+                    row = await rows.session(tx, attached.sid)
+                if row["state"] == State.SUSPENDED and row["reason"] == Reason.ATTACHED:
+                    await self.resume(attached.sid)
+
+
+async def _take(tx: Tx, sid: int, read: Transcript, count: Any) -> None:
+    """Append a read's messages as the agent's (it has seen them all), with their own times,
+    its context and, as a run made outside Procession, its token use."""
+    row = await rows.session(tx, sid)
+    if read.messages:
+        await rows.append(tx, row, [(m.role, m.content, "user" if m.role == "user" else read.cli, False,
+                                     m.meta, m.ts if m.ts is not None else tx.now) for m in read.messages], count)
+        row = await rows.session(tx, sid)
+        stamps = [m.ts for m in read.messages if m.ts is not None]
+        usage = (read.tokens_in, read.tokens_out, read.cache_read, read.cache_write)
+        if any(usage):
+            await rows.outside_run(tx, sid, read.cli, min(stamps, default=tx.now), max(stamps, default=tx.now), usage)
+        await rows.update_session(tx, sid, agent_seen=row["length"], last_active=max(stamps, default=tx.now))
+    if read.context:
+        tokens, window = read.context
+        await rows.update_session(tx, sid, agent_context=tokens, **({"agent_window": window} if window else {}))

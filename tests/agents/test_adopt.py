@@ -1,0 +1,237 @@
+"""Adopting the agent CLIs' own sessions, following them as they grow, attaching to them:
+against transcripts the real CLIs wrote, driven by the scripted model server.
+
+Each test first uses the CLI directly, as a person would before Procession knew of it, then
+adopts what the CLI keeps; what the CLI does afterwards (directly, or attached) must arrive
+in the session exactly once, and a run of the session must resume the very same agent
+session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import until
+from procession import State, Workspace
+from procession.model import environ
+from procession.model.errors import InvalidArgument
+from support.agent_clis import AgentSandbox, ClaudeSandbox
+from support.models import ModelServer, say, shell
+
+RUN_S = 60.0
+TOOL = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}
+
+
+def use_directly(agent: AgentSandbox, prompt: str, resume: str | None = None) -> str:
+    """One turn of the CLI run by hand (not by Procession); its session id."""
+    args, stdin = agent.headless(prompt, resume)
+    run = agent.run(args, input=stdin, timeout=RUN_S)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return agent.session_id(run)
+
+
+async def give_env(ws: Workspace, sid: int, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox's settings as the session's environment (what reads like a secret passed)."""
+    settings, passed = {f"PROCESSION_{agent.name.upper()}": str(agent.cli.command)}, []
+    for key, value in agent.vars().items():
+        try:
+            environ.setting(f"{key}={value}")
+        except InvalidArgument:
+            monkeypatch.setenv(key, value)
+            passed.append(key)
+            continue
+        settings[key] = value
+    await ws.env(sid, set=settings, passed=passed)
+
+
+def said(shown: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c["role"], c["content"]) for c in shown["context"]]
+
+
+async def test_adopt_a_session_follow_what_the_cli_adds_then_run_it(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, cli = agent_sandbox, agent_sandbox.name
+    model_server.script.add(shell("echo adopted-hi", text="running it"), say("It printed adopted-hi."),
+                            say("Second answer."))
+    before = time.time()
+    ident = use_directly(agent, "print adopted-hi")
+    use_directly(agent, "and now?", resume=ident)
+
+    adoption = await live.adopt(cli, ident, env=agent.env)
+    [made] = adoption.results
+    assert not made.already and made.agent == ident
+    sid = made.sid
+    shown = (await live.show(sid)).to_json()
+    roles = [c["role"] for c in shown["context"]]
+    assert roles[0] == "user" and shown["context"][0]["content"].endswith("print adopted-hi")
+    tools = [c for c in shown["context"] if c["role"] == "tool"]
+    assert [t["tool"]["name"] for t in tools] == [TOOL[cli]]
+    assert "echo adopted-hi" in json.dumps(tools[0]["tool"]["input"]) and "adopted-hi" in tools[0]["tool"]["output"]
+    assert ("assistant", "It printed adopted-hi.") in said(shown)
+    assert said(shown)[-2:] == [("user", "and now?"), ("assistant", "Second answer.")]
+    assert shown["agent_ref"]["id"] == ident and shown["agent_ref"]["cli"] == cli
+    assert shown["runner"].startswith(f"{cli}:") and shown["cwd"] == str(agent.workdir)
+    history = await live.history(sid)
+    assert all(before - 1 <= m.created <= time.time() for m in history)  # the transcript's own times
+    assert shown["adopted"] is True
+
+    again = await live.adopt(cli, ident, env=agent.env)
+    assert again.results[0].already and again.results[0].sid == sid
+    every = await live.adopt(cli, every=True, env=agent.env)
+    assert every.made == 0 and [r.sid for r in every.results] == [sid]
+
+    # the person keeps using the CLI directly: the engine follows the transcript
+    length = (await live.info(sid)).length
+    model_server.script.add(say("Third, outside."))
+    use_directly(agent, "one more, by hand", resume=ident)
+    await until(lambda: _length_over(live, sid, length), timeout=20)
+    shown = (await live.show(sid)).to_json()
+    assert said(shown)[-2:] == [("user", "one more, by hand"), ("assistant", "Third, outside.")]
+    assert len(shown["context"]) == length + 2
+    assert (await live.sync(sid)).messages == 0  # nothing twice
+
+    # a run of the adopted session resumes the very same agent session, with what it saw
+    await give_env(live, sid, agent, monkeypatch)
+    model_server.script.add(say("Ran by Procession."))
+    await live.send(sid, "now through procession")
+    await live.activate(sid)
+    await until(lambda: _ran(live, sid), timeout=RUN_S)
+    last = model_server.requests[-1]
+    seen = " ".join(last.texts())
+    assert "one more, by hand" in seen and "now through procession" in seen
+    shown = (await live.show(sid)).to_json()
+    assert shown["agent_ref"]["id"] == ident
+    assert said(shown)[-1] == ("assistant", "Ran by Procession.")
+    assert (await live.sync(sid)).messages == 0  # what the run stored is not read again
+
+
+async def _length_over(ws: Workspace, sid: int, length: int) -> bool:
+    return (await ws.info(sid)).length > length
+
+
+async def _ran(ws: Workspace, sid: int) -> bool:
+    runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]
+    return bool(runs) and all(r.ended for r in runs) and (await ws.info(sid)).state is State.SLEEPING
+
+
+async def test_a_cut_short_transcript_is_adopted_up_to_its_last_whole_record_and_garbage_refused(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, tmp_path: Path, live: Workspace) -> None:
+    model_server.script.add(say("whole answer"))
+    ident = use_directly(claude_sandbox, "a whole turn")
+    [path] = (claude_sandbox.home / ".claude" / "projects").glob(f"*/{ident}.jsonl")
+    records = path.read_bytes()
+    with path.open("ab") as out:  # the CLI died mid-write
+        out.write(b'{"type":"user","uuid":"cut-short","message":{"role":"user","content":"never fini')
+    adoption = await live.adopt("claude", str(path), env=claude_sandbox.env)
+    [made] = adoption.results
+    shown = (await live.show(made.sid)).to_json()
+    assert said(shown)[-1] == ("assistant", "whole answer") and "never fini" not in json.dumps(shown)
+
+    junk = tmp_path / f"{'0' * 8}-0000-0000-0000-{'0' * 12}.jsonl"
+    junk.write_bytes(b"this is not a transcript\n" * 3)
+    before = len(await live.ps())
+    with pytest.raises(InvalidArgument) as refused:
+        await live.adopt("claude", str(junk), env=claude_sandbox.env)
+    assert "\n" not in str(refused.value)
+    assert len(await live.ps()) == before  # nothing half-made
+    assert records  # the original was read, never written
+    assert path.read_bytes().startswith(records)
+
+
+def _onboarded(agent: ClaudeSandbox) -> None:
+    """What a person's first interactive start of Claude Code leaves: onboarding done, the
+    API key approved, the working folder trusted (else it asks, and checks the network)."""
+    user = agent.home / ".claude.json"
+    config = json.loads(user.read_text()) if user.exists() else {}
+    config.update(hasCompletedOnboarding=True, customApiKeyResponses={"approved": ["sk-scripted"], "rejected": []})
+    config.setdefault("projects", {})[str(agent.workdir)] = {"hasTrustDialogAccepted": True,
+                                                            "hasCompletedProjectOnboarding": True}
+    user.write_text(json.dumps(config))
+
+
+class Terminal:
+    """A process on a pseudo-terminal, read as a person watches it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.fd, child = pty.openpty()
+        os.set_blocking(self.fd, False)
+        self.proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, cwd=cwd,
+                                     start_new_session=True)
+        os.close(child)
+        self.seen = ""
+
+    def read_until(self, pattern: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, _plain(self.seen)):
+                return self.seen
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if ready:
+                try:
+                    self.seen += os.read(self.fd, 65536).decode("utf-8", "replace")
+                except OSError:  # the process closed the terminal
+                    break
+        raise AssertionError(f"{pattern!r} never showed; the screen had: {_plain(self.seen)[-1500:]!r}")
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            os.close(self.fd)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[\]P^_].*?(\x07|\x1b\\)|\x1b.", "", text)
+
+
+async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_back(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, db: Path, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = claude_sandbox
+    model_server.script.add(say("first, headless"), say("answered inside the cli"))
+    ident = use_directly(agent, "start it headless")
+    _onboarded(agent)
+    [made] = (await live.adopt("claude", ident, env=agent.env)).results
+    await give_env(live, made.sid, agent, monkeypatch)
+    env = {**agent.env, "PROCESSION_DB": str(db), "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    term = Terminal([sys.executable, "-m", "procession", "attach", str(made.sid)], env, agent.workdir)
+    try:
+        term.read_until(r"first, headless")  # the CLI's own screen, resumed on the session
+        assert (await live.info(made.sid)).state is State.SUSPENDED  # held: no run may start meanwhile
+        term.type("typed by a person\r")
+        term.read_until(r"answered inside the cli")
+        term.type("/exit")
+        time.sleep(0.5)
+        term.type("\r")
+        term.read_until(r"synced from its agent's transcript")
+    finally:
+        code = term.close()
+    assert code == 0
+    shown = (await live.show(made.sid)).to_json()
+    assert said(shown)[-2:] == [("user", "typed by a person"), ("assistant", "answered inside the cli")]
+    assert shown["state"] == "sleeping"
+
+
+async def test_attach_is_refused_with_the_reason_where_there_is_nothing_to_open(live: Workspace, tmp_path: Path) -> None:
+    plain = (await live.spawn("plain", "dev", cwd=str(tmp_path))).sid
+    with pytest.raises(InvalidArgument, match="not an agent CLI"):
+        await live.attach(plain)
+    fresh = (await live.spawn("fresh", "dev", runner="builtin:echo", cwd=str(tmp_path))).sid
+    with pytest.raises(InvalidArgument):
+        await live.sync(fresh)
+    assert (await live.info(plain)).state is State.SLEEPING
