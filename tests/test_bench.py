@@ -101,3 +101,13 @@ def test_loop_tiny_measures_each_tool_kind_and_the_savings() -> None:
     figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     assert all(0 < figures[k]["median"] < 1 for k in figures if k.startswith("loop_"))
     assert figures["saving_mask-tools"]["after"] < figures["saving_mask-tools"]["before"] / 2
+
+
+def test_claude_transcripts_tiny_measures_every_figure() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "claude_transcripts.py"), "--tiny"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    assert set(report["results"]) == {"read_whole", "sync_turn", "sync_mid_call", "adopt_all", "discover"}
+    assert all(f["median"] > 0 for f in report["results"].values())

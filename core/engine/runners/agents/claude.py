@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from ....model.transcripts.claude import transcript
 from .base import Invocation, Reader, Turn, text_of
 
 #: The tools a headless run may use without asking (no prompt can be answered).
@@ -26,12 +26,6 @@ ALLOWED: Final = ("Bash", "Edit", "Read", "Write", "Glob", "Grep", "NotebookEdit
 #: Its default model has a 1M window; any named one 200k, until the CLI says (``result``).
 DEFAULT_WINDOW: Final = 1_000_000
 NAMED_WINDOW: Final = 200_000
-
-
-def transcript(env: dict[str, str], cwd: str, agent_id: str) -> str:
-    """Where Claude Code keeps a session's transcript: one folder per working folder."""
-    home = env.get("CLAUDE_CONFIG_DIR") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".claude")
-    return os.path.join(home, "projects", re.sub(r"[^A-Za-z0-9]", "-", cwd), f"{agent_id}.jsonl")
 
 
 def invocation(exe: str, turn: Turn) -> Invocation:
