@@ -31,6 +31,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import secrets
 import shlex
 import sqlite3
@@ -53,6 +54,8 @@ CLI = "codex"
 #: provenance metadata (versions before it had one).
 INJECTED = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<INSTRUCTIONS>",
             "<turn_aborted>", "<subagent_notification>", "<user_shell_command>", "<skill>")
+#: A rollout's file name: ``rollout-<local time>-<thread uuid>.jsonl``.
+DATED = re.compile(r"rollout-(\d{4})-(\d{2})-(\d{2})T[0-9-]+-[0-9a-f-]{36}\.jsonl")
 #: Events after which a tool call still without output never gets one (the turn ended).
 TURN_ENDS = ("task_complete", "turn_aborted", "task_started")
 
@@ -78,6 +81,28 @@ def rollout(env: Mapping[str, str], thread: str) -> str | None:
 def thread_of(path: str) -> str:
     """The thread id a rollout's file name ends with (``rollout-<time>-<uuid>.jsonl``)."""
     return os.path.basename(path)[-42:-6]
+
+
+def _dated(name: str) -> str | None:
+    """A rollout's path inside a sessions folder, from its file name: ``YYYY/MM/DD/<name>``."""
+    match = DATED.fullmatch(name)
+    return f"{match[1]}/{match[2]}/{match[3]}/{name}" if match else None
+
+
+def _sessions_of(path: str) -> Path | None:
+    """The sessions folder a rollout lies in (None for a file elsewhere)."""
+    parents = Path(path).parents
+    return parents[3] if len(parents) > 3 and parents[3].name == "sessions" else None
+
+
+def _parent_path(path: str, parent: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The rollout of a fork's parent: under ``env``'s home, else beside the fork."""
+    found = rollout(env, parent) if env is not None else None
+    sessions = _sessions_of(path)
+    if found is None and sessions is not None:
+        beside = _rollouts(sessions, parent)
+        found = beside[0] if beside else None
+    return found
 
 
 def last_count(path: str | None) -> dict[str, Any] | None:
@@ -342,13 +367,12 @@ def _count(found: Transcript, info: Mapping[str, Any], total: int | None) -> int
 
 def _parent(path: str, parent: str, upto: int, problems: list[str], seen: frozenset[str]) -> list[Said]:
     """A fork's inherited history: its parent's messages before the ordinal it forked at."""
-    sessions = Path(path).parents[3]
-    found = _rollouts(sessions, parent)
-    if parent in seen or not found:
-        problems.append(f"the rollout of thread {parent}, which this one was forked from, is not in {sessions}:"
+    found = _parent_path(path, parent) if parent not in seen else None
+    if found is None:
+        problems.append(f"the rollout of thread {parent}, which this one was forked from, is not beside it:"
                         " its history is left out")
         return []
-    inherited = _read(found[0], _meta(found[0]), 0, None, upto, seen).transcript
+    inherited = _read(found, _meta(found), 0, None, upto, seen).transcript
     problems += inherited.problems
     return inherited.messages
 
@@ -402,14 +426,19 @@ def _remapped(line: str, mapping: Mapping[str, str]) -> str:
     return json.dumps(walk(record), ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def _write_new(path: Path, text: str, ancestor: bool) -> None:
-    """Write a rollout unless one is there: the same (or, for an ancestor, one the CLI has
-    appended to since) is kept; another refuses."""
-    if path.exists():
-        there = path.read_text(encoding="utf-8", errors="replace")
-        if there == text or (ancestor and there.startswith(text)):
-            return
-        raise InvalidArgument(f"Codex thread {thread_of(str(path))} is already at {path}, with another history")
+def _there(path: Path, text: str, ancestor: bool) -> bool:
+    """Whether a rollout to write is there already: the same one (or, for an ancestor, one
+    the CLI has appended to since); another history of the thread there refuses."""
+    if not path.exists():
+        return False
+    there = path.read_text(encoding="utf-8", errors="replace")
+    if there == text or (ancestor and there.startswith(text)):
+        return True
+    raise InvalidArgument(f"Codex thread {thread_of(str(path))} is already at {path}, with another history")
+
+
+def _write(path: Path, text: str) -> None:
+    """A whole rollout at once (the CLI never sees half of it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
     part.write_text(text, encoding="utf-8")
@@ -485,23 +514,26 @@ class CodexFormat:
         return transcript
 
     def carry(self, ref: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any] | None:
-        """The rollout's whole lines, with its ancestors' when it is a fork (the CLI needs
-        them to resume it); paths kept relative to the sessions folder."""
+        """The rollout's whole lines, and its ancestors' when it is a fork (the CLI resumes a
+        fork only beside its parent's rollout), each with its dated path in a sessions folder;
+        None when one of them is gone."""
         path = ref.get("transcript") if isinstance(ref.get("transcript"), str) else None
         if not path or not os.path.isfile(path):
             path = rollout(env, str(ref.get("id") or ""))
-        if path is None:
-            return None
         files: list[dict[str, str]] = []
-        seen: set[str] = set()
-        while path is not None and path not in seen:
-            seen.add(path)
-            meta = _meta(path)
+        while path is not None:
+            meta, dated = _meta(path), _dated(os.path.basename(path))
+            if dated is None:
+                raise InvalidArgument(f"{path} is not named as a Codex rollout (rollout-<time>-<thread>.jsonl)")
             text = Path(path).read_text(encoding="utf-8", errors="replace")
-            files.insert(0, {"path": os.path.relpath(path, Path(path).parents[3]), "text": "".join(_lines(text))})
+            files.insert(0, {"path": dated, "text": "".join(_lines(text))})
             parent = meta.get("forked_from_id")
-            path = rollout({"CODEX_HOME": str(Path(path).parents[4])}, parent) if isinstance(parent, str) else None
-        return {"id": thread_of(files[-1]["path"]), "cwd": str(ref.get("cwd") or ""), "rollouts": files}
+            if not isinstance(parent, str):
+                return {"id": thread_of(files[-1]["path"]), "cwd": str(ref.get("cwd") or ""), "rollouts": files}
+            if any(thread_of(f["path"]) == parent for f in files):
+                raise InvalidArgument(f"Codex thread {parent} is its own ancestor")
+            path = _parent_path(path, parent, env)
+        return None
 
     def place(self, carried: Mapping[str, Any], env: Mapping[str, str], cwd: str,
               mapping: Mapping[str, str]) -> dict[str, Any]:
@@ -514,20 +546,25 @@ class CodexFormat:
             raise InvalidArgument("the carried Codex thread holds no rollout")
         moves = {str(carried.get("cwd")): cwd, **mapping} if carried.get("cwd") else dict(mapping)
         sessions = home(env) / "sessions"
-        target = sessions
-        for number, file in enumerate(files):
-            relative = Path(file["path"])
-            if relative.is_absolute() or ".." in relative.parts or not relative.name.startswith("rollout-"):
-                raise InvalidArgument(f"the carried Codex rollout path {file['path']!r} is not a sessions path")
+        made = []
+        for file in files:  # all checked before any is written
+            name = os.path.basename(file["path"])
+            if _dated(name) != file["path"]:
+                raise InvalidArgument(f"the carried Codex rollout path {file['path']!r} is not a dated sessions path")
             try:
                 text = "".join(_remapped(line, moves) for line in _lines(file["text"]))
+                first = json.loads(text.partition("\n")[0])
             except ValueError:
-                raise InvalidArgument(f"the carried Codex rollout {relative.name} is not JSON lines") from None
-            target = sessions / relative
-            existing = _rollouts(sessions, thread_of(str(relative)))
-            _write_new(Path(existing[0]) if existing else target, text, ancestor=number < len(files) - 1)
-            target = Path(existing[0]) if existing else target
-        _meta(str(target))
+                raise InvalidArgument(f"the carried Codex rollout {name} is not JSON lines") from None
+            if first.get("type") != "session_meta" or (first.get("payload") or {}).get("id") != thread_of(name):
+                raise InvalidArgument(f"the carried Codex rollout {name} does not begin with its thread's session_meta")
+            existing = _rollouts(sessions, thread_of(name))
+            made.append((Path(existing[0]) if existing else sessions / file["path"], text))
+        missing = [(path, text) for number, (path, text) in enumerate(made)
+                   if not _there(path, text, ancestor=number < len(made) - 1)]
+        for path, text in missing:
+            _write(path, text)
+        target = made[-1][0]
         return {"cli": CLI, "id": thread_of(str(target)), "cwd": cwd, "transcript": str(target)}
 
     def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:
@@ -541,7 +578,7 @@ class CodexFormat:
         local = time.localtime(now)
         path = home(env) / "sessions" / time.strftime("%Y/%m/%d", local) / (
             f"rollout-{time.strftime('%Y-%m-%dT%H-%M-%S', local)}-{thread}.jsonl")
-        context: dict[str, Any] = {"cwd": cwd, "approval_policy": "never", "sandbox_policy": {"type": "workspace-write"}}
+        context: dict[str, Any] = {"cwd": cwd}
         if model:
             context["model"] = model
         records: list[tuple[float | None, str, dict[str, Any]]] = [
@@ -551,7 +588,7 @@ class CodexFormat:
             *((ts, "response_item", item) for ts, item in _history_items(history))]
         text = "".join(json.dumps({"timestamp": _stamp(ts or now), "type": kind, "payload": payload},
                                   ensure_ascii=False, separators=(",", ":")) + "\n" for ts, kind, payload in records)
-        _write_new(path, text, ancestor=False)
+        _write(path, text)
         return {"cli": CLI, "id": thread, "cwd": cwd, "transcript": str(path)}
 
 
