@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from procession.model.errors import InvalidArgument
 from procession.model.transcripts import Found, Position, Said, Transcript, format_of
 from procession.model.transcripts.codex import FORMAT, home, uuid7
 from procession.model.toolcalls import tool_message
+from conftest import until
 from support.agent_clis import CodexSandbox, require_cli
 from support.models import ModelServer, Usage, say, shell
 
@@ -186,6 +188,30 @@ def test_an_adopted_threads_first_run_counts_only_its_own_tokens(recorded: Recor
     prompts = sum(u.prompt for u in (FIRST, SECOND, Usage(), THIRD))
     assert thread_total(turn) == {"input_tokens": prompts, "cached_input_tokens": final.cache_read,
                                   "cache_write_input_tokens": 0, "output_tokens": final.tokens_out}
+
+
+async def test_a_read_during_a_tool_call_stops_before_it_and_the_next_read_has_the_interrupted_call(
+        codex_sandbox: CodexSandbox, model_server: ModelServer) -> None:
+    model_server.script.add(shell("touch started && sleep 30"))
+    process = codex_sandbox.start(["exec", "--json", "--skip-git-repo-check", "wait for it"], input="")
+    try:
+        await until(lambda: (codex_sandbox.workdir / "started").exists(), timeout=30)
+        found = next(FORMAT.discover(codex_sandbox.env))
+        during = FORMAT.read(found)  # the command runs: its output is still to come
+        assert said(during) == [("user", "wait for it")]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    after = FORMAT.read(found, during.position)
+    [tool] = after.messages
+    assert tool.meta is not None and tool.meta["tool"]["name"] == "exec_command" and after.problems == []
+    assert "sleep 30" in json.dumps(tool.meta["tool"]["input"])
+    # the CLI says it one of two ways: its output item ("aborted by user") alone, or also the
+    # command's own end (failed), when the command got to start before the interrupt
+    assert "aborted" in tool.meta["tool"]["output"] or tool.meta["tool"]["is_error"]
 
 
 # ------------------------------------------------------------------------------ carried, placed, resumed
