@@ -46,3 +46,12 @@ def tool_message(call_id: str, name: str, input: Any, output: str | None, is_err
         if kept is not None and len(kept) < len(output):
             body += f"\n[… {size} bytes in all]"
     return "tool", f"{head}\n{'error: ' if is_error else ''}{body}", {**meta, "tool": tool}
+
+
+def text_of(content: Any) -> str:
+    """A tool result's content as text (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
+    return "" if content is None else json.dumps(content, ensure_ascii=False)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from ....model import limits
 from ..protocol import LINE_MAX, Events
 from ....model.toolcalls import summary, tool_message
+from ....model.toolcalls import text_of as text_of  # the readers take it from here
 
 #: A session setting: extra arguments for the CLI (shell words), after Procession's own.
 EXTRA_ARGS: Final = "PROCESSION_AGENT_ARGS"
@@ -162,12 +163,3 @@ class Reader:
         self.pending.context = (tokens, window)
 
     cli: str = ""
-
-
-def text_of(content: Any) -> str:
-    """A tool result's content as text (a string, or a list of text blocks)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
-    return "" if content is None else json.dumps(content, ensure_ascii=False)

@@ -19,9 +19,13 @@ import glob
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from ....model.transcripts.codex import last_count, rollout
 from .base import Invocation, Reader, Turn, text_of
+
+#: The counts of Codex's usage totals the runner follows.
+USAGE_KEYS: Final = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens")
 
 
 def native(exe: str) -> str:
@@ -66,33 +70,17 @@ def invocation(exe: str, turn: Turn) -> Invocation:
     return Invocation(argv)
 
 
-def rollout(env: dict[str, str], thread: str) -> str | None:
-    """A thread's rollout file: ``$CODEX_HOME/sessions/Y/M/D/rollout-<time>-<thread>.jsonl``."""
-    home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".codex")
-    found = glob.glob(os.path.join(glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{glob.escape(thread)}.jsonl"))
-    return found[0] if found else None
-
-
-def last_count(path: str | None) -> dict[str, Any] | None:
-    """The last ``token_count`` of a rollout: the thread's totals, the last call, the window."""
-    if not path:
-        return None
-    info = None
-    try:
-        with open(path, "rb") as lines:
-            for raw in lines:
-                if b'"token_count"' not in raw:
-                    continue
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    continue
-                payload = record.get("payload") or {}
-                if payload.get("type") == "token_count" and payload.get("info"):
-                    info = payload["info"]
-    except OSError:
-        return None
-    return info
+def thread_total(turn: Turn) -> dict[str, int]:
+    """The running total of the thread a turn resumes or forks: the one its reference keeps,
+    else (a thread adopted, loaded or migrated, which Procession did not run) its rollout's
+    last count, so the first run counts only its own tokens."""
+    ref = turn.ref or {}
+    if not ref or "total" in ref:
+        return dict(ref.get("total") or {})
+    path = ref.get("transcript")
+    info = last_count(path if isinstance(path, str) and os.path.isfile(path) else rollout(turn.env, str(ref.get("id"))))
+    total = (info or {}).get("total_token_usage") or {}
+    return {k: int(total.get(k) or 0) for k in USAGE_KEYS if k in total}
 
 
 class CodexReader(Reader):
@@ -102,7 +90,7 @@ class CodexReader(Reader):
         super().__init__(turn)
         self.thread: str | None = None
         # the thread's running total before this run (a fork's starts from its parent's)
-        self.before: dict[str, int] = dict((turn.ref or {}).get("total") or {})
+        self.before = thread_total(turn)
         self.counted = False
         self.errors: list[str] = []
 
@@ -145,8 +133,7 @@ class CodexReader(Reader):
 
     def _usage(self, total: dict[str, Any]) -> None:
         """A run's usage from the thread's running totals, before and after."""
-        now = {k: int(total.get(k) or 0) for k in ("input_tokens", "cached_input_tokens", "cache_write_input_tokens",
-                                                    "output_tokens")}
+        now = {k: int(total.get(k) or 0) for k in USAGE_KEYS}
         spent = {k: max(v - self.before.get(k, 0), 0) for k, v in now.items()}
         # its input counts the whole prompt, cached parts included
         self.pending.tokens_in += max(spent["input_tokens"] - spent["cached_input_tokens"]
