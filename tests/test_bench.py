@@ -101,3 +101,16 @@ def test_loop_tiny_measures_each_tool_kind_and_the_savings() -> None:
     figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     assert all(0 < figures[k]["median"] < 1 for k in figures if k.startswith("loop_"))
     assert figures["saving_mask-tools"]["after"] < figures["saving_mask-tools"]["before"] / 2
+
+
+def test_transcripts_tiny_reads_every_session_of_a_real_opencode_database() -> None:
+    from support.agent_clis import require_cli
+
+    require_cli("opencode")  # skipped (or failed, where they are required) without the CLI
+    proc = subprocess.run([sys.executable, str(BENCH / "transcripts.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    assert set(report["results"]) == {"opencode_read", "opencode_read_idle", "opencode_discover", "opencode_find"}
+    assert all(f["median"] > 0 for f in report["results"].values())

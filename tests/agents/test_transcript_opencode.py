@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 
+from procession import Workspace
 from procession.model.errors import InvalidArgument
 from procession.model.toolcalls import tool_message
 from procession.model.transcripts import Position, Said, format_of
 from procession.model.transcripts.opencode import SESSION_COLUMNS, database
 from support.agent_clis import OpencodeSandbox, require_cli
 from support.models import ModelServer, Usage, say, shell
+from support.runs import last_run
+from test_runners import agent_session, ask
 
 FORMAT = format_of("opencode")
 FIRST, SECOND, THIRD = Usage(1200, 30, cache_read=800), Usage(300, 12, cache_read=2000), Usage(400, 7)
@@ -257,3 +260,19 @@ def test_a_database_that_is_not_opencodes_is_refused_in_one_line(tmp_path: Path)
             FORMAT.find({"HOME": str(tmp_path)}, str(path))
         assert "\n" not in str(refused.value)
     assert list(FORMAT.discover({"HOME": str(tmp_path / "nobody")})) == []
+
+
+async def test_a_read_holds_what_the_runner_stored_for_the_same_turns(
+        opencode_sandbox: OpencodeSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(shell("echo hi > file && cat file", usage=FIRST), say("The file is written.", usage=SECOND))
+    sid = await agent_session(live, opencode_sandbox, monkeypatch)
+    assert (await ask(live, sid, "write hi into file", 1)).outcome == "ok"
+    shown = (await live.show(sid)).to_json()
+    read = FORMAT.read(FORMAT.find(opencode_sandbox.env, shown["agent_ref"]["id"]))
+    assert [(m.role, m.content, m.meta or {}) for m in read.messages] == [
+        (c["role"], c["content"], {k: v for k, v in (c.get("meta") or {}).items() if k != "run"})
+        for c in shown["context"]]
+    assert read.ref() == shown["agent_ref"]
+    spent = await last_run(live, sid)
+    assert (read.tokens_in, read.tokens_out, read.cache_read) == (spent.tokens_in, spent.tokens_out, spent.cache_read)

@@ -208,8 +208,9 @@ class Opencode:
             prefix = ident if ident.startswith("ses_") else f"ses_{ident}"
             if not os.path.isfile(path):
                 raise InvalidArgument(f"no opencode session {ident!r}: there is no opencode database at {path}")
-            rows = query(path, "SELECT id, directory, time_updated FROM session WHERE substr(id, 1, ?) = ? LIMIT 2",
-                         (len(prefix), prefix))
+            # ids are ASCII letters, digits and "_", all before "~": a range the primary key serves
+            rows = query(path, "SELECT id, directory, time_updated FROM session WHERE id >= ? AND id < ? LIMIT 2",
+                         (prefix, prefix + "~"))
             if len(rows) != 1:
                 raise InvalidArgument(f"no opencode session {ident!r} in {path}" if not rows else
                                       f"opencode session {ident!r} is ambiguous in {path}: give more of its id")
