@@ -111,3 +111,16 @@ def test_claude_transcripts_tiny_measures_every_figure() -> None:
     assert report["mode"] == "tiny"
     assert set(report["results"]) == {"read_whole", "sync_turn", "sync_mid_call", "adopt_all", "discover"}
     assert all(f["median"] > 0 for f in report["results"].values())
+
+
+def test_transcripts_tiny_reads_every_session_of_a_real_opencode_database() -> None:
+    from support.agent_clis import require_cli
+
+    require_cli("opencode")  # skipped (or failed, where they are required) without the CLI
+    proc = subprocess.run([sys.executable, str(BENCH / "transcripts.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    assert set(report["results"]) == {"opencode_read", "opencode_read_idle", "opencode_discover", "opencode_find"}
+    assert all(f["median"] > 0 for f in report["results"].values())

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ....model.transcripts.opencode import database, session_made, step_usage, tool_call
 from .base import Invocation, Reader, Turn
 
 CONFIG = "OPENCODE_CONFIG_CONTENT"
@@ -81,9 +81,7 @@ class OpencodeReader(Reader):
         self.session: str | None = None
         self.window = window(turn.env, turn.model)
         self.since_ms = int(time.time() * 1000)
-        self.data = turn.env.get("OPENCODE_DB") or os.path.join(
-            turn.env.get("XDG_DATA_HOME") or os.path.join(turn.env.get("HOME", "~"), ".local", "share"),
-            "opencode", "opencode.db")
+        self.data = database(turn.env)
 
     def _announce(self, session: str) -> None:
         self.session = session
@@ -98,22 +96,15 @@ class OpencodeReader(Reader):
         if kind == "text" and not part.get("synthetic"):
             self.said(str(part.get("text", "")))
         elif kind == "tool_use":
-            state = part.get("state") or {}
-            call_id = str(part.get("callID") or part.get("id"))
-            self.started(call_id, str(part.get("tool")), state.get("input"))
-            failed = state.get("status") == "error"
-            exit_code = (state.get("metadata") or {}).get("exit")
-            self.finished(call_id, str(state.get("error") if failed else state.get("output") or ""),
-                          failed or exit_code not in (0, None), **({"exit_code": exit_code} if exit_code is not None else {}))
+            call_id, name, value, output, failed, meta = tool_call(part)
+            self.started(call_id, name, value)
+            self.finished(call_id, output, failed, **meta)
         elif kind == "step_finish":
-            tokens = part.get("tokens") or {}
-            cache = tokens.get("cache") or {}
-            self.pending.tokens_in += int(tokens.get("input") or 0)
-            self.pending.tokens_out += int(tokens.get("output") or 0) + int(tokens.get("reasoning") or 0)
-            self.pending.cache_read += int(cache.get("read") or 0)
-            self.pending.cache_write += int(cache.get("write") or 0)
-            total = int(tokens.get("total") or 0) or sum(int(tokens.get(k) or 0) for k in ("input", "output")) + int(
-                cache.get("read") or 0) + int(cache.get("write") or 0)
+            tokens_in, tokens_out, cache_read, cache_write, total = step_usage(part.get("tokens") or {})
+            self.pending.tokens_in += tokens_in
+            self.pending.tokens_out += tokens_out
+            self.pending.cache_read += cache_read
+            self.pending.cache_write += cache_write
             if total:
                 self.context(total, self.window)
         elif kind == "error":
@@ -130,15 +121,6 @@ class OpencodeReader(Reader):
         if self.session is not None or not os.path.exists(self.data):
             return
         folder = (self.turn.ref or {}).get("cwd") or self.turn.cwd
-        try:
-            con = sqlite3.connect(f"file:{self.data}?mode=ro", uri=True, timeout=2)
-            try:
-                found = con.execute("SELECT id FROM session WHERE directory = ? AND time_created >= ? AND id != ?"
-                                    " ORDER BY time_created DESC LIMIT 1",
-                                    (folder, self.since_ms, (self.turn.ref or {}).get("id", ""))).fetchone()
-            finally:
-                con.close()
-        except sqlite3.Error:
-            return
+        found = session_made(self.data, folder, self.since_ms, (self.turn.ref or {}).get("id", ""))
         if found:
-            self._announce(str(found[0]))
+            self._announce(found)
