@@ -11,7 +11,7 @@ and notes in the present layer's words.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual.binding import Binding

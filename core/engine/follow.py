@@ -56,20 +56,23 @@ class Follower:
             rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
             changed = await tx.all("SELECT id, state, agent_ref FROM sessions WHERE rev > ?", (self.rev,))
         self.rev = rev
-        moved = False
+        added: list[int] = []
         for row in changed:
             ref = json.loads(row["agent_ref"]) if row["agent_ref"] else None
             path = ref.get("transcript") if ref and not ref.get("fork") and row["state"] != "terminated" else None
             paths = [path, f"{path}-wal"] if path and ref and ref["cli"] == "opencode" else [path] if path else []
             if self.paths.get(row["id"], []) != paths:
-                moved = True
+                added.append(row["id"])
                 if paths:
                     self.paths[row["id"]] = paths
                 else:
                     self.paths.pop(row["id"], None)
-        if moved:
+        if added:
             self.watcher.update({sid: {"paths": paths, "debounce_ms": DEBOUNCE_MS} for sid, paths in self.paths.items()})
             await self.watcher.settled()
+            for sid in added:  # what its transcript gained before the watch was there: now
+                if sid in self.paths:
+                    await self._changed(sid, [], 0)
 
     async def _changed(self, sid: int, paths: list[str], more: int) -> None:
         if self.busy(sid):

@@ -172,10 +172,13 @@ class Terminal:
         os.close(child)
         self.seen = ""
 
-    def read_until(self, pattern: str, timeout: float = 30.0) -> str:
+    def read_until(self, words: str, timeout: float = 30.0) -> str:
+        """Wait until ``words`` show (spaces aside: a full-screen CLI moves its cursor instead
+        of printing them)."""
+        wanted = "".join(words.split())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if re.search(pattern, _plain(self.seen)):
+            if wanted in "".join(_plain(self.seen).split()):
                 return self.seen
             ready, _, _ = select.select([self.fd], [], [], 0.2)
             if ready:
@@ -183,7 +186,7 @@ class Terminal:
                     self.seen += os.read(self.fd, 65536).decode("utf-8", "replace")
                 except OSError:  # the process closed the terminal
                     break
-        raise AssertionError(f"{pattern!r} never showed; the screen had: {_plain(self.seen)[-1500:]!r}")
+        raise AssertionError(f"{words!r} never showed; the screen had: {_plain(self.seen)[-1500:]!r}")
 
     def type(self, text: str) -> None:
         os.write(self.fd, text.encode())
@@ -211,14 +214,14 @@ async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_bac
     env = {**agent.env, "PROCESSION_DB": str(db), "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
     term = Terminal([sys.executable, "-m", "procession", "attach", str(made.sid)], env, agent.workdir)
     try:
-        term.read_until(r"first, headless")  # the CLI's own screen, resumed on the session
+        term.read_until("first, headless")  # the CLI's own screen, resumed on the session
         assert (await live.info(made.sid)).state is State.SUSPENDED  # held: no run may start meanwhile
         term.type("typed by a person\r")
-        term.read_until(r"answered inside the cli")
+        term.read_until("answered inside the cli")
         term.type("/exit")
         time.sleep(0.5)
         term.type("\r")
-        term.read_until(r"synced from its agent's transcript")
+        term.read_until("synced from its agent's transcript")
     finally:
         code = term.close()
     assert code == 0
