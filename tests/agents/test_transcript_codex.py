@@ -209,8 +209,8 @@ async def test_a_read_during_a_tool_call_stops_before_it_and_the_next_read_has_t
     [tool] = after.messages
     assert tool.meta is not None and tool.meta["tool"]["name"] == "exec_command" and after.problems == []
     assert "sleep 30" in json.dumps(tool.meta["tool"]["input"])
-    # the CLI says it one of two ways: its output item ("aborted by user") alone, or also the
-    # command's own end (failed), when the command got to start before the interrupt
+    # the CLI says it one of two ways: its output item alone ("aborted by user"), or also the
+    # command's end (failed) when it writes that before it exits
     assert "aborted" in tool.meta["tool"]["output"] or tool.meta["tool"]["is_error"]
 
 
@@ -367,6 +367,17 @@ def test_an_mcp_call_and_a_namespaced_call_are_named_as_the_runner_names_them(tm
                                                ).messages if m.meta]
     assert [(t["name"], t["input"], t["output"], t["is_error"]) for t in tools] == [
         ("mcp__calc__add", {"a": 2, "b": 3}, "5", False), ("mcp__calc__add", {}, "no such tool", True)]
+
+
+def test_a_bad_line_is_said_once_even_when_it_ends_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    found = rollout(path, message("user", "hello"))
+    with path.open("a") as file:
+        file.write("[1, 2]\n")
+    first = FORMAT.read(found)
+    assert said(first) == [("user", "hello")] and first.position.offset == path.stat().st_size
+    assert first.problems == [f"the rollout line at byte {path.stat().st_size - 7} is not a rollout record; skipped"]
+    assert FORMAT.read(found, first.position).problems == []
 
 
 def test_usage_is_summed_per_call_once_even_when_a_count_repeats(tmp_path: Path) -> None:
