@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +73,15 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         assert forked.returncode == 0, forked.stderr
         yield Recorded(sandbox, server, thread, started, first, run.events, found, sandbox.session_id(forked))
         assert not server.unserved
+
+
+def indexed(env: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The threads the CLI's own index lists: id -> (rollout path, cwd)."""
+    index = sqlite3.connect(home(env) / "state_5.sqlite")
+    try:
+        return {i: (p, c) for i, p, c in index.execute("SELECT id, rollout_path, cwd FROM threads")}
+    finally:
+        index.close()
 
 
 def said(transcript: Transcript) -> list[tuple[str, str]]:
@@ -222,6 +232,9 @@ def test_a_carried_thread_is_placed_in_another_home_and_the_cli_resumes_it_there
     carried = FORMAT.carry(FORMAT.read(recorded.found).ref(), recorded.env)
     assert carried is not None and json.loads(json.dumps(carried)) == carried
     target = codex_sandbox
+    model_server.script.add(say("A thread of this home's own."))
+    assert target.prompt("hello").returncode == 0  # its index made and filled: a placed thread is not in it
+    assert len(indexed(target.env)) == 1 and recorded.thread not in indexed(target.env)
     ref = FORMAT.place(carried, target.env, str(target.workdir), {str(recorded.sandbox.home): str(target.home)})
     assert ref["id"] == recorded.thread and ref["cwd"] == str(target.workdir)
     assert Path(ref["transcript"]).is_relative_to(home(target.env) / "sessions")
@@ -241,6 +254,7 @@ def test_a_carried_thread_is_placed_in_another_home_and_the_cli_resumes_it_there
     assert "hi" in " ".join(sent.results().values()) and sent.texts("user")[-1] == "go on over here"
     assert said(FORMAT.read(FORMAT.find(target.env, recorded.thread), placed.position)) == [
         ("user", "go on over here"), ("assistant", "Resumed elsewhere.")]
+    assert indexed(target.env)[recorded.thread] == (ref["transcript"], str(target.workdir))  # by the CLI itself
 
     other = dict(carried, rollouts=[dict(carried["rollouts"][0], text=carried["rollouts"][0]["text"].replace(
         "Third answer.", "Another answer."))])
