@@ -406,6 +406,22 @@ def test_usage_is_summed_per_call_once_even_when_a_count_repeats(tmp_path: Path)
     assert Position.of(second.position.as_json()) == second.position
 
 
+def test_a_line_separator_inside_a_string_survives_carry_and_place(tmp_path: Path) -> None:
+    """The CLI writes U+2028 raw (measured): a rollout is split at newlines only."""
+    thread = uuid7()
+    old, new = {"CODEX_HOME": str(tmp_path / "old")}, {"CODEX_HOME": str(tmp_path / "new")}
+    path = tmp_path / "old" / "sessions" / "2026" / "01" / "02" / f"rollout-2026-01-02T03-04-05-{thread}.jsonl"
+    path.parent.mkdir(parents=True)
+    rollout(path, message("user", "one\u2028line"), {"type": "turn_context", "payload": {"cwd": "/old/w"}},
+            meta={"id": thread, "cwd": "/old/w"})
+    carried = FORMAT.carry({"cli": "codex", "id": thread, "cwd": "/old/w"}, old)
+    assert carried is not None and carried["rollouts"][0]["path"] == f"2026/01/02/{path.name}"
+    ref = FORMAT.place(carried, new, "/new/w", {})
+    placed = FORMAT.read(FORMAT.find(new, thread))
+    assert said(placed) == [("user", "one\u2028line")] and placed.cwd == "/new/w" and ref["cwd"] == "/new/w"
+    assert ref["transcript"] == str(tmp_path / "new" / "sessions" / carried["rollouts"][0]["path"])
+
+
 def test_a_place_refuses_paths_outside_the_sessions_folder(tmp_path: Path) -> None:
     env = {"CODEX_HOME": str(tmp_path / "codex")}
     bad = {"id": "t", "cwd": "/w", "rollouts": [{"path": "../../etc/rollout-x.jsonl", "text": "{}\n"}]}

@@ -409,8 +409,9 @@ def _index(root: Path) -> dict[str, str]:
 
 
 def _lines(text: str) -> list[str]:
-    """A rollout's whole lines (a last one cut short is left out)."""
-    return text.splitlines(keepends=True)[: text.count("\n")]
+    """A rollout's whole lines (a last one cut short is left out). Split at newlines only:
+    the CLI writes U+2028 and other line separators raw inside its JSON strings."""
+    return [line + "\n" for line in text.split("\n")[:-1]]
 
 
 def _remapped(line: str, mapping: Mapping[str, str]) -> str:
