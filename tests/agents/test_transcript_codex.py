@@ -309,7 +309,8 @@ def rollout(path: Path, *records: dict[str, Any], meta: dict[str, Any] | None = 
     """A rollout file of ``records`` (each ``{"type": ..., "payload": ...}``) after a session_meta."""
     head = {"type": "session_meta", "payload": {"id": "t-1", "cwd": "/w", "timestamp": "2026-01-01T00:00:00.000Z",
                                                 **(meta or {})}}
-    path.write_text("".join(json.dumps({"timestamp": "2026-01-01T00:00:01.000Z", **r}) + "\n" for r in (head, *records)))
+    lines = (json.dumps({"timestamp": "2026-01-01T00:00:01.000Z", **r}, ensure_ascii=False) for r in (head, *records))
+    path.write_text("".join(line + "\n" for line in lines))  # non-ASCII raw, as the CLI writes it
     return Found("codex", "t-1", str(path), "/w", 0.0)
 
 
