@@ -522,25 +522,49 @@ class ClaudeFormat:
     # -------------------------------------------------------------------------- carrying
 
     def carry(self, ref: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any] | None:
+        """The records, and the files of the session's own folder (tool outputs too large for
+        the transcript, subagents' transcripts) that are text: the transcript names them."""
         path = str(ref.get("transcript") or transcript(env, str(ref.get("cwd", "")), str(ref.get("id", ""))))
         if not os.path.isfile(path):
             return None
-        lines = _read_lines(path, 0)
+        folder, files = path[:-len(".jsonl")], {}
+        for root, _, names in os.walk(folder):
+            for name in names:
+                try:
+                    files[os.path.relpath(os.path.join(root, name), folder)] = Path(root, name).read_text("utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
         return {"cli": CLI, "id": str(ref.get("id") or Path(path).stem), "cwd": str(ref.get("cwd") or _head_cwd(path)),
-                "records": [r for _, r in lines.records]}
+                "folder": folder, "records": [r for _, r in _read_lines(path, 0).records], "files": files}
 
     def place(self, carried: Mapping[str, Any], env: Mapping[str, str], cwd: str,
               mapping: Mapping[str, str]) -> dict[str, Any]:
-        ident, records = str(carried.get("id", "")), carried.get("records")
-        if not _SESSION_FILE.match(f"{ident}.jsonl") or not isinstance(records, list):
+        """The session under this home's folder for ``cwd``: its records' ``cwd`` mapped (the
+        carried folder becoming ``cwd`` unless ``mapping`` says otherwise), the paths of its
+        own folder's files moved with them. Placing the same session again changes nothing."""
+        ident, records, files = str(carried.get("id", "")), carried.get("records"), carried.get("files") or {}
+        if not _SESSION_FILE.match(f"{ident}.jsonl") or not isinstance(records, list) or not isinstance(files, dict):
             raise InvalidArgument("the carried Claude Code session has no session id or no records")
-        paths = {str(carried.get("cwd", "")): cwd, **mapping} if carried.get("cwd") else dict(mapping)
-        placed = [_moved(r, paths) for r in records if isinstance(r, dict)]
         path = transcript(env, cwd, ident)
-        if os.path.exists(path):
-            if [r for _, r in _read_lines(path, 0).records] != placed:
+        old_folder, folder = str(carried.get("folder") or ""), path[:-len(".jsonl")]
+        paths = {str(carried.get("cwd", "")): cwd, **mapping} if carried.get("cwd") else dict(mapping)
+        placed = [_moved(r, paths, old_folder, folder) for r in records if isinstance(r, dict)]
+        kept: dict[str, str] = {}
+        for name, text in files.items():
+            parts = Path(str(name)).parts
+            if not isinstance(text, str) or not parts or os.path.isabs(name) or ".." in parts:
+                raise InvalidArgument(f"the carried Claude Code session has a file outside its folder: {name!r}")
+            kept[os.path.join(folder, *parts)] = text.replace(old_folder, folder) if old_folder else text
+        for file, text in kept.items():
+            if os.path.exists(file) and Path(file).read_text("utf-8", "replace") != text:
                 raise InvalidArgument(f"a different Claude Code session {ident} is already at {path}")
-        else:
+        if os.path.exists(path) and [r for _, r in _read_lines(path, 0).records] != placed:
+            raise InvalidArgument(f"a different Claude Code session {ident} is already at {path}")
+        for file, text in kept.items():
+            if not os.path.exists(file):
+                os.makedirs(os.path.dirname(file), exist_ok=True)
+                Path(file).write_text(text, "utf-8")
+        if not os.path.exists(path):
             _write(path, placed)
         return {"cli": CLI, "id": ident, "cwd": cwd, "transcript": path}
 
@@ -559,13 +583,25 @@ def _short(text: str) -> str:
     return line if len(line) <= TITLE_MAX else line[:TITLE_MAX - 1] + "…"
 
 
-def _moved(record: dict[str, Any], paths: Mapping[str, str]) -> dict[str, Any]:
-    """A record with the folders the CLI reads from it (``cwd``, a relocation's) moved."""
-    moved = dict(record)
+def _moved(record: dict[str, Any], paths: Mapping[str, str], old_folder: str, folder: str) -> dict[str, Any]:
+    """A record with the folders the CLI reads from it moved: ``cwd`` and a relocation's by
+    ``paths``, and the session's own folder (where it saved a tool's long output, which the
+    record names) wherever it appears."""
+    moved = _replaced(record, old_folder, folder) if old_folder and old_folder != folder else dict(record)
     for key in ("cwd", "relocatedCwd"):
         if isinstance(moved.get(key), str):
             moved[key] = remap(moved[key], paths)
     return moved
+
+
+def _replaced(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, dict):
+        return {k: _replaced(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replaced(v, old, new) for v in value]
+    return value
 
 
 def _write(path: str, records: list[dict[str, Any]]) -> None:
