@@ -211,7 +211,7 @@ def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recor
     again = FORMAT.read(fork)
     assert [m.content for m in again.messages if m.role != "tool"] == [
         "write hi into file", "Let me write it.", "The file is written.", "again from there", "Rewound."]
-    assert FORMAT.read(fork, branched.position).messages == []
+    assert branched.position == read.position and FORMAT.read(fork, branched.position).branched  # until read anew
 
 
 # ---------------------------------------------------------------------------------- carried, written
@@ -379,6 +379,18 @@ def test_a_tool_use_waiting_for_its_result_ends_the_part_read(records: Records) 
     assert later.tokens_in == 10  # msg_1 was counted by the first read
     whole = read(records)
     assert shape(whole.messages) == shape(first.messages + later.messages) and whole.tokens_in == 20
+
+
+def test_a_model_call_read_in_part_is_counted_once(records: Records) -> None:
+    records.user("go")
+    records.assistant({"type": "text", "text": "First, a look."}, "msg_1")
+    first = read(records)
+    records.assistant({"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}, "msg_1")
+    records.user([{"type": "tool_result", "tool_use_id": "t1", "content": "a"}])
+    records.assistant({"type": "text", "text": "One file."}, "msg_2", usage={"input_tokens": 7, "output_tokens": 2})
+    later = read(records, first.position)
+    assert [m.role for m in later.messages] == ["tool", "assistant"]
+    assert (first.tokens_in, later.tokens_in, later.tokens_out, later.context) == (10, 7, 2, (7, None))
 
 
 def test_a_tool_that_never_returned_before_the_next_prompt_is_said_without_a_result(records: Records) -> None:
