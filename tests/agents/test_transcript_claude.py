@@ -211,7 +211,7 @@ def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recor
     again = FORMAT.read(fork)
     assert [m.content for m in again.messages if m.role != "tool"] == [
         "write hi into file", "Let me write it.", "The file is written.", "again from there", "Rewound."]
-    assert FORMAT.read(fork, branched.position).messages == []
+    assert branched.position == read.position and FORMAT.read(fork, branched.position).branched  # until read anew
 
 
 # ---------------------------------------------------------------------------------- carried, written
@@ -268,6 +268,38 @@ def test_a_written_history_is_resumed_by_the_real_cli_with_its_earlier_turns(
         ("user", "text", "", "answer now")]
     grown = FORMAT.read(FORMAT.find(claude_sandbox.env, ref["id"]), read.position)
     assert [(m.role, m.content) for m in grown.messages] == [("user", "answer now"), ("assistant", "Two files: a and b.")]
+
+
+def test_a_compacted_session_reads_whole_and_carries_the_long_output_the_cli_saved_beside_it(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, tmp_path: Path) -> None:
+    model_server.script.add(shell("seq 1 40000"), say("Many lines."), say("Summary: numbers were printed."),
+                            say("After compaction."))
+    first = claude_sandbox.prompt("print many lines")
+    sid = claude_sandbox.session_id(first)
+    for prompt in ("/compact", "go on"):
+        assert claude_sandbox.prompt(prompt, resume=sid).returncode == 0
+    read = FORMAT.read(FORMAT.find(claude_sandbox.env, sid))
+    said = [(m.role, m.content) for m in read.messages if m.role == "assistant" or "<" not in m.content]
+    assert said == [("user", "print many lines"), ("assistant", "Many lines."), ("user", "go on"),
+                    ("assistant", "After compaction.")]  # the summary the CLI put in their place is not said
+    assert [m.content for m in read.messages if m.role == "user" and "<" in m.content][0].startswith(
+        "<command-name>/compact</command-name>")
+    tool = read.messages[1].meta["tool"]  # type: ignore[index]
+    old_folder = read.path[:-len(".jsonl")]
+    assert f"Full output saved to: {old_folder}/tool-results/" in tool["output"]
+
+    carried = FORMAT.carry(read.ref(), claude_sandbox.env)
+    assert carried is not None
+    [(name, text)] = carried["files"].items()
+    assert name.startswith("tool-results/") and text.endswith("39999\n40000\n")
+    other = ClaudeSandbox(claude_sandbox.cli, model_server, tmp_path / "other")
+    placed = FORMAT.place(carried, other.env, str(other.workdir), {})
+    moved = FORMAT.read(FORMAT.find(other.env, placed["transcript"]))
+    folder = placed["transcript"][:-len(".jsonl")]
+    assert f"Full output saved to: {folder}/{name}" in moved.messages[1].meta["tool"]["output"]  # type: ignore[index]
+    assert Path(folder, name).read_text() == text and moved.cwd == str(other.workdir)
+    with pytest.raises(InvalidArgument, match="^the carried Claude Code session has a file outside its folder"):
+        FORMAT.place({**carried, "files": {"../../escape.txt": "x"}}, other.env, str(tmp_path / "third"), {})
 
 
 # ---------------------------------------------------------------------------------- hand-made records
@@ -347,6 +379,18 @@ def test_a_tool_use_waiting_for_its_result_ends_the_part_read(records: Records) 
     assert later.tokens_in == 10  # msg_1 was counted by the first read
     whole = read(records)
     assert shape(whole.messages) == shape(first.messages + later.messages) and whole.tokens_in == 20
+
+
+def test_a_model_call_read_in_part_is_counted_once(records: Records) -> None:
+    records.user("go")
+    records.assistant({"type": "text", "text": "First, a look."}, "msg_1")
+    first = read(records)
+    records.assistant({"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}, "msg_1")
+    records.user([{"type": "tool_result", "tool_use_id": "t1", "content": "a"}])
+    records.assistant({"type": "text", "text": "One file."}, "msg_2", usage={"input_tokens": 7, "output_tokens": 2})
+    later = read(records, first.position)
+    assert [m.role for m in later.messages] == ["tool", "assistant"]
+    assert (first.tokens_in, later.tokens_in, later.tokens_out, later.context) == (10, 7, 2, (7, None))
 
 
 def test_a_tool_that_never_returned_before_the_next_prompt_is_said_without_a_result(records: Records) -> None:

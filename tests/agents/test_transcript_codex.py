@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +73,15 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         assert forked.returncode == 0, forked.stderr
         yield Recorded(sandbox, server, thread, started, first, run.events, found, sandbox.session_id(forked))
         assert not server.unserved
+
+
+def indexed(env: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The threads the CLI's own index lists: id -> (rollout path, cwd)."""
+    index = sqlite3.connect(home(env) / "state_5.sqlite")
+    try:
+        return {i: (p, c) for i, p, c in index.execute("SELECT id, rollout_path, cwd FROM threads")}
+    finally:
+        index.close()
 
 
 def said(transcript: Transcript) -> list[tuple[str, str]]:
@@ -209,8 +219,8 @@ async def test_a_read_during_a_tool_call_stops_before_it_and_the_next_read_has_t
     [tool] = after.messages
     assert tool.meta is not None and tool.meta["tool"]["name"] == "exec_command" and after.problems == []
     assert "sleep 30" in json.dumps(tool.meta["tool"]["input"])
-    # the CLI says it one of two ways: its output item ("aborted by user") alone, or also the
-    # command's own end (failed), when the command got to start before the interrupt
+    # the CLI says it one of two ways: its output item alone ("aborted by user"), or also the
+    # command's end (failed) when it writes that before it exits
     assert "aborted" in tool.meta["tool"]["output"] or tool.meta["tool"]["is_error"]
 
 
@@ -222,6 +232,9 @@ def test_a_carried_thread_is_placed_in_another_home_and_the_cli_resumes_it_there
     carried = FORMAT.carry(FORMAT.read(recorded.found).ref(), recorded.env)
     assert carried is not None and json.loads(json.dumps(carried)) == carried
     target = codex_sandbox
+    model_server.script.add(say("A thread of this home's own."))
+    assert target.prompt("hello").returncode == 0  # its index made and filled: a placed thread is not in it
+    assert len(indexed(target.env)) == 1 and recorded.thread not in indexed(target.env)
     ref = FORMAT.place(carried, target.env, str(target.workdir), {str(recorded.sandbox.home): str(target.home)})
     assert ref["id"] == recorded.thread and ref["cwd"] == str(target.workdir)
     assert Path(ref["transcript"]).is_relative_to(home(target.env) / "sessions")
@@ -241,6 +254,7 @@ def test_a_carried_thread_is_placed_in_another_home_and_the_cli_resumes_it_there
     assert "hi" in " ".join(sent.results().values()) and sent.texts("user")[-1] == "go on over here"
     assert said(FORMAT.read(FORMAT.find(target.env, recorded.thread), placed.position)) == [
         ("user", "go on over here"), ("assistant", "Resumed elsewhere.")]
+    assert indexed(target.env)[recorded.thread] == (ref["transcript"], str(target.workdir))  # by the CLI itself
 
     other = dict(carried, rollouts=[dict(carried["rollouts"][0], text=carried["rollouts"][0]["text"].replace(
         "Third answer.", "Another answer."))])
@@ -295,7 +309,8 @@ def rollout(path: Path, *records: dict[str, Any], meta: dict[str, Any] | None = 
     """A rollout file of ``records`` (each ``{"type": ..., "payload": ...}``) after a session_meta."""
     head = {"type": "session_meta", "payload": {"id": "t-1", "cwd": "/w", "timestamp": "2026-01-01T00:00:00.000Z",
                                                 **(meta or {})}}
-    path.write_text("".join(json.dumps({"timestamp": "2026-01-01T00:00:01.000Z", **r}) + "\n" for r in (head, *records)))
+    lines = (json.dumps({"timestamp": "2026-01-01T00:00:01.000Z", **r}, ensure_ascii=False) for r in (head, *records))
+    path.write_text("".join(line + "\n" for line in lines))  # non-ASCII raw, as the CLI writes it
     return Found("codex", "t-1", str(path), "/w", 0.0)
 
 
@@ -369,6 +384,17 @@ def test_an_mcp_call_and_a_namespaced_call_are_named_as_the_runner_names_them(tm
         ("mcp__calc__add", {"a": 2, "b": 3}, "5", False), ("mcp__calc__add", {}, "no such tool", True)]
 
 
+def test_a_bad_line_is_said_once_even_when_it_ends_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    found = rollout(path, message("user", "hello"))
+    with path.open("a") as file:
+        file.write("[1, 2]\n")
+    first = FORMAT.read(found)
+    assert said(first) == [("user", "hello")] and first.position.offset == path.stat().st_size
+    assert first.problems == [f"the rollout line at byte {path.stat().st_size - 7} is not a rollout record; skipped"]
+    assert FORMAT.read(found, first.position).problems == []
+
+
 def test_usage_is_summed_per_call_once_even_when_a_count_repeats(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     found = rollout(path, count(100, 100), count(100, 100), count(150, 50, window=2000))
@@ -379,6 +405,22 @@ def test_usage_is_summed_per_call_once_even_when_a_count_repeats(tmp_path: Path)
     second = FORMAT.read(found, first.position)
     assert (second.tokens_in, second.tokens_out, second.context) == (19, 1, (20, 1000))
     assert Position.of(second.position.as_json()) == second.position
+
+
+def test_a_line_separator_inside_a_string_survives_carry_and_place(tmp_path: Path) -> None:
+    """The CLI writes U+2028 raw (measured): a rollout is split at newlines only."""
+    thread = uuid7()
+    old, new = {"CODEX_HOME": str(tmp_path / "old")}, {"CODEX_HOME": str(tmp_path / "new")}
+    path = tmp_path / "old" / "sessions" / "2026" / "01" / "02" / f"rollout-2026-01-02T03-04-05-{thread}.jsonl"
+    path.parent.mkdir(parents=True)
+    rollout(path, message("user", "one\u2028line"), {"type": "turn_context", "payload": {"cwd": "/old/w"}},
+            meta={"id": thread, "cwd": "/old/w"})
+    carried = FORMAT.carry({"cli": "codex", "id": thread, "cwd": "/old/w"}, old)
+    assert carried is not None and carried["rollouts"][0]["path"] == f"2026/01/02/{path.name}"
+    ref = FORMAT.place(carried, new, "/new/w", {})
+    placed = FORMAT.read(FORMAT.find(new, thread))
+    assert said(placed) == [("user", "one\u2028line")] and placed.cwd == "/new/w" and ref["cwd"] == "/new/w"
+    assert ref["transcript"] == str(tmp_path / "new" / "sessions" / carried["rollouts"][0]["path"])
 
 
 def test_a_place_refuses_paths_outside_the_sessions_folder(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ small database made by hand with opencode's own tables."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +18,11 @@ import pytest
 from procession import Workspace
 from procession.model.errors import InvalidArgument
 from procession.model.toolcalls import tool_message
-from procession.model.transcripts import Position, Said, format_of
+from procession.model.transcripts import Found, Position, Said, format_of
 from procession.model.transcripts.opencode import SESSION_COLUMNS, database
 from support.agent_clis import OpencodeSandbox, require_cli
-from support.models import ModelServer, Usage, say, shell
+from support.models import Hold, ModelServer, Usage, say, shell
+from conftest import until
 from support.runs import last_run
 from test_runners import agent_session, ask
 
@@ -114,7 +116,7 @@ def test_a_written_history_is_a_session_the_real_cli_resumes_with_its_earlier_tu
                Said(*tool_message("toolu_2", "Bash", {"command": "cat file"}, "hi\n", False), ts=1_767_225_602.0),
                Said("assistant", "The file says hi.", ts=1_767_225_603.0),
                Said("user", "thanks"), Said("assistant", "You are welcome.")]
-    ref = FORMAT.write(history, agent.env, str(agent.workdir), OpencodeSandbox.MODEL)
+    ref = FORMAT.write(history, agent.env, str(agent.workdir), "")  # the model its configuration names
     assert ref is not None and ref["cwd"] == str(agent.workdir) and ref["transcript"] == database(agent.env)
     read = FORMAT.read(FORMAT.find(agent.env, ref["id"]))
     assert [(m.role, m.content) for m in read.messages] == [(m.role, m.content) for m in history]
@@ -145,6 +147,34 @@ def test_a_resumed_turn_reads_from_the_saved_position_as_exactly_the_new_part(
     assert after.messages[0].content == "list the files" and after.messages[-1].content == "Listed."
     assert (after.tokens_in, after.tokens_out) == (FIRST.input + SECOND.input, FIRST.output + SECOND.output)
     assert after.position != before.position and not after.branched
+
+
+async def test_a_step_cut_short_by_a_kill_is_held_while_newest_and_passed_once_the_session_goes_on(
+        opencode_sandbox: OpencodeSandbox, model_server: ModelServer) -> None:
+    agent, hold = opencode_sandbox, Hold()
+    model_server.script.add(say("never finished", hold=hold), say("Back again."))
+    args, stdin = agent.headless("hello")
+    run = agent.start(args, stdin)
+    hold.wait_reached()
+    found = await until(lambda: step_begun(agent), timeout=30)
+    run.kill()
+    run.wait()
+    hold.release()
+    cut = FORMAT.read(found)
+    assert [m.content for m in cut.messages] == ["hello"]
+
+    assert agent.prompt("are you there?", resume=found.id).returncode == 0
+    after = FORMAT.read(found, cut.position)
+    assert [(m.role, m.content) for m in after.messages] == [("user", "are you there?"), ("assistant", "Back again.")]
+
+
+def step_begun(agent: OpencodeSandbox) -> Found | None:
+    """The sandbox's one session, once its step's message is written (as the reply starts)."""
+    if not os.path.isfile(database(agent.env)):
+        return None
+    found = next(FORMAT.discover(agent.env), None)
+    carried = FORMAT.carry({"id": found.id}, agent.env) if found else None
+    return found if carried and carried["messages"][-1]["info"]["role"] == "assistant" else None
 
 
 # ------------------------------------------------------------------------------------------
@@ -248,6 +278,10 @@ def test_sessions_are_listed_newest_first_and_found_by_a_prefix_only_when_it_is_
         FORMAT.find(store.env, "ses_zz")
     with pytest.raises(InvalidArgument, match="several"):
         FORMAT.find(store.env, str(store.path))
+
+
+def test_a_history_is_not_written_when_no_model_is_named_anywhere(tmp_path: Path) -> None:
+    assert FORMAT.write([Said("user", "hi")], {"HOME": str(tmp_path)}, str(tmp_path), "") is None
 
 
 def test_a_database_that_is_not_opencodes_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -95,10 +95,10 @@ def transcript(env: Mapping[str, str], cwd: str, agent_id: str) -> str:
 
 @dataclass(slots=True)
 class _Lines:
-    """The whole records of a file from some offset: (offset, record) pairs, the offset after
-    the last whole one, what was skipped, and whether any line looked like Claude's."""
+    """The whole records of a file from some offset, the offset after the last whole one,
+    what was skipped, and whether any record looked like Claude's."""
 
-    records: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
     end: int = 0
     problems: list[str] = field(default_factory=list)
     claude: bool = False
@@ -111,8 +111,8 @@ def _read_lines(path: str, start: int) -> _Lines:
             data = file.read()
     except FileNotFoundError:
         raise InvalidArgument(f"no Claude Code transcript at {path}") from None
-    except IsADirectoryError:
-        raise InvalidArgument(f"{path} is a folder, not a Claude Code transcript") from None
+    except OSError as error:
+        raise InvalidArgument(f"cannot read {path}: {error.strerror or error}") from None
     out = _Lines(end=start)
     at = 0
     while at < len(data):
@@ -136,7 +136,7 @@ def _read_lines(path: str, start: int) -> _Lines:
             out.problems.append(f"the record at byte {offset} of {path} is not an object; skipped")
             continue
         out.claude = out.claude or (isinstance(record.get("type"), str) and "sessionId" in record)
-        out.records.append((offset, record))
+        out.records.append(record)
     return out
 
 
@@ -256,8 +256,8 @@ def _result_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(b.get("text", "") if isinstance(b, dict) and b.get("type") != "image" else "[image]"
-                         for b in content)
+        return "\n".join(("[image]" if b.get("type") == "image" else str(b.get("text", ""))) if isinstance(b, dict)
+                         else str(b) for b in content)
     return "" if content is None else json.dumps(content, ensure_ascii=False)
 
 
@@ -270,7 +270,11 @@ class _Said:
     context: int = 0
     model: str = ""
     cwd: str = ""
-    first_prompt: str = ""
+
+
+def _message(record: Mapping[str, Any]) -> dict[str, Any]:
+    message = record.get("message")
+    return message if isinstance(message, dict) else {}
 
 
 def _spoken(record: Mapping[str, Any]) -> bool:
@@ -283,7 +287,7 @@ def _spoken(record: Mapping[str, Any]) -> bool:
 def _filler(record: Mapping[str, Any]) -> bool:
     """An answer the CLI made up, not the model's: ``No response requested.`` where a resumed
     conversation ended on the user (its API errors, also made up, are said: the runner says them)."""
-    return (record.get("message") or {}).get("model") == SYNTHETIC and not record.get("isApiErrorMessage")
+    return _message(record).get("model") == SYNTHETIC and not record.get("isApiErrorMessage")
 
 
 def _pending(chain: list[dict[str, Any]]) -> int:
@@ -293,7 +297,7 @@ def _pending(chain: list[dict[str, Any]]) -> int:
     while True:
         waiting: dict[str, int] = {}
         for index, record in enumerate(chain[:cut]):
-            content = (record.get("message") or {}).get("content")
+            content = _message(record).get("content")
             blocks = content if isinstance(content, list) else []
             if record.get("type") == "assistant":
                 waiting.update({str(b.get("id")): index for b in blocks if isinstance(b, dict)
@@ -324,7 +328,7 @@ def _say(chain: list[dict[str, Any]], seen_calls: set[str]) -> _Said:
         if isinstance(record.get("cwd"), str):
             said.cwd = record["cwd"]
         kind, uid, ts = record.get("type"), record.get("uuid"), epoch(record.get("timestamp"))
-        message: dict[str, Any] = record["message"] if isinstance(record.get("message"), dict) else {}
+        message = _message(record)
         content = message.get("content")
         if kind == "assistant" and _filler(record):
             continue
@@ -352,8 +356,16 @@ def _say(chain: list[dict[str, Any]], seen_calls: set[str]) -> _Said:
                 stopped(ts)
             if text.strip() and not INTERRUPTED.match(text.strip()):
                 said.messages.append(Said("user", text, None, ts))
-                said.first_prompt = said.first_prompt or text
     return said
+
+
+def _first_prompt(chain: list[dict[str, Any]]) -> str:
+    """The first words of the user's first prompt: the session's title when it has none."""
+    for record in chain:
+        text = _text(_message(record).get("content")) if _spoken(record) and not record.get("isSidechain") else ""
+        if text.strip() and not INTERRUPTED.match(text.strip()):
+            return _short(text)
+    return ""
 
 
 def _usage(said: _Said, message: Mapping[str, Any], seen: set[str]) -> None:
@@ -425,6 +437,8 @@ class ClaudeFormat:
                 raise InvalidArgument(f"no Claude Code transcript at {ident}")
             return _found(os.path.abspath(ident))
         projects = os.path.join(home(env), "projects")
+        if not ident:
+            raise InvalidArgument("name a Claude Code session: its id, a prefix of it, or its file")
         matches: list[str] = []
         for folder in os.scandir(projects) if os.path.isdir(projects) else []:
             if folder.is_dir():
@@ -433,40 +447,39 @@ class ClaudeFormat:
         exact = [m for m in matches if Path(m).stem == ident.lower()]
         if len(exact) == 1 or len(matches) == 1:
             return _found((exact or matches)[0])
-        if not matches or not ident:
+        if not matches:
             raise InvalidArgument(f"no Claude Code session {ident!r} in {projects}")
         raise InvalidArgument(f"{len(matches)} Claude Code sessions start with {ident!r}: give more of the id")
 
     def read(self, found: Found, position: Position | None = None) -> Transcript:
+        """See the module's docstring. With a position the conversation no longer passes
+        through, nothing is read: ``branched``, and the position is given back unchanged (a
+        read from the start takes the conversation as it is now). A read of the new lines
+        alone names the title only if they rename the session."""
         position = position or Position()
         out = Transcript(CLI, found.id, found.path, cwd=found.cwd)
-        if position.offset:
-            fast = self._read_on(found, position, out)
-            if fast:
-                return out
+        if position.offset and self._read_on(found, position, out):
+            return out
         lines = _read_lines(found.path, 0)
         if (lines.records or lines.problems) and not lines.claude:
             raise InvalidArgument(f"{found.path} is not a Claude Code transcript")
         tree = _Tree()
-        for _, record in lines.records:
+        for record in lines.records:
             tree.add(record)
         chain, _ = tree.back(tree.leaf(), "")
         out.problems += lines.problems
-        out.title = tree.title
+        out.title = tree.title or _first_prompt(chain)
         out.started = epoch(chain[0].get("timestamp")) if chain else None
-        forked = (chain[0].get("forkedFrom") or {}) if chain else {}
+        forked = chain[0].get("forkedFrom") if chain else None
         out.forked_from = forked.get("sessionId") if isinstance(forked, dict) else None
-        before: list[dict[str, Any]] = []
+        index = -1
         if position.last:
-            index = next((i for i, r in enumerate(chain) if r.get("uuid") == position.last), None)
-            if index is None:
-                out.branched = True
-                out.position = Position(lines.end, chain[-1]["uuid"] if chain else "")
+            found_at = next((i for i, r in enumerate(chain) if r.get("uuid") == position.last), None)
+            if found_at is None:
+                out.branched, out.position = True, position
                 return out
-            before, chain = chain[:index + 1], chain[index + 1:]
-        said = self._fill(out, chain, before, position.last, lines.end)
-        if not position.last:
-            out.title = out.title or _short(said.first_prompt)
+            index = found_at
+        self._fill(out, chain[index + 1:], chain[:index + 1], position.last, lines.end)
         return out
 
     def _read_on(self, found: Found, position: Position, out: Transcript) -> bool:
@@ -481,7 +494,7 @@ class ClaudeFormat:
             return False
         lines = _read_lines(found.path, position.offset)
         tree = _Tree()
-        for _, record in lines.records:
+        for record in lines.records:
             tree.add(record)
         if any(p not in tree.nodes and p != position.last for p in tree.pointers):
             return False  # a rewind to a record read before
@@ -493,19 +506,20 @@ class ClaudeFormat:
             out.position = Position(lines.end, position.last)
             return True
         chain, left = tree.back(leaf, position.last)
-        if left is not None or (chain and chain[0].get("type") == "assistant"):
-            return False
+        spoken = [r.get("type") for r in chain if r.get("type") in ("user", "assistant")]
+        if left is not None or spoken[:1] == ["assistant"]:
+            return False  # reaches before the new lines, or goes on with a model call begun there
         out.problems += lines.problems
         out.title = tree.title
         self._fill(out, chain, [], position.last, lines.end)
         return True
 
     def _fill(self, out: Transcript, chain: list[dict[str, Any]], before: list[dict[str, Any]], last: str,
-              end: int) -> _Said:
+              end: int) -> None:
         """``out`` given the messages of ``chain`` (after ``before``, whose model calls are
         counted already), and the position after them."""
         chain = chain[:_pending(chain)]
-        seen = {str((r.get("message") or {}).get("id")) for r in before if r.get("type") == "assistant"}
+        seen = {str(_message(r).get("id")) for r in before if r.get("type") == "assistant"}
         said = _say(chain, seen)
         out.messages = said.messages
         out.model, out.cwd = said.model, said.cwd or out.cwd
@@ -517,30 +531,53 @@ class ClaudeFormat:
         if said.context:
             out.context = (said.context, None)
         out.position = Position(end, str(chain[-1]["uuid"]) if chain else last)
-        return said
 
     # -------------------------------------------------------------------------- carrying
 
     def carry(self, ref: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any] | None:
+        """The records, and the files of the session's own folder (tool outputs too large for
+        the transcript, subagents' transcripts) that are text: the transcript names them."""
         path = str(ref.get("transcript") or transcript(env, str(ref.get("cwd", "")), str(ref.get("id", ""))))
         if not os.path.isfile(path):
             return None
-        lines = _read_lines(path, 0)
+        folder, files = path[:-len(".jsonl")], {}
+        for root, _, names in os.walk(folder):
+            for name in names:
+                try:
+                    files[os.path.relpath(os.path.join(root, name), folder)] = Path(root, name).read_text("utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
         return {"cli": CLI, "id": str(ref.get("id") or Path(path).stem), "cwd": str(ref.get("cwd") or _head_cwd(path)),
-                "records": [r for _, r in lines.records]}
+                "folder": folder, "records": _read_lines(path, 0).records, "files": files}
 
     def place(self, carried: Mapping[str, Any], env: Mapping[str, str], cwd: str,
               mapping: Mapping[str, str]) -> dict[str, Any]:
-        ident, records = str(carried.get("id", "")), carried.get("records")
-        if not _SESSION_FILE.match(f"{ident}.jsonl") or not isinstance(records, list):
+        """The session under this home's folder for ``cwd``: its records' ``cwd`` mapped (the
+        carried folder becoming ``cwd`` unless ``mapping`` says otherwise), the paths of its
+        own folder's files moved with them. Placing the same session again changes nothing."""
+        ident, records, files = str(carried.get("id", "")), carried.get("records"), carried.get("files") or {}
+        if not _SESSION_FILE.match(f"{ident}.jsonl") or not isinstance(records, list) or not isinstance(files, dict):
             raise InvalidArgument("the carried Claude Code session has no session id or no records")
-        paths = {str(carried.get("cwd", "")): cwd, **mapping} if carried.get("cwd") else dict(mapping)
-        placed = [_moved(r, paths) for r in records if isinstance(r, dict)]
         path = transcript(env, cwd, ident)
-        if os.path.exists(path):
-            if [r for _, r in _read_lines(path, 0).records] != placed:
+        old_folder, folder = str(carried.get("folder") or ""), path[:-len(".jsonl")]
+        paths = {str(carried.get("cwd", "")): cwd, **mapping} if carried.get("cwd") else dict(mapping)
+        placed = [_moved(r, paths, old_folder, folder) for r in records if isinstance(r, dict)]
+        kept: dict[str, str] = {}
+        for name, text in files.items():
+            parts = Path(str(name)).parts
+            if not isinstance(text, str) or not parts or os.path.isabs(name) or ".." in parts:
+                raise InvalidArgument(f"the carried Claude Code session has a file outside its folder: {name!r}")
+            kept[os.path.join(folder, *parts)] = text.replace(old_folder, folder) if old_folder else text
+        for file, text in kept.items():
+            if os.path.exists(file) and Path(file).read_text("utf-8", "replace") != text:
                 raise InvalidArgument(f"a different Claude Code session {ident} is already at {path}")
-        else:
+        if os.path.exists(path) and _read_lines(path, 0).records != placed:
+            raise InvalidArgument(f"a different Claude Code session {ident} is already at {path}")
+        for file, text in kept.items():
+            if not os.path.exists(file):
+                os.makedirs(os.path.dirname(file), exist_ok=True)
+                Path(file).write_text(text, "utf-8")
+        if not os.path.exists(path):
             _write(path, placed)
         return {"cli": CLI, "id": ident, "cwd": cwd, "transcript": path}
 
@@ -559,13 +596,25 @@ def _short(text: str) -> str:
     return line if len(line) <= TITLE_MAX else line[:TITLE_MAX - 1] + "…"
 
 
-def _moved(record: dict[str, Any], paths: Mapping[str, str]) -> dict[str, Any]:
-    """A record with the folders the CLI reads from it (``cwd``, a relocation's) moved."""
-    moved = dict(record)
+def _moved(record: dict[str, Any], paths: Mapping[str, str], old_folder: str, folder: str) -> dict[str, Any]:
+    """A record with the folders the CLI reads from it moved: ``cwd`` and a relocation's by
+    ``paths``, and the session's own folder (where it saved a tool's long output, which the
+    record names) wherever it appears."""
+    moved = _replaced(record, old_folder, folder) if old_folder and old_folder != folder else dict(record)
     for key in ("cwd", "relocatedCwd"):
         if isinstance(moved.get(key), str):
             moved[key] = remap(moved[key], paths)
     return moved
+
+
+def _replaced(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, dict):
+        return {k: _replaced(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replaced(v, old, new) for v in value]
+    return value
 
 
 def _write(path: str, records: list[dict[str, Any]]) -> None:

@@ -171,16 +171,16 @@ def _meta(path: str) -> dict[str, Any]:
 @dataclass(slots=True)
 class _Record:
     start: int  # the byte offset of its line
-    end: int  # just after its newline
     type: str
     payload: dict[str, Any]
     ts: float | None
     ordinal: int | None
 
 
-def _records(path: str, offset: int, problems: list[str]) -> list[_Record]:
-    """The whole lines after ``offset``, parsed; a line that is no record is said and skipped,
-    a last line without its newline (being written) is left out."""
+def _records(path: str, offset: int, problems: list[tuple[int, str]]) -> tuple[list[_Record], int]:
+    """The whole lines after ``offset``, parsed, and the offset after the last of them; a line
+    that is no record is said (with its offset) and skipped, a last line without its newline
+    (being written) is left out."""
     try:
         with open(path, "rb") as file:
             file.seek(offset)
@@ -195,16 +195,16 @@ def _records(path: str, offset: int, problems: list[str]) -> list[_Record]:
         try:
             record = limits.json_loads(raw, f"the rollout line at byte {start}")
         except InvalidArgument as error:
-            problems.append(f"{error}; skipped")
+            problems.append((start, f"{error}; skipped"))
             continue
         payload = record.get("payload") if isinstance(record, dict) else None
         if not isinstance(payload, dict) or not isinstance(record.get("type"), str):
-            problems.append(f"the rollout line at byte {start} is not a rollout record; skipped")
+            problems.append((start, f"the rollout line at byte {start} is not a rollout record; skipped"))
             continue
         ordinal = record.get("ordinal")
-        out.append(_Record(start, offset + at, record["type"], payload, _when(record.get("timestamp")),
+        out.append(_Record(start, record["type"], payload, _when(record.get("timestamp")),
                            ordinal if isinstance(ordinal, int) else None))
-    return out
+    return out, offset + at
 
 
 def _text(content: Any) -> str:
@@ -312,14 +312,20 @@ def _cut(records: list[_Record]) -> int:
 
 def _read(path: str, meta: Mapping[str, Any], offset: int, total: int | None, upto: int | None = None,
           seen: frozenset[str] = frozenset()) -> _Reading:
+    """The conversation after ``offset`` (``total``: the running token total read so far);
+    ``upto``: only the records before that ordinal (a fork's part of its parent), whole;
+    ``seen``: the threads whose reads led here (a lineage is no loop)."""
     thread = str(meta["id"])
     found = Transcript(CLI, thread, path, cwd=str(meta.get("cwd") or ""), started=_when(meta.get("timestamp")),
                        forked_from=meta.get("forked_from_id") if isinstance(meta.get("forked_from_id"), str) else None)
-    records = _records(path, offset, found.problems)
+    problems: list[tuple[int, str]] = []
+    records, end = _records(path, offset, problems)
     if upto is not None:
         records = [r for r in records if r.ordinal is None or r.ordinal < upto]
-    kept = records[:_cut(records)] if upto is None else records
-    found.position = Position(kept[-1].end if kept else offset)
+    cut = _cut(records) if upto is None else len(records)
+    kept = records[:cut]
+    found.position = Position(records[cut].start if cut < len(records) else end)
+    found.problems += [said for at, said in problems if at < found.position.offset]  # the rest: said when read
     if offset == 0 and found.forked_from and isinstance(meta.get("forked_from_ordinal_exclusive"), int):
         found.messages += _parent(path, found.forked_from, meta["forked_from_ordinal_exclusive"], found.problems,
                                   seen | {thread})
@@ -403,8 +409,9 @@ def _index(root: Path) -> dict[str, str]:
 
 
 def _lines(text: str) -> list[str]:
-    """A rollout's whole lines (a last one cut short is left out)."""
-    return text.splitlines(keepends=True)[: text.count("\n")]
+    """A rollout's whole lines (a last one cut short is left out). Split at newlines only:
+    the CLI writes U+2028 and other line separators raw inside its JSON strings."""
+    return [line + "\n" for line in text.split("\n")[:-1]]
 
 
 def _remapped(line: str, mapping: Mapping[str, str]) -> str:

@@ -3,8 +3,8 @@ data folder), tables ``session``, ``message`` (one row per user prompt or model 
 in ``data``) and ``part`` (a message's text, tool call, reasoning, step marks).
 
 The database is in WAL mode and the CLI may be writing it while Procession reads: it is opened
-read-only, with a short busy timeout, and every read is one statement (one snapshot, no
-transaction left open). Messages are ordered as opencode orders them, by ``time_created`` then
+read-only, with a short busy timeout, a connection per statement (its own snapshot; no
+transaction is left open). Messages are ordered as opencode orders them, by ``time_created`` then
 id: ids are a millisecond clock (modulo 2^48) and a counter, but a fork copies messages under
 new ids with their old times, so ids alone do not say the order.
 
@@ -220,10 +220,12 @@ class Opencode:
     def read(self, found: Found, position: Position | None = None) -> Transcript:
         """User and assistant text (synthetic parts left out), and each tool part as one tool
         message; reasoning and step marks are not messages. Usage is summed over the steps read
-        (``step-finish`` parts), as the runner sums its ``step_finish`` events. Reading stops
-        before an assistant message still being written (no ``completed`` time) and before a
-        user message whose parts are not written yet. A position whose message is gone (the
-        session was reverted in the CLI) reads the whole session, ``branched``."""
+        (``step-finish`` parts), as the runner sums its ``step_finish`` events. The newest
+        message is left for the next read while it is being written: a step without its
+        ``completed`` time, a prompt without its parts. One that is not the newest is read as
+        it stands: a run killed mid-step never completes its step, and the session went on. A
+        position whose message is gone (the session was reverted in the CLI) reads the whole
+        session, ``branched``."""
         last = (position or Position()).last
         row = _session(found.path, found.id)
         if row is None:
@@ -234,10 +236,8 @@ class Opencode:
                          title=info.get("title", ""), started=_seconds(info["time"]["created"]),
                          position=Position(last=last if passed else ""), branched=not passed)
         for index, (mid, created, data, parts) in enumerate(messages):
-            role = data.get("role")
-            if role == "assistant" and not (data.get("time") or {}).get("completed"):
-                break
-            if role == "user" and not parts and index == len(messages) - 1:
+            role, newest = data.get("role"), index == len(messages) - 1
+            if newest and (not parts if role == "user" else not (data.get("time") or {}).get("completed")):
                 break
             self._message(out, data, parts, _seconds(created))
             out.position = Position(last=mid)
@@ -317,13 +317,13 @@ class Opencode:
     def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:
         """A new session holding ``history``, imported as ``place`` does: user prompts, the
         model's steps (text, then its tool calls, as opencode records a step), each tool call
-        with its recorded result. ``model`` (``PROVIDER/MODEL``; else the one the configuration
-        in ``env`` names) is what every step says it ran on, so ``opencode run -s`` without
-        ``-m`` goes on with it."""
-        name = model or str(_config_model(env))
-        provider, _, model_id = name.partition("/")
+        with its recorded result. Every message names the model it ran on, and ``opencode run
+        -s`` without ``-m`` goes on with that one (a model not configured here fails the run):
+        ``model`` (``PROVIDER/MODEL``), else the one opencode's configuration under ``env``
+        names; None when neither says one."""
+        provider, _, model_id = (model or configured_model(env)).partition("/")
         if not provider or not model_id:
-            raise InvalidArgument("writing an opencode session needs its model, as PROVIDER/MODEL")
+            return None
         carried = Built(cwd, provider, model_id).of(history)
         _import(env, cwd, carried)
         return {"cli": CLI, "id": carried["info"]["id"], "cwd": cwd, "transcript": database(env)}
@@ -337,9 +337,22 @@ def _moved(info: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any
     return {**info, "path": {k: remap(v, mapping) if isinstance(v, str) else v for k, v in where.items()}}
 
 
-def _config_model(env: Mapping[str, str]) -> str:
-    config = _loads(env.get("OPENCODE_CONFIG_CONTENT") or "{}")
-    return str(config.get("model") or "")
+def configured_model(env: Mapping[str, str]) -> str:
+    """The ``model`` of opencode's configuration under ``env``: ``$OPENCODE_CONFIG_CONTENT``,
+    else the user's ``opencode.json`` (``$XDG_CONFIG_HOME/opencode``, ``~/.config/opencode``);
+    "" when neither names one (a project's own config is not looked at)."""
+    found = _loads(env.get("OPENCODE_CONFIG_CONTENT") or "{}").get("model")
+    if not found:
+        folder = os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "~"), ".config"), "opencode")
+        for name in ("opencode.json", "config.json"):
+            try:
+                with open(os.path.expanduser(os.path.join(folder, name))) as config:
+                    found = _loads(config.read()).get("model")
+            except OSError:
+                continue
+            if found:
+                break
+    return found if isinstance(found, str) else ""
 
 
 def _import(env: Mapping[str, str], cwd: str, carried: Mapping[str, Any]) -> None:

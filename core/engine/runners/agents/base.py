@@ -9,7 +9,6 @@ tool calls paired with their results, usage, and the agent's own context size.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
