@@ -61,7 +61,7 @@ def make_home(root: Path, cli: str, transcripts: int, messages: int) -> dict[str
 
     home = root / f"home-{cli}"
     work = root / "work"
-    work.mkdir(exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOME": str(home)}
     env.pop("CLAUDE_CONFIG_DIR", None)
     env.pop("CODEX_HOME", None)
@@ -101,7 +101,7 @@ def sync_latency(root: Path, appends: int) -> list[float]:
         latencies = []
         for k in range(appends):
             length = con.execute("SELECT length FROM sessions WHERE id = 1").fetchone()[0]
-            last = json.loads(path.read_text().splitlines()[-1])
+            last = next(r for r in map(json.loads, reversed(path.read_text().splitlines())) if "uuid" in r and "cwd" in r)
             records = _claude_turn(last, f"appended by hand {k}", f"answer {k}")
             with path.open("a") as out:
                 out.write("".join(json.dumps(r) + "\n" for r in records))
@@ -162,8 +162,9 @@ def main() -> None:
         latencies = sync_latency(root, args.appends)
         results.record("sync_latency", "transcript append -> messages in the store (engine)",
                        f"{args.appends} appends", latencies, goal="< 0.5 s", check=lambda s: s < 0.5)
+        env = environment(root)
     print(table(results.rows, with_max=True))
-    report = {**results.summary(), "environment": environment(), "args": vars(args)}
+    report = {"mode": "tiny" if args.tiny else "full", **results.summary(), "environment": env, "args": vars(args)}
     text = json.dumps(report)
     if args.json_out:
         Path(args.json_out).write_text(text)

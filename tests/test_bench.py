@@ -124,3 +124,14 @@ def test_transcripts_tiny_reads_every_session_of_a_real_opencode_database() -> N
     assert report["mode"] == "tiny"
     assert set(report["results"]) == {"opencode_read", "opencode_read_idle", "opencode_discover", "opencode_find"}
     assert all(f["median"] > 0 for f in report["results"].values())
+
+
+def test_adopt_tiny_adopts_every_transcript_and_follows_one() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "adopt.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures = report["results"]
+    for cli in ("claude", "codex"):
+        assert figures[f"adopt_{cli}"]["transcripts_per_s"] > 0
+    assert len(figures["sync_latency"]["runs"]) == 3 and 0 < figures["sync_latency"]["median"] < 30
