@@ -81,6 +81,8 @@ async def env(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--max-tokens", type=int, metavar="N", help="the most tokens an openai: reply may have"),
     arg("--request", action="append", default=[], metavar="FIELD=JSON",
         help="a field the openai: runner adds to each request (null removes it); repeatable"),
+    arg("--tokenizer", metavar="SPEC", help="count the context as the model does: a tokenizer.json file,"
+        " tiktoken:ENCODING, auto (the model's, if at hand offline) or none"),
 ])
 async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     system = args.system
@@ -93,6 +95,8 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     if any(v is not None for v in (args.max_turns, args.temperature, args.max_tokens)) or fields:
         outcomes.append(await ws.sampling(args.sid, max_turns=args.max_turns, temperature=args.temperature,
                                           max_tokens=args.max_tokens, fields=fields))
+    if args.tokenizer is not None:
+        outcomes.append(await ws.set_tokenizer(args.sid, args.tokenizer))
     settings = (args.name, args.goal, system, args.timeout, args.window, args.fail_limit)
     if not outcomes or any(v is not None for v in settings):
         outcomes.append(await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,

@@ -11,11 +11,11 @@ from typing import Any
 from ..model import agents, environ, limits, runner_spec, sampling
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
-from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Spawned, Updated
+from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Recounted, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, State
-from ..store import rows
-from . import waking, worktrees
+from ..store import rows, tokens
+from . import counting, waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, plan_fold, write_fold
 from .lineage import remove_folder
@@ -97,6 +97,17 @@ class LifecycleCalls(Calls):
         env, names = environ.merged(current, names, set=settings, passes=[], unset=[])
         await rows.update_session(act.tx, sid, env=json.dumps(env), pass_env=json.dumps(names) if names else None)
         return EnvChanged(sid, env, tuple(names))
+
+    @syscall(Call.SET)
+    async def set_tokenizer(self, act: Act, sid: int, spec: str) -> Recounted:
+        """Count the session's context as its model does: ``spec`` is a tokenizer.json file,
+        ``tiktoken:ENCODING``, ``auto`` (its model's, when one is at hand offline) or ``none``
+        (the workspace's counter). It counts the context once; the server's reports after each
+        request refine the figure from there (``store.tokens``)."""
+        kept = await counting.recount(act.tx, act.row, counting.chosen(spec.strip(), act.row["runner"]))
+        await rows.update_session(act.tx, sid, **kept.columns())
+        return Recounted(sid, tokens.describe(self.tokenizer, kept.tokenizer, kept.scale, kept.samples),
+                         tokens.scaled(act.row["context_tokens"], kept.scale), act.row["window"])
 
     @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
