@@ -12,6 +12,7 @@ from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Compressed, Expanded, MemoryChanged, Sent
 from ..model.records import ContextItem, Fold
 from ..store import rows
+from ..store.tokens import scaled
 from ..store.sqlite import Tx
 from . import history, waking
 from .base import Calls
@@ -130,19 +131,20 @@ class ContextCalls(Calls):
         tokens = act.row["context_tokens"] - whole.summary_tokens + whole.archived_tokens
         await rows.update_session(act.tx, sid, context_tokens=tokens,
                                   context_count=act.row["context_count"] - len(group) + whole.archived_count)
-        return Expanded(sid, whole, tokens, len(group))
+        return Expanded(sid, whole, scaled(tokens, act.row["token_scale"]), len(group))
 
 
 def _compressed(act: Act, sid: int, fold: Fold, row: sqlite3.Row, masked: int = 0) -> Compressed:
-    if row["context_tokens"] > row["window"]:
-        act.note(f"the context ({row['context_tokens']} tokens) is still over the window ({row['window']});"
+    context = scaled(row["context_tokens"], row["token_scale"])
+    if context > row["window"]:
+        act.note(f"the context ({context} tokens) is still over the window ({row['window']});"
                  " runs will refuse it until it fits: keep fewer items, or migrate to a larger window",
                  Call.MIGRATE, sid)
     if row["agent_ref"]:
         act.note(f"this folds Procession's copy of the history; the agent's own context"
                  f"{' (' + str(row['agent_context']) + ' tokens)' if row['agent_context'] else ''} is in its"
                  " session, unchanged: its CLI compacts that itself")
-    return Compressed(sid, fold, row["context_tokens"], row["window"], masked)
+    return Compressed(sid, fold, context, row["window"], masked)
 
 
 def _together(folds: Sequence[Fold]) -> Fold:

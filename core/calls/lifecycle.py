@@ -140,6 +140,7 @@ class LifecycleCalls(Calls):
                 raise InvalidArgument(f"the failure limit must be between 0 (never suspend) and {FAIL_LIMIT_MAX}")
             cols["fail_limit"] = fail_limit
         new_window = cols.get("window", row["window"])
+        context = tokens.scaled(context, row["token_scale"])
         if context > new_window and (window is not None or system is not None):
             raise ContextTooLarge(
                 f"session {sid}'s context would be {context} tokens, over its window of {new_window}:"

@@ -102,6 +102,10 @@ async def test_a_tokenizer_file_counts_the_context_once_and_every_listing_shows_
     await ws.send(sid, "and B?")
     assert (await ws.info(sid)).context_tokens == tokens.scaled(stored + tokens.estimate("and B?"), real / stored)
 
+    child = (await ws.fork(sid)).sid  # a fork counts as its parent does
+    assert ((await ws.show(child)).tokenizer, (await ws.info(child)).context_tokens) == (
+        detail.tokenizer, (await ws.info(sid)).context_tokens)
+
     await ws.set_tokenizer(sid, "none")
     assert (await ws.info(sid)).context_tokens == stored + tokens.estimate("and B?")
     assert (await ws.show(sid)).tokenizer == "bytes/4"
