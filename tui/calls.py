@@ -256,20 +256,37 @@ async def _nice(ui: Calling, targets: Targets) -> None:
                        [Field("priority", "", str(targets[0].priority))], nice)
 
 
+#: What the migrate form offers when the context does not fit the new window.
+FIT_CHOICES = (("ask", "Ask me"), ("extractive", "Compress: summarise older messages"),
+               ("mask-tools", "Compress: mask older tool outputs"),
+               ("model", "Compress: a summary by the session's model"))
+
+
 async def _migrate(ui: Calling, targets: Targets) -> None:
     t = targets[0]
 
     async def migrate(v: dict[str, str]) -> Outcome:
-        window = _int(v["window"], "the window")
-        try:
-            return await ui.ws.migrate(t.id, v["runner"], window=window)
-        except ContextTooLarge as exc:
-            if not await ui.confirm(str(exc), ["Compress older context to fit? (expand restores it exactly)"]):
-                raise  # back to the form, with the reason
-            return await ui.ws.migrate(t.id, v["runner"], window=window, compress=True)
+        window, tokenizer = _int(v["window"], "the window"), v["tokenizer"].strip() or None
+        method: str | None = v["fit"]
+        if method == "ask":
+            try:
+                return await ui.ws.migrate(t.id, v["runner"], window=window, tokenizer=tokenizer)
+            except ContextTooLarge as exc:
+                method = await ui.choose(str(exc), [Choice(k, label) for k, label in FIT_CHOICES[1:]],
+                                         help="expand restores it exactly")
+                if method is None:
+                    raise  # back to the form, with the reason
+        if method == "model":
+            from procession.engine.summaries import migrate_by_model
+
+            return await migrate_by_model(ui.ws, t.id, v["runner"], window=window, tokenizer=tokenizer)
+        return await ui.ws.migrate(t.id, v["runner"], window=window, tokenizer=tokenizer, compress=True,
+                                   method=method or "extractive")
 
     await ui.form_call(f"Migrate session {t.id} to another runner", [
         Field("runner", "Runner", t.runner), Field("window", "Context window, tokens", str(t.context_window)),
+        Field("fit", "If the context does not fit", "ask", choices=FIT_CHOICES),
+        Field("tokenizer", "Tokenizer (blank: the new model's own, if at hand)", "", "tokenizer.json path · tiktoken:NAME"),
     ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
 
 

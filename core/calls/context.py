@@ -165,22 +165,35 @@ def mask_stub(item: ContextItem) -> str:
     return f"[tool call {head[:200]} — its output of {size} bytes masked{failed}; expand restores it]"
 
 
-async def _mask(act: Act, sid: int, keep_last: int) -> Compressed:
-    tx, count = act.tx, act.tx.store.count_tokens
+async def mask_plan(tx: Tx, sid: int, keep_last: int) -> list[tuple[ContextItem, str, int]]:
+    """The tool outputs older than the last ``keep_last`` items that a stub would shorten:
+    each with its stub and the stub's tokens."""
+    count = tx.store.count_tokens
     items = history.active(await history.read(tx, sid), await history.folds(tx, sid))
-    folds = []
+    out = []
     for item in items[: max(len(items) - keep_last, 0)]:
         if item.role != "tool" or item.fold is not None or item.protected:
             continue
         stub = mask_stub(item)
         tokens = count(stub)
         if tokens < item.tokens:
-            folds.append(await write_fold(tx, await act.reload(), history.FoldPlan(item.seq, item.seq, (item,)),
-                                          stub, tokens))
-    if not folds:
+            out.append((item, stub, tokens))
+    return out
+
+
+async def write_masks(tx: Tx, sid: int, plan: Sequence[tuple[ContextItem, str, int]]) -> Fold:
+    """Fold each of ``plan``'s outputs behind its stub; the folds as one (they share their time)."""
+    folds = [await write_fold(tx, await rows.session(tx, sid), history.FoldPlan(item.seq, item.seq, (item,)),
+                              stub, tokens) for item, stub, tokens in plan]
+    return _together(folds)
+
+
+async def _mask(act: Act, sid: int, keep_last: int) -> Compressed:
+    plan = await mask_plan(act.tx, sid, keep_last)
+    if not plan:
         raise ProcessionError(f"nothing to mask in session {sid}: no tool output older than the last {keep_last}"
                               " context items is longer than its stub")
-    return _compressed(act, sid, _together(folds), await act.reload(), len(folds))
+    return _compressed(act, sid, await write_masks(act.tx, sid, plan), await act.reload(), len(plan))
 
 
 async def _author(tx: Tx, sid: int, sender: int | None) -> str:
