@@ -1,7 +1,8 @@
 """The calls registry of the monitor: for every call of the table, its default keys and its flow.
 
 ``FLOWS`` is built from ``procession.model.calls.USER_CALLS``: a call without a flow here stops
-the monitor from importing, so a new call cannot be forgotten. The keyboard bindings, the
+the monitor from importing, so a new call cannot be forgotten; a few more flows make a call for
+part of what it changes (``sampling``: the ``env`` call's openai: settings, in a form of their own). The keyboard bindings, the
 action menu (F9) and the command palette are all generated from it. A flow is a coroutine
 run in a worker: it asks what it needs with ``push_screen_wait`` (through the screen's
 ``Calling`` steps), makes the call, and lets the screen report the outcome.
@@ -9,6 +10,7 @@ run in a worker: it asks what it needs with ``push_screen_wait`` (through the sc
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -16,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import environ
+from procession.model import environ, sampling
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
@@ -42,9 +44,12 @@ class Flow:
     says: str = ""  # what the key does, where it is more than the call's summary
 
     @property
+    def summary(self) -> str:
+        return self.says or INFO[self.call].summary
+
+    @property
     def label(self) -> str:
-        summary = self.says or INFO[self.call].summary
-        return summary[0].upper() + summary[1:]
+        return self.summary[0].upper() + self.summary[1:]
 
 
 def _who(targets: Targets) -> str:
@@ -235,6 +240,30 @@ async def _env(ui: Calling, targets: Targets) -> None:
         Field("env", "Settings stored with it: NAME=VALUE ... (not secrets)", shown),
         Field("passed", "Names passed from the engine's environment at run time (values never stored)", passed),
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels · a name left out is removed")
+
+
+async def _sampling(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    current = sampling.fields((await ui.ws.show(t.id)).env)
+    shown = {k: "" if current.get(k) is None else str(current[k]) for k in ("temperature", "max_tokens")}
+    extra = {k: v for k, v in current.items() if k not in shown}
+
+    async def change(v: dict[str, str]) -> Outcome:
+        fields = sampling.request_fields(v["extra"])
+        fields |= {k: None for k in extra if k not in fields}  # a field left out is removed
+        typed = {k: v[k].strip() for k in shown if v[k].strip() != shown[k]}
+        fields |= {k: None for k, text in typed.items() if not text}  # one left blank too
+        return await ui.ws.sampling(
+            t.id, temperature=sampling.temperature(typed["temperature"]) if typed.get("temperature") else None,
+            max_tokens=_int(typed["max_tokens"], "max output tokens") if typed.get("max_tokens") else None,
+            fields=fields)
+
+    await ui.form_call(f"Sampling of session {t.id} (its openai: runner's requests)", [
+        Field("temperature", "Temperature (0-2; blank: the server's default)", shown["temperature"]),
+        Field("max_tokens", "Max output tokens (blank: the server's default)", shown["max_tokens"]),
+        Field("extra", "Other request fields, one JSON object (top_p, seed, stop...)",
+              json.dumps(extra, sort_keys=True) if extra else "", '{"top_p": 0.9}'),
+    ], change, help="Ctrl+S saves · Esc cancels · a field left blank or out is removed")
 
 
 def _words(text: str) -> list[str]:
@@ -448,4 +477,11 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
 _missing = [c for c in USER_CALLS if c not in _FLOWS]
 if _missing:
     raise RuntimeError(f"the monitor has no flow for {', '.join(_missing)}: add one to procession.tui.calls")
-FLOWS: dict[Call, Flow] = {call: Flow(call, *_FLOWS[call]) for call in USER_CALLS}
+#: Flows of a call that are not its own flow: a form for part of what the call changes.
+_MORE: dict[str, tuple[Any, ...]] = {
+    "sampling": (Call.ENV, "P", _sampling, lambda s: s.runner.startswith("openai:") and allowed(Call.ENV, s.state),
+                 "the openai: runner's sampling: temperature, max output tokens, request fields"),
+}
+#: Every flow by its name (a call's own is the call's name): what keys, the menu and the palette run.
+FLOWS: dict[str, Flow] = {call.value: Flow(call, *_FLOWS[call]) for call in USER_CALLS} | {
+    name: Flow(*flow) for name, flow in _MORE.items()}
