@@ -111,8 +111,12 @@ class LifecycleCalls(Calls):
         request refine the figure from there (``store.tokens``)."""
         kept = await counting.recount(act.tx, act.row, counting.chosen(spec.strip(), act.row["runner"]))
         await rows.update_session(act.tx, sid, **kept.columns())
+        context = tokens.scaled(act.row["context_tokens"], kept.scale)
+        if context > act.row["window"]:
+            act.note(f"counted so, the context ({context} tokens) is over the window ({act.row['window']}):"
+                     " runs will refuse it until it fits; compress it, or migrate to a larger window", Call.MIGRATE, sid)
         return Recounted(sid, tokens.describe(self.tokenizer, kept.tokenizer, kept.scale, kept.samples),
-                         tokens.scaled(act.row["context_tokens"], kept.scale), act.row["window"])
+                         context, act.row["window"])
 
     @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,

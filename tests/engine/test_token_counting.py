@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import until
-from procession.model.errors import InvalidArgument
+from procession.model.errors import ContextTooLarge, InvalidArgument
 from procession.store import tokens
 from support.models import ModelServer, Script, Usage, say, tool_call
 
@@ -109,6 +109,15 @@ async def test_a_tokenizer_file_counts_the_context_once_and_every_listing_shows_
     await ws.set_tokenizer(sid, "none")
     assert (await ws.info(sid)).context_tokens == stored + tokens.estimate("and B?")
     assert (await ws.show(sid)).tokenizer == "bytes/4"
+    # a window the estimator's count fits and the tokenizer's does not: refused when set after it,
+    # and said when the tokenizer comes after the window
+    await ws.set_tokenizer(sid, str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ContextTooLarge):
+        await ws.set(sid, window=real)
+    await ws.set_tokenizer(sid, "none")
+    await ws.set(sid, window=real)
+    over = await ws.set_tokenizer(sid, str(tmp_path / "tokenizer.json"))
+    assert over.context_tokens > real and "is over the window" in over.notes[0].text
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -23,6 +23,10 @@ non-blank line is a JSON object with a ``type``, with one event per line:
     {"type": "note", "text": "what the run's record should say"}
     {"type": "done"}                      (the session terminates, reason done)
 
+A usage event's ``counted`` is the runner's own count of the prompt it sent, in the
+workspace's counter (the ``openai:`` runner's): with the server's ``in`` it calibrates how
+the session's context is counted (``store.tokens``).
+
 Events are read as they arrive (``Reader``), so that what a running step has said and done
 is in the store before it ends. Plain-text output is bounded: ``Output`` keeps the head and
 the tail of what a step prints and counts what it cut, so a step that prints a gigabyte
