@@ -141,3 +141,17 @@ async def test_a_file_that_is_no_tokenizer_is_refused(ws, tmp_path):
     (tmp_path / "rates.json").write_text('{"A": 0.2}')
     with pytest.raises(InvalidArgument, match="is not a tokenizer.json the tokenizers package can read"):
         await ws.set_tokenizer(sid, str(tmp_path / "rates.json"))
+
+
+async def test_the_engine_refuses_a_context_over_its_window_as_the_model_counts_it(live, engine, model, tmp_path):
+    sid = (await live.spawn("loop", "a", runner=f"openai:m@{model.url_v1}", cwd=str(tmp_path))).sid
+    await live.send(sid, PROSE)
+    stored = (await live.info(sid)).context_tokens
+    tokenizer_json(tmp_path / "tokenizer.json")
+    await live.set(sid, window=stored + 10)  # the estimator's count fits; the model's does not
+    over = await live.set_tokenizer(sid, str(tmp_path / "tokenizer.json"))
+    assert over.context_tokens > stored + 10
+    await live.activate(sid)
+    run = (await until(lambda: ended(live, sid, 1)))[0]
+    assert run.outcome == "failed" and f"its context ({over.context_tokens} tokens) is over its window" in run.error
+    assert model.turn_requests() == []
