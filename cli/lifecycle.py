@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from procession.calls import Workspace
-from procession.calls.lifecycle import DEFAULT_WINDOW
+from procession.calls.lifecycle import COMPRESS_METHODS, DEFAULT_WINDOW, EXTRACTIVE, MODEL
 from procession.model import environ, runner_spec
 from procession.model.calls import Call
 from procession.model.errors import ProcessionError
@@ -81,6 +81,8 @@ async def env(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--max-tokens", type=int, metavar="N", help="the most tokens an openai: reply may have"),
     arg("--request", action="append", default=[], metavar="FIELD=JSON",
         help="a field the openai: runner adds to each request (null removes it); repeatable"),
+    arg("--tokenizer", metavar="SPEC", help="count the context as the model does: a tokenizer.json file,"
+        " tiktoken:ENCODING, auto (the model's, if at hand offline) or none"),
 ])
 async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     system = args.system
@@ -93,6 +95,8 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     if any(v is not None for v in (args.max_turns, args.temperature, args.max_tokens)) or fields:
         outcomes.append(await ws.sampling(args.sid, max_turns=args.max_turns, temperature=args.temperature,
                                           max_tokens=args.max_tokens, fields=fields))
+    if args.tokenizer is not None:
+        outcomes.append(await ws.set_tokenizer(args.sid, args.tokenizer))
     settings = (args.name, args.goal, system, args.timeout, args.window, args.fail_limit)
     if not outcomes or any(v is not None for v in settings):
         outcomes.append(await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
@@ -211,7 +215,20 @@ async def nice(ws: Workspace, args: argparse.Namespace) -> int:
 
 @command(Call.MIGRATE, args=[
     SID, arg("--runner", required=True, help=RUNNER_HELP), arg("--window", type=int),
-    arg("--compress", action="store_true", help="compress the context if it does not fit"),
+    arg("--compress", nargs="?", const=EXTRACTIVE, choices=COMPRESS_METHODS, metavar="METHOD",
+        help="compress the context if it does not fit: extractive (the default), mask-tools, or model"),
+    arg("--with", dest="with_spec", metavar="SPEC",
+        help="with --compress model: the model to ask (default: the session's, else the new one)"),
+    arg("--tokenizer", metavar="SPEC", help="count the context with this tokenizer (as set --tokenizer takes;"
+        " default: the new model's own when at hand offline)"),
 ])
 async def migrate(ws: Workspace, args: argparse.Namespace) -> int:
-    return done(args, await ws.migrate(args.sid, args.runner, window=args.window, compress=args.compress))
+    if args.with_spec and args.compress != MODEL:
+        raise UsageError("--with names the model of --compress model")
+    if args.compress == MODEL:
+        from procession.engine.summaries import migrate_by_model
+
+        return done(args, await migrate_by_model(ws, args.sid, args.runner, window=args.window,
+                                                 tokenizer=args.tokenizer, spec=args.with_spec))
+    return done(args, await ws.migrate(args.sid, args.runner, window=args.window, compress=bool(args.compress),
+                                       method=args.compress or EXTRACTIVE, tokenizer=args.tokenizer))

@@ -51,32 +51,32 @@ OUTSIDE_S = 3.0
 class CallCommands(Provider):
     """The command palette: every call of the registry, for the sessions the next call acts on."""
 
-    def _commands(self) -> list[tuple[Call, str, str]]:
+    def _commands(self) -> list[tuple[str, str, str]]:
         screen = self.screen
         if not isinstance(screen, Calling):
             return []
         targets = screen.targets()
         who = (f"session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                else f"{len(targets)} sessions")
-        return [(call, flow.label if INFO[call].target == "none" else f"{flow.label}: {who}", INFO[call].summary)
-                for call, flow in FLOWS.items() if screen.applies(call)]
+        return [(name, flow.label if INFO[flow.call].target == "none" else f"{flow.label}: {who}", flow.summary)
+                for name, flow in FLOWS.items() if screen.applies(name)]
 
     async def discover(self) -> Hits:
         """With nothing typed yet, the palette lists the calls that apply."""
-        for call, title, text in self._commands():
-            yield DiscoveryHit(title, self._runner(call), help=text)
+        for name, title, text in self._commands():
+            yield DiscoveryHit(title, self._runner(name), help=text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for call, title, text in self._commands():
+        for name, title, text in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), self._runner(call), help=text)
+                yield Hit(score, matcher.highlight(title), self._runner(name), help=text)
 
-    def _runner(self, call: Call) -> Callable[[], None]:
+    def _runner(self, name: str) -> Callable[[], None]:
         screen = self.screen
         assert isinstance(screen, Calling)
-        return lambda: screen.action_call(call.value)
+        return lambda: screen.action_call(name)
 
 
 class ProcessionApp(App[str]):
@@ -367,7 +367,7 @@ class ProcessionApp(App[str]):
 
     def action_help(self) -> None:
         """Every key as the keymap has it now (a remapped key shows as remapped)."""
-        hidden = {flow.call.value for flow in FLOWS.values()} | {"nice_up", "nice_down"} if self.readonly else set()
+        hidden = set(FLOWS) | {"nice_up", "nice_down"} if self.readonly else set()
         rows = [(", ".join(keys), description) for id_, (keys, description) in self.keys().items()
                 if id_ not in hidden]
         rows += [("↑ ↓ PgUp PgDn", "move the cursor"), ("Home End", "first, last row"),
@@ -403,8 +403,8 @@ class ProcessionApp(App[str]):
             return
         targets = screen.targets()
         keys = self.keys()
-        choices = [Choice(call.value, f"{', '.join(keys.get(call.value, ([], ''))[0]):<4} {flow.label}",
-                          screen.applies(call)) for call, flow in FLOWS.items()]
+        choices = [Choice(name, f"{', '.join(keys.get(name, ([], ''))[0]):<4} {flow.label}",
+                          screen.applies(name)) for name, flow in FLOWS.items()]
         title = (f"Session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                  else f"{len(targets)} sessions" if targets else "No session selected")
 

@@ -56,20 +56,21 @@ class Calling(Screen[Any]):
 
     # ------------------------------------------------------------------ which calls apply
 
-    def applies(self, call: Call) -> bool:
-        """Whether ``call`` can act on at least one target (the menu and the palette grey out
-        the rest; a key still makes the call, so that its refusal says why)."""
+    def applies(self, name: str) -> bool:
+        """Whether the flow ``name`` (a call's, or another of the registry's) can act on at least
+        one target (the menu and the palette grey out the rest; a key still makes the call, so
+        that its refusal says why)."""
         from .calls import FLOWS
 
         if self.monitor.readonly:
             return False
-        flow = FLOWS[call]
-        if INFO[call].target == "none":
+        flow = FLOWS[name]
+        if INFO[flow.call].target == "none":
             return True
         targets = self.targets()
         if flow.applies is not None:
             return any(flow.applies(t) for t in targets)
-        return any(allowed(call, t.state) for t in targets)
+        return any(allowed(flow.call, t.state) for t in targets)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A read-only monitor hides every call."""
@@ -78,10 +79,10 @@ class Calling(Screen[Any]):
         return True
 
     def action_call(self, name: str) -> None:
-        """Run the flow of the call ``name`` on the targets, in a worker (flows wait for dialogs)."""
+        """Run the flow ``name`` on the targets, in a worker (flows wait for dialogs)."""
         from .calls import FLOWS
 
-        flow = FLOWS[Call(name)]
+        flow = FLOWS[name]
         targets = self.targets()
         if INFO[flow.call].target != "none" and not targets:
             self.monitor.notify("no session here to act on", severity="warning")
@@ -171,8 +172,8 @@ def call_bindings() -> list[Binding]:
     and the priority steps F7/F8."""
     from .calls import FLOWS
 
-    bindings = [Binding(flow.keys, f"call('{flow.call}')", flow.label, show=False, id=flow.call.value)
-                for flow in FLOWS.values() if flow.keys]
+    bindings = [Binding(flow.keys, f"call('{name}')", flow.label, show=False, id=name)
+                for name, flow in FLOWS.items() if flow.keys]
     bindings += [
         Binding("f7,right_square_bracket", "nice(1)", "Priority up", show=False, key_display="F7", id="nice_up"),
         Binding("f8,left_square_bracket", "nice(-1)", "Priority down", show=False, key_display="F8", id="nice_down"),

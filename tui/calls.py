@@ -1,7 +1,8 @@
 """The calls registry of the monitor: for every call of the table, its default keys and its flow.
 
 ``FLOWS`` is built from ``procession.model.calls.USER_CALLS``: a call without a flow here stops
-the monitor from importing, so a new call cannot be forgotten. The keyboard bindings, the
+the monitor from importing, so a new call cannot be forgotten; a few more flows make a call for
+part of what it changes (``sampling``: the ``env`` call's openai: settings, in a form of their own). The keyboard bindings, the
 action menu (F9) and the command palette are all generated from it. A flow is a coroutine
 run in a worker: it asks what it needs with ``push_screen_wait`` (through the screen's
 ``Calling`` steps), makes the call, and lets the screen report the outcome.
@@ -9,6 +10,7 @@ run in a worker: it asks what it needs with ``push_screen_wait`` (through the sc
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -17,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import agents, environ, transcripts
+from procession.model import agents, environ, sampling, transcripts
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
@@ -43,9 +45,12 @@ class Flow:
     says: str = ""  # what the key does, where it is more than the call's summary
 
     @property
+    def summary(self) -> str:
+        return self.says or INFO[self.call].summary
+
+    @property
     def label(self) -> str:
-        summary = self.says or INFO[self.call].summary
-        return summary[0].upper() + summary[1:]
+        return self.summary[0].upper() + self.summary[1:]
 
 
 def _who(targets: Targets) -> str:
@@ -238,6 +243,30 @@ async def _env(ui: Calling, targets: Targets) -> None:
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels · a name left out is removed")
 
 
+async def _sampling(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    current = sampling.fields((await ui.ws.show(t.id)).env)
+    shown = {k: "" if current.get(k) is None else str(current[k]) for k in ("temperature", "max_tokens")}
+    extra = {k: v for k, v in current.items() if k not in shown}
+
+    async def change(v: dict[str, str]) -> Outcome:
+        fields = sampling.request_fields(v["extra"])
+        fields |= {k: None for k in extra if k not in fields}  # a field left out is removed
+        typed = {k: v[k].strip() for k in shown if v[k].strip() != shown[k]}
+        fields |= {k: None for k, text in typed.items() if not text}  # one left blank too
+        return await ui.ws.sampling(
+            t.id, temperature=sampling.temperature(typed["temperature"]) if typed.get("temperature") else None,
+            max_tokens=_int(typed["max_tokens"], "max output tokens") if typed.get("max_tokens") else None,
+            fields=fields)
+
+    await ui.form_call(f"Sampling of session {t.id} (its openai: runner's requests)", [
+        Field("temperature", "Temperature (0-2; blank: the server's default)", shown["temperature"]),
+        Field("max_tokens", "Max output tokens (blank: the server's default)", shown["max_tokens"]),
+        Field("extra", "Other request fields, one JSON object (top_p, seed, stop...)",
+              json.dumps(extra, sort_keys=True) if extra else "", '{"top_p": 0.9}'),
+    ], change, help="Ctrl+S saves · Esc cancels · a field left blank or out is removed")
+
+
 def _words(text: str) -> list[str]:
     try:
         return shlex.split(text)
@@ -257,20 +286,37 @@ async def _nice(ui: Calling, targets: Targets) -> None:
                        [Field("priority", "", str(targets[0].priority))], nice)
 
 
+#: What the migrate form offers when the context does not fit the new window.
+FIT_CHOICES = (("ask", "Ask me"), ("extractive", "Compress: summarise older messages"),
+               ("mask-tools", "Compress: mask older tool outputs"),
+               ("model", "Compress: a summary by the session's model"))
+
+
 async def _migrate(ui: Calling, targets: Targets) -> None:
     t = targets[0]
 
     async def migrate(v: dict[str, str]) -> Outcome:
-        window = _int(v["window"], "the window")
-        try:
-            return await ui.ws.migrate(t.id, v["runner"], window=window)
-        except ContextTooLarge as exc:
-            if not await ui.confirm(str(exc), ["Compress older context to fit? (expand restores it exactly)"]):
-                raise  # back to the form, with the reason
-            return await ui.ws.migrate(t.id, v["runner"], window=window, compress=True)
+        window, tokenizer = _int(v["window"], "the window"), v["tokenizer"].strip() or None
+        method: str | None = v["fit"]
+        if method == "ask":
+            try:
+                return await ui.ws.migrate(t.id, v["runner"], window=window, tokenizer=tokenizer)
+            except ContextTooLarge as exc:
+                method = await ui.choose(str(exc), [Choice(k, label) for k, label in FIT_CHOICES[1:]],
+                                         help="expand restores it exactly")
+                if method is None:
+                    raise  # back to the form, with the reason
+        if method == "model":
+            from procession.engine.summaries import migrate_by_model
+
+            return await migrate_by_model(ui.ws, t.id, v["runner"], window=window, tokenizer=tokenizer)
+        return await ui.ws.migrate(t.id, v["runner"], window=window, tokenizer=tokenizer, compress=True,
+                                   method=method or "extractive")
 
     await ui.form_call(f"Migrate session {t.id} to another runner", [
         Field("runner", "Runner", t.runner), Field("window", "Context window, tokens", str(t.context_window)),
+        Field("fit", "If the context does not fit", "ask", choices=FIT_CHOICES),
+        Field("tokenizer", "Tokenizer (blank: the new model's own, if at hand)", "", "tokenizer.json path · tiktoken:NAME"),
     ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
 
 
@@ -467,4 +513,11 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
 _missing = [c for c in USER_CALLS if c not in _FLOWS]
 if _missing:
     raise RuntimeError(f"the monitor has no flow for {', '.join(_missing)}: add one to procession.tui.calls")
-FLOWS: dict[Call, Flow] = {call: Flow(call, *_FLOWS[call]) for call in USER_CALLS}
+#: Flows of a call that are not its own flow: a form for part of what the call changes.
+_MORE: dict[str, tuple[Any, ...]] = {
+    "sampling": (Call.ENV, "P", _sampling, lambda s: s.runner.startswith("openai:") and allowed(Call.ENV, s.state),
+                 "the openai: runner's sampling: temperature, max output tokens, request fields"),
+}
+#: Every flow by its name (a call's own is the call's name): what keys, the menu and the palette run.
+FLOWS: dict[str, Flow] = {call.value: Flow(call, *_FLOWS[call]) for call in USER_CALLS} | {
+    name: Flow(*flow) for name, flow in _MORE.items()}

@@ -12,6 +12,7 @@ from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Compressed, Expanded, MemoryChanged, Sent
 from ..model.records import ContextItem, Fold
 from ..store import rows
+from ..store.tokens import scaled
 from ..store.sqlite import Tx
 from . import history, waking
 from .base import Calls
@@ -130,19 +131,20 @@ class ContextCalls(Calls):
         tokens = act.row["context_tokens"] - whole.summary_tokens + whole.archived_tokens
         await rows.update_session(act.tx, sid, context_tokens=tokens,
                                   context_count=act.row["context_count"] - len(group) + whole.archived_count)
-        return Expanded(sid, whole, tokens, len(group))
+        return Expanded(sid, whole, scaled(tokens, act.row["token_scale"]), len(group))
 
 
 def _compressed(act: Act, sid: int, fold: Fold, row: sqlite3.Row, masked: int = 0) -> Compressed:
-    if row["context_tokens"] > row["window"]:
-        act.note(f"the context ({row['context_tokens']} tokens) is still over the window ({row['window']});"
+    context = scaled(row["context_tokens"], row["token_scale"])
+    if context > row["window"]:
+        act.note(f"the context ({context} tokens) is still over the window ({row['window']});"
                  " runs will refuse it until it fits: keep fewer items, or migrate to a larger window",
                  Call.MIGRATE, sid)
     if row["agent_ref"]:
         act.note(f"this folds Procession's copy of the history; the agent's own context"
                  f"{' (' + str(row['agent_context']) + ' tokens)' if row['agent_context'] else ''} is in its"
                  " session, unchanged: its CLI compacts that itself")
-    return Compressed(sid, fold, row["context_tokens"], row["window"], masked)
+    return Compressed(sid, fold, context, row["window"], masked)
 
 
 def _together(folds: Sequence[Fold]) -> Fold:
@@ -163,22 +165,35 @@ def mask_stub(item: ContextItem) -> str:
     return f"[tool call {head[:200]} — its output of {size} bytes masked{failed}; expand restores it]"
 
 
-async def _mask(act: Act, sid: int, keep_last: int) -> Compressed:
-    tx, count = act.tx, act.tx.store.count_tokens
+async def mask_plan(tx: Tx, sid: int, keep_last: int) -> list[tuple[ContextItem, str, int]]:
+    """The tool outputs older than the last ``keep_last`` items that a stub would shorten:
+    each with its stub and the stub's tokens."""
+    count = tx.store.count_tokens
     items = history.active(await history.read(tx, sid), await history.folds(tx, sid))
-    folds = []
+    out = []
     for item in items[: max(len(items) - keep_last, 0)]:
         if item.role != "tool" or item.fold is not None or item.protected:
             continue
         stub = mask_stub(item)
         tokens = count(stub)
         if tokens < item.tokens:
-            folds.append(await write_fold(tx, await act.reload(), history.FoldPlan(item.seq, item.seq, (item,)),
-                                          stub, tokens))
-    if not folds:
+            out.append((item, stub, tokens))
+    return out
+
+
+async def write_masks(tx: Tx, sid: int, plan: Sequence[tuple[ContextItem, str, int]]) -> Fold:
+    """Fold each of ``plan``'s outputs behind its stub; the folds as one (they share their time)."""
+    folds = [await write_fold(tx, await rows.session(tx, sid), history.FoldPlan(item.seq, item.seq, (item,)),
+                              stub, tokens) for item, stub, tokens in plan]
+    return _together(folds)
+
+
+async def _mask(act: Act, sid: int, keep_last: int) -> Compressed:
+    plan = await mask_plan(act.tx, sid, keep_last)
+    if not plan:
         raise ProcessionError(f"nothing to mask in session {sid}: no tool output older than the last {keep_last}"
                               " context items is longer than its stub")
-    return _compressed(act, sid, _together(folds), await act.reload(), len(folds))
+    return _compressed(act, sid, await write_masks(act.tx, sid, plan), await act.reload(), len(plan))
 
 
 async def _author(tx: Tx, sid: int, sender: int | None) -> str:

@@ -11,13 +11,13 @@ from typing import Any
 from ..model import agents, environ, limits, runner_spec, sampling
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
-from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Spawned, Updated
+from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Recounted, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, State
-from ..store import rows
-from . import waking, worktrees
+from ..store import rows, tokens
+from . import counting, waking, worktrees
 from .base import Calls
-from .context import DEFAULT_KEEP_LAST, plan_fold, write_fold
+from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
 from .reads import live_holder
 from .syscall import Act, syscall
@@ -27,6 +27,11 @@ DEFAULT_WINDOW = 128_000
 SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit")
 #: The most failed runs in a row a session may be set to bear before it is suspended.
 FAIL_LIMIT_MAX = 1000
+#: How ``migrate`` may compress a context that does not fit (``compress``'s ways, but the user's own).
+EXTRACTIVE, MASK_TOOLS, MODEL = "extractive", "mask-tools", "model"
+COMPRESS_METHODS = (EXTRACTIVE, MASK_TOOLS, MODEL)
+#: The recent items migrate's compress keeps, most first, until the context fits.
+KEEPS = (DEFAULT_KEEP_LAST, 4, 2, 1, 0)
 
 
 def environment(row: Any) -> tuple[dict[str, str], list[str]]:
@@ -99,6 +104,21 @@ class LifecycleCalls(Calls):
         return EnvChanged(sid, env, tuple(names))
 
     @syscall(Call.SET)
+    async def set_tokenizer(self, act: Act, sid: int, spec: str) -> Recounted:
+        """Count the session's context as its model does: ``spec`` is a tokenizer.json file,
+        ``tiktoken:ENCODING``, ``auto`` (its model's, when one is at hand offline) or ``none``
+        (the workspace's counter). It counts the context once; the server's reports after each
+        request refine the figure from there (``store.tokens``)."""
+        kept = await counting.recount(act.tx, act.row, counting.chosen(spec.strip(), act.row["runner"]))
+        await rows.update_session(act.tx, sid, **kept.columns())
+        context = tokens.scaled(act.row["context_tokens"], kept.scale)
+        if context > act.row["window"]:
+            act.note(f"counted so, the context ({context} tokens) is over the window ({act.row['window']}):"
+                     " runs will refuse it until it fits; compress it, or migrate to a larger window", Call.MIGRATE, sid)
+        return Recounted(sid, tokens.describe(self.tokenizer, kept.tokenizer, kept.scale, kept.samples),
+                         context, act.row["window"])
+
+    @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
                   system: str | None = None, timeout: float | None = None, window: int | None = None,
                   fail_limit: int | None = None) -> Updated:
@@ -129,6 +149,7 @@ class LifecycleCalls(Calls):
                 raise InvalidArgument(f"the failure limit must be between 0 (never suspend) and {FAIL_LIMIT_MAX}")
             cols["fail_limit"] = fail_limit
         new_window = cols.get("window", row["window"])
+        context = tokens.scaled(context, row["token_scale"])
         if context > new_window and (window is not None or system is not None):
             raise ContextTooLarge(
                 f"session {sid}'s context would be {context} tokens, over its window of {new_window}:"
@@ -219,9 +240,19 @@ class LifecycleCalls(Calls):
 
     @syscall(Call.MIGRATE)
     async def migrate(self, act: Act, sid: int, runner: str, *, window: int | None = None,
-                      compress: bool = False) -> Migrated:
+                      compress: bool = False, method: str = EXTRACTIVE, tokenizer: str | None = None,
+                      keep_last: int = DEFAULT_KEEP_LAST, summary: str | None = None,
+                      expect: tuple[int, int] | None = None) -> Migrated:
         """Move to another runner and window; refuse if the context does not fit, unless
-        ``compress`` lets it fold older items (keeping as many recent ones as fit)."""
+        ``compress`` lets it fold older items by ``method``: ``extractive`` or ``mask-tools``
+        (keeping as many recent ones as fit), or ``model`` (the ``summary`` a model wrote of
+        the range ``expect`` that keeping ``keep_last`` folds: ``engine.summaries.migrate_by_model``
+        asks for it outside any transaction).
+
+        The context is counted as the new model counts it: with ``tokenizer`` (as
+        ``set --tokenizer`` takes), else, when the model changes, with its own tokenizer if one
+        is at hand offline, else the workspace's counter; a new model's calibration starts anew
+        (its server's reports refine it from its first run). The same model keeps its own."""
         row = act.row
         spec = runner_spec.parse(runner)
         require_cli(spec)
@@ -229,32 +260,69 @@ class LifecycleCalls(Calls):
             held = agents.CLIS[json.loads(row["agent_ref"])["cli"]].title
             raise InvalidArgument(f"session {sid}'s context lives in its {held} session, which {agents.CLIS[spec.kind].title}"
                                   " cannot resume: moving between agent CLIs is not supported yet (fork it or spawn anew)")
+        if method not in COMPRESS_METHODS:
+            raise InvalidArgument(f"no compress method {method!r}: the methods are {', '.join(COMPRESS_METHODS)}")
         new_window = limits.window(window if window is not None else row["window"])
-        tokens = row["context_tokens"]
+        old = runner_spec.parse(row["runner"])
+        if tokenizer is not None:
+            kept = await counting.recount(act.tx, row, counting.chosen(tokenizer.strip(), runner))
+        elif (old.kind, old.target) != (spec.kind, spec.target):
+            kept = await counting.recount(act.tx, row, counting.model_tokenizer(runner))
+        else:
+            kept = counting.Counting(row["tokenizer"], row["token_scale"], row["token_samples"])
+        counted = tokens.describe(self.tokenizer, kept.tokenizer, kept.scale, kept.samples)
+        await rows.update_session(act.tx, sid, **kept.columns())
+        stored = row["context_tokens"]
         fold: Fold | None = None
-        if tokens > new_window:
+        if tokens.scaled(stored, kept.scale) > new_window:
             if not compress:
                 raise ContextTooLarge(
-                    f"session {sid}'s context is {tokens} tokens, over the new window of {new_window};"
-                    " compress it first or pass --compress"
+                    f"session {sid}'s context is {tokens.scaled(stored, kept.scale)} tokens ({counted}), over the"
+                    f" new window of {new_window}; compress it first or pass --compress"
                 )
-            for keep in (DEFAULT_KEEP_LAST, 4, 2, 1, 0):
-                plan = await plan_fold(act.tx, row, keep, budget=max(32, new_window // 4))
-                if plan and tokens - sum(i.tokens for i in plan[0].archived) + plan[2] <= new_window:
-                    fold = await write_fold(act.tx, row, *plan)
-                    break
-            else:
+            fold = await _fit(act, await act.reload(), method, new_window / kept.scale, keep_last, summary, expect)
+            if fold is None:
                 raise ContextTooLarge(
-                    f"session {sid}'s context ({tokens} tokens) cannot be compressed under {new_window} tokens:"
-                    " what must stay (the system prompt, pinned messages, a summary) is larger than that"
+                    f"session {sid}'s context ({tokens.scaled(stored, kept.scale)} tokens, {counted}) cannot be"
+                    f" compressed under {new_window} tokens by {method}: "
+                    + ("what must stay (the system prompt, pinned messages, a summary) is larger than that"
+                       if method != MASK_TOOLS else "its older tool outputs are not enough; compress it another way")
                 )
-            tokens = tokens + fold.summary_tokens - fold.archived_tokens
-            act.note(f"older context was compressed to fit: {fold.archived_count} items behind a summary"
-                     " (expand restores them)", Call.EXPAND, sid)
+            stored = stored + fold.summary_tokens - fold.archived_tokens
+            act.note(f"older context was compressed to fit ({method}): {fold.archived_count} items behind"
+                     f" {'one-line stubs' if method == MASK_TOOLS else 'a summary'} (expand restores them)",
+                     Call.EXPAND, sid)
+        tokens_now = tokens.scaled(stored, kept.scale)
         if row["agent_ref"] and not spec.agent:
             act.note(f"the new runner sees Procession's copy of the history; the agent's own session"
                      f" ({json.loads(row['agent_ref'])['id']}) is kept, and resumed if it migrates back")
         elif spec.agent and not row["agent_ref"] and row["length"]:
             act.note("the agent starts a session of its own: its first run is given the history so far as its prompt")
         await rows.update_session(act.tx, sid, runner=runner, window=new_window)
-        return Migrated(sid, runner, new_window, tokens, self.tokenizer, fold)
+        return Migrated(sid, runner, new_window, tokens_now, counted, fold)
+
+
+async def _fit(act: Act, row: Any, method: str, budget: float, keep_last: int, summary: str | None,
+               expect: tuple[int, int] | None) -> Fold | None:
+    """The fold ``method`` makes for the stored context to come under ``budget`` (the new window
+    in the workspace's counter), keeping as many recent items as it can; None if it cannot."""
+    tokens_now = row["context_tokens"]
+    if method == MODEL:
+        if summary is None or expect is None:
+            raise InvalidArgument("compress by model needs the model's summary and the range it read"
+                                  " (migrate --compress model asks for them)")
+        plan = await plan_fold(act.tx, row, keep_last, given=limits.text(summary, "the summary"))
+        if plan is None or (plan[0].lo, plan[0].hi) != tuple(expect):
+            raise ProcessionError(f"the context of session {row['id']} changed while its summary was made; migrate again")
+        fits = tokens_now - sum(i.tokens for i in plan[0].archived) + plan[2] <= budget
+        return await write_fold(act.tx, row, *plan) if fits else None
+    for keep in KEEPS:
+        if method == MASK_TOOLS:
+            masks = await mask_plan(act.tx, row["id"], keep)
+            if masks and tokens_now - sum(i.tokens - t for i, _, t in masks) <= budget:
+                return await write_masks(act.tx, row["id"], masks)
+            continue
+        found = await plan_fold(act.tx, row, keep, budget=max(32, int(budget) // 4))
+        if found and tokens_now - sum(i.tokens for i in found[0].archived) + found[2] <= budget:
+            return await write_fold(act.tx, row, *found)
+    return None

@@ -310,7 +310,8 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
         base_memory=json.dumps(memory), base_at=memory_at, length=at, history_tokens=hist_tokens,
         context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
         context_count=at - sum(f.archived_count - 1 for f in inherited),
-        env=row["env"], pass_env=row["pass_env"], **agent,
+        env=row["env"], pass_env=row["pass_env"], tokenizer=row["tokenizer"], token_scale=row["token_scale"],
+        token_samples=row["token_samples"], **agent,
     )
     await rows.put_memory(tx, child, memory)
     await rows.copy_folds(tx, child, inherited)

@@ -28,7 +28,7 @@ from ..model.records import (
     Worktree,
 )
 from ..model.states import State
-from ..store import rows
+from ..store import rows, tokens
 from ..store.sqlite import Tx
 from . import history
 from .base import Calls
@@ -52,7 +52,7 @@ PS_BATCH = 2000
 #: The columns ``ps`` sorts by (the keys of the monitor's columns) and their SQL.
 PS_SORTS = {
     "sid": "s.id", "agent": "a.name", "name": "s.name", "state": "s.state", "priority": "s.priority",
-    "context": "COALESCE(s.agent_context, s.context_tokens)", "messages": "s.length", "active": "s.last_active",
+    "context": f"COALESCE(s.agent_context, {rows.CONTEXT})", "messages": "s.length", "active": "s.last_active",
     "runner": "s.runner", "cpu": "r.cpu", "rss": "r.rss",
 }
 
@@ -214,8 +214,9 @@ class ReadCalls(Calls):
 
     async def _detail(self, tx: Tx, sid: int, in_force: Sequence[Fold], items: Sequence[ContextItem]) -> SessionDetail:
         info = await _ps_info(tx, sid)
-        system, fail_limit, env, passed, ref = (await tx.tuples(
-            "SELECT system, fail_limit, env, pass_env, agent_ref FROM sessions WHERE id = ?", (sid,)))[0]
+        system, fail_limit, env, passed, ref, tokenizer, scale, samples = (await tx.tuples(
+            "SELECT system, fail_limit, env, pass_env, agent_ref, tokenizer, token_scale, token_samples FROM sessions"
+            " WHERE id = ?", (sid,)))[0]
         memory = await rows.memory(tx, sid)
         res = await rows.resources(tx, sid)
         cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
@@ -227,7 +228,8 @@ class ReadCalls(Calls):
             context=tuple(items),
             folds=tuple(in_force),
             checkpoints=tuple(Checkpoint(*c) for c in cps),
-            tokenizer=self.tokenizer,
+            tokenizer=tokens.describe(self.tokenizer, tokenizer, scale, samples),
+            token_scale=scale,
             fail_limit=fail_limit,
             env=json.loads(env) if env else {},
             passed=tuple(json.loads(passed)) if passed else (),

@@ -291,7 +291,7 @@ class Engine:
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
                 tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")
-                step = await HttpStep.start(spec, cwd, tracker.environ(env))
+                step = await HttpStep.start(spec, cwd, tracker.environ(env), count=self.ledger.store.count_tokens)
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
                 self.launching.add(tracker)  # its processes are owned from the start, not once it is claimed

@@ -25,6 +25,7 @@ from ..model.errors import EngineBusy, IllegalTransition, NotFound, SessionNotFo
 from ..model.records import Holder
 from ..model.states import Reason, State
 from ..store import rows
+from ..store.tokens import calibrate
 from ..store.sqlite import Tx
 from ..model import mcp_binding
 from ..model.runner_spec import RunnerSpec
@@ -148,8 +149,8 @@ class Ledger(Workspace):
         among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
         async with self.store.snapshot() as tx:
             return await tx.all(
-                "SELECT id, runner, cwd, timeout, COALESCE(agent_context, context_tokens) AS context_tokens,"
-                " COALESCE(agent_window, window) AS window, env, pass_env FROM sessions"
+                f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
+                " COALESCE(agent_window, window) AS window, env, pass_env FROM sessions s"
                 f" WHERE state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
                 (limit,),
@@ -477,6 +478,10 @@ async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any)
                                     for role, text, meta in events.messages], count)
     if events.tokens_in or events.tokens_out or events.cache_read or events.cache_write:
         await rows.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write)
+    if events.calibrated:  # the server said what it was sent: the context figure follows it
+        scale, samples = calibrate(row["token_scale"], row["token_samples"], events.reported, events.counted,
+                                   events.calibrated)
+        await rows.update_session(tx, sid, token_scale=scale, token_samples=samples)
     if events.context:
         tokens, window = events.context
         await rows.update_session(tx, sid, agent_context=tokens, **({"agent_window": window} if window else {}))

@@ -13,9 +13,11 @@ from typing import Final
 
 from ..calls import Workspace
 from ..calls.context import DEFAULT_KEEP_LAST
+from ..calls.history import FoldPlan
+from ..calls.lifecycle import KEEPS, MODEL
 from ..model import runner_spec
-from ..model.errors import InvalidArgument
-from ..model.outcomes import Compressed
+from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
+from ..model.outcomes import Compressed, Migrated
 from ..model.text import plural
 from .runners import http
 
@@ -35,12 +37,46 @@ async def compress_by_model(ws: Workspace, sid: int, keep_last: int = DEFAULT_KE
                             spec: str | None = None) -> Compressed:
     """Fold all but the last ``keep_last`` items behind a summary made by the session's model
     (an ``openai:`` runner), or by ``spec``'s; refused in one line when there is no such model."""
-    runner = spec or (await ws.info(sid)).runner
+    parsed = _model(sid, spec or (await ws.info(sid)).runner)
+    plan = await ws.fold_plan(sid, keep_last)
+    return await ws.compress(sid, keep_last, summary=await _summary(parsed, plan), expect=(plan.lo, plan.hi))
+
+
+async def migrate_by_model(ws: Workspace, sid: int, runner: str, *, window: int | None = None,
+                           tokenizer: str | None = None, spec: str | None = None) -> Migrated:
+    """``migrate`` whose compress, when the context does not fit, is a summary by a model:
+    ``spec``'s, else the session's (an ``openai:`` runner), else the new runner's. Each try
+    keeps fewer recent items, as migrate's other methods do, and asks again; the last
+    refusal stands, with nothing changed."""
+    try:
+        return await ws.migrate(sid, runner, window=window, tokenizer=tokenizer)
+    except ContextTooLarge as exc:
+        refused = exc
+    current = (await ws.info(sid)).runner
+    parsed = _model(sid, spec or (current if runner_spec.parse(current).kind == "openai" else runner))
+    for keep in KEEPS:
+        try:
+            plan = await ws.fold_plan(sid, keep)
+        except ProcessionError:
+            continue
+        try:
+            return await ws.migrate(sid, runner, window=window, tokenizer=tokenizer, compress=True, method=MODEL,
+                                    keep_last=keep, summary=await _summary(parsed, plan), expect=(plan.lo, plan.hi))
+        except ContextTooLarge as exc:
+            refused = exc
+    raise refused
+
+
+def _model(sid: int, runner: str) -> runner_spec.RunnerSpec:
     parsed = runner_spec.parse(runner)
     if parsed.kind != "openai":
         raise InvalidArgument(f"session {sid} runs on {runner}, which is not a model Procession can ask:"
                               " name one with --with openai:MODEL[@URL][#KEY_VAR]")
-    plan = await ws.fold_plan(sid, keep_last)
+    return parsed
+
+
+async def _summary(parsed: runner_spec.RunnerSpec, plan: FoldPlan) -> str:
+    """The model's summary of what ``plan`` archives, marked as its."""
     parts, used = [], 0
     for item in plan.archived:
         text = item.content if len(item.content) <= MESSAGE_CHARS else item.content[:MESSAGE_CHARS] + " […]"
@@ -53,5 +89,4 @@ async def compress_by_model(ws: Workspace, sid: int, keep_last: int = DEFAULT_KE
     budget = max(40, min(400, archived_tokens // 6))
     text, _ = await http.complete(parsed, [{"role": "system", "content": PROMPT.format(budget=budget)},
                                            {"role": "user", "content": "\n\n".join(parts)}], dict(os.environ))
-    summary = f"[summary of {plural(len(plan.archived), 'earlier message')}, by {parsed.target}]\n{text}"
-    return await ws.compress(sid, keep_last, summary=summary, expect=(plan.lo, plan.hi))
+    return f"[summary of {plural(len(plan.archived), 'earlier message')}, by {parsed.target}]\n{text}"

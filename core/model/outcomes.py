@@ -188,6 +188,15 @@ class EnvChanged(Outcome):
 
 
 @dataclass(slots=True, frozen=True)
+class Recounted(Outcome):
+    """``set --tokenizer``: how the context is counted now, and what it comes to."""
+
+    tokenizer: str
+    context_tokens: int
+    window: int
+
+
+@dataclass(slots=True, frozen=True)
 class Niced(Outcome):
     priority: int
 

@@ -329,7 +329,10 @@ class SessionDetail:
     context: tuple[ContextItem, ...]
     folds: tuple[Fold, ...]
     checkpoints: tuple[Checkpoint, ...]
+    #: how its context figure was counted (``store.tokens.describe``)
     tokenizer: str
+    #: what the stored count is multiplied by to give that figure
+    token_scale: float = 1.0
     fail_limit: int = 3
     env: dict[str, str] = field(default_factory=dict)  # settings stored with the session
     passed: tuple[str, ...] = ()  # names whose engine value a run is given
@@ -346,6 +349,7 @@ class SessionDetail:
             folds=[f.to_json() for f in self.folds],
             checkpoints=[c.to_json() for c in self.checkpoints],
             tokenizer=self.tokenizer,
+            token_scale=self.token_scale,
             fail_limit=self.fail_limit,
             env=self.env,
             passed=list(self.passed),

@@ -68,3 +68,24 @@ def changed(env: dict[str, str], *, turns: int | None = None, temperature: float
         merged = {**fields(env), **new}
         out[SAMPLING_ENV] = json.dumps({k: v for k, v in merged.items() if v is not None}, sort_keys=True)
     return out
+
+
+def request_fields(text: str) -> dict[str, Any]:
+    """Request fields typed as one JSON object (blank: none); refused in one line otherwise."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"the request fields must be one JSON object, like {{\"top_p\": 0.9}}, not {text[:80]!r}")
+    return value
+
+
+def temperature(text: str) -> float:
+    """A temperature as typed; refused in one line when it is not a number."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise InvalidArgument(f"the temperature is a number between 0 and 2, not {text[:40]!r}") from None

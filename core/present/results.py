@@ -29,6 +29,7 @@ from ..model.outcomes import (
     Niced,
     Note,
     Outcome,
+    Recounted,
     Saved,
     Sent,
     Spawned,
@@ -88,6 +89,8 @@ def describe(o: Outcome) -> str:
                     f" context {o.context_tokens} tokens")
         case Updated():
             return f"{o.sid}: changed {', '.join(o.changed)}"
+        case Recounted():
+            return f"{o.sid}: context {o.context_tokens}/{o.window} tokens, by {printable(o.tokenizer)}"
         case Niced():
             return f"session {o.sid} priority {o.priority}"
         case EnvChanged():

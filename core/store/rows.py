@@ -22,15 +22,18 @@ from ..model.states import State
 from .sqlite import Tx
 
 Row = sqlite3.Row
+#: A session's context as its model counts it (``tokens.scaled``), of a row aliased ``s``.
+CONTEXT = "CAST(ROUND(s.context_tokens * s.token_scale) AS INTEGER)"
 #: Messages written per ``executemany``: big transcripts go in batches, with progress between.
 CHUNK = 10_000
 
 _SESSION = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
 #: The columns of ``SessionInfo``, in its field order (triggers come from their own table). A
-#: session run by an agent CLI has the context and window the agent last reported.
+#: session run by an agent CLI has the context and window the agent last reported; any other
+#: its stored count as its model counts it.
 PS_COLUMNS = (
     "s.id, s.uuid, s.name, a.name, s.goal, s.state, s.reason, s.priority, s.parent_id, s.fork_seq,"
-    " s.merged_into, s.runner, COALESCE(s.agent_window, s.window), COALESCE(s.agent_context, s.context_tokens),"
+    f" s.merged_into, s.runner, COALESCE(s.agent_window, s.window), COALESCE(s.agent_context, {CONTEXT}),"
     " s.context_count, s.length, s.created, s.last_active,"
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
     " s.agent_context IS NOT NULL, r.status, s.spawned_by,"

@@ -314,6 +314,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     """,
     # ---- end of worktrees
+    # 7 (tokens, issue 14): a step of its own, adding columns and touching nothing else, so that
+    # it can be renumbered after any other migration without a change to its text. How a
+    # session's context figure is made from the counts stored with its messages (in the
+    # workspace's counter, ``meta.tokenizer``): ``tokenizer`` is the session's own (a
+    # tokenizer.json path, ``tiktoken:NAME``; NULL: none), ``token_scale`` the factor its
+    # context is multiplied by when shown and checked against its window (the tokenizer's
+    # count over the stored one, then smoothed towards what the server reported it was sent),
+    # ``token_samples`` how many server reports it was calibrated by.
+    """
+    ALTER TABLE sessions ADD COLUMN tokenizer TEXT;
+    ALTER TABLE sessions ADD COLUMN token_scale REAL NOT NULL DEFAULT 1.0;
+    ALTER TABLE sessions ADD COLUMN token_samples INTEGER NOT NULL DEFAULT 0;
+    """,
+    # ---- end of tokens
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Input, OptionList, SelectionList
+from textual.widgets import Input, OptionList, RadioButton, SelectionList
 
 from conftest import FIXED, until
 from procession import State, Workspace
@@ -654,7 +654,7 @@ async def test_migrate_asks_runner_then_window(make, store: Workspace) -> None:
         await to(pilot, app, REVIEW)
         await keys(pilot, "g")
         await eventually(lambda: isinstance(app.screen, Form))
-        assert [i.value for i in app.screen.query(Input)] == ["builtin:digest", "6000"]
+        assert [i.value for i in app.screen.query(Input)] == ["builtin:digest", "6000", ""]  # no tokenizer of its own
         await answer(pilot, app, "builtin:sleep:1", "8000")
         await eventually(lambda: app.said("now runs on builtin:sleep:1"))
         info = await store.info(REVIEW)
@@ -662,7 +662,7 @@ async def test_migrate_asks_runner_then_window(make, store: Workspace) -> None:
         await keys(pilot, "g")
         await answer(pilot, app, "telepathy:x", "8000")
         await eventually(lambda: isinstance(app.screen, Form) and "telepathy" in app.screen.error)
-        assert [i.value for i in app.screen.query(Input)] == ["telepathy:x", "8000"]  # kept to fix
+        assert [i.value for i in app.screen.query(Input)] == ["telepathy:x", "8000", ""]  # kept to fix
         await keys(pilot, "escape")
         assert (await store.info(REVIEW)).runner == "builtin:sleep:1"
 
@@ -672,16 +672,16 @@ async def test_migrate_to_a_small_window_offers_to_compress(make, store: Workspa
     async with app.run_test(size=SIZE) as pilot:
         await to(pilot, app, REVIEW)
         tokens = (await store.info(REVIEW)).context_tokens
-        for confirm in ("n", "y"):
-            await keys(pilot, "g")
-            await answer(pilot, app, "builtin:digest", "400")
-            await eventually(lambda: isinstance(app.screen, Confirm))
-            assert "over the new window of 400" in app.screen.title_text
-            await keys(pilot, confirm)
-            if confirm == "n":  # back in the form, with the reason: nothing changed
-                await eventually(lambda: isinstance(app.screen, Form) and "over the new window" in app.screen.error)
-                assert (await store.info(REVIEW)).context_window == 6_000
-                await keys(pilot, "escape")
+        await keys(pilot, "g")
+        await answer(pilot, app, "builtin:digest", "400")  # "if it does not fit": ask me
+        await eventually(lambda: isinstance(app.screen, ActionMenu))
+        assert "over the new window of 400" in app.screen.title_text
+        assert [o.id for o in app.screen.query_one(OptionList)._options] == ["extractive", "mask-tools", "model"]
+        await keys(pilot, "escape")  # back in the form, with the reason: nothing changed
+        await eventually(lambda: isinstance(app.screen, Form) and "over the new window" in app.screen.error)
+        assert (await store.info(REVIEW)).context_window == 6_000
+        app.screen.query(RadioButton)[1].value = True  # compress: summarise older messages, without asking
+        await answer(pilot, app, "builtin:digest", "400")
         await eventually(lambda: app.said("compressed to fit"))
         info = await store.info(REVIEW)
         assert info.context_window == 400 and info.context_tokens <= 400 < tokens

@@ -38,20 +38,20 @@ async def test_every_call_of_the_table_is_reachable_by_key_menu_and_palette(tmp_
     async with app.run_test(size=(160, 45)) as pilot:
         await until(lambda: app.loaded)
         keys = app.keys()
-        assert set(FLOWS) == set(USER_CALLS)
-        for c in USER_CALLS:
-            assert keys[c.value][0], f"{c} has no key"
+        assert set(FLOWS) == {c.value for c in USER_CALLS} | {"sampling"}  # a call's own flow, and more
+        for name in FLOWS:
+            assert keys[name][0], f"{name} has no key"
         await pilot.press("k")
         await until(lambda: isinstance(app.screen, ActionMenu), timeout=3)
-        assert {choice.id for choice in app.screen.choices} == {c.value for c in USER_CALLS}
+        assert {choice.id for choice in app.screen.choices} == set(FLOWS)
         await pilot.press("escape")
         from procession.tui.app import CallCommands
 
         provider = CallCommands(app.main)
         titles = [title for _, title, _ in provider._commands()]
-        for c in USER_CALLS:  # those that apply to a sleeping session, or make a new one
-            if app.main.applies(c):
-                assert any(title.startswith(FLOWS[c].label) for title in titles), c
+        for name in FLOWS:  # those that apply to a sleeping session, or make a new one
+            if app.main.applies(name):
+                assert any(title.startswith(FLOWS[name].label) for title in titles), name
 
 
 async def test_spawn_load_priority_memory_bind_and_trigger_from_the_menu(tmp_path: Path, monitor: Any,
@@ -119,3 +119,48 @@ async def _has_trigger(ws: Workspace, sid: int) -> bool:
 
 async def _count(ws: Workspace, n: int) -> bool:
     return len(await ws.ps()) == n
+
+
+async def test_the_sampling_form_sets_what_set_does_on_the_command_line(tmp_path: Path, monitor: Any, cli: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("loop", "a", runner="openai:m@http://127.0.0.1:9/v1")).sid
+        twin = (await ws.spawn("twin", "a", runner="openai:m@http://127.0.0.1:9/v1")).sid
+        other = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(lambda: app.loaded and sid in app.table.keys)
+        assert app.table.move_to(other)
+        await pilot.pause()
+        assert not app.main.applies("sampling")  # greyed for a runner that sends no request
+        assert app.table.move_to(sid)
+        await pilot.pause()
+        assert app.main.applies("sampling")
+        await pilot.press("P")
+        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await answer(pilot, app, "0.3", "512", '{"top_p": 0.9, "seed": 7}')
+        await until(lambda: _sampled(db, sid), timeout=3)
+        async with await Workspace.open(db) as ws:
+            first = (await ws.show(sid)).env
+        assert first == {"PROCESSION_SAMPLING": '{"max_tokens": 512, "seed": 7, "temperature": 0.3, "top_p": 0.9}'}
+        await call(pilot, app, "sampling")  # shown as set; a field left out goes, one typed wrong is refused
+        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        assert [i.value for i in app.screen.query("Input")] == ["0.3", "512", '{"seed": 7, "top_p": 0.9}']
+        await answer(pilot, app, "hot", "512", '{"seed": 7}')
+        await until(lambda: isinstance(app.screen, Form) and "the temperature is a number" in app.screen.error,
+                    timeout=3)
+        await answer(pilot, app, "", "512", '{"seed": 7}')
+        await until(lambda: not isinstance(app.screen, Form), timeout=3)
+    cli("set", str(twin), "--temperature", "0.3", "--max-tokens", "512", "--request", "top_p=0.9",
+        "--request", "seed=7")
+    async with await Workspace.open(db) as ws:
+        assert (await ws.show(twin)).env == first
+    cli("set", str(twin), "--request", "temperature=null", "--request", "top_p=null")
+    async with await Workspace.open(db) as ws:
+        assert (await ws.show(sid)).env == (await ws.show(twin)).env == {
+            "PROCESSION_SAMPLING": '{"max_tokens": 512, "seed": 7}'}
+
+
+async def _sampled(db: Path, sid: int) -> bool:
+    async with await Workspace.open(db) as ws:
+        return "PROCESSION_SAMPLING" in (await ws.show(sid)).env

@@ -31,12 +31,14 @@ import asyncio
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import limits, sampling
 from ...model.errors import InvalidArgument, ProcessionError
 from ...model.runner_spec import RunnerSpec
+from ...store import tokens
 from . import toolbox
 from .process import Sink, StepResult
 
@@ -113,6 +115,19 @@ def request_messages(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def counted(body: dict[str, Any], count: Callable[[str], int]) -> int:
+    """Procession's count of one request, in the workspace's counter: each message (its text,
+    and the calls it makes as sent) and the tools offered. What the server reports it was
+    sent, over this, is the session's factor (``tokens.calibrate``)."""
+    total = count(json.dumps(body["tools"], ensure_ascii=False)) if body.get("tools") else 0
+    for m in body["messages"]:
+        text = m.get("content") or ""
+        if m.get("tool_calls"):
+            text += json.dumps(m["tool_calls"], ensure_ascii=False)
+        total += count(text)
+    return total
+
+
 @dataclass(slots=True)
 class Reply:
     """One streamed reply, as it came: its text, its tool calls (by index), its usage."""
@@ -136,10 +151,13 @@ class HttpStep:
     freezable = True
     pid = None
 
-    def __init__(self, spec: RunnerSpec, cwd: str = ".", env: dict[str, str] | None = None) -> None:
+    def __init__(self, spec: RunnerSpec, cwd: str = ".", env: dict[str, str] | None = None,
+                 count: Callable[[str], int] = tokens.estimate) -> None:
         self.spec = spec
         self.cwd = cwd
         self.env = dict(env or {})
+        self.count = count
+        self.sent = 0  # Procession's count of the request under way
         self.reply = Reply()
         self.error = ""
         self.key: str | None = None
@@ -151,10 +169,13 @@ class HttpStep:
         self._open_call: tuple[str, str, Any] | None = None
 
     @classmethod
-    async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None) -> HttpStep:
+    async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None,
+                    count: Callable[[str], int] = tokens.estimate) -> HttpStep:
+        """``count`` is the workspace's counter: what the server reports against it calibrates
+        the session's context figure."""
         sampling.max_turns(env)  # a bad setting fails the run before it starts, in one line
         sampling.fields(env)
-        return cls(spec, cwd, env)
+        return cls(spec, cwd, env, count)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:
         self.sink = sink
@@ -179,7 +200,8 @@ class HttpStep:
     def _usage(self) -> None:
         usage, self.reply.usage = self.reply.usage, {}
         if usage:
-            self._event(type="usage", **{"in": usage.get("prompt_tokens", 0), "out": usage.get("completion_tokens", 0)})
+            self._event(type="usage", **{"in": usage.get("prompt_tokens", 0), "out": usage.get("completion_tokens", 0),
+                                         "counted": self.sent})
 
     async def _loop(self, doc: dict[str, Any]) -> int:
         import httpx
@@ -204,6 +226,7 @@ class HttpStep:
                     body = {**extra, "model": self.spec.target, "messages": messages, "stream": True,
                             "stream_options": {"include_usage": True}, **({"tools": tools} if tools else {})}
                     self.reply = Reply()
+                    self.sent = counted(body, self.count)
                     if not await self._request(client, base, headers, body):
                         return 1
                     text, calls = "".join(self.reply.text), self.reply.tool_calls()

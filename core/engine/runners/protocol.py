@@ -17,11 +17,15 @@ non-blank line is a JSON object with a ``type``, with one event per line:
     {"type": "message", "role": "assistant", "content": "..."}
     {"type": "memory", "set": {"key": value}, "delete": ["key"]}
     {"type": "send", "to": 12, "text": "..."}
-    {"type": "usage", "in": 1200, "out": 80}
+    {"type": "usage", "in": 1200, "out": 80[, "counted": 1010]}
     {"type": "tool", "id": "c1", "name": "read", "input": {...}, "output": "...", "is_error": false}
     {"type": "status", "text": "what the step is doing now"}
     {"type": "note", "text": "what the run's record should say"}
     {"type": "done"}                      (the session terminates, reason done)
+
+A usage event's ``counted`` is the runner's own count of the prompt it sent, in the
+workspace's counter (the ``openai:`` runner's): with the server's ``in`` it calibrates how
+the session's context is counted (``store.tokens``).
 
 Events are read as they arrive (``Reader``), so that what a running step has said and done
 is in the store before it ends. Plain-text output is bounded: ``Output`` keeps the head and
@@ -120,6 +124,11 @@ class Events:
     tokens_out: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    #: prompt tokens the server reported and Procession counted, summed over the requests
+    #: (``calibrated``) whose usage said both: they calibrate the session's context figure
+    reported: int = 0
+    counted: int = 0
+    calibrated: int = 0
     done: bool = False
     problems: list[str] = field(default_factory=list)
     #: a reply that is not an event: a plain-text output, or what an HTTP step had received
@@ -163,6 +172,9 @@ class Events:
         self.tokens_out += later.tokens_out
         self.cache_read += later.cache_read
         self.cache_write += later.cache_write
+        self.reported += later.reported
+        self.counted += later.counted
+        self.calibrated += later.calibrated
         self.done = self.done or later.done
         self.problems += later.problems
         self.agent_ref = later.agent_ref or self.agent_ref
@@ -324,6 +336,11 @@ def _apply(event: dict[str, Any], events: Events, n: int) -> None:
             value = event.get(key, 0)
             if isinstance(value, int) and value >= 0:
                 setattr(events, attr, getattr(events, attr) + value)
+        reported, counted = event.get("in"), event.get("counted")
+        if isinstance(reported, int) and isinstance(counted, int) and reported > 0 and counted > 0:
+            events.reported += reported
+            events.counted += counted
+            events.calibrated += 1
     elif kind == "tool":
         name, call_id, output = event.get("name"), event.get("id", ""), event.get("output")
         if isinstance(name, str) and isinstance(call_id, str) and (output is None or isinstance(output, str)):
