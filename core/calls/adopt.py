@@ -25,10 +25,11 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, ProcessionError
 from ..model.outcomes import Adopted, Adoption, Attached, Synced
 from ..model.states import Reason, State
-from ..model.transcripts import Found, Position, Transcript
+from ..model.transcripts import Position, Transcript
 from ..store import rows
 from ..store.sqlite import Tx
 from .lifecycle import LifecycleCalls
+from .native import agent_ref, cli_environment, followed
 from .syscall import Act, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -42,21 +43,6 @@ Progress = Callable[[int, int], None]
 
 class _MovedOn(ProcessionError):
     """The session's read position moved while its transcript was read (nothing is written)."""
-
-
-def agent_ref(row: Any) -> dict[str, Any] | None:
-    return json.loads(row["agent_ref"]) if row["agent_ref"] else None
-
-
-def cli_environment(row: Any) -> dict[str, str]:
-    """The environment a session's agent CLI sees from here: this process's, with the
-    session's stored settings over it (a setting may move the CLI's home)."""
-    return {**os.environ, **(json.loads(row["env"]) if row["env"] else {})}
-
-
-def followed(ref: Mapping[str, Any]) -> Found:
-    """The transcript an agent reference names, as a format reads it."""
-    return Found(ref["cli"], ref["id"], ref.get("transcript") or "", ref.get("cwd") or "", 0.0)
 
 
 def _title(read: Transcript) -> str:

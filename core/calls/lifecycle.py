@@ -15,7 +15,7 @@ from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Recounted
 from ..model.records import Fold
 from ..model.states import Reason, State
 from ..store import rows, tokens
-from . import counting, waking, worktrees
+from . import counting, native, waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
@@ -256,10 +256,6 @@ class LifecycleCalls(Calls):
         row = act.row
         spec = runner_spec.parse(runner)
         require_cli(spec)
-        if row["agent_ref"] and spec.kind != json.loads(row["agent_ref"])["cli"] and spec.agent:
-            held = agents.CLIS[json.loads(row["agent_ref"])["cli"]].title
-            raise InvalidArgument(f"session {sid}'s context lives in its {held} session, which {agents.CLIS[spec.kind].title}"
-                                  " cannot resume: moving between agent CLIs is not supported yet (fork it or spawn anew)")
         if method not in COMPRESS_METHODS:
             raise InvalidArgument(f"no compress method {method!r}: the methods are {', '.join(COMPRESS_METHODS)}")
         new_window = limits.window(window if window is not None else row["window"])
@@ -293,13 +289,33 @@ class LifecycleCalls(Calls):
                      f" {'one-line stubs' if method == MASK_TOOLS else 'a summary'} (expand restores them)",
                      Call.EXPAND, sid)
         tokens_now = tokens.scaled(stored, kept.scale)
-        if row["agent_ref"] and not spec.agent:
+        held = native.agent_ref(row)
+        moved: dict[str, Any] | None = None
+        if held and not spec.agent:
             act.note(f"the new runner sees Procession's copy of the history; the agent's own session"
-                     f" ({json.loads(row['agent_ref'])['id']}) is kept, and resumed if it migrates back")
-        elif spec.agent and not row["agent_ref"] and row["length"]:
-            act.note("the agent starts a session of its own: its first run is given the history so far as its prompt")
+                     f" ({held['id']}) is kept, and resumed if it migrates back")
+        elif spec.agent and (held or row["length"]) and (held or {}).get("cli") != spec.kind:
+            moved = await self._move_agent(act, held, spec)
         await rows.update_session(act.tx, sid, runner=runner, window=new_window)
-        return Migrated(sid, runner, new_window, tokens_now, counted, fold)
+        return Migrated(sid, runner, new_window, tokens_now, counted, fold, agent=moved, left=held if moved else None)
+
+    async def _move_agent(self, act: Act, held: dict[str, Any] | None, spec: runner_spec.RunnerSpec) -> dict[str, Any]:
+        """To another agent CLI: the conversation so far as that CLI's own session where its
+        format can be written, else as the first run's prompt. Returns the new agent reference
+        (``{}``: none yet, the prompt way); the one it replaces stays in the journal."""
+        title = agents.CLIS[spec.kind].title
+        ref = await native.carry_over(act.tx, await act.reload(), spec)
+        if ref is None:
+            await rows.update_session(act.tx, act.row["id"], agent_ref=None, agent_seen=0, agent_context=None,
+                                      agent_window=None)
+            act.note(f"{title}'s own session cannot be written here: its first run is given the history so far"
+                     " as its prompt")
+            return {}
+        await rows.update_session(act.tx, act.row["id"], agent_ref=json.dumps(ref), agent_seen=act.row["length"],
+                                  agent_context=None, agent_window=None)
+        act.note(f"the conversation so far is now {title}'s own session {ref['id']}, which its next run resumes"
+                 + (f"; the {agents.CLIS[held['cli']].title} session {held['id']} is left as it was" if held else ""))
+        return ref
 
 
 async def _fit(act: Act, row: Any, method: str, budget: float, keep_last: int, summary: str | None,

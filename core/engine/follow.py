@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..calls.adopt import cli_environment, followed
+from ..calls.native import cli_environment, followed
 from ..model import transcripts
 from ..model.errors import ProcessionError
 from ..model.transcripts import Position

@@ -208,6 +208,10 @@ class Migrated(Outcome):
     context_tokens: int
     tokenizer: str
     fold: Fold | None = None  # the compress that made the context fit, if one was needed
+    #: moved to another agent CLI: its new reference ({}: none yet, the first run's prompt carries
+    #: the history), and the one it replaced (kept here, so the journal keeps it)
+    agent: dict[str, Any] | None = None
+    left: dict[str, Any] | None = None
 
 
 @dataclass(slots=True, frozen=True)

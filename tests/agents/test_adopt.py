@@ -41,10 +41,13 @@ def use_directly(agent: AgentSandbox, prompt: str, resume: str | None = None) ->
     return agent.session_id(run)
 
 
-async def give_env(ws: Workspace, sid: int, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sandbox's settings as the session's environment (what reads like a secret passed)."""
-    settings, passed = {f"PROCESSION_{agent.name.upper()}": str(agent.cli.command)}, []
-    for key, value in agent.vars().items():
+async def give_env(ws: Workspace, sid: int, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch,
+                   *more: AgentSandbox) -> None:
+    """The sandboxes' settings as the session's environment (what reads like a secret passed;
+    the first sandbox's HOME and TMPDIR win)."""
+    settings, passed = {f"PROCESSION_{a.name.upper()}": str(a.cli.command) for a in (agent, *more)}, []
+    merged = {k: v for a in reversed((agent, *more)) for k, v in a.vars().items()}
+    for key, value in merged.items():
         try:
             environ.setting(f"{key}={value}")
         except InvalidArgument:
@@ -238,3 +241,42 @@ async def test_attach_is_refused_with_the_reason_where_there_is_nothing_to_open(
     with pytest.raises(InvalidArgument):
         await live.sync(fresh)
     assert (await live.info(plain)).state is State.SLEEPING
+
+
+async def test_migrate_between_agent_clis_gives_each_the_conversation_so_far(
+        claude_sandbox: ClaudeSandbox, codex_sandbox: AgentSandbox, model_server: ModelServer, engine: Any,
+        live: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = (await live.spawn("mover", "dev", runner="claude:", cwd=str(claude_sandbox.workdir))).sid
+    await give_env(live, sid, claude_sandbox, monkeypatch, codex_sandbox)
+    model_server.script.add(say("Claude remembers the number 4417."))
+    await live.send(sid, "remember 4417")
+    await live.activate(sid)
+    await until(lambda: _ran(live, sid), timeout=RUN_S)
+    claude_ref = (await live.show(sid)).agent_ref
+    assert claude_ref and claude_ref["cli"] == "claude"
+
+    moved = await live.migrate(sid, "codex:")
+    assert moved.agent and moved.agent["cli"] == "codex" and moved.left == claude_ref
+    model_server.script.add(say("Codex sees 4417 too."))
+    await live.send(sid, "which number?")
+    await live.activate(sid)
+    await until(lambda: _ran_n(live, sid, 2), timeout=RUN_S)
+    seen = " ".join(model_server.requests[-1].texts())
+    assert "remember 4417" in seen and "Claude remembers the number 4417." in seen and "which number?" in seen
+    assert (await live.show(sid)).agent_ref["id"] == moved.agent["id"]  # Codex's own thread, resumed
+
+    back = await live.migrate(sid, "claude:")
+    assert back.agent and back.agent["cli"] == "claude" and back.agent["id"] != claude_ref["id"]
+    model_server.script.add(say("Back in Claude."))
+    await live.send(sid, "and now?")
+    await live.activate(sid)
+    await until(lambda: _ran_n(live, sid, 3), timeout=RUN_S)
+    seen = " ".join(model_server.requests[-1].texts())
+    assert all(words in seen for words in ("remember 4417", "Codex sees 4417 too.", "and now?"))
+    journal = [e for e in await live.journal(sid) if e.call == "migrate"]
+    assert [e.outcome["left"]["cli"] for e in journal] == ["claude", "codex"]  # the old references stay there
+
+
+async def _ran_n(ws: Workspace, sid: int, n: int) -> bool:
+    runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]
+    return len(runs) >= n and all(r.ended for r in runs) and (await ws.info(sid)).state is State.SLEEPING
