@@ -148,10 +148,7 @@ class FileCalls(Calls):
         parts: dict[str, Any] = {}
         for key, value in reading.parts:
             if key == "messages":
-                reading.messages = await rows.append(
-                    tx, fresh,
-                    ((m["role"], m["content"], m["author"], m["pinned"], m["meta"], m["created"]) for m in value),
-                    count, progress)
+                reading.messages = await rows.append(tx, fresh, value, count, progress)
             else:
                 parts[key] = value
         s = parts["session"]

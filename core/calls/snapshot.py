@@ -111,16 +111,21 @@ class Snapshot:
         """The payload as ``read`` gives it, in the file's order."""
         yield "folds", self.folds
         yield "memory", self.memory
-        yield "messages", iter(self.messages)
+        yield "messages", (_row(m) for m in self.messages)
         yield "resources", self.resources
         yield "session", self.session
         yield "triggers", self.triggers
 
 
 #: One part of a payload: its key and value, checked; ``messages`` an iterator of checked
-#: messages, to be read to its end before the next part.
+#: messages as ``(role, content, author, pinned, meta, created)`` (what a history appends),
+#: to be read to its end before the next part.
 Part = tuple[str, Any]
 PARTS: Final = frozenset({"session", "messages", "folds", "memory", "resources", "triggers"})
+
+
+def _row(m: dict[str, Any]) -> tuple[Any, ...]:
+    return m["role"], m["content"], m["author"], m["pinned"], m["meta"], m["created"]
 
 
 class NotAsWritten(Exception):
@@ -180,14 +185,14 @@ def _shape(value: Any, margin: int) -> None:
         raise _Shape(str(exc)) from None
 
 
-def _messages(text: _Text, count: list[int]) -> Iterator[dict[str, Any]]:
+def _messages(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
     """The messages array, one checked message at a time: the one loop a million-message
     file spends its time in, so it reads the buffer directly between refills."""
     with text.checked():
         yield from _items(text, count)
 
 
-def _items(text: _Text, count: list[int]) -> Iterator[dict[str, Any]]:
+def _items(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
     text.expect("[")
     if text.take("]"):
         return
@@ -208,7 +213,7 @@ def _items(text: _Text, count: list[int]) -> Iterator[dict[str, Any]]:
             count[0] += 1
             _message(message, count[0])
             text.at = at = end + 1
-            yield message
+            yield _row(message)
             if buf[end] == "]":
                 return
             if buf[end] != ",":
