@@ -72,7 +72,7 @@ def _mutate_json(doc: dict, data: st.DataObject) -> dict:
         keys = list(node.keys()) if isinstance(node, dict) else list(range(len(node)))
         key = data.draw(st.sampled_from(keys))
         path.append(key)
-        if not isinstance(node[key], (dict, list)) or data.draw(st.booleans()):
+        if not isinstance(node[key], (dict, list)) or not node[key] or data.draw(st.booleans()):
             break
         node = node[key]
     value = data.draw(st.one_of(
