@@ -183,6 +183,11 @@ async def fork_memory(db: Path, keys: int, forks: int) -> tuple[float, int]:
         return seconds, added
 
 
+#: What ``--only`` picks from: the long session's reads, its snapshot file (save, load), a
+#: transcript sent whole, the process table, the deep chain, and the in-process figures.
+GROUPS = ("reads", "files", "jsonl", "ps", "deep", "api")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100_000)
@@ -191,7 +196,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="2,000 messages, 500 sessions, depth 20, one run")
     parser.add_argument("--label", help="free text recorded in the JSON (which commit)")
+    parser.add_argument("--only", help="comma-separated groups to measure (default all): " + ", ".join(GROUPS))
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else set(GROUPS)
+    if only - set(GROUPS):
+        parser.error(f"--only takes {', '.join(GROUPS)}")
     if args.tiny:
         args.messages, args.sessions, args.depth, args.reps = 2_000, 500, 20, 1
     root = Path(tempfile.mkdtemp(prefix="procession-scale-"))
@@ -201,47 +210,45 @@ def main() -> int:
     try:
         print("building...", file=sys.stderr, flush=True)
         long_db = root / "long.db"
-        sid = asyncio.run(build_long(long_db, args.messages))
-        packed = asyncio.run(build_compressed(long_db, sid))
-        f.time("history", "history SID (all of it)", n, long_db, ["history", str(sid)])
-        f.time("history_json", "history SID --json", n, long_db, ["history", str(sid), "--json"])
-        f.time("history_tail", "history SID --tail 3", n, long_db, ["history", str(sid), "--tail", "3"])
-        f.time("show_json_packed", "show SID --json, compressed", n, long_db, ["show", str(packed), "--json"])
-        f.time("show_tail", "show SID --tail 20", n, long_db, ["show", str(sid), "--tail", "20"])
-        snap = root / "snap.json"
-        f.time("save", "save SID -o FILE", n, long_db, ["save", str(sid), "-o", str(snap), "--force"])
-        f.time("load", "load FILE", n, long_db, ["load", str(snap)])
-        jsonl = root / "in.jsonl"
-        jsonl.write_text("".join(json.dumps(x) + "\n" for x in _texts(args.messages, 3)), encoding="utf-8")
+        sid = asyncio.run(build_long(long_db, args.messages)) if only & {"reads", "files", "jsonl"} else 0
+        if "reads" in only:
+            reads(f, n, long_db, sid, asyncio.run(build_compressed(long_db, sid)))
+        if "files" in only:
+            snap = root / "snap.json"
+            f.time("save", "save SID -o FILE", n, long_db, ["save", str(sid), "-o", str(snap), "--force"])
+            f.time("load", "load FILE", n, long_db, ["load", str(snap)])
+        if "jsonl" in only:
+            jsonl = root / "in.jsonl"
+            jsonl.write_text("".join(json.dumps(x) + "\n" for x in _texts(args.messages, 3)), encoding="utf-8")
 
-        def fresh_target() -> list[str]:
-            target = asyncio.run(_spawn(long_db))
-            return ["send", str(target), "--jsonl", str(jsonl)]
-        f.time("send_jsonl", "send SID --jsonl FILE", n, long_db, [], before=fresh_target)
-        row = f.rows["send_jsonl"]
-        if "median" in row:
-            f.value("send_jsonl_rate", "send --jsonl rate (whole process)", n, args.messages / row["median"],
-                    "msg/s")
-
-        ps_db = root / "ps.db"
-        asyncio.run(build_sessions(ps_db, args.sessions))
-        f.time("ps_json", "ps --json", m, ps_db, ["ps", "--json"])
-        f.time("ps_json_limit", "ps --json --limit 50 --sort context", m, ps_db,
-               ["ps", "--json", "--limit", "50", "--sort", "context"])
-
-        deep_db = root / "deep.db"
-        leaf = asyncio.run(build_deep(deep_db, args.depth))
-        f.time("deep_history", "history of a deep fork chain", f"{args.depth} segments", deep_db,
-               ["history", str(leaf)])
-        f.time("deep_show", "show --json of a deep fork chain", f"{args.depth} segments", deep_db,
-               ["show", str(leaf), "--json"])
-
-        per = asyncio.run(api_send(root / "send.db", 300 if args.tiny else 2_000))
-        f.value("api_send", "one send through the Python API", "per message", per * 1000, "ms")
-        keys, forks = (100, 10) if args.tiny else (1_000, 100)
-        fork_s, added = asyncio.run(fork_memory(root / "mem.db", keys, forks))
-        f.value("fork_memory_rows", f"memory rows {forks} forks add", f"{keys:,} keys", added, "rows")
-        f.value("fork_memory_s", "one fork (Python API)", f"{keys:,} keys", fork_s * 1000, "ms")
+            def fresh_target() -> list[str]:
+                target = asyncio.run(_spawn(long_db))
+                return ["send", str(target), "--jsonl", str(jsonl)]
+            f.time("send_jsonl", "send SID --jsonl FILE", n, long_db, [], before=fresh_target)
+            row = f.rows["send_jsonl"]
+            if "median" in row:
+                f.value("send_jsonl_rate", "send --jsonl rate (whole process)", n, args.messages / row["median"],
+                        "msg/s")
+        if "ps" in only:
+            ps_db = root / "ps.db"
+            asyncio.run(build_sessions(ps_db, args.sessions))
+            f.time("ps_json", "ps --json", m, ps_db, ["ps", "--json"])
+            f.time("ps_json_limit", "ps --json --limit 50 --sort context", m, ps_db,
+                   ["ps", "--json", "--limit", "50", "--sort", "context"])
+        if "deep" in only:
+            deep_db = root / "deep.db"
+            leaf = asyncio.run(build_deep(deep_db, args.depth))
+            f.time("deep_history", "history of a deep fork chain", f"{args.depth} segments", deep_db,
+                   ["history", str(leaf)])
+            f.time("deep_show", "show --json of a deep fork chain", f"{args.depth} segments", deep_db,
+                   ["show", str(leaf), "--json"])
+        if "api" in only:
+            per = asyncio.run(api_send(root / "send.db", 300 if args.tiny else 2_000))
+            f.value("api_send", "one send through the Python API", "per message", per * 1000, "ms")
+            keys, forks = (100, 10) if args.tiny else (1_000, 100)
+            fork_s, added = asyncio.run(fork_memory(root / "mem.db", keys, forks))
+            f.value("fork_memory_rows", f"memory rows {forks} forks add", f"{keys:,} keys", added, "rows")
+            f.value("fork_memory_s", "one fork (Python API)", f"{keys:,} keys", fork_s * 1000, "ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f.table())
@@ -250,6 +257,15 @@ def main() -> int:
                       "sizes": {"messages": args.messages, "sessions": args.sessions, "depth": args.depth},
                       "environment": env, "results": f.rows}, indent=2))
     return 0
+
+
+def reads(f: Figures, n: str, long_db: Path, sid: int, packed: int) -> None:
+    """The partial and streamed reads of the long session and of its compressed fork."""
+    f.time("history", "history SID (all of it)", n, long_db, ["history", str(sid)])
+    f.time("history_json", "history SID --json", n, long_db, ["history", str(sid), "--json"])
+    f.time("history_tail", "history SID --tail 3", n, long_db, ["history", str(sid), "--tail", "3"])
+    f.time("show_json_packed", "show SID --json, compressed", n, long_db, ["show", str(packed), "--json"])
+    f.time("show_tail", "show SID --tail 20", n, long_db, ["show", str(sid), "--tail", "20"])
 
 
 async def _spawn(db: Path) -> int:

@@ -257,14 +257,18 @@ async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None
 
 async def write_fold(tx: Tx, row: sqlite3.Row, plan: history.FoldPlan, summary: str, summary_tokens: int) -> Fold:
     """Hide ``plan``'s items behind ``summary``; the session's totals move by the difference."""
-    archived_tokens = sum(i.tokens for i in plan.archived)
-    archived_count = len(plan.archived)
-    fid = await rows.insert_fold(tx, row["id"], plan.lo, plan.hi, summary, summary_tokens, archived_count,
-                                 archived_tokens)
+    return await write_counted_fold(tx, row, plan.lo, plan.hi, summary, summary_tokens, len(plan.archived),
+                                    sum(i.tokens for i in plan.archived))
+
+
+async def write_counted_fold(tx: Tx, row: sqlite3.Row, lo: int, hi: int, summary: str, summary_tokens: int,
+                             archived_count: int, archived_tokens: int) -> Fold:
+    """``write_fold`` of a range whose hidden items were counted without reading them (a load's)."""
+    fid = await rows.insert_fold(tx, row["id"], lo, hi, summary, summary_tokens, archived_count, archived_tokens)
     await rows.update_session(
         tx, row["id"],
         context_tokens=row["context_tokens"] + summary_tokens - archived_tokens,
         context_count=row["context_count"] + 1 - archived_count,
     )
-    return Fold(fid, plan.lo, plan.hi, summary, summary_tokens, archived_count, archived_tokens, tx.now)
+    return Fold(fid, lo, hi, summary, summary_tokens, archived_count, archived_tokens, tx.now)
 

@@ -2,17 +2,19 @@
 
 One call each, whatever the form: ``save SID NAME`` keeps a checkpoint in the store and
 ``save SID file=F`` writes a snapshot file; ``load FILE`` makes a session from a snapshot and
-``load SID CHECKPOINT`` one from a checkpoint. File work never happens under the write lock:
-a snapshot is read in one read transaction and written to a temporary file beside its
-destination, the call is journaled, and the file is renamed into place after the commit; a
-file to load is read and checked whole before the write transaction opens.
+``load SID CHECKPOINT`` one from a checkpoint. Both stream, so that memory stays flat in
+the history: a snapshot is read in one read transaction and written a batch of messages at
+a time to a temporary file beside its destination, the call is journaled, and the file is
+renamed into place after the commit; a file to load is read a part at a time into the write
+transaction, checked as it goes (its hash too), and a file found bad, however far in, rolls
+the transaction back whole.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,12 @@ from ..model import limits, trigger_spec
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
-from ..model.records import Checkpoint, ContextItem, Fold
+from ..model.records import Checkpoint, Fold
 from ..model.text import plural
 from ..store import rows
 from . import history, snapshot
 from .base import Calls
-from .context import write_fold
+from .context import write_counted_fold
 from .lineage import branch
 from .merge import canonical
 from .syscall import Act, syscall
@@ -34,17 +36,17 @@ from .syscall import Act, syscall
 Progress = Callable[[int, int], None]
 
 
-@dataclass(slots=True, frozen=True)
-class _Prepared:
-    """A snapshot read, checked and counted before its transaction."""
+@dataclass(slots=True)
+class _Reading:
+    """A snapshot file being read into a load: its parts, and what was found in them."""
 
-    snapshot: snapshot.Snapshot
-    messages: list[tuple[Any, ...]]
-    folds: list[tuple[history.FoldPlan, str, int]]
-    triggers: list[tuple[str, dict[str, Any]]]
+    parts: Iterator[snapshot.Part]
+    messages: int = 0
+    folds: int = 0
+    triggers: int = 0
 
     def journal(self) -> dict[str, Any]:
-        return {"messages": len(self.messages), "folds": len(self.folds), "triggers": len(self.triggers)}
+        return {"messages": self.messages, "folds": self.folds, "triggers": self.triggers}
 
 
 @dataclass(slots=True)
@@ -119,56 +121,68 @@ class FileCalls(Calls):
         if name is not None:
             raise InvalidArgument("a name applies to loading a checkpoint; a snapshot keeps its own")
         file = str(source)
+        path = os.path.abspath(file)
+        try:
+            with open(file, "rb") as fh:
+                return await self._load_file(path, _Reading(snapshot.read(fh, file)), progress=progress)
+        except snapshot.NotAsWritten:
+            pass  # rewritten by another tool, or damaged: only a whole read tells which
+        except OSError as exc:
+            raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
         try:
             data = Path(file).read_bytes()
         except OSError as exc:
             raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
-        snap = snapshot.parse(data, file)
-        trig_specs = []
-        for t in snap.triggers:
-            if t["kind"] == "after":
-                continue
-            try:
-                trig_specs.append((t["kind"], trigger_spec.revalidate(t["kind"], t["spec"])))
-            except InvalidArgument as exc:
-                raise SnapshotError(f"{file} is not a valid snapshot: {exc}") from None
-        msgs = [(m["role"], m["content"], m["author"], m["pinned"], m.get("meta"), m["created"])
-                for m in snap.messages]
-        count = self.store.count_tokens
-        items = [ContextItem(i, m[0], m[1], count(m[1]), m[2], m[3]) for i, m in enumerate(msgs, start=1)]
-        folds = _refold(items, snap.folds, count, file)
-        return await self._load_file(os.path.abspath(file), _Prepared(snap, msgs, folds, trig_specs),
-                                     progress=progress)
+        return await self._load_file(path, _Reading(snapshot.parse(data, file).parts()), progress=progress)
 
     @syscall(Call.LOAD, session="result", check=None)
-    async def _load_file(self, act: Act, file: str, prepared: _Prepared, *,
+    async def _load_file(self, act: Act, file: str, reading: _Reading, *,
                          progress: Progress | None = None) -> Loaded:
-        tx, snap, msgs = act.tx, prepared.snapshot, prepared.messages
-        s = snap.session
+        tx, count = act.tx, self.store.count_tokens
+        # the session comes after the messages in the file: its row is made first and filled
+        # in once read, its agent's reference checked when the transaction commits
+        await tx.execute("PRAGMA defer_foreign_keys = ON")
+        sid = await rows.insert_session(tx, 0, agent_id=0, name="", runner="", window=0, cwd=os.getcwd(), armed=0)
+        fresh = await tx.one("SELECT id, length, history_tokens FROM sessions WHERE id = ?", (sid,))
+        assert fresh is not None
+        parts: dict[str, Any] = {}
+        for key, value in reading.parts:
+            if key == "messages":
+                reading.messages = await rows.append(tx, fresh, value, count, progress)
+            else:
+                parts[key] = value
+        s = parts["session"]
+        triggers = []
+        for t in parts["triggers"]:
+            if t["kind"] != "after":
+                try:
+                    triggers.append((t["kind"], trigger_spec.revalidate(t["kind"], t["spec"])))
+                except InvalidArgument as exc:
+                    raise SnapshotError(f"{file} is not a valid snapshot: {exc}") from None
         system = s["system"]
-        sid = await rows.insert_session(
-            tx, self.store.count_tokens(system) if system else 0,
-            agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
-            priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"], cwd=os.getcwd(),
-            armed=0, env=json.dumps(s["env"]) if s.get("env") else None,
+        system_tokens = count(system) if system else 0
+        context = await tx.value("SELECT context_tokens FROM sessions WHERE id = ?", (sid,))
+        await rows.update_session(
+            tx, sid, agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
+            priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"],
+            system_tokens=system_tokens, context_tokens=context + system_tokens,
+            env=json.dumps(s["env"]) if s.get("env") else None,
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
             # a copy of the agent's session, not the session itself: its first run forks it
             agent_ref=json.dumps({**s["agent_ref"], "fork": True}) if s.get("agent_ref") else None,
             agent_seen=s.get("agent_seen", 0) if s.get("agent_ref") else 0,
         )
-        row = await rows.session(tx, sid)
-        await rows.append(tx, row, msgs, self.store.count_tokens, progress, len(msgs))
-        for plan in prepared.folds:
-            await write_fold(tx, await rows.session(tx, sid), *plan)
-        await rows.put_memory(tx, sid, {k: canonical(v) for k, v in snap.memory.items()})
-        await rows.insert_resources(tx, sid, [(r["kind"], r["uri"], r["mode"]) for r in snap.resources])
-        await rows.insert_triggers(tx, sid, prepared.triggers)
+        reading.folds = await _refold(tx, sid, parts["folds"], count, file)
+        await rows.put_memory(tx, sid, {k: canonical(v) for k, v in parts["memory"].items()})
+        await rows.insert_resources(tx, sid, [(r["kind"], r["uri"], r["mode"]) for r in parts["resources"]])
+        await rows.insert_triggers(tx, sid, triggers)
+        reading.triggers = len(triggers)
         act.note("its runner and triggers are disarmed until it is approved", Call.APPROVE, sid)
-        dropped = sum(1 for t in snap.triggers if t["kind"] == "after")
+        dropped = len(parts["triggers"]) - len(triggers)
         if dropped:
             act.note(f"{plural(dropped, 'after trigger')} left out: an after trigger names a session of the"
                      " workspace the file came from (add it again here with trigger add)")
-        return Loaded(sid, file, len(msgs))
+        return Loaded(sid, file, reading.messages)
 
     @syscall(Call.LOAD, session="result", other="sid", check="sid")
     async def _restore(self, act: Act, sid: int, checkpoint: str, name: str | None = None) -> Loaded:
@@ -233,22 +247,34 @@ async def _stage(path: Path, tx: Any, sid: int) -> _Staged:
     return _Staged(tmp, path, size, sha256, seen[0])
 
 
-def _refold(items: list[ContextItem], specs: list[dict[str, Any]], count: Callable[[str], int],
-            source: str) -> list[tuple[history.FoldPlan, str, int]]:
-    """Rebuild a snapshot's folds against its history, checking that they nest."""
-    plans: list[tuple[history.FoldPlan, str, int]] = []
-    made: list[Fold] = []
+async def _refold(tx: Any, sid: int, specs: list[dict[str, Any]], count: Callable[[str], int],
+                  source: str) -> int:
+    """Fold a loaded history as its snapshot says, checking that the folds nest; each hides
+    the items of the context its range holds then (summaries of earlier folds, unprotected
+    messages outside them), counted in SQL, so no history is read into memory."""
+    made: list[tuple[int, int, int]] = []  # lo, hi, summary tokens
     for n, spec in enumerate(specs, start=1):
-        lo, hi = spec["lo"], spec["hi"]
-        for f in made:
-            if not (f.hi < lo or f.lo > hi or (lo <= f.lo and f.hi <= hi)):
+        lo, hi, summary = spec["lo"], spec["hi"], spec["summary"]
+        for f_lo, f_hi, _ in made:
+            if not (f_hi < lo or f_lo > hi or (lo <= f_lo and f_hi <= hi)):
                 raise SnapshotError(f"{source} is not a valid snapshot: fold {n} overlaps an earlier one")
-        archived = tuple(i for i in items if lo <= i.seq <= hi and not i.protected)
-        if not archived:
+        inside = [(i, f) for i, f in enumerate(made) if lo <= f[0] and f[1] <= hi]
+        # an earlier fold is in the context unless a later earlier one holds it
+        shown = [f for i, f in inside if not any(j > i and g[0] <= f[0] and f[1] <= g[1] for j, g in inside)]
+        hidden, tokens = await _unprotected(tx, sid, lo, hi)
+        for f_lo, f_hi, f_tokens in shown:
+            c, t = await _unprotected(tx, sid, f_lo, f_hi)
+            hidden, tokens = hidden - c + 1, tokens - t + f_tokens
+        if not hidden:
             raise SnapshotError(f"{source} is not a valid snapshot: fold {n} hides nothing")
-        fold = Fold(-n, lo, hi, spec["summary"], count(spec["summary"]), len(archived),
-                    sum(i.tokens for i in archived), 0.0)
-        plans.append((history.FoldPlan(lo, hi, archived), fold.summary, fold.summary_tokens))
-        made.append(fold)
-        items = history.apply_fold(items, fold)
-    return plans
+        summary_tokens = count(summary)
+        await write_counted_fold(tx, await rows.session(tx, sid), lo, hi, summary, summary_tokens, hidden, tokens)
+        made.append((lo, hi, summary_tokens))
+    return len(made)
+
+
+async def _unprotected(tx: Any, sid: int, lo: int, hi: int) -> tuple[int, int]:
+    """How many unprotected messages ``lo..hi`` of a session's own segment holds, and their tokens."""
+    found = await tx.one("SELECT count(*), coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?"
+                         " AND seq BETWEEN ? AND ? AND NOT pinned AND role != 'system'", (sid, lo, hi))
+    return int(found[0]), int(found[1])

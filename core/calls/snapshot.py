@@ -4,18 +4,26 @@ The file is ``{"format": FORMAT, "version": VERSION, "sha256": H, "payload": {..
 ``H`` is the SHA-256 of the payload's canonical JSON. ``parse`` accepts a file only if it
 is exactly that: the right format and version, an intact hash, and a payload whose every
 field has the right type and whose history, folds and triggers make sense. Anything else
-is a ``SnapshotError`` with one line, raised before the store is touched. Token counts are
-not trusted from the file: the loading workspace recounts with its own counter.
+is a ``SnapshotError`` with one line. Token counts are not trusted from the file: the
+loading workspace recounts with its own counter.
+
+A file is read as it is written (``read``): a part at a time, the messages one by one, the
+hash taken of the bytes as they go by, so that memory stays flat in the history; a file not
+laid out as ``write`` lays it out (rewritten by another tool, or damaged) is read whole
+(``parse``), which checks the hash of its payload written again canonically.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from collections.abc import AsyncIterator
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 from ..model import environ, limits, runner_spec, trigger_spec
 from ..model.errors import InvalidArgument, SnapshotError
@@ -99,6 +107,223 @@ class Snapshot:
     resources: list[dict[str, Any]]
     triggers: list[dict[str, Any]]
 
+    def parts(self) -> Iterator[Part]:
+        """The payload as ``read`` gives it, in the file's order."""
+        yield "folds", self.folds
+        yield "memory", self.memory
+        yield "messages", (_row(m) for m in self.messages)
+        yield "resources", self.resources
+        yield "session", self.session
+        yield "triggers", self.triggers
+
+
+#: One part of a payload: its key and value, checked; ``messages`` an iterator of checked
+#: messages as ``(role, content, author, pinned, meta, created)`` (what a history appends),
+#: to be read to its end before the next part.
+Part = tuple[str, Any]
+PARTS: Final = frozenset({"session", "messages", "folds", "memory", "resources", "triggers"})
+
+
+def _row(m: dict[str, Any]) -> tuple[Any, ...]:
+    return m["role"], m["content"], m["author"], m["pinned"], m["meta"], m["created"]
+
+
+class NotAsWritten(Exception):
+    """The file is not laid out as ``write`` lays it out, or its bytes are not those its
+    digest was taken of: only a whole read (``parse``) can tell a rewritten file from a
+    damaged one, and say which."""
+
+
+def read(fh: BinaryIO, source: str) -> Iterator[Part]:
+    """The parts of the snapshot in ``fh`` (open for reading at its start), each checked as
+    it is read; the hash, the keys and the folds' ranges are checked after the last, before
+    the iterator ends. ``NotAsWritten`` when the file must be read whole; ``SnapshotError``
+    (one line, naming ``source``) when it is as written and not a valid snapshot."""
+    text = _Text(fh, source)
+    with text.checked():
+        text.head()
+        seen: set[str] = set()
+        folds: list[dict[str, Any]] = []
+        count = [0]
+        text.expect("{")
+        while not text.take("}"):
+            if seen:
+                text.expect(",")
+            key = text.value()
+            text.expect(":")
+            if not isinstance(key, str) or key in seen:
+                raise NotAsWritten
+            seen.add(key)
+            if key == "messages":
+                yield key, _messages(text, count)
+                continue
+            value = text.value()
+            _shape(value, STRUCTURE_DEPTH - 2)
+            if key not in PARTS:
+                raise SnapshotError(f"the payload has unknown {key}")
+            if key == "folds":
+                folds = value
+            yield key, _PARTS[key](value)
+        text.expect("}")
+        text.expect("\n")
+        text.end()
+        _keys(dict.fromkeys(seen), set(PARTS), "the payload")
+        _fold_ranges(folds, count[0])
+    if not text.drained():
+        raise NotAsWritten
+
+
+class _Shape(InvalidArgument):
+    """A value JSON cannot hold, or nested too deep: the file is not a snapshot at all."""
+
+
+def _shape(value: Any, margin: int) -> None:
+    """``value`` is what a whole read of the file would take, ``margin`` levels into it."""
+    try:
+        limits.json_shape(value, "it", margin=margin)
+    except InvalidArgument as exc:
+        raise _Shape(str(exc)) from None
+
+
+def _messages(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
+    """The messages array, one checked message at a time: the one loop a million-message
+    file spends its time in, so it reads the buffer directly between refills."""
+    with text.checked():
+        yield from _items(text, count)
+
+
+def _items(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
+    text.expect("[")
+    if text.take("]"):
+        return
+    decode = limits.json_raw_decode
+    while True:
+        buf, at, n = text.buf, text.at, len(text.buf)
+        while True:
+            try:
+                message, end = decode(buf, at, "it")
+            except limits.NotJson:
+                if text.eof:
+                    raise
+                break  # cut by the end of the buffer (or damaged: then cut by the end of the file)
+            except InvalidArgument as exc:
+                raise _Shape(str(exc)) from None
+            if end >= n:
+                break  # the character after it is not read yet
+            count[0] += 1
+            _message(message, count[0])
+            text.at = at = end + 1
+            yield _row(message)
+            if buf[end] == "]":
+                return
+            if buf[end] != ",":
+                raise NotAsWritten
+        text.more(max(n - at, _CHUNK))
+
+
+#: Bytes read at a time: enough that a batch of messages is parsed between reads.
+_CHUNK: Final = 1 << 20
+_HEAD = re.compile(rb'\{"format":"procession\.snapshot","version":1,"sha256":"([0-9a-f]{64})","payload":')
+
+
+class _Text:
+    """A snapshot's text as it is read: decoded as ``json.loads`` decodes bytes (UTF-8, lone
+    surrogates passed), the payload's bytes hashed as they go by (but for the file's last
+    two, ``}\n``, which close the file, not the payload)."""
+
+    def __init__(self, fh: BinaryIO, source: str) -> None:
+        self.fh, self.source, self.digest = fh, source, ""
+        self.buf, self.at, self.eof = "", 0, False
+        self.sha = hashlib.sha256()
+        self.held = b""
+        self.decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+
+    def head(self) -> None:
+        """Read the head, as ``write`` writes it, and the digest it gives."""
+        raw = self.fh.read(len(_head("0" * 64)))
+        found = _HEAD.fullmatch(raw)
+        if found is None:
+            raise NotAsWritten
+        self.digest = found.group(1).decode()
+
+    @contextmanager
+    def checked(self) -> Iterator[None]:
+        """A refusal of what was read, if the file is as written (so it says what is wrong
+        with it); else ``NotAsWritten``, since a whole read may yet take it, or say better
+        why not (its hash)."""
+        try:
+            yield
+        except (SnapshotError, InvalidArgument) as exc:
+            if not self.drained():
+                raise NotAsWritten from None
+            what = "a snapshot" if isinstance(exc, (limits.NotJson, _Shape)) else "a valid snapshot"
+            raise SnapshotError(f"{self.source} is not {what}: {exc}") from None
+
+    def more(self, at_least: int = _CHUNK) -> None:
+        data = self.fh.read(max(at_least, _CHUNK))
+        if not data:
+            if self.eof:
+                raise NotAsWritten  # truncated
+            self.eof = True
+        held = self.held + data
+        self.sha.update(held[:-2])
+        self.held = held[-2:]
+        try:
+            self.buf = self.buf[self.at:] + self.decoder.decode(data, final=not data)
+        except UnicodeDecodeError:
+            raise NotAsWritten from None
+        self.at = 0
+
+    def take(self, char: str) -> bool:
+        """Whether the next character is ``char`` (then read past it)."""
+        if self.at >= len(self.buf):
+            self.more()
+        if self.buf.startswith(char, self.at):
+            self.at += 1
+            return True
+        return False
+
+    def expect(self, char: str) -> None:
+        if not self.take(char):
+            raise NotAsWritten
+
+    def value(self) -> Any:
+        """The next JSON value (its shape unchecked); the text is read on until it holds it
+        whole, and one character after it (a number could go on)."""
+        while True:
+            try:
+                value, end = limits.json_raw_decode(self.buf, self.at, "it")
+            except limits.NotJson:
+                if self.eof:
+                    raise
+                self.more(len(self.buf) - self.at)
+                continue
+            except InvalidArgument as exc:
+                raise _Shape(str(exc)) from None
+            if end >= len(self.buf) and not self.eof:
+                self.more()
+                continue
+            self.at = end
+            return value
+
+    def end(self) -> None:
+        """The file ends here."""
+        while self.at >= len(self.buf) and not self.eof:
+            self.more()
+        if self.at < len(self.buf):
+            raise NotAsWritten
+
+    def drained(self) -> bool:
+        """Whether the file, read to its end, has the payload its digest was taken of."""
+        while not self.eof:
+            data = self.fh.read(_CHUNK)
+            if not data:
+                break
+            held = self.held + data
+            self.sha.update(held[:-2])
+            self.held = held[-2:]
+        return self.held == b"}\n" and self.sha.hexdigest() == self.digest
+
 
 def parse(data: bytes, source: str) -> Snapshot:
     """Validate a snapshot file's bytes; ``source`` names it in error messages."""
@@ -167,8 +392,19 @@ def _text(v: Any, what: str, *, empty: bool = True) -> str:
 
 
 def _validate(p: dict[str, Any]) -> Snapshot:
-    _keys(p, {"session", "messages", "folds", "memory", "resources", "triggers"}, "the payload")
-    s = p["session"]
+    _keys(p, set(PARTS), "the payload")
+    session = _session(p["session"])
+    messages = p["messages"]
+    _need(isinstance(messages, list), "messages must be a list")
+    for i, m in enumerate(messages, start=1):
+        _message(m, i)
+    folds = _folds(p["folds"])
+    _fold_ranges(folds, len(messages))
+    return Snapshot(session, messages, folds, _memory(p["memory"]), _resources(p["resources"]),
+                    _triggers(p["triggers"]))
+
+
+def _session(s: Any) -> dict[str, Any]:
     _need(isinstance(s, dict), "session must be an object")
     _keys(s, {"uuid", "name", "agent", "goal", "system", "priority", "runner", "window", "timeout", "created"},
           "session", optional=AGENT_KEYS)
@@ -198,38 +434,57 @@ def _validate(p: dict[str, Any]) -> Snapshot:
     limits.name(s["agent"], "session.agent")
     _need(s.get("timeout") is None or (_is_num(s["timeout"]) and s["timeout"] > 0), "session.timeout is bad")
     _need(_is_num(s.get("created")), "session.created must be a time")
+    return cast("dict[str, Any]", s)
 
-    messages = p["messages"]
-    _need(isinstance(messages, list), "messages must be a list")
-    for i, m in enumerate(messages, start=1):
-        _need(isinstance(m, dict), f"message {i} must be an object")
-        _keys(m, {"seq", "role", "content", "author", "pinned", "created", "meta"}, f"message {i}")
-        _need(m.get("seq") == i, f"message {i} is out of order")
-        _need(m.get("role") in limits.ROLES, f"message {i} has a bad role")
-        _text(m.get("content"), f"message {i} content")
-        _text(m.get("author"), f"message {i} author")
-        _need(isinstance(m.get("pinned"), bool), f"message {i} pinned must be true or false")
-        _need(_is_num(m.get("created")), f"message {i} created must be a time")
-        _need(m.get("meta") is None or isinstance(m["meta"], dict), f"message {i} meta must be an object")
-        if m["meta"] is not None:
-            limits.json_value(m["meta"], f"message {i} meta")
 
-    folds = p["folds"]
+_MESSAGE_KEYS: Final = frozenset({"seq", "role", "content", "author", "pinned", "created", "meta"})
+
+
+def _message(m: Any, i: int) -> None:
+    """Message ``i`` is one: the common case (no meta) checked in one expression, since a
+    history may hold millions; anything else the long way, which says what is wrong."""
+    if (type(m) is dict and m.keys() == _MESSAGE_KEYS and m["meta"] is None and m["seq"] == i
+            and m["role"] in limits.ROLES and type(m["content"]) is str and type(m["author"]) is str
+            and type(m["pinned"]) is bool and type(m["created"]) is float and math.isfinite(m["created"])):
+        return
+    _shape(m, STRUCTURE_DEPTH - 3)
+    _need(isinstance(m, dict), f"message {i} must be an object")
+    _keys(m, set(_MESSAGE_KEYS), f"message {i}")
+    _need(m.get("seq") == i, f"message {i} is out of order")
+    _need(m.get("role") in limits.ROLES, f"message {i} has a bad role")
+    _text(m.get("content"), f"message {i} content")
+    _text(m.get("author"), f"message {i} author")
+    _need(isinstance(m.get("pinned"), bool), f"message {i} pinned must be true or false")
+    _need(_is_num(m.get("created")), f"message {i} created must be a time")
+    _need(m.get("meta") is None or isinstance(m["meta"], dict), f"message {i} meta must be an object")
+    if m["meta"] is not None:
+        limits.json_value(m["meta"], f"message {i} meta")
+
+
+def _folds(folds: Any) -> list[dict[str, Any]]:
     _need(isinstance(folds, list), "folds must be a list")
     for i, f in enumerate(folds, start=1):
         _need(isinstance(f, dict), f"fold {i} must be an object")
         _keys(f, {"lo", "hi", "summary"}, f"fold {i}")
         _need(_is_int(f.get("lo")) and _is_int(f.get("hi")), f"fold {i} range must be integers")
-        _need(1 <= f["lo"] <= f["hi"] <= len(messages), f"fold {i} range is outside the history")
         _text(f.get("summary"), f"fold {i} summary")
+    return cast("list[dict[str, Any]]", folds)
 
-    memory = p["memory"]
+
+def _fold_ranges(folds: list[dict[str, Any]], length: int) -> None:
+    for i, f in enumerate(folds, start=1):
+        _need(1 <= f["lo"] <= f["hi"] <= length, f"fold {i} range is outside the history")
+
+
+def _memory(memory: Any) -> dict[str, Any]:
     _need(isinstance(memory, dict), "memory must be an object")
     for key, value in memory.items():
         limits.name(key, "a memory key", limits.KEY_MAX)
         limits.json_value(value, f"the value of memory key {key!r}")
+    return cast("dict[str, Any]", memory)
 
-    resources = p["resources"]
+
+def _resources(resources: Any) -> list[dict[str, Any]]:
     _need(isinstance(resources, list), "resources must be a list")
     for i, r in enumerate(resources, start=1):
         _need(isinstance(r, dict), f"resource {i} must be an object")
@@ -240,12 +495,19 @@ def _validate(p: dict[str, Any]) -> Snapshot:
                   f"resource {i} must be an absolute path")
         _text(r.get("uri"), f"resource {i} uri", empty=False)
         _need(r.get("mode") in limits.RESOURCE_MODES, f"resource {i} mode must be ro or rw")
+    return cast("list[dict[str, Any]]", resources)
 
-    trigs = p["triggers"]
+
+def _triggers(trigs: Any) -> list[dict[str, Any]]:
     _need(isinstance(trigs, list), "triggers must be a list")
     for i, t in enumerate(trigs, start=1):
         _need(isinstance(t, dict), f"trigger {i} must be an object")
         _keys(t, {"kind", "spec"}, f"trigger {i}")
         _need(t["kind"] in trigger_spec.KINDS, f"trigger {i} has a bad kind")
         _need(isinstance(t.get("spec"), dict), f"trigger {i} spec must be an object")
-    return Snapshot(s, messages, folds, memory, resources, trigs)
+    return cast("list[dict[str, Any]]", trigs)
+
+
+#: How each part but the messages is checked, read alone.
+_PARTS: Final = {"session": _session, "folds": _folds, "memory": _memory, "resources": _resources,
+                 "triggers": _triggers}

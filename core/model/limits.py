@@ -185,19 +185,38 @@ def json_loads(text: str | bytes, what: str, depth: int = JSON_DEPTH, margin: in
     as ``json_shape``)."""
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
-    except _Constant as exc:
-        raise InvalidArgument(f"{what} holds {exc.name}, which is not JSON") from None
-    except RecursionError:
-        raise _too_deep(what, depth, margin) from None
-    except UnicodeDecodeError:
-        raise NotJson(f"{what} is not UTF-8 text") from None
-    except json.JSONDecodeError:
-        raise NotJson(f"{what} is not valid JSON") from None
-    except ValueError:  # not a syntax error: an integer longer than Python converts
-        raise InvalidArgument(
-            f"{what} holds an integer longer than {sys.get_int_max_str_digits()} digits") from None
+    except (ValueError, RecursionError) as exc:
+        raise _refusal(exc, what, depth, margin) from None
     json_shape(value, what, depth, margin)
     return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def json_raw_decode(text: str, at: int, what: str, depth: int = JSON_DEPTH, margin: int = 0) -> tuple[Any, int]:
+    """One JSON value of ``text`` starting at ``at`` and where it ends, as strictly as
+    ``json_loads`` (its shape unchecked: the caller checks what it keeps, as a whole read
+    would); a file read a part at a time (a snapshot) is parsed with it. A value that
+    ``text`` ends in the middle of is ``NotJson``."""
+    try:
+        return _DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError) as exc:
+        raise _refusal(exc, what, depth, margin) from None
+
+
+def _refusal(exc: ValueError | RecursionError, what: str, depth: int, margin: int) -> InvalidArgument:
+    """What a failed parse says (``UnicodeDecodeError`` and ``JSONDecodeError`` are ``ValueError`` too)."""
+    if isinstance(exc, _Constant):
+        return InvalidArgument(f"{what} holds {exc.name}, which is not JSON")
+    if isinstance(exc, RecursionError):
+        return _too_deep(what, depth, margin)
+    if isinstance(exc, UnicodeDecodeError):
+        return NotJson(f"{what} is not UTF-8 text")
+    if isinstance(exc, json.JSONDecodeError):
+        return NotJson(f"{what} is not valid JSON")
+    # not a syntax error: an integer longer than Python converts
+    return InvalidArgument(f"{what} holds an integer longer than {sys.get_int_max_str_digits()} digits")
 
 
 def _too_deep(what: str, depth: int, margin: int) -> InvalidArgument:

@@ -32,6 +32,7 @@ from procession import (
     Workspace,
 )
 from procession.calls.merge import MISSING, canonical
+from procession.calls import snapshot
 from procession.calls.snapshot import canonical_bytes
 
 LONG = (
@@ -1128,6 +1129,51 @@ async def test_export_of_a_fork_is_self_contained(ws: Workspace, tmp_path: Path)
     n = (await ws.load(str(tmp_path / "b.json"))).sid
     assert (await ws.info(n)).parent is None
     assert hist_key(await ws.history(n)) == hist_key(await ws.history(b))
+
+
+async def test_nested_folds_load_alike_streamed_and_whole(ws: Workspace, tmp_path: Path) -> None:
+    """A load counts what each fold hides without reading the history (a fold over an earlier
+    one hides its summary; pinned and system messages stay): the file as written (streamed)
+    and the same file rewritten by another tool (read whole) give the session saved."""
+    a = await session_with(ws, 12)
+    await ws.send(a, "keep this", pin=True)
+    await ws.send(a, "a rule", role="system")
+    await ws.send_many(a, [{"role": "user", "content": text(i)} for i in range(13, 25)])
+    await ws.compress(a, 10)
+    await ws.send_many(a, [{"role": "assistant", "content": text(i)} for i in range(25, 31)])
+    await ws.compress(a, 3)
+    await ws.compress(a, 2, summary="the whole story so far")
+    assert len((await ws.show(a)).folds) == 3
+    f = tmp_path / "nested.json"
+    await ws.save(a, file=str(f))
+    whole = tmp_path / "rewritten.json"
+    whole.write_text(json.dumps(json.loads(f.read_bytes()), indent=1))
+    for path in (f, whole):
+        new = (await ws.load(str(path))).sid
+        assert norm(await ws.context(new)) == norm(await ws.context(a))
+        assert (await ws.info(new)).context_tokens == (await ws.info(a)).context_tokens
+        await check_tokens(ws, new)
+        await ws.expand(new)  # a load makes its folds in one call: one expand restores them all
+        await check_tokens(ws, new)
+        assert len(await ws.context(new)) == (await ws.info(new)).length == 32
+
+
+async def test_a_snapshot_as_written_is_refused_however_far_in_it_breaks(ws: Workspace, tmp_path: Path) -> None:
+    """A file laid out as written and correctly hashed is refused at the message that is wrong,
+    after its messages before were written: the load rolls back whole."""
+    a = await session_with(ws, 40)
+    f = tmp_path / "s.json"
+    await ws.save(a, file=str(f))
+    doc = json.loads(f.read_bytes())
+    doc["payload"]["messages"][30]["role"] = "wizard"
+    f.write_bytes(snapshot.dump(doc["payload"]))
+    before = count_rows(ws.store.path, "messages"), count_rows(ws.store.path, "sessions")
+    err = await refused(ws, SnapshotError, ws.load(str(f)))
+    assert str(err) == f"{f} is not a valid snapshot: message 31 has a bad role"
+    assert (count_rows(ws.store.path, "messages"), count_rows(ws.store.path, "sessions")) == before
+    f.write_bytes(f.read_bytes().replace(b"wizard", b"user"))  # the hash no longer matches
+    err = await refused(ws, SnapshotError, ws.load(str(f)))
+    assert "does not match its content hash" in str(err)
 
 
 def _rewrite(path: Path, mutate: Any, *, rehash: bool = False) -> None:
