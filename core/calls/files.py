@@ -12,6 +12,7 @@ the transaction back whole.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import limits, trigger_spec
+from ..model import agents, limits, transcripts, trigger_spec
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
 from ..model.records import Checkpoint, Fold
 from ..model.text import plural
 from ..store import rows
-from . import history, snapshot
+from . import history, native, snapshot
 from .base import Calls
 from .context import write_counted_fold
 from .lineage import branch
@@ -106,14 +107,18 @@ class FileCalls(Calls):
         return Saved(sid, file=file, messages=staged.messages, bytes=staged.size, sha256=staged.sha256)
 
     async def load(self, source: str | int, checkpoint: str | None = None, *, name: str | None = None,
-                   progress: Progress | None = None) -> Loaded:
+                   progress: Progress | None = None, mapping: dict[str, str] | None = None) -> Loaded:
         """A new session from a snapshot file (``source`` a path), or forked at a session's
         checkpoint (``source`` its SID, with ``checkpoint``).
 
         A loaded file's runner and triggers arrive disarmed (``approve`` arms them): a file
         from elsewhere never runs anything by itself; its ``after`` triggers are left out,
-        since they name sessions of the workspace it came from.
+        since they name sessions of the workspace it came from. ``mapping`` (old path prefix
+        -> new, ``load --map``) moves the session's folder, its bound paths, its watches and
+        the paths inside the agent's own session it carries, which is written where this
+        machine's CLI finds it, so that its next run resumes it here.
         """
+        mapping = _mapping(mapping)
         if checkpoint is not None:
             if not isinstance(source, int):
                 raise InvalidArgument("loading a checkpoint takes the session's SID first")
@@ -124,7 +129,8 @@ class FileCalls(Calls):
         path = os.path.abspath(file)
         try:
             with open(file, "rb") as fh:
-                return await self._load_file(path, _Reading(snapshot.read(fh, file)), progress=progress)
+                return await self._load_file(path, _Reading(snapshot.read(fh, file)), progress=progress,
+                                             mapping=mapping)
         except snapshot.NotAsWritten:
             pass  # rewritten by another tool, or damaged: only a whole read tells which
         except OSError as exc:
@@ -133,11 +139,12 @@ class FileCalls(Calls):
             data = Path(file).read_bytes()
         except OSError as exc:
             raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
-        return await self._load_file(path, _Reading(snapshot.parse(data, file).parts()), progress=progress)
+        return await self._load_file(path, _Reading(snapshot.parse(data, file).parts()), progress=progress,
+                                     mapping=mapping)
 
     @syscall(Call.LOAD, session="result", check=None)
     async def _load_file(self, act: Act, file: str, reading: _Reading, *,
-                         progress: Progress | None = None) -> Loaded:
+                         progress: Progress | None = None, mapping: dict[str, str] | None = None) -> Loaded:
         tx, count = act.tx, self.store.count_tokens
         # the session comes after the messages in the file: its row is made first and filled
         # in once read, its agent's reference checked when the transaction commits
@@ -162,20 +169,22 @@ class FileCalls(Calls):
         system = s["system"]
         system_tokens = count(system) if system else 0
         context = await tx.value("SELECT context_tokens FROM sessions WHERE id = ?", (sid,))
+        paths = dict(mapping or {})
+        cwd = _folder(act, s.get("cwd"), paths)
         await rows.update_session(
             tx, sid, agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
             priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"],
-            system_tokens=system_tokens, context_tokens=context + system_tokens,
+            system_tokens=system_tokens, context_tokens=context + system_tokens, cwd=cwd,
             env=json.dumps(s["env"]) if s.get("env") else None,
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
-            # a copy of the agent's session, not the session itself: its first run forks it
-            agent_ref=json.dumps({**s["agent_ref"], "fork": True}) if s.get("agent_ref") else None,
+            agent_ref=await _agent_ref(act, s, cwd, paths),
             agent_seen=s.get("agent_seen", 0) if s.get("agent_ref") else 0,
         )
         reading.folds = await _refold(tx, sid, parts["folds"], count, file)
         await rows.put_memory(tx, sid, {k: canonical(v) for k, v in parts["memory"].items()})
-        await rows.insert_resources(tx, sid, [(r["kind"], r["uri"], r["mode"]) for r in parts["resources"]])
-        await rows.insert_triggers(tx, sid, triggers)
+        await rows.insert_resources(tx, sid, [(r["kind"], _moved(r["kind"], r["uri"], paths), r["mode"])
+                                              for r in parts["resources"]])
+        await rows.insert_triggers(tx, sid, [(kind, _moved_spec(spec, paths)) for kind, spec in triggers])
         reading.triggers = len(triggers)
         act.note("its runner and triggers are disarmed until it is approved", Call.APPROVE, sid)
         dropped = len(parts["triggers"]) - len(triggers)
@@ -198,6 +207,65 @@ class FileCalls(Calls):
         return Loaded(child, f"{sid}:{checkpoint}", cp["seq"])
 
 
+#: The resource kinds whose URI is a path of this machine (``load --map`` moves them).
+LOCAL_KINDS = ("file", "folder", "db", "sqlite")
+
+
+def _mapping(mapping: dict[str, str] | None) -> dict[str, str]:
+    """``load --map OLD=NEW`` pairs, each side an absolute path; refused in one line if not."""
+    for old, new in (mapping or {}).items():
+        if not (os.path.isabs(old) and os.path.isabs(new)):
+            raise InvalidArgument(f"--map takes absolute paths, OLD=NEW: {old}={new}")
+    return dict(mapping or {})
+
+
+def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:
+    """The loaded session's folder: the saved one moved by ``paths``, if it is here; else
+    this process's, and the saved one is mapped to it (the agent's session follows)."""
+    if saved is None:  # a snapshot of an older version: it did not say
+        return os.getcwd()
+    moved = transcripts.remap(saved, paths)
+    if os.path.isdir(moved):
+        return moved
+    here = os.getcwd()
+    act.note(f"its folder {moved} is not here: it works in {here} (load --map {saved}={here} says so)")
+    paths[saved] = here
+    return here
+
+
+async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str]) -> str | None:
+    """The loaded session's agent reference: the agent's own session it carries, placed where
+    this machine's CLI finds it (its paths moved); else a copy of the reference, which its
+    first run forks (the agent's session may be on this machine: it is not touched)."""
+    ref = s.get("agent_ref")
+    if not ref:
+        return None
+    carried = s.get("agent_session")
+    if carried is None:
+        return json.dumps({**ref, "fork": True})
+    fmt = transcripts.format_of(ref["cli"])
+    env = {**os.environ, **(s.get("env") or {})}
+    placed = await asyncio.to_thread(fmt.place, carried, env, cwd, paths)
+    read = await asyncio.to_thread(fmt.read, native.followed(placed))
+    title = agents.CLIS[ref["cli"]].title
+    act.note(f"its {title} session {placed['id']} is placed where {title} finds it here: its next run resumes it")
+    return json.dumps({**placed, "position": read.position.as_json()})
+
+
+def _moved(kind: str, uri: str, paths: dict[str, str]) -> str:
+    return transcripts.remap(uri, paths) if kind in LOCAL_KINDS else uri
+
+
+def _moved_spec(spec: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
+    """A watch's paths and a commit trigger's repository, moved by ``paths``."""
+    moved = dict(spec)
+    if isinstance(moved.get("paths"), list):
+        moved["paths"] = [transcripts.remap(p, paths) if isinstance(p, str) else p for p in moved["paths"]]
+    if isinstance(moved.get("repo"), str):
+        moved["repo"] = transcripts.remap(moved["repo"], paths)
+    return moved
+
+
 async def _payload(tx: Any, sid: int) -> dict[str, Any]:
     """A session as a snapshot's payload, but for its messages (``_messages`` streams them)."""
     row = await rows.session(tx, sid)
@@ -211,12 +279,25 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             "passed": json.loads(row["pass_env"]) if row["pass_env"] else [],
             "agent_ref": json.loads(row["agent_ref"]) if row["agent_ref"] else None,
             "agent_seen": row["agent_seen"],
+            "cwd": row["cwd"],
+            **({"agent_session": carried} if (carried := await _carried(row)) else {}),
         },
         "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary} for f in await history.folds(tx, sid)],
         "memory": {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()},
         "resources": [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)],
         "triggers": [{"kind": t["kind"], "spec": json.loads(t["spec"])} for t in await rows.triggers(tx, sid)],
     }
+
+
+async def _carried(row: Any) -> dict[str, Any] | None:
+    """The agent's own session, as its CLI keeps it, for a snapshot to carry (None: it has
+    none of its own yet, or its files are gone from here)."""
+    ref = native.agent_ref(row)
+    if ref is None or ref.get("fork"):
+        return None
+    fmt = transcripts.format_of(ref["cli"])
+    found: dict[str, Any] | None = await asyncio.to_thread(fmt.carry, ref, native.cli_environment(row))
+    return found
 
 
 async def _messages(tx: Any, sid: int, seen: list[int]) -> AsyncIterator[list[dict[str, Any]]]:

@@ -367,7 +367,7 @@ def _need(cond: bool, what: str) -> None:
 
 
 #: Keys of a session that files written before agent sessions do not have.
-AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen"})
+AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen", "cwd", "agent_session"})
 
 
 def _keys(obj: dict[str, Any], keys: set[str], what: str, optional: frozenset[str] = frozenset()) -> None:
@@ -421,6 +421,10 @@ def _session(s: Any) -> dict[str, Any]:
     _need(ref is None or (isinstance(ref, dict) and isinstance(ref.get("cli"), str) and isinstance(ref.get("id"), str)),
           "session.agent_ref must be an object with cli and id")
     _need(_is_int(s.get("agent_seen", 0)) and s.get("agent_seen", 0) >= 0, "session.agent_seen must be an integer")
+    _need(s.get("agent_session") is None or (isinstance(s["agent_session"], dict) and ref is not None),
+          "session.agent_session must be an object, beside an agent_ref")
+    _need(s.get("cwd") is None or (isinstance(s["cwd"], str) and s["cwd"].startswith("/")),
+          "session.cwd must be an absolute path")
     for key in ("name", "agent"):
         _text(s.get(key), f"session.{key}", empty=False)
     for key in ("goal", "system", "runner", "uuid"):

@@ -9,6 +9,8 @@ session.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -17,6 +19,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from conftest import until
 from procession import State, Workspace
 from procession.model import environ
 from procession.model.errors import InvalidArgument
-from support.agent_clis import AgentSandbox, ClaudeSandbox
+from support.agent_clis import AgentSandbox, ClaudeSandbox, OpencodeSandbox
 from support.models import ModelServer, say, shell
 
 RUN_S = 60.0
@@ -280,3 +283,65 @@ async def test_migrate_between_agent_clis_gives_each_the_conversation_so_far(
 async def _ran_n(ws: Workspace, sid: int, n: int) -> bool:
     runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]
     return len(runs) >= n and all(r.ended for r in runs) and (await ws.info(sid)).state is State.SLEEPING
+
+
+def machine(monkeypatch: pytest.MonkeyPatch, agent: AgentSandbox) -> None:
+    """This process as a machine whose own configuration is ``agent``'s sandbox (its HOME, its
+    CLI's settings): what the engine and the calls see of it, no session setting involved."""
+    for key, value in agent.vars().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(f"PROCESSION_{agent.name.upper()}", str(agent.cli.command))
+
+
+async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_another_machine(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, tmp_path: Path, db: Path, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    here = agent_sandbox
+    there = type(here)(here.cli, model_server, tmp_path / "other-machine")
+    machine(monkeypatch, here)
+    sid = (await live.spawn("traveller", "dev", runner=f"{here.name}:"
+                            + (here.MODEL if isinstance(here, OpencodeSandbox) else ""), cwd=str(here.workdir))).sid
+    model_server.script.add(say("I will remember the word heron."))
+    async with _engine(db):
+        await live.send(sid, "remember the word heron")
+        await live.activate(sid)
+        await until(lambda: _ran(live, sid), timeout=RUN_S)
+    snap = tmp_path / "traveller.json"
+    saved = await live.save(sid, file=str(snap))
+    assert b"agent_session" in snap.read_bytes() and saved.sha256
+
+    machine(monkeypatch, there)  # another HOME, another folder, the same snapshot
+    other = tmp_path / "other.db"
+    ws = await Workspace.open(other)
+    try:
+        loaded = await ws.load(str(snap), mapping={str(here.workdir): str(there.workdir)})
+        shown = (await ws.show(loaded.sid)).to_json()
+        assert shown["cwd"] == str(there.workdir) and not shown["agent_ref"].get("fork")
+        assert any("placed where" in n.text for n in loaded.notes)
+        assert (await ws.info(loaded.sid)).armed is False  # still disarmed until approved
+        await ws.approve(loaded.sid)
+        model_server.script.add(say("The word was heron."))
+        async with _engine(other):
+            await ws.send(loaded.sid, "which word?")
+            await ws.activate(loaded.sid)
+            await until(lambda: _ran(ws, loaded.sid), timeout=RUN_S)
+        seen = " ".join(model_server.requests[-1].texts())
+        assert "remember the word heron" in seen and "I will remember the word heron." in seen and "which word?" in seen
+        assert (await ws.show(loaded.sid)).agent_ref["id"] == shown["agent_ref"]["id"]  # resumed, not forked
+    finally:
+        await ws.close()
+
+
+@contextlib.asynccontextmanager
+async def _engine(path: Path) -> AsyncIterator[Any]:
+    from procession.engine import Engine
+
+    engine = Engine(path, slots=1, grace=0.3)
+    await engine.start()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(engine.serve(stop))
+    try:
+        yield engine
+    finally:
+        stop.set()
+        await task
