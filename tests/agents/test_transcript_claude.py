@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from conftest import until
 from procession.engine.runners.agents.base import Turn
 from procession.engine.runners.agents.claude import ClaudeReader
 from procession.model.errors import InvalidArgument
@@ -212,6 +215,41 @@ def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recor
     assert [m.content for m in again.messages if m.role != "tool"] == [
         "write hi into file", "Let me write it.", "The file is written.", "again from there", "Rewound."]
     assert branched.position == read.position and FORMAT.read(fork, branched.position).branched  # until read anew
+
+
+def sleeping(pid: int) -> bool:
+    """The tool's ``sleep`` runs (the CLI runs it in a session of its own, still its descendant)."""
+    try:
+        return any(p.name() == "sleep" for p in psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return False
+
+
+async def test_a_tool_still_running_is_left_for_the_read_after_it_returns(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer) -> None:
+    model_server.script.add(shell("sleep 30", text="Sleeping."), say("Stopped, then."))
+    args, _ = claude_sandbox.headless("sleep please")
+    process = claude_sandbox.start(args)
+    try:
+        # the tool runs, and the CLI has written its call (it writes its records a little behind)
+        running = await until(lambda: sleeping(process.pid) and next(
+            (f for f in FORMAT.discover(claude_sandbox.env) if b'"tool_use"' in Path(f.path).read_bytes()), None),
+            timeout=30)
+        during = FORMAT.read(running)
+        assert [(m.role, m.content) for m in during.messages] == [("user", "sleep please"), ("assistant", "Sleeping.")]
+        process.send_signal(signal.SIGINT)  # the CLI kills the tool, and may exit before it writes the result
+        process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert claude_sandbox.prompt("go on", resume=running.id).returncode == 0
+    after = FORMAT.read(FORMAT.find(claude_sandbox.env, running.id), during.position)
+    assert [(m.role, m.content) for m in after.messages if m.role != "tool"] == [
+        ("user", "go on"), ("assistant", "Stopped, then.")]  # the interruption's marker is not the user's words
+    # The CLI writes the killed tool's result, or (when it exited first) resumes from before the
+    # call, leaving it off the conversation: the read follows the file either way.
+    tools = [m.meta["tool"] for m in after.messages if m.role == "tool"]  # type: ignore[index]
+    written = b'"tool_result"' in Path(running.path).read_bytes()
+    assert [(t["input"], t["is_error"]) for t in tools] == ([({"command": "sleep 30"}, True)] if written else [])
 
 
 # ---------------------------------------------------------------------------------- carried, written
