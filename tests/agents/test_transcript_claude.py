@@ -71,6 +71,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         second = sandbox.prompt("and once more", resume=sid)
         assert second.returncode == 0, second.stderr
         yield Recorded(sandbox, server, sid, path, after_first, [first, second], (began, time.time()))
+    assert not server.unserved, "a turn request found the script empty"
 
 
 def runner_messages(recorded: Recorded, run: CliRun) -> list[tuple[str, str, dict[str, Any] | None]]:
@@ -84,7 +85,7 @@ def shape(messages: list[Said]) -> list[tuple[str, str, dict[str, Any] | None]]:
     return [(m.role, m.content, m.meta) for m in messages]
 
 
-def copy(recorded: Recorded, tmp_path: Path, data: bytes) -> Path:
+def copy(tmp_path: Path, data: bytes) -> Path:
     path = tmp_path / f"{uuid.uuid4()}.jsonl"
     path.write_bytes(data)
     return path
@@ -125,7 +126,7 @@ def test_a_read_gives_the_conversation_as_the_runner_stores_it(recorded: Recorde
 
 def test_a_read_from_a_saved_position_gives_exactly_the_new_turn_without_reading_the_old_part(
         recorded: Recorded, tmp_path: Path) -> None:
-    first = FORMAT.read(recorded.found(copy(recorded, tmp_path, recorded.after_first)))
+    first = FORMAT.read(recorded.found(copy(tmp_path, recorded.after_first)))
     assert len(first.messages) == 4 and first.position.offset == len(recorded.after_first)
     grown = FORMAT.read(recorded.found(), first.position)
     assert shape(grown.messages) == [("user", "and once more", None)] + runner_messages(recorded, recorded.runs[1])
@@ -133,7 +134,7 @@ def test_a_read_from_a_saved_position_gives_exactly_the_new_turn_without_reading
     assert grown.position == FORMAT.read(recorded.found()).position and not grown.branched
     # the part read before is not parsed again: blanked out, the new part reads the same
     whole = recorded.path.read_bytes()
-    blanked = copy(recorded, tmp_path, b" " * (len(recorded.after_first) - 1) + b"\n" + whole[len(recorded.after_first):])
+    blanked = copy(tmp_path, b" " * (len(recorded.after_first) - 1) + b"\n" + whole[len(recorded.after_first):])
     assert shape(FORMAT.read(recorded.found(blanked), first.position).messages) == shape(grown.messages)
     assert FORMAT.read(recorded.found(), grown.position).messages == []
 
@@ -143,7 +144,7 @@ def test_a_record_cut_short_is_left_for_later_and_a_broken_one_inside_is_skipped
     whole, done = recorded.path.read_bytes(), len(recorded.after_first)
     user_line = whole.index(b'"and once more"', done)
     half = whole.rindex(b"\n", 0, user_line) + 1  # the new user record's line starts here
-    path = copy(recorded, tmp_path, whole[:user_line])
+    path = copy(tmp_path, whole[:user_line])
     found = recorded.found(path)
     start = FORMAT.read(found)
     cut = FORMAT.read(found, Position(done, start.position.last))
@@ -153,7 +154,7 @@ def test_a_record_cut_short_is_left_for_later_and_a_broken_one_inside_is_skipped
     assert [(m.role, m.content) for m in later.messages] == [("user", "and once more"), ("assistant", "Again, done.")]
 
     lines = whole.splitlines(keepends=True)
-    broken = copy(recorded, tmp_path, b"".join(lines[:3]) + b'{"type": "user", "mess\n' + b"".join(lines[3:]))
+    broken = copy(tmp_path, b"".join(lines[:3]) + b'{"type": "user", "mess\n' + b"".join(lines[3:]))
     read = FORMAT.read(recorded.found(broken))
     assert shape(read.messages) == shape(FORMAT.read(recorded.found()).messages)
     at = len(b"".join(lines[:3]))
@@ -196,7 +197,7 @@ def test_discover_lists_every_session_newest_first_and_find_takes_a_prefix(recor
 
 def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recorded: Recorded, tmp_path: Path) -> None:
     sandbox, server = recorded.sandbox, recorded.server
-    parent = FORMAT.read(recorded.found())
+    parent, untouched = FORMAT.read(recorded.found()), recorded.path.read_bytes()
     server.script.add(say("In the fork."), say("Rewound."))
     forked = sandbox.run(["-p", "fork it", "--output-format", "stream-json", "--verbose", "--resume", recorded.id,
                           "--fork-session"])
@@ -215,6 +216,7 @@ def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recor
     assert [m.content for m in again.messages if m.role != "tool"] == [
         "write hi into file", "Let me write it.", "The file is written.", "again from there", "Rewound."]
     assert branched.position == read.position and FORMAT.read(fork, branched.position).branched  # until read anew
+    assert recorded.path.read_bytes() == untouched
 
 
 def sleeping(pid: int) -> bool:
