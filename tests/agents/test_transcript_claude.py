@@ -254,6 +254,18 @@ async def test_a_tool_still_running_is_left_for_the_read_after_it_returns(
     assert [(t["input"], t["is_error"]) for t in tools] == ([({"command": "sleep 30"}, True)] if written else [])
 
 
+def test_a_session_run_through_a_symbolic_link_is_found_where_the_cli_filed_it(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(claude_sandbox.workdir)
+    model_server.script.add(say("hi"))
+    run = subprocess.run([str(claude_sandbox.cli.exe), "-p", "hello", "--output-format", "json"], cwd=link,
+                         env={**claude_sandbox.env, "PWD": str(link)}, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    sid = json.loads(run.stdout)["session_id"]
+    assert Path(transcript(claude_sandbox.env, str(link), sid)).is_file()
+
+
 # ---------------------------------------------------------------------------------- carried, written
 
 def test_a_carried_session_placed_under_another_home_and_folder_is_resumed_there(

@@ -87,8 +87,9 @@ def _base36(n: int) -> str:
 
 
 def transcript(env: Mapping[str, str], cwd: str, agent_id: str) -> str:
-    """Where Claude Code keeps a session's transcript: one folder per working folder."""
-    return os.path.join(home(env), "projects", folder_name(cwd), f"{agent_id}.jsonl")
+    """Where Claude Code keeps a session's transcript: one folder per working folder, named
+    for its real path (a session run through a symbolic link is filed under its target)."""
+    return os.path.join(home(env), "projects", folder_name(os.path.realpath(cwd)), f"{agent_id}.jsonl")
 
 
 # ------------------------------------------------------------------------------ reading lines
