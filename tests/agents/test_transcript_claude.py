@@ -492,7 +492,7 @@ def test_a_long_folder_is_named_as_the_cli_names_it() -> None:
 
 def test_a_written_history_reads_back_as_it_was_given(tmp_path: Path) -> None:
     env = {"CLAUDE_CONFIG_DIR": str(tmp_path)}
-    history = [Said("user", "go", ts=1.5), Said("assistant", "On it."),
+    history = [Said("user", "go", ts=1.5), Said("assistant", " \n"), Said("assistant", "On it."),
                Said(*tool_message("call:7/x", "ns.tool name", "not an object", None, False)),
                Said("tool", "a tool message without its call"), Said("assistant", "Done.")]
     ref = FORMAT.write(history, env, "/w", "")
@@ -506,6 +506,9 @@ def test_a_written_history_reads_back_as_it_was_given(tmp_path: Path) -> None:
     assert (tool["id"], tool["input"], tool["output"], tool["is_error"]) == (
         "call_7_x", {"input": "not an object"}, "(no result: the run stopped first)", True)
     assert got.messages[0].ts == 1.5 and got.title == "go"
+    written = [json.loads(line) for line in Path(ref["transcript"]).read_text().splitlines()]
+    texts = [b["text"] for r in written if r["type"] == "assistant" for b in r["message"]["content"] if "text" in b]
+    assert texts == ["On it.", "Done."]  # no empty text: the API refuses one
 
 
 def test_a_position_that_is_not_where_a_line_ended_reads_the_whole_file(records: Records) -> None:

@@ -654,13 +654,16 @@ class _Writer:
     def records(self, history: list[Said]) -> list[dict[str, Any]]:
         for said in history:
             tool = (said.meta or {}).get("tool")
+            if said.role != "tool" and not said.content.strip():
+                continue  # nothing said (the API refuses an empty text)
             if said.role == "assistant":
                 self.assistant({"type": "text", "text": said.content}, said.ts)
             elif said.role == "tool" and isinstance(tool, dict):
                 call_id = _api_name(tool.get("id"), 200) or f"toolu_{uuid.uuid4().hex[:24]}"
                 value = tool.get("input")
                 self.assistant({"type": "tool_use", "id": call_id, "name": _api_name(tool.get("name"), 64) or "tool",
-                                "input": value if isinstance(value, dict) else {"input": value}}, said.ts)
+                                "input": value if isinstance(value, dict) else {} if value is None else {"input": value}},
+                               said.ts)
                 output = tool.get("output")
                 self.user([{"tool_use_id": call_id, "type": "tool_result",
                             "content": output if isinstance(output, str) else "(no result: the run stopped first)",
