@@ -19,6 +19,13 @@ by themselves (a turn appended after a finished one: the usual sync); otherwise 
 before stopped inside a model call or before a tool's result, or the user rewound) it parses
 the whole file, which is correct in every case. A tool use whose result is not written yet
 ends the part read, so the call and its result are stored together by the next read.
+
+Carrying takes the records as JSON and the text files of the session's own folder (beside
+the transcript: tool outputs too long for it, which the transcript names by path);
+placing maps the records' ``cwd`` and moves that folder's path with them. ``write`` makes
+the chain the CLI itself writes, which ``claude -p --resume`` takes (tried with 2.1.197): a
+conversation ending on the user is answered, when resumed, by the CLI's own ``No response
+requested.`` before the new prompt.
 """
 
 from __future__ import annotations
