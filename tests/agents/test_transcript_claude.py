@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from conftest import until
 from procession.engine.runners.agents.base import Turn
 from procession.engine.runners.agents.claude import ClaudeReader
 from procession.model.errors import InvalidArgument
@@ -68,6 +71,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         second = sandbox.prompt("and once more", resume=sid)
         assert second.returncode == 0, second.stderr
         yield Recorded(sandbox, server, sid, path, after_first, [first, second], (began, time.time()))
+    assert not server.unserved, "a turn request found the script empty"
 
 
 def runner_messages(recorded: Recorded, run: CliRun) -> list[tuple[str, str, dict[str, Any] | None]]:
@@ -81,7 +85,7 @@ def shape(messages: list[Said]) -> list[tuple[str, str, dict[str, Any] | None]]:
     return [(m.role, m.content, m.meta) for m in messages]
 
 
-def copy(recorded: Recorded, tmp_path: Path, data: bytes) -> Path:
+def copy(tmp_path: Path, data: bytes) -> Path:
     path = tmp_path / f"{uuid.uuid4()}.jsonl"
     path.write_bytes(data)
     return path
@@ -122,7 +126,7 @@ def test_a_read_gives_the_conversation_as_the_runner_stores_it(recorded: Recorde
 
 def test_a_read_from_a_saved_position_gives_exactly_the_new_turn_without_reading_the_old_part(
         recorded: Recorded, tmp_path: Path) -> None:
-    first = FORMAT.read(recorded.found(copy(recorded, tmp_path, recorded.after_first)))
+    first = FORMAT.read(recorded.found(copy(tmp_path, recorded.after_first)))
     assert len(first.messages) == 4 and first.position.offset == len(recorded.after_first)
     grown = FORMAT.read(recorded.found(), first.position)
     assert shape(grown.messages) == [("user", "and once more", None)] + runner_messages(recorded, recorded.runs[1])
@@ -130,7 +134,7 @@ def test_a_read_from_a_saved_position_gives_exactly_the_new_turn_without_reading
     assert grown.position == FORMAT.read(recorded.found()).position and not grown.branched
     # the part read before is not parsed again: blanked out, the new part reads the same
     whole = recorded.path.read_bytes()
-    blanked = copy(recorded, tmp_path, b" " * (len(recorded.after_first) - 1) + b"\n" + whole[len(recorded.after_first):])
+    blanked = copy(tmp_path, b" " * (len(recorded.after_first) - 1) + b"\n" + whole[len(recorded.after_first):])
     assert shape(FORMAT.read(recorded.found(blanked), first.position).messages) == shape(grown.messages)
     assert FORMAT.read(recorded.found(), grown.position).messages == []
 
@@ -140,7 +144,7 @@ def test_a_record_cut_short_is_left_for_later_and_a_broken_one_inside_is_skipped
     whole, done = recorded.path.read_bytes(), len(recorded.after_first)
     user_line = whole.index(b'"and once more"', done)
     half = whole.rindex(b"\n", 0, user_line) + 1  # the new user record's line starts here
-    path = copy(recorded, tmp_path, whole[:user_line])
+    path = copy(tmp_path, whole[:user_line])
     found = recorded.found(path)
     start = FORMAT.read(found)
     cut = FORMAT.read(found, Position(done, start.position.last))
@@ -150,7 +154,7 @@ def test_a_record_cut_short_is_left_for_later_and_a_broken_one_inside_is_skipped
     assert [(m.role, m.content) for m in later.messages] == [("user", "and once more"), ("assistant", "Again, done.")]
 
     lines = whole.splitlines(keepends=True)
-    broken = copy(recorded, tmp_path, b"".join(lines[:3]) + b'{"type": "user", "mess\n' + b"".join(lines[3:]))
+    broken = copy(tmp_path, b"".join(lines[:3]) + b'{"type": "user", "mess\n' + b"".join(lines[3:]))
     read = FORMAT.read(recorded.found(broken))
     assert shape(read.messages) == shape(FORMAT.read(recorded.found()).messages)
     at = len(b"".join(lines[:3]))
@@ -193,7 +197,7 @@ def test_discover_lists_every_session_newest_first_and_find_takes_a_prefix(recor
 
 def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recorded: Recorded, tmp_path: Path) -> None:
     sandbox, server = recorded.sandbox, recorded.server
-    parent = FORMAT.read(recorded.found())
+    parent, untouched = FORMAT.read(recorded.found()), recorded.path.read_bytes()
     server.script.add(say("In the fork."), say("Rewound."))
     forked = sandbox.run(["-p", "fork it", "--output-format", "stream-json", "--verbose", "--resume", recorded.id,
                           "--fork-session"])
@@ -212,6 +216,54 @@ def test_a_fork_reads_whole_and_a_resume_at_an_earlier_message_is_a_branch(recor
     assert [m.content for m in again.messages if m.role != "tool"] == [
         "write hi into file", "Let me write it.", "The file is written.", "again from there", "Rewound."]
     assert branched.position == read.position and FORMAT.read(fork, branched.position).branched  # until read anew
+    assert recorded.path.read_bytes() == untouched
+
+
+def sleeping(pid: int) -> bool:
+    """The tool's ``sleep`` runs (the CLI runs it in a session of its own, still its descendant)."""
+    try:
+        return any(p.name() == "sleep" for p in psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return False
+
+
+async def test_a_tool_still_running_is_left_for_the_read_after_it_returns(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer) -> None:
+    model_server.script.add(shell("sleep 30", text="Sleeping."), say("Stopped, then."))
+    args, _ = claude_sandbox.headless("sleep please")
+    process = claude_sandbox.start(args)
+    try:
+        # the tool runs, and the CLI has written its call (it writes its records a little behind)
+        running = await until(lambda: sleeping(process.pid) and next(
+            (f for f in FORMAT.discover(claude_sandbox.env) if b'"tool_use"' in Path(f.path).read_bytes()), None),
+            timeout=30)
+        during = FORMAT.read(running)
+        assert [(m.role, m.content) for m in during.messages] == [("user", "sleep please"), ("assistant", "Sleeping.")]
+        process.send_signal(signal.SIGINT)  # the CLI kills the tool, and may exit before it writes the result
+        process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert claude_sandbox.prompt("go on", resume=running.id).returncode == 0
+    after = FORMAT.read(FORMAT.find(claude_sandbox.env, running.id), during.position)
+    assert [(m.role, m.content) for m in after.messages if m.role != "tool"] == [
+        ("user", "go on"), ("assistant", "Stopped, then.")]  # the interruption's marker is not the user's words
+    # The CLI writes the killed tool's result, or (when it exited first) resumes from before the
+    # call, leaving it off the conversation: the read follows the file either way.
+    tools = [m.meta["tool"] for m in after.messages if m.role == "tool"]  # type: ignore[index]
+    written = b'"tool_result"' in Path(running.path).read_bytes()
+    assert [(t["input"], t["is_error"]) for t in tools] == ([({"command": "sleep 30"}, True)] if written else [])
+
+
+def test_a_session_run_through_a_symbolic_link_is_found_where_the_cli_filed_it(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(claude_sandbox.workdir)
+    model_server.script.add(say("hi"))
+    run = subprocess.run([str(claude_sandbox.cli.exe), "-p", "hello", "--output-format", "json"], cwd=link,
+                         env={**claude_sandbox.env, "PWD": str(link)}, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    sid = json.loads(run.stdout)["session_id"]
+    assert Path(transcript(claude_sandbox.env, str(link), sid)).is_file()
 
 
 # ---------------------------------------------------------------------------------- carried, written
@@ -440,7 +492,7 @@ def test_a_long_folder_is_named_as_the_cli_names_it() -> None:
 
 def test_a_written_history_reads_back_as_it_was_given(tmp_path: Path) -> None:
     env = {"CLAUDE_CONFIG_DIR": str(tmp_path)}
-    history = [Said("user", "go", ts=1.5), Said("assistant", "On it."),
+    history = [Said("user", "go", ts=1.5), Said("assistant", " \n"), Said("assistant", "On it."),
                Said(*tool_message("call:7/x", "ns.tool name", "not an object", None, False)),
                Said("tool", "a tool message without its call"), Said("assistant", "Done.")]
     ref = FORMAT.write(history, env, "/w", "")
@@ -454,6 +506,9 @@ def test_a_written_history_reads_back_as_it_was_given(tmp_path: Path) -> None:
     assert (tool["id"], tool["input"], tool["output"], tool["is_error"]) == (
         "call_7_x", {"input": "not an object"}, "(no result: the run stopped first)", True)
     assert got.messages[0].ts == 1.5 and got.title == "go"
+    written = [json.loads(line) for line in Path(ref["transcript"]).read_text().splitlines()]
+    texts = [b["text"] for r in written if r["type"] == "assistant" for b in r["message"]["content"] if "text" in b]
+    assert texts == ["On it.", "Done."]  # no empty text: the API refuses one
 
 
 def test_a_position_that_is_not_where_a_line_ended_reads_the_whole_file(records: Records) -> None:

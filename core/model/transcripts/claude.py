@@ -19,6 +19,13 @@ by themselves (a turn appended after a finished one: the usual sync); otherwise 
 before stopped inside a model call or before a tool's result, or the user rewound) it parses
 the whole file, which is correct in every case. A tool use whose result is not written yet
 ends the part read, so the call and its result are stored together by the next read.
+
+Carrying takes the records as JSON and the text files of the session's own folder (beside
+the transcript: tool outputs too long for it, which the transcript names by path);
+placing maps the records' ``cwd`` and moves that folder's path with them. ``write`` makes
+the chain the CLI itself writes, which ``claude -p --resume`` takes (tried with 2.1.197): a
+conversation ending on the user is answered, when resumed, by the CLI's own ``No response
+requested.`` before the new prompt.
 """
 
 from __future__ import annotations
@@ -87,8 +94,9 @@ def _base36(n: int) -> str:
 
 
 def transcript(env: Mapping[str, str], cwd: str, agent_id: str) -> str:
-    """Where Claude Code keeps a session's transcript: one folder per working folder."""
-    return os.path.join(home(env), "projects", folder_name(cwd), f"{agent_id}.jsonl")
+    """Where Claude Code keeps a session's transcript: one folder per working folder, named
+    for its real path (a session run through a symbolic link is filed under its target)."""
+    return os.path.join(home(env), "projects", folder_name(os.path.realpath(cwd)), f"{agent_id}.jsonl")
 
 
 # ------------------------------------------------------------------------------ reading lines
@@ -653,13 +661,16 @@ class _Writer:
     def records(self, history: list[Said]) -> list[dict[str, Any]]:
         for said in history:
             tool = (said.meta or {}).get("tool")
+            if said.role != "tool" and not said.content.strip():
+                continue  # nothing said (the API refuses an empty text)
             if said.role == "assistant":
                 self.assistant({"type": "text", "text": said.content}, said.ts)
             elif said.role == "tool" and isinstance(tool, dict):
                 call_id = _api_name(tool.get("id"), 200) or f"toolu_{uuid.uuid4().hex[:24]}"
                 value = tool.get("input")
                 self.assistant({"type": "tool_use", "id": call_id, "name": _api_name(tool.get("name"), 64) or "tool",
-                                "input": value if isinstance(value, dict) else {"input": value}}, said.ts)
+                                "input": value if isinstance(value, dict) else {} if value is None else {"input": value}},
+                               said.ts)
                 output = tool.get("output")
                 self.user([{"tool_use_id": call_id, "type": "tool_result",
                             "content": output if isinstance(output, str) else "(no result: the run stopped first)",
