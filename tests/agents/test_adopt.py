@@ -345,3 +345,32 @@ async def _engine(path: Path) -> AsyncIterator[Any]:
     finally:
         stop.set()
         await task
+
+
+async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace) -> None:
+    from procession.present.cells import BY_KEY
+    from procession.tui.feed import Feed
+
+    agent = claude_sandbox
+    model_server.script.add(say("made by hand"))
+    ident = use_directly(agent, "a session of its own")
+    _onboarded(agent)
+    [made] = (await live.adopt("claude", ident, env=agent.env)).results
+    feed = Feed(live, time.time)
+    await feed.load_first()
+    assert await feed.look_outside() == [] and feed.sessions[made.sid].outside is None
+    term = Terminal([str(agent.cli.exe), "--resume", ident], {**agent.env, "TERM": "xterm-256color"}, agent.workdir)
+    try:
+        term.read_until("made by hand")
+        assert await feed.look_outside() == [made.sid]
+        await asyncio.sleep(0.5)
+        await feed.look_outside()  # the second look has its CPU
+        row = feed.sessions[made.sid]
+        assert row.outside == term.proc.pid and row.rss and row.rss > 1_000_000 and row.cpu is not None
+        name = "".join(text for text, _ in BY_KEY["name"].cell(row, time.time()))
+        assert f"pid {term.proc.pid}" in name and "[adopted]" in name
+    finally:
+        term.proc.terminate()
+        term.close()
+    assert await feed.look_outside() == [made.sid] and feed.sessions[made.sid].outside is None
