@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import subprocess
@@ -73,20 +75,30 @@ async def live(db: Path) -> AsyncIterator[Workspace]:
     await workspace.close()
 
 
-@pytest.fixture
-async def engine(db: Path, live: Workspace):
-    """A real engine on the test's workspace, in this event loop (short grace period)."""
+@contextlib.asynccontextmanager
+async def engine_on(path: Path, slots: int = 2):
+    """A real engine on the workspace at ``path``, in this event loop (short grace period),
+    serving until the block ends."""
     import asyncio
 
     from procession.engine import Engine
 
-    eng = Engine(db, slots=2, grace=0.3)
+    eng = Engine(path, slots=slots, grace=0.3)
     await eng.start()
     stop = asyncio.Event()
     task = asyncio.ensure_future(eng.serve(stop))
-    yield eng
-    stop.set()
-    await task
+    try:
+        yield eng
+    finally:
+        stop.set()
+        await task
+
+
+@pytest.fixture
+async def engine(db: Path, live: Workspace):
+    """A real engine on the test's workspace."""
+    async with engine_on(db) as eng:
+        yield eng
 
 
 def dump(path: Path) -> list[str]:

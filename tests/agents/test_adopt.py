@@ -10,7 +10,6 @@ session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import pty
@@ -19,13 +18,12 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import until
+from conftest import engine_on, until
 from procession import State, Workspace
 from procession.model import environ
 from procession.model.errors import InvalidArgument
@@ -302,7 +300,7 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
     sid = (await live.spawn("traveller", "dev", runner=f"{here.name}:"
                             + (here.MODEL if isinstance(here, OpencodeSandbox) else ""), cwd=str(here.workdir))).sid
     model_server.script.add(say("I will remember the word heron."))
-    async with _engine(db):
+    async with engine_on(db, slots=1):
         await live.send(sid, "remember the word heron")
         await live.activate(sid)
         await until(lambda: _ran(live, sid), timeout=RUN_S)
@@ -321,7 +319,7 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
         assert (await ws.info(loaded.sid)).armed is False  # still disarmed until approved
         await ws.approve(loaded.sid)
         model_server.script.add(say("The word was heron."))
-        async with _engine(other):
+        async with engine_on(other, slots=1):
             await ws.send(loaded.sid, "which word?")
             await ws.activate(loaded.sid)
             await until(lambda: _ran(ws, loaded.sid), timeout=RUN_S)
@@ -331,20 +329,6 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
     finally:
         await ws.close()
 
-
-@contextlib.asynccontextmanager
-async def _engine(path: Path) -> AsyncIterator[Any]:
-    from procession.engine import Engine
-
-    engine = Engine(path, slots=1, grace=0.3)
-    await engine.start()
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(engine.serve(stop))
-    try:
-        yield engine
-    finally:
-        stop.set()
-        await task
 
 
 async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 
@@ -127,6 +128,17 @@ class Format(Protocol):
         runner), which the real CLI resumes; returns its agent reference, or None when this
         format cannot be written (the caller then gives the history as a first prompt)."""
         ...
+
+
+def iso_time(stamp: Any) -> float | None:
+    """An ISO 8601 time as the CLIs write them (``2026-12-01T18:00:00.000Z``), in seconds
+    since the epoch; None for anything else."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def remap(path: str, mapping: Mapping[str, str]) -> str:

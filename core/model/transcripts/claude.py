@@ -44,7 +44,7 @@ from typing import Any, Final
 from .. import limits
 from ..errors import InvalidArgument
 from ..toolcalls import tool_message
-from .base import Found, Position, Said, Transcript, remap
+from .base import Found, Position, Said, Transcript, iso_time, remap
 
 CLI: Final = "claude"
 #: The CLI's own limit on a project folder's name; a longer one is cut and given a hash.
@@ -239,14 +239,6 @@ class _Tree:
 
 # ------------------------------------------------------------------------------ records as messages
 
-def epoch(stamp: Any) -> float | None:
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -335,7 +327,7 @@ def _say(chain: list[dict[str, Any]], seen_calls: set[str]) -> _Said:
             continue
         if isinstance(record.get("cwd"), str):
             said.cwd = record["cwd"]
-        kind, uid, ts = record.get("type"), record.get("uuid"), epoch(record.get("timestamp"))
+        kind, uid, ts = record.get("type"), record.get("uuid"), iso_time(record.get("timestamp"))
         message = _message(record)
         content = message.get("content")
         if kind == "assistant" and _filler(record):
@@ -477,7 +469,7 @@ class ClaudeFormat:
         chain, _ = tree.back(tree.leaf(), "")
         out.problems += lines.problems
         out.title = tree.title or _first_prompt(chain)
-        out.started = epoch(chain[0].get("timestamp")) if chain else None
+        out.started = iso_time(chain[0].get("timestamp")) if chain else None
         forked = chain[0].get("forkedFrom") if chain else None
         out.forked_from = forked.get("sessionId") if isinstance(forked, dict) else None
         index = -1

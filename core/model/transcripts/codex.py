@@ -47,7 +47,7 @@ from urllib.request import pathname2url
 from .. import limits
 from ..errors import InvalidArgument
 from ..toolcalls import summary, text_of, tool_message
-from .base import Found, Position, Said, Transcript, remap
+from .base import Found, Position, Said, Transcript, iso_time, remap
 
 CLI = "codex"
 #: User messages Codex writes itself, recognised by their opening tag when a rollout has no
@@ -135,14 +135,6 @@ def uuid7() -> str:
     return str(uuid.UUID(bytes=bytes(raw)))
 
 
-def _when(stamp: Any) -> float | None:
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
 
 def _stamp(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -202,7 +194,7 @@ def _records(path: str, offset: int, problems: list[tuple[int, str]]) -> tuple[l
             problems.append((start, f"the rollout line at byte {start} is not a rollout record; skipped"))
             continue
         ordinal = record.get("ordinal")
-        out.append(_Record(start, record["type"], payload, _when(record.get("timestamp")),
+        out.append(_Record(start, record["type"], payload, iso_time(record.get("timestamp")),
                            ordinal if isinstance(ordinal, int) else None))
     return out, offset + at
 
@@ -316,7 +308,7 @@ def _read(path: str, meta: Mapping[str, Any], offset: int, total: int | None, up
     ``upto``: only the records before that ordinal (a fork's part of its parent), whole;
     ``seen``: the threads whose reads led here (a lineage is no loop)."""
     thread = str(meta["id"])
-    found = Transcript(CLI, thread, path, cwd=str(meta.get("cwd") or ""), started=_when(meta.get("timestamp")),
+    found = Transcript(CLI, thread, path, cwd=str(meta.get("cwd") or ""), started=iso_time(meta.get("timestamp")),
                        forked_from=meta.get("forked_from_id") if isinstance(meta.get("forked_from_id"), str) else None)
     problems: list[tuple[int, str]] = []
     records, end = _records(path, offset, problems)
