@@ -358,3 +358,25 @@ async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
         term.proc.terminate()
         term.close()
     assert await feed.look_outside() == [made.sid] and feed.sessions[made.sid].outside is None
+
+
+async def test_fork_at_n_of_an_adopted_claude_session_cuts_the_clis_own_session_there(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(say("First answer."), say("Second answer."), say("Another second answer."))
+    ident = use_directly(claude_sandbox, "question one")
+    use_directly(claude_sandbox, "question two", resume=ident)
+    [made] = (await live.adopt("claude", ident, env=claude_sandbox.env)).results
+    assert [m.content for m in await live.history(made.sid)][:2] == ["question one", "First answer."]
+    child = (await live.fork(made.sid, "earlier", at=2)).sid
+    await give_env(live, child, claude_sandbox, monkeypatch)
+    await live.send(child, "question two, asked otherwise")
+    await live.activate(child)
+    await until(lambda: _ran(live, child), timeout=RUN_S)
+    said = [i.text for i in model_server.turn_requests()[-1].items() if i.kind == "text"
+            and i.role in ("user", "assistant")]
+    assert "First answer." in said and "question two, asked otherwise" in said[-1]
+    assert not any(t == "question two" or "Second answer." in t for t in said)
+    child_ref = (await live.show(child)).agent_ref
+    assert child_ref and child_ref["id"] != ident  # its own session; the adopted one is untouched
+    assert (await live.sync(made.sid)).messages == 0
