@@ -29,13 +29,13 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
             fh = sys.stdin if args.jsonl == "-" else open(args.jsonl, encoding="utf-8")
         except OSError as exc:
             raise InvalidArgument(f"cannot read {args.jsonl}: {exc.strerror}") from None
-        with fh:
-            messages = list(parse.jsonl(fh, args.jsonl))
         update, stop = progress_bar(args, "appending")
-        try:
-            outcome = await ws.send_many(args.sid, messages, sender=args.sender, progress=update)
-        finally:
-            stop()
+        with fh:  # read as it is appended, a batch at a time, in the call's one transaction
+            try:
+                outcome = await ws.send_many(args.sid, parse.jsonl(fh, args.jsonl), sender=args.sender,
+                                             progress=update)
+            finally:
+                stop()
         return done(args, outcome)
     if args.text is None:
         raise UsageError("send needs TEXT (or - to read standard input) or --jsonl FILE")

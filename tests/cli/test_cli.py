@@ -137,7 +137,11 @@ def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, 
         files.append(f)
     latin1 = tmp_path / "latin1.jsonl"
     latin1.write_bytes(b'{"role": "user", "content": "caf\xe9"}\n')
-    files += [latin1, tmp_path / "missing.jsonl"]
+    far = tmp_path / "far.jsonl"  # read and written a batch at a time: two batches in before the bad line
+    far.write_text("".join(json.dumps({"role": "user", "content": f"m{i}"}) + "\n" for i in range(25_000)) + "[]\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    files += [latin1, far, empty, tmp_path / "missing.jsonl"]
     for proc in run_all(cli, *(("send", str(sid), "--jsonl", str(f)) for f in files)):
         refused(proc)
     assert dump(db) == before
