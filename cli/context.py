@@ -49,11 +49,16 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
     "get": [arg("key")],
     "delete": [arg("key")],
     "ls": [],
+    "load": [arg("file", metavar="FILE", help="a JSON object: each of its keys set to its value, all in one call"
+                 " or none ('-' reads standard input)")],
 }, default_op="ls")
 async def memory(ws: Workspace, args: argparse.Namespace) -> int:
     match args.op:
         case "set":
             return done(args, await ws.memory_set(args.sid, args.key, parse.json_value(args.value)), "")
+        case "load":
+            return done(args, await ws.memory_set_many(args.sid, parse.json_object(read_text(args.file), args.file)),
+                        "")
         case "delete":
             return done(args, await ws.memory_delete(args.sid, args.key), "")
         case "get":

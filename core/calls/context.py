@@ -72,6 +72,17 @@ class ContextCalls(Calls):
         return MemoryChanged(sid, set=(key,))
 
     @syscall(Call.MEMORY)
+    async def memory_set_many(self, act: Act, sid: int, values: dict[str, Any]) -> MemoryChanged:
+        """Set many keys in one call: all of them, or (a bad key or value, named) none."""
+        if not isinstance(values, dict) or not values:
+            raise InvalidArgument("setting memory takes an object of at least one key and its value")
+        texts = {limits.name(key, "memory key", limits.KEY_MAX):
+                 limits.json_value(value, f"the value of memory key {key!r}") for key, value in values.items()}
+        await rows.put_memory(act.tx, sid, texts)
+        await act.tx.touch(sid)
+        return MemoryChanged(sid, set=tuple(texts))
+
+    @syscall(Call.MEMORY)
     async def memory_delete(self, act: Act, sid: int, key: str) -> MemoryChanged:
         if not await rows.delete_memory(act.tx, sid, [key]):
             raise NotFound(f"session {sid} has no memory key {key!r}")

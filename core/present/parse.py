@@ -46,6 +46,18 @@ def json_value(text: str, what: str = "the value") -> Any:
         raise InvalidArgument(f"{what} must be JSON (for text, quote it: '\"{shown}\"')") from None
 
 
+def json_object(text: str, file: str) -> dict[str, Any]:
+    """One JSON object read from ``file`` (``-``: standard input), strictly, or a one-line refusal."""
+    what = "standard input" if file == "-" else file
+    try:
+        value = limits.json_loads(text, what, margin=1)  # the object holding the values is one level
+    except limits.NotJson:
+        raise InvalidArgument(f"{what} is not JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{what} must hold one JSON object (keys and their values)")
+    return value
+
+
 def key_json(item: str, flag: str = "--set") -> tuple[str, str]:
     """``KEY=JSON`` as the key and the value's canonical JSON text (checked as a memory value)."""
     key, sep, raw = item.partition("=")
