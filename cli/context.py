@@ -29,13 +29,13 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
             fh = sys.stdin if args.jsonl == "-" else open(args.jsonl, encoding="utf-8")
         except OSError as exc:
             raise InvalidArgument(f"cannot read {args.jsonl}: {exc.strerror}") from None
-        with fh:
-            messages = list(parse.jsonl(fh, args.jsonl))
         update, stop = progress_bar(args, "appending")
-        try:
-            outcome = await ws.send_many(args.sid, messages, sender=args.sender, progress=update)
-        finally:
-            stop()
+        with fh:  # read as it is appended, a batch at a time, in the call's one transaction
+            try:
+                outcome = await ws.send_many(args.sid, parse.jsonl(fh, args.jsonl), sender=args.sender,
+                                             progress=update)
+            finally:
+                stop()
         return done(args, outcome)
     if args.text is None:
         raise UsageError("send needs TEXT (or - to read standard input) or --jsonl FILE")
@@ -49,11 +49,16 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
     "get": [arg("key")],
     "delete": [arg("key")],
     "ls": [],
+    "load": [arg("file", metavar="FILE", help="a JSON object: each of its keys set to its value, all in one call"
+                 " or none ('-' reads standard input)")],
 }, default_op="ls")
 async def memory(ws: Workspace, args: argparse.Namespace) -> int:
     match args.op:
         case "set":
             return done(args, await ws.memory_set(args.sid, args.key, parse.json_value(args.value)), "")
+        case "load":
+            return done(args, await ws.memory_set_many(args.sid, parse.json_object(read_text(args.file), args.file)),
+                        "")
         case "delete":
             return done(args, await ws.memory_delete(args.sid, args.key), "")
         case "get":

@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         for a in cmd.args:
             p.add_argument(*a.flags, **a.cli_options())
         if cmd.ops:
-            ops = p.add_subparsers(dest="op", metavar="OP", required=cmd.default_op is None)
+            ops = p.add_subparsers(dest="op", required=cmd.default_op is None)  # lists the operations
             p.set_defaults(op=cmd.default_op)
             for op, op_args in cmd.ops.items():
                 o = ops.add_parser(op, parents=[common])

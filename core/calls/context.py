@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any
 
 from ..model import limits
@@ -38,12 +38,15 @@ class ContextCalls(Calls):
         return Sent(sid, seq, 1)
 
     @syscall(Call.SEND, other="sender")
-    async def send_many(self, act: Act, sid: int, messages: Sequence[dict[str, Any]], *, sender: int | None = None,
+    async def send_many(self, act: Act, sid: int, messages: Iterable[dict[str, Any]], *, sender: int | None = None,
                         progress: Progress | None = None) -> Sent:
         """Append a transcript (``{"role", "content"[, "pinned"][, "author"]}`` objects) in one
         transaction. A message's ``author`` says who wrote it (default: the sender, else the
-        user), so that a transcript's replies are not taken for the user's words."""
+        user), so that a transcript's replies are not taken for the user's words. ``messages``
+        may be an iterator (a file parsed as it is read): it is taken a batch at a time, and a
+        bad message, however far in, refuses the whole transcript."""
         author = await _author(act.tx, sid, sender)
+        total = len(messages) if isinstance(messages, Sized) else 0
 
         def checked() -> Iterable[tuple[str, str, str, bool, Any]]:
             for n, m in enumerate(messages, start=1):
@@ -55,10 +58,11 @@ class ContextCalls(Calls):
                 by = limits.name(m["author"], f"message {n} author") if "author" in m else author
                 yield m["role"], limits.text(m["content"], f"message {n}"), by, bool(m.get("pinned", False)), None
 
-        if not messages:
+        start = act.row["length"]
+        seq = await deliver(act.tx, act.row, checked(), author, total, progress)
+        if seq == start:
             raise InvalidArgument("the transcript holds no message")
-        seq = await deliver(act.tx, act.row, checked(), author, len(messages), progress)
-        return Sent(sid, seq, len(messages))
+        return Sent(sid, seq, seq - start)
 
     @syscall(Call.MEMORY)
     async def memory_set(self, act: Act, sid: int, key: str, value: Any) -> MemoryChanged:
@@ -67,6 +71,17 @@ class ContextCalls(Calls):
         await rows.put_memory(act.tx, sid, {key: text})
         await act.tx.touch(sid)
         return MemoryChanged(sid, set=(key,))
+
+    @syscall(Call.MEMORY)
+    async def memory_set_many(self, act: Act, sid: int, values: dict[str, Any]) -> MemoryChanged:
+        """Set many keys in one call: all of them, or (a bad key or value, named) none."""
+        if not isinstance(values, dict) or not values:
+            raise InvalidArgument("setting memory takes an object of at least one key and its value")
+        texts = {limits.name(key, "memory key", limits.KEY_MAX):
+                 limits.json_value(value, f"the value of memory key {key!r}") for key, value in values.items()}
+        await rows.put_memory(act.tx, sid, texts)
+        await act.tx.touch(sid)
+        return MemoryChanged(sid, set=tuple(texts))
 
     @syscall(Call.MEMORY)
     async def memory_delete(self, act: Act, sid: int, key: str) -> MemoryChanged:

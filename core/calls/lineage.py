@@ -64,8 +64,7 @@ class LineageCalls(Calls):
                     made: worktrees.Made | None = None) -> Forked:
         row = act.row
         name = name if name is not None else await _next_name(act.tx, row)
-        child = await branch(act.tx, row, name, at, await rows.memory(act.tx, sid), await history.folds(act.tx, sid),
-                             act.now)
+        child = await branch(act.tx, row, name, at, None, await history.folds(act.tx, sid), act.now)
         if row["agent_ref"]:
             forked = await rows.session(act.tx, child)
             act.note(f"its first run forks the agent's own {json.loads(row['agent_ref'])['cli']} session"
@@ -238,6 +237,8 @@ async def _memory_plan(tx: Tx, src: sqlite3.Row, target: int, resolution: Resolu
             raise InvalidArgument(f"{what} is not JSON") from None
     resolution = dataclasses.replace(resolution, values=values)
     ancestor = common_ancestor(await _links(tx, source), await _links(tx, target))
+    if ancestor.base_of is not None:
+        ancestor = dataclasses.replace(ancestor, memory=await rows.fork_base(tx, ancestor.base_of))
     changes, conflicts, resolved = three_way(
         ancestor.memory, await rows.memory(tx, target), await rows.memory(tx, source), resolution
     )
@@ -287,15 +288,17 @@ def _moved(path: str, old: str, new: str) -> str:
 async def _links(tx: Tx, sid: int) -> list[Link]:
     return [
         Link(r["id"], r["fork_seq"], r["length"], json.loads(r["base_memory"]) if r["base_memory"] else None,
-             r["base_at"])
+             r["base_at"], r["memory_from"] is not None)
         for r in await rows.ancestry(tx, sid)
     ]
 
 
-async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: dict[str, str],
+async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: dict[str, str] | None,
                  in_force: Sequence[Fold], memory_at: float) -> int:
     """A child of ``row`` at history position ``at``, starting from ``memory`` as it was at
-    time ``memory_at`` (the merge base of this branch). Returns the child's SID."""
+    time ``memory_at`` (the merge base of this branch), or (``memory`` None) reading the
+    parent's memory copy-on-write: no row is copied until a key changes on either side.
+    Returns the child's SID."""
     sid = row["id"]
     at = row["length"] if at is None else at
     if not 0 <= at <= row["length"]:
@@ -307,13 +310,15 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
         tx, row["system_tokens"], agent_id=row["agent_id"], name=limits.name(name, "session name"),
         goal=row["goal"], system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
         timeout=row["timeout"], cwd=row["cwd"], armed=row["armed"], parent_id=sid, fork_seq=at,
-        base_memory=json.dumps(memory), base_at=memory_at, length=at, history_tokens=hist_tokens,
+        base_memory=None if memory is None else json.dumps(memory), memory_from=sid if memory is None else None,
+        base_at=memory_at, length=at, history_tokens=hist_tokens,
         context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
         context_count=at - sum(f.archived_count - 1 for f in inherited),
         env=row["env"], pass_env=row["pass_env"], tokenizer=row["tokenizer"], token_scale=row["token_scale"],
         token_samples=row["token_samples"], **agent,
     )
-    await rows.put_memory(tx, child, memory)
+    if memory is not None:
+        await rows.put_memory(tx, child, memory)
     await rows.copy_folds(tx, child, inherited)
     await rows.copy_resources(tx, sid, child)
     await rows.copy_triggers(tx, sid, child)

@@ -76,6 +76,8 @@ class Link:
     length: int
     base_memory: dict[str, str] | None
     base_at: float
+    #: whether it reads its parent's memory copy-on-write: its base is then read from the store
+    inherits: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -85,6 +87,8 @@ class Ancestor:
     session: int | None
     seq: int
     memory: dict[str, str]
+    #: the copy-on-write fork whose base ``memory`` is (to be read: ``rows.fork_base``), if any
+    base_of: int | None = None
 
 
 def common_ancestor(source: list[Link], target: list[Link]) -> Ancestor:
@@ -110,5 +114,6 @@ def common_ancestor(source: list[Link], target: list[Link]) -> Ancestor:
         # memory has no positions, only a past: the base is what the earlier fork copied
         earliest = min(forks, key=lambda c: c.base_at) if forks else None
         memory = (earliest.base_memory or {}) if earliest else {}
-        return Ancestor(link.session, min(point_source, point_target), memory)
+        base_of = earliest.session if earliest and earliest.inherits else None
+        return Ancestor(link.session, min(point_source, point_target), memory, base_of)
     return Ancestor(None, 0, {})

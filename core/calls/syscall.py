@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import inspect
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -148,6 +148,10 @@ def journal_args(arguments: dict[str, Any]) -> dict[str, Any]:
             value = f"{value[:200]}… ({len(value)} chars)"
         elif isinstance(value, (list, tuple)) and len(value) > 20:
             value = f"<{len(value)} items>"
+        elif isinstance(value, dict) and len(value) > 20:
+            value = f"<{len(value)} keys>"
+        elif isinstance(value, Iterator):
+            value = "<streamed>"  # read by the call as it went: its outcome says how many
         elif is_dataclass(value) and not isinstance(value, type):
             value = asdict(value)
         elif isinstance(value, Path):

@@ -127,6 +127,9 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+_is_text = str.__instancecheck__
+
+
 def json_shape(value: Any, what: str, depth: int = JSON_DEPTH, margin: int = 0) -> None:
     """Refuse what JSON cannot say: deeper nesting than ``depth`` (plus ``margin`` levels of
     a document's own structure around the values it carries), a non-finite number, an object
@@ -138,7 +141,7 @@ def json_shape(value: Any, what: str, depth: int = JSON_DEPTH, margin: int = 0) 
         item, level = stack.pop()
         children: Iterable[Any]
         if isinstance(item, dict):
-            if not all(isinstance(k, str) for k in item):
+            if not all(map(_is_text, item)):
                 raise InvalidArgument(f"{what} is not JSON: an object key is not text")
             children = item.values()
         elif isinstance(item, (list, tuple)):
@@ -184,13 +187,16 @@ def json_loads(text: str | bytes, what: str, depth: int = JSON_DEPTH, margin: in
     a float, an integer too long to convert, or nesting deeper than ``depth`` (``margin``:
     as ``json_shape``)."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        if isinstance(text, (bytes, bytearray)):  # as json.loads reads bytes
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise _refusal(exc, what, depth, margin) from None
     json_shape(value, what, depth, margin)
     return value
 
 
+#: One decoder for every parse (``json.loads`` with an argument builds one a call).
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 

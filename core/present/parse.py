@@ -5,6 +5,7 @@ write it right; nothing here touches the store."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ def json_value(text: str, what: str = "the value") -> Any:
     except limits.NotJson:
         shown = text if len(text) <= QUOTED_MAX else text[:QUOTED_MAX] + "…"
         raise InvalidArgument(f"{what} must be JSON (for text, quote it: '\"{shown}\"')") from None
+
+
+def json_object(text: str, file: str) -> dict[str, Any]:
+    """One JSON object read from ``file`` (``-``: standard input), strictly, or a one-line refusal."""
+    what = "standard input" if file == "-" else file
+    try:
+        value = limits.json_loads(text, what, margin=1)  # the object holding the values is one level
+    except limits.NotJson:
+        raise InvalidArgument(f"{what} is not JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{what} must hold one JSON object (keys and their values)")
+    return value
 
 
 def key_json(item: str, flag: str = "--set") -> tuple[str, str]:
@@ -122,18 +135,31 @@ def text_message(text: str) -> str:
     return text
 
 
+#: What JSON takes for white space.
+_BLANK = re.compile(r"[ \t\n\r]*")
+
+
+def _blanks(line: str, at: int) -> int:
+    """Where the white space from ``at`` ends."""
+    found = _BLANK.match(line, at)
+    return found.end() if found else at
+
+
 def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
-    """The objects of a JSON Lines transcript, one a line (blank lines skipped)."""
+    """The objects of a JSON Lines transcript, one a line (blank lines skipped), read as they
+    are taken, each refused (naming its line) as ``limits.json_loads`` would refuse it."""
     try:
         for n, line in enumerate(fh, start=1):
-            if not line.strip():
+            start = 0 if line[:1] == "{" else _blanks(line, 0)
+            if start == len(line):
                 continue
             try:
-                obj = limits.json_loads(line, f"{name} line {n}")
+                obj, end = limits.json_raw_decode(line, start, f"{name} line {n}")
             except limits.NotJson:
                 raise InvalidArgument(f"{name} line {n}: not a JSON object") from None
-            if not isinstance(obj, dict):
+            if not isinstance(obj, dict) or (line[end:] != "\n" and _blanks(line, end) != len(line)):
                 raise InvalidArgument(f"{name} line {n}: not a JSON object")
+            limits.json_shape(obj, f"{name} line {n}")
             yield obj
     except UnicodeDecodeError:
         raise InvalidArgument(f"{name} is not UTF-8 text") from None

@@ -47,8 +47,22 @@ TRIGGER_COLUMNS = ("id, session_id, kind, spec, armed, last_fired, fired, pendin
                    " CASE WHEN kind = 'commit' THEN state END")
 _MEMORY_PUT = (
     "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated"
+    " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated, gone = 0"
 )
+#: A session's working memory as it reads: its own rows over those of the sessions it
+#: inherits from (``memory_from``, nearest first), deleted keys left out.
+_MEMORY_VIEW = """
+    WITH RECURSIVE chain(id, depth) AS (
+        SELECT ?, 0
+        UNION ALL
+        SELECT s.memory_from, c.depth + 1 FROM sessions s JOIN chain c ON s.id = c.id
+        WHERE s.memory_from IS NOT NULL
+    )
+    SELECT key, value FROM (
+        SELECT m.key, m.value, m.gone, row_number() OVER (PARTITION BY m.key ORDER BY c.depth) AS nearest
+        FROM chain c JOIN memory m ON m.session_id = c.id{where}
+    ) WHERE nearest = 1 AND NOT gone
+"""
 _MESSAGE = (
     "INSERT INTO messages (session_id, seq, role, content, tokens, cum_tokens, author, pinned, meta, created)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -111,12 +125,12 @@ async def ancestry(tx: Tx, sid: int) -> list[Row]:
     """``sid`` and its ancestors, nearest first: what lineage and merge walk up."""
     return await tx.all(
         """
-        WITH RECURSIVE chain(id, parent_id, fork_seq, length, base_memory, base_at, depth) AS (
-            SELECT id, parent_id, fork_seq, length, base_memory, coalesce(base_at, created), 0
+        WITH RECURSIVE chain(id, parent_id, fork_seq, length, base_memory, base_at, memory_from, depth) AS (
+            SELECT id, parent_id, fork_seq, length, base_memory, coalesce(base_at, created), memory_from, 0
             FROM sessions WHERE id = ?
             UNION ALL
             SELECT s.id, s.parent_id, s.fork_seq, s.length, s.base_memory, coalesce(s.base_at, s.created),
-                   c.depth + 1
+                   s.memory_from, c.depth + 1
             FROM sessions s JOIN chain c ON s.id = c.parent_id
         )
         SELECT * FROM chain ORDER BY depth
@@ -184,27 +198,69 @@ async def expand_fold(tx: Tx, fold: int) -> None:
 
 async def memory(tx: Tx, sid: int) -> dict[str, str]:
     """A session's working memory, each value as its canonical JSON text."""
-    rows = await tx.all("SELECT key, value FROM memory WHERE session_id = ?", (sid,))
-    return {r["key"]: r["value"] for r in rows}
+    return {r[0]: r[1] for r in await tx.tuples(_MEMORY_VIEW.format(where=""), (sid,))}
 
 
 async def memory_value(tx: Tx, sid: int, key: str) -> str | None:
-    value = await tx.value("SELECT value FROM memory WHERE session_id = ? AND key = ?", (sid, key))
-    return None if value is None else str(value)
+    return (await _memory_of(tx, sid, [key])).get(key)
+
+
+async def _memory_of(tx: Tx, sid: int, keys: Sequence[str]) -> dict[str, str]:
+    """What a session's memory holds of ``keys``."""
+    found: dict[str, str] = {}
+    for start in range(0, len(keys), 500):  # SQLite takes so many parameters to a statement
+        part = keys[start:start + 500]
+        where = f" AND m.key IN ({', '.join('?' for _ in part)})"
+        found.update((r[0], r[1]) for r in await tx.tuples(_MEMORY_VIEW.format(where=where), (sid, *part)))
+    return found
 
 
 async def put_memory(tx: Tx, sid: int, values: dict[str, str]) -> None:
     """Set keys (canonical JSON texts), replacing what was there."""
+    await _keep_for_forks(tx, sid, list(values))
     await tx.many(_MEMORY_PUT, [(sid, k, v, tx.now) for k, v in values.items()])
 
 
 async def delete_memory(tx: Tx, sid: int, keys: Iterable[str]) -> int:
-    """Delete keys; returns how many were there."""
-    deleted = 0
-    for key in keys:
-        cur = await tx.execute("DELETE FROM memory WHERE session_id = ? AND key = ?", (sid, key))
-        deleted += max(cur.rowcount, 0)
-    return deleted
+    """Delete keys; returns how many were there. A session that inherits its memory keeps a
+    deleted key's row, marked gone, so that what it inherits does not show through."""
+    present = list(await _memory_of(tx, sid, list(dict.fromkeys(keys))))
+    if not present:
+        return 0
+    await _keep_for_forks(tx, sid, present)
+    if await tx.value("SELECT memory_from FROM sessions WHERE id = ?", (sid,)) is None:
+        await tx.many("DELETE FROM memory WHERE session_id = ? AND key = ?", [(sid, k) for k in present])
+    else:
+        await tx.many("INSERT INTO memory (session_id, key, value, updated, gone) VALUES (?, ?, 'null', ?, 1)"
+                      " ON CONFLICT (session_id, key) DO UPDATE SET value = 'null', updated = excluded.updated,"
+                      " gone = 1", [(sid, k, tx.now) for k in present])
+    return len(present)
+
+
+async def _keep_for_forks(tx: Tx, sid: int, keys: list[str]) -> None:
+    """Before ``sid`` changes ``keys``: each fork reading them from it gets what they hold now
+    (a value, or a key marked gone) unless it has its own, and keeps it as its merge base."""
+    forks = [r[0] for r in await tx.tuples("SELECT id FROM sessions WHERE memory_from = ?", (sid,))]
+    if not forks or not keys:
+        return
+    now = await _memory_of(tx, sid, keys)
+    await tx.many("INSERT OR IGNORE INTO memory (session_id, key, value, updated, gone) VALUES (?, ?, ?, ?, ?)",
+                  [(f, k, now.get(k, "null"), tx.now, int(k not in now)) for f in forks for k in keys])
+    await tx.many("INSERT OR IGNORE INTO memory_base (session_id, key, value) VALUES (?, ?, ?)",
+                  [(f, k, now.get(k)) for f in forks for k in keys])
+
+
+async def fork_base(tx: Tx, sid: int) -> dict[str, str]:
+    """The memory a copy-on-write fork started from: its parent's as it reads now, but for
+    the keys the parent changed since (kept in ``memory_base`` when it changed them)."""
+    parent = await tx.value("SELECT memory_from FROM sessions WHERE id = ?", (sid,))
+    base = await memory(tx, int(parent))
+    for key, value in await tx.tuples("SELECT key, value FROM memory_base WHERE session_id = ?", (sid,)):
+        if value is None:
+            base.pop(key, None)
+        else:
+            base[key] = value
+    return base
 
 
 # ---------------------------------------------------------------- resources

@@ -328,6 +328,25 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE sessions ADD COLUMN token_samples INTEGER NOT NULL DEFAULT 0;
     """,
     # ---- end of tokens
+    # 8: working memory is copy-on-write for forks, as the history is. A fork reads its
+    # memory through ``memory_from`` (the session it was forked from) and holds rows only for
+    # keys that changed on either side since: its own changes, a deletion of an inherited key
+    # (a row that is ``gone``, a tombstone), and the values its parent had before the parent
+    # changed them (copied into the fork just before). ``memory_base`` keeps, for a fork, what
+    # its parent held of a key when the fork was made, once the parent has changed it: the
+    # base of a merge (NULL: the key was not there). Forks made before keep their copies.
+    """
+    ALTER TABLE sessions ADD COLUMN memory_from INTEGER REFERENCES sessions(id);
+    CREATE INDEX sessions_memory_from ON sessions(memory_from) WHERE memory_from IS NOT NULL;
+    ALTER TABLE memory ADD COLUMN gone INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE memory_base (
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        key         TEXT NOT NULL,
+        value       TEXT,
+        PRIMARY KEY (session_id, key)
+    ) WITHOUT ROWID;
+    """,
+    # ---- end of memory
 )
 
 VERSION: Final = len(MIGRATIONS)

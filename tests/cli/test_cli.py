@@ -137,7 +137,11 @@ def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, 
         files.append(f)
     latin1 = tmp_path / "latin1.jsonl"
     latin1.write_bytes(b'{"role": "user", "content": "caf\xe9"}\n')
-    files += [latin1, tmp_path / "missing.jsonl"]
+    far = tmp_path / "far.jsonl"  # read and written a batch at a time: two batches in before the bad line
+    far.write_text("".join(json.dumps({"role": "user", "content": f"m{i}"}) + "\n" for i in range(25_000)) + "[]\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    files += [latin1, far, empty, tmp_path / "missing.jsonl"]
     for proc in run_all(cli, *(("send", str(sid), "--jsonl", str(f)) for f in files)):
         refused(proc)
     assert dump(db) == before
@@ -159,6 +163,37 @@ def test_memory_verbs(cli: Any) -> None:
     assert "JSON" in err
     refused(cli("memory", "1", "get", "absent", check=False))
     refused(cli("memory", "1", "delete", "absent", check=False))
+
+
+def test_memory_load_sets_many_keys_in_one_journaled_call_or_none(cli: Any, db: Path, tmp_path: Path) -> None:
+    spawn(cli)
+    cli("memory", "1", "set", "kept", '"old"')
+    values = {f"key{i}": {"n": i, "note": "x" * 40} for i in range(1_000)} | {"kept": "new", "é": [None, True]}
+    f = tmp_path / "many.json"
+    f.write_text(json.dumps(values))
+    journal = len(cli.json("log"))
+    assert cli("memory", "1", "load", str(f)).stdout == ""  # as quiet as set
+    assert cli.json("memory", "1") == values
+    assert len(cli.json("log")) == journal + 1
+    small = tmp_path / "small.json"
+    small.write_text('{"a": 1, "b": "two"}')
+    assert cli.json("memory", "1", "load", str(small))["set"] == ["a", "b"]
+    cli("memory", "1", "load", "-", input='{"c": 3}')
+    assert cli.json("memory", "1", "get", "c") == 3
+    before = dump(db)
+    bad = {"not json": "{", "a list": "[1, 2]", "empty": "{}", "a NaN": '{"ok": 1, "x": NaN}',
+           "a bad key": json.dumps({"fine": 1, "": 2}), "too deep": '{"ok": 1, "d": ' + "[" * 100 + "]" * 100 + "}",
+           "too big": json.dumps({"ok": 1, "big": "x" * (2 << 20)})}
+    errors = {}
+    for what, text in bad.items():
+        path = tmp_path / "bad.json"
+        path.write_text(text)
+        errors[what] = refused(cli("memory", "1", "load", str(path), check=False))
+    assert dump(db) == before
+    assert "not JSON" in errors["not json"] and "one JSON object" in errors["a list"]
+    assert "'big'" in errors["too big"] and "deeper than 64" in errors["too deep"] and "NaN" in errors["a NaN"]
+    refused(cli("memory", "1", "load", str(tmp_path / "missing.json"), check=False))
+    refused(cli("memory", "9", "load", str(small), check=False))
 
 
 async def test_fork_merge_and_conflicts(cli: Any, db: Path, tmp_path: Path, ws: Workspace) -> None:

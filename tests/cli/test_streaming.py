@@ -1,10 +1,11 @@
-"""Whole reads stream: memory of ``history --json``, ``show --json``, ``save -o`` and ``load``
-stays flat in the history length (a whole process's peak RSS, at 5,000 and 40,000 messages), and the
-streamed snapshot is byte for byte the one ``dump`` writes of the whole payload."""
+"""Whole reads stream: memory of ``history --json``, ``show --json``, ``save -o``, ``load`` and
+``send --jsonl`` stays flat in the history length (a whole process's peak RSS, at 5,000 and
+40,000 messages), and the streamed snapshot is byte for byte the one ``dump`` writes of the whole payload."""
 
 from __future__ import annotations
 
 import io
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -57,11 +58,14 @@ async def test_memory_of_whole_reads_is_flat_in_the_history_length(tmp_path: Pat
     await ws.close()
     peaks: dict[tuple[str, int], int] = {}
     for n, sid in sids.items():
+        transcript = tmp_path / f"{n}.jsonl"
+        transcript.write_text("".join(json.dumps({"role": "user", "content": f"{i} {text}"}) + "\n" for i in range(n)))
         for what, args in (("json", ["history", str(sid), "--json"]), ("show", ["show", str(sid), "--json"]),
                            ("save", ["save", str(sid), "-o", str(tmp_path / f"{n}.json")]),
-                           ("load", ["load", str(tmp_path / f"{n}.json")])):
+                           ("load", ["load", str(tmp_path / f"{n}.json")]),
+                           ("jsonl", ["send", str(sid), "--jsonl", str(transcript)])):
             peaks[what, n] = _peak_mb(db, tmp_path, *args)
     # 35,000 more messages of ~230 bytes are ~8 MB of text; a whole list of them in memory
     # (what the reads held before: +85 MB for 54,000 more) costs far more than that bound
-    for what in ("json", "show", "save", "load"):
+    for what in ("json", "show", "save", "load", "jsonl"):
         assert peaks[what, 40_000] <= peaks[what, 5_000] + 10, peaks

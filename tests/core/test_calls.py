@@ -501,6 +501,47 @@ async def test_fork_copies_no_message_row(ws: Workspace) -> None:
     assert count_rows(ws.path, "messages") == 401
 
 
+async def test_fork_memory_is_copy_on_write(ws: Workspace) -> None:
+    """A fork copies no memory row; a key changed on either side (set, deleted, merged in)
+    leaves the other side's as it was; the merge base is the memory at the fork."""
+    a = await session_with(ws, 1)
+    await ws.memory_set_many(a, {f"k{i}": {"i": i} for i in range(1_000)})
+    rows = count_rows(ws.store.path, "memory")
+    kids = [(await ws.fork(a)).sid for _ in range(20)]
+    grandchild = (await ws.fork(kids[0])).sid
+    assert count_rows(ws.store.path, "memory") == rows
+    base = (await ws.show(a)).memory
+    for k in (*kids, grandchild):
+        assert (await ws.show(k)).memory == base
+    await ws.memory_set(kids[0], "k1", "child's")
+    await ws.memory_delete(kids[0], "k2")  # inherited: a tombstone hides it
+    await ws.memory_set(a, "k3", "parent's")
+    await ws.memory_delete(a, "k4")
+    await ws.memory_set(a, "new", 1)
+    parent = (await ws.show(a)).memory
+    assert parent["k1"] == {"i": 1} and parent["k2"] == {"i": 2} and parent["k3"] == "parent's"
+    assert "k4" not in parent and parent["new"] == 1
+    assert (await ws.show(kids[0])).memory == {**{x: v for x, v in base.items() if x != "k2"}, "k1": "child's"}
+    for k in (kids[1], grandchild):  # the grandchild was forked before its parent changed
+        assert (await ws.show(k)).memory == base
+    assert await ws.memory_get(kids[1], "k4") == {"i": 4}
+    with pytest.raises(NotFound):
+        await ws.memory_get(kids[1], "new")
+    # what the changes cost: the parent's new key less the one it deleted, the child's own two
+    # (and what its fork read of them), and what 20 forks read of the three keys the parent changed
+    assert count_rows(ws.store.path, "memory") == rows - 1 + 1 + 2 + 2 + 20 * 3
+    # the base is the memory at the fork: the child's changes apply, the parent's are not undone
+    merged = await ws.merge(kids[0], a)
+    assert set(merged.memory_changed) == {"k1", "k2"}
+    after = (await ws.show(a)).memory
+    assert after["k1"] == "child's" and "k2" not in after and after["k3"] == "parent's" and after["new"] == 1
+    assert (await ws.show(grandchild)).memory == base
+    await ws.memory_set(kids[1], "k3", "sibling's")  # changed on both sides since the fork: a conflict
+    with pytest.raises(MergeConflict) as conflict:
+        await ws.merge(kids[1], a)
+    assert conflict.value.conflicts == {"k3": ({"i": 3}, "parent's", "sibling's")}
+
+
 async def test_long_transcripts_and_forks_across_write_batches(ws: Workspace) -> None:
     """More messages than one insert batch: seqs, token sums and forks stay exact."""
     sid = (await ws.spawn("big", "hr")).sid

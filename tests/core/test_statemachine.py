@@ -1,7 +1,8 @@
 """Random sequences of system calls against a pure-Python model of what they must do.
 
 Hypothesis drives a ``RuleBasedStateMachine`` over a real workspace file: spawn, send (also
-pinned, system and tool messages, and whole transcripts), memory set/delete, fork (of forks,
+pinned, system and tool messages, and whole transcripts), memory set/delete/set many (copy-on-write
+across forks: a fork copies no memory row), fork (of forks,
 and ``at=`` earlier points), merge (settled by side, or refused with its conflicts), compress
 (random ``keep_last``), expand, checkpoint save/restore, snapshot export/load, approve,
 bind, triggers and the lifecycle calls. After every step, every session must match the
@@ -306,6 +307,21 @@ class ProcessionMachine(RuleBasedStateMachine):
         self.accept(call)
         s.memory[key] = canonical(value)
 
+    @rule(pick=PICK, values=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3),
+          bad=st.booleans())
+    def memory_set_many(self, pick: int, values: dict[str, Any], bad: bool) -> None:
+        """Many keys in one call: all or, with one bad key, none; a fork's memory rows grow by
+        what it changes, its parent's by nothing (but for the values its forks read, kept)."""
+        s = self.pick(pick)
+        call = self.ws.memory_set_many(s.id, {**values, **({"": 1} if bad else {})})
+        if s.state == Z:
+            self.refuse(IllegalTransition, call)
+        elif bad or not values:
+            self.refuse(InvalidArgument, call)
+        else:
+            self.accept(call)
+            s.memory.update({k: canonical(v) for k, v in values.items()})
+
     @rule(pick=PICK, key=st.sampled_from(KEYS))
     def memory_delete(self, pick: int, key: str) -> None:
         s = self.pick(pick)
@@ -329,9 +345,10 @@ class ProcessionMachine(RuleBasedStateMachine):
 
     def make_fork(self, s: Sess, at: int | None) -> Sess:
         point = len(s.history) if at is None else at % (len(s.history) + 1)
-        rows = self.message_rows()
+        rows, memory = self.message_rows(), self.memory_rows()
         child = self.accept(self.ws.fork(s.id, at=None if at is None else point)).sid
         assert self.message_rows() == rows, "a fork copied message rows"
+        assert self.memory_rows() == memory, "a fork copied memory rows"
         assert child not in self.sessions
         self.sessions[child] = self.branch(s, child, point, s.memory, self.inherit(s.stack, point), self.tick)
         return self.sessions[child]
@@ -350,9 +367,15 @@ class ProcessionMachine(RuleBasedStateMachine):
         self.make_fork(s, second)
 
     def message_rows(self) -> int:
+        return self.rows("messages")
+
+    def memory_rows(self) -> int:
+        return self.rows("memory") + self.rows("memory_base")
+
+    def rows(self, table: str) -> int:
         con = sqlite3.connect(self.path)
         try:
-            return con.execute("SELECT count(*) FROM messages").fetchone()[0]
+            return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         finally:
             con.close()
 
