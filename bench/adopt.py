@@ -1,76 +1,40 @@
 #!/usr/bin/env python3
-"""Adopting what the agent CLIs keep: ``adopt --all`` on a home of many transcripts, and how
-soon a transcript's growth outside Procession reaches the store.
+"""Adopting what the agent CLIs keep, as whole processes: ``adopt --all`` on a home of many
+transcripts, and how soon a transcript's growth outside Procession reaches the store.
 
-    python bench/adopt.py [--tiny] [--transcripts N] [--messages N] [--reps N] [--json-out FILE]
+    python bench/adopt.py [--tiny] [--transcripts N] [--rounds N] [--appends N] [--reps N] [--json-out FILE]
 
-Everything is real: a generated HOME whose transcripts are written in each CLI's own format
-(by ``procession.model.transcripts``, the writer ``migrate`` uses, whose output the real CLIs
-resume: tests/agents), the real CLI as a whole process, a real ``procession run`` engine.
+Everything is real: homes generated as bench/transcripts.py makes them (each format's own
+``write``, whose output the real CLIs resume; a round is 5 messages, two of them tool calls),
+the real CLI as a whole process, a real ``procession run`` engine. What reading the formats
+costs by itself is bench/transcripts.py's.
 
 - **adopt --all**: ``procession adopt CLI --all --json`` on a fresh workspace, for Claude Code
-  and Codex homes of ``--transcripts`` sessions of ``--messages`` messages each (a third of
-  them tool calls); transcripts and messages per second, interpreter start included.
-- **sync latency**: an adopted Claude session followed by an engine; a user and an assistant
-  record are appended to its transcript as Claude Code appends them, and the latency is the
-  moment both messages are in the store minus the moment the append returned.
+  and Codex homes of ``--transcripts`` sessions of ``--rounds`` rounds each; transcripts and
+  messages per second, interpreter start included.
+- **sync latency**: an adopted Claude session followed by an engine; the transcript's next
+  round (what ``write`` made for it, held back) is appended in one write, as Claude Code
+  appends a turn, and the latency is the moment its 5 messages are in the store minus the
+  moment the append returned.
 
-``--tiny`` (what the suite runs): 20 transcripts of 10 messages, 3 appends, 1 rep.
+``--tiny`` (what the suite runs): 20 transcripts of 2 rounds, 3 appends, 1 rep.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
-from report import Results, environment, table, wait
+from report import Results, environment, publish, wait
+from transcripts import ROUND, make_home, round_start
 
 PY = sys.executable
-
-
-def history(n: int, i: int) -> list[Any]:
-    from procession.model.toolcalls import tool_message
-    from procession.model.transcripts import Said
-
-    out: list[Said] = []
-    start = time.time() - 86_400
-    for k in range(n):
-        ts = start + k
-        if k % 3 == 0:
-            out.append(Said("user", f"task {i}.{k}: look at file {k}.txt and say what it holds", None, ts))
-        elif k % 3 == 1:
-            role, content, meta = tool_message(f"call{i}_{k}", "Bash", {"command": f"cat {k}.txt"},
-                                               f"line {k} of transcript {i}\n" * 4, False)
-            out.append(Said(role, content, meta, ts))
-        else:
-            out.append(Said("assistant", f"File {k}.txt holds four lines; transcript {i} goes on.", None, ts))
-    return out
-
-
-def make_home(root: Path, cli: str, transcripts: int, messages: int) -> dict[str, str]:
-    from procession.model.transcripts import format_of
-
-    home = root / f"home-{cli}"
-    work = root / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HOME": str(home)}
-    env.pop("CLAUDE_CONFIG_DIR", None)
-    env.pop("CODEX_HOME", None)
-    fmt = format_of(cli)
-    for i in range(transcripts):
-        folder = work / f"project{i % 25}"
-        folder.mkdir(exist_ok=True)
-        assert fmt.write(history(messages, i), env, str(folder), "bench-model") is not None
-    return env
 
 
 def adopt_all(root: Path, cli: str, env: dict[str, str], rep: int) -> tuple[float, int, int]:
@@ -87,11 +51,16 @@ def adopt_all(root: Path, cli: str, env: dict[str, str], rep: int) -> tuple[floa
 
 
 def sync_latency(root: Path, appends: int) -> list[float]:
-    env = make_home(root / "sync", "claude", 1, 6)
+    """Seconds from appending a round to its messages in the store, per append (see the
+    module's docstring): the transcript starts with 2 rounds, the next ones held back."""
+    env, [ref] = make_home(root / "sync", "claude", 1, 2 + appends)
+    path = Path(ref["transcript"])
+    whole = path.read_bytes()
+    cuts = [round_start(whole, n) for n in range(2, 2 + appends)] + [len(whole)]
+    path.write_bytes(whole[:cuts[0]])
     db = root / "sync.db"
     subprocess.run([PY, "-m", "procession", "--db", str(db), "adopt", "claude", "--all"], env=env, check=True,
                    capture_output=True)
-    [path] = Path(env["HOME"], ".claude", "projects").glob("*/*.jsonl")
     engine = subprocess.Popen([PY, "-m", "procession", "--db", str(db), "run"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     con = sqlite3.connect(db)
@@ -99,14 +68,12 @@ def sync_latency(root: Path, appends: int) -> list[float]:
         wait(lambda: con.execute("SELECT 1 FROM lease").fetchone(), 30)
         time.sleep(0.5)  # its watches are set up once it holds the lease and has read the sessions
         latencies = []
-        for k in range(appends):
+        for begin, end in zip(cuts, cuts[1:]):
             length = con.execute("SELECT length FROM sessions WHERE id = 1").fetchone()[0]
-            last = next(r for r in map(json.loads, reversed(path.read_text().splitlines())) if "uuid" in r and "cwd" in r)
-            records = _claude_turn(last, f"appended by hand {k}", f"answer {k}")
-            with path.open("a") as out:
-                out.write("".join(json.dumps(r) + "\n" for r in records))
+            with path.open("ab") as out:
+                out.write(whole[begin:end])
             wrote = time.perf_counter()
-            wait(lambda: con.execute("SELECT length FROM sessions WHERE id = 1").fetchone()[0] >= length + 2, 30)
+            wait(lambda: con.execute("SELECT length FROM sessions WHERE id = 1").fetchone()[0] >= length + ROUND, 30)
             latencies.append(time.perf_counter() - wrote)
             time.sleep(0.2)
         return latencies
@@ -116,38 +83,24 @@ def sync_latency(root: Path, appends: int) -> list[float]:
         engine.wait(timeout=30)
 
 
-def _claude_turn(last: dict[str, Any], prompt: str, answer: str) -> list[dict[str, Any]]:
-    """A user record and the assistant's reply, chained as Claude Code chains them."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
-    common = {"sessionId": last["sessionId"], "cwd": last["cwd"], "isSidechain": False, "userType": "external",
-              "version": last.get("version", "2.1.197"), "timestamp": now}
-    user = {**common, "type": "user", "uuid": str(uuid.uuid4()), "parentUuid": last["uuid"],
-            "message": {"role": "user", "content": prompt}}
-    reply = {**common, "type": "assistant", "uuid": str(uuid.uuid4()), "parentUuid": user["uuid"],
-             "message": {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant",
-                         "model": "bench-model", "content": [{"type": "text", "text": answer}],
-                         "usage": {"input_tokens": 10, "output_tokens": 3}}}
-    return [user, reply]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--transcripts", type=int, default=500)
-    parser.add_argument("--messages", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=8, help="rounds per transcript (5 messages each)")
     parser.add_argument("--appends", type=int, default=20)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json-out")
     args = parser.parse_args()
     if args.tiny:
-        args.transcripts, args.messages, args.appends, args.reps = 20, 10, 3, 1
+        args.transcripts, args.rounds, args.appends, args.reps = 20, 2, 3, 1
     results = Results()
     with tempfile.TemporaryDirectory(prefix="procession-adopt-") as tmp:
         root = Path(tmp)
-        size = f"{args.transcripts} transcripts x {args.messages} messages"
+        size = f"{args.transcripts} transcripts x {args.rounds} rounds"
         for cli in ("claude", "codex"):
             print(f"writing a {cli} home of {size}", file=sys.stderr, flush=True)
-            env = make_home(root, cli, args.transcripts, args.messages)
+            env, _ = make_home(root / cli, cli, args.transcripts, args.rounds)
             runs = [adopt_all(root, cli, env, rep) for rep in range(args.reps)]
             seconds = [r[0] for r in runs]
             assert all(r[1] == args.transcripts for r in runs), runs
@@ -162,14 +115,9 @@ def main() -> None:
         latencies = sync_latency(root, args.appends)
         results.record("sync_latency", "transcript append -> messages in the store (engine)",
                        f"{args.appends} appends", latencies, goal="< 0.5 s", check=lambda s: s < 0.5)
-        env = environment(root)
-    print(table(results.rows, with_max=True))
-    report = {"mode": "tiny" if args.tiny else "full", **results.summary(), "environment": env, "args": vars(args)}
-    text = json.dumps(report)
-    if args.json_out:
-        Path(args.json_out).write_text(text)
-    print(text)
-
+        facts = environment(root)
+    report = {"mode": "tiny" if args.tiny else "full", **results.summary(), "environment": facts, "args": vars(args)}
+    publish(results.rows, report, args.json_out, with_max=True)
 
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@ import path).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import sqlite3
@@ -57,6 +58,8 @@ def wait(predicate: Callable[[], Any], timeout: float, interval: float = 0.002) 
 
 def fmt(value: float, unit: str) -> str:
     if unit == "s":
+        if value < 0.001:
+            return f"{value * 1e6:.0f} µs"
         return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.3f} s"
     if unit == "x":
         return f"{value:.2f}x"
@@ -80,6 +83,17 @@ def table(rows: list[dict[str, Any]], *, with_max: bool = False) -> str:
            for line in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def publish(rows: list[dict[str, Any]], report: dict[str, Any], json_out: str | None, *,
+            with_max: bool = False) -> None:
+    """The table, then the whole report as one JSON object on the last line (what the suite
+    reads), also written to ``json_out`` when given."""
+    text = json.dumps(report)
+    print(table(rows, with_max=with_max))
+    print(text)
+    if json_out:
+        Path(json_out).write_text(text + "\n", encoding="utf-8")
 
 
 def environment(root: Path, watched: Sequence[str] = (".",), **extra: Any) -> dict[str, Any]:
