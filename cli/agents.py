@@ -10,6 +10,7 @@ import sys
 import time
 
 from procession.calls import Workspace
+from procession.engine.outside import Looker
 from procession.engine.runners import agents
 from procession.model import transcripts
 from procession.model.calls import Call
@@ -51,6 +52,11 @@ async def sync(ws: Workspace, args: argparse.Namespace) -> int:
 async def attach(ws: Workspace, args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("attach opens the agent's own interactive CLI: run it on a terminal")
+    refs = await ws.agent_refs()
+    live = Looker().look({args.sid: refs[args.sid]}) if args.sid in refs else {}
+    if live:
+        raise UsageError(f"session {args.sid} is open in its agent's own CLI already (pid {live[args.sid].pid}):"
+                         " quit that one first")
     attached = await ws.attach(args.sid)
     argv = agents.interactive(attached.cli, attached.agent, attached.cwd, attached.env)
     notes(args, [attached])

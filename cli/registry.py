@@ -154,6 +154,24 @@ SIDS = arg("sids", type=sid_type, nargs="+", metavar="SID")
 # ---------------------------------------------------------------- the parser
 
 
+class _Intermixed(argparse.ArgumentParser):
+    """A command's parser that takes its options before, between or after its positionals
+    (``adopt claude --agent app ID``): argparse's own parser gives an optional positional up
+    once an option comes first. A command with operations parses the usual way (argparse
+    cannot intermix a subparser)."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing or any(a.nargs == argparse.PARSER for a in self._actions):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
@@ -163,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Agent sessions as processes. With no command, opens the monitor.")
     parser.add_argument("--readonly", action="store_true", help="a monitor that changes nothing")
     parser.add_argument("--theme", help="the monitor's colour theme")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub: Any = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Intermixed)
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, parents=[common], help=cmd.help, description=cmd.help)
         p.set_defaults(command_=cmd)

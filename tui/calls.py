@@ -437,7 +437,8 @@ async def _adopt(ui: Calling, targets: Targets) -> None:
         Field("cli", "Whose", "claude", choices=tuple((c, agents.CLIS[c].title) for c in transcripts.CLIS)),
         Field("ident", "Session id or transcript file", placeholder="empty: every one it keeps here"),
     ], lambda v: ui.ws.adopt(v["cli"], v["ident"].strip() or None, every=not v["ident"].strip()),
-        help="Each becomes a sleeping session; one adopted before is not made again",
+        help="Ctrl+S adopts · Tab moves · Esc cancels · each becomes a sleeping session; one adopted before is"
+             " not made again",
         report=lambda a: results.adoption(a, brief=True))
     made = [r for r in adoption.results if not r.already] if adoption else []
     if made:
@@ -452,7 +453,12 @@ async def _attach(ui: Calling, targets: Targets) -> None:
     """o: the agent's own CLI on the session, in this terminal; the table comes back when it exits."""
     from procession.engine.runners.agents import interactive
 
-    attached = await ui.make(ui.ws.attach(targets[0].id), quiet=True)
+    t = targets[0]
+    if t.outside is not None and not await ui.confirm(
+            f"Session {t.id} is open in its agent's own CLI already (pid {t.outside}). Open it a second time?",
+            ["Two CLIs on one session write one transcript: each sees only its own turns."]):
+        return
+    attached = await ui.make(ui.ws.attach(t.id), quiet=True)
     if attached is None:
         return
     try:

@@ -29,7 +29,7 @@ from ..model.transcripts import Position, Transcript
 from ..store import rows
 from ..store.sqlite import Tx
 from .lifecycle import LifecycleCalls
-from .native import agent_ref, cli_environment, followed
+from .native import agent_ref, carry_over, cli_environment, followed
 from .syscall import Act, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -53,23 +53,30 @@ def _title(read: Transcript) -> str:
 
 
 async def _holder(tx: Tx, cli: str, ident: str) -> int | None:
-    """The first session that holds the CLI's session ``ident`` itself (a fork waiting for its
-    first run holds its parent's reference, to fork it: not counted)."""
+    """The first session that holds the CLI's session ``ident`` itself, or held it before it
+    migrated to another CLI (``was``); a fork waiting for its first run holds its parent's
+    reference, to fork it: not counted."""
     found = await tx.value(
-        "SELECT MIN(id) FROM sessions WHERE agent_ref IS NOT NULL AND json_extract(agent_ref, '$.cli') = ?"
-        " AND json_extract(agent_ref, '$.id') = ? AND json_extract(agent_ref, '$.fork') IS NULL", (cli, ident))
+        "SELECT MIN(s.id) FROM sessions s WHERE s.agent_ref IS NOT NULL AND ((json_extract(s.agent_ref, '$.cli') = ?"
+        " AND json_extract(s.agent_ref, '$.id') = ? AND json_extract(s.agent_ref, '$.fork') IS NULL)"
+        " OR EXISTS (SELECT 1 FROM json_each(s.agent_ref, '$.was') w WHERE json_extract(w.value, '$.cli') = ?"
+        " AND json_extract(w.value, '$.id') = ?))", (cli, ident, cli, ident))
     return int(found) if found is not None else None
+
+
+def held_ids(sid: int, ref: dict[str, Any], cli: str) -> list[str]:
+    """The sessions of ``cli`` an agent reference stands for: its own, and those it migrated from."""
+    own = [ref["id"]] if ref.get("cli") == cli and not ref.get("fork") else []
+    return own + [w["id"] for w in ref.get("was", []) if w.get("cli") == cli]
 
 
 class AdoptCalls(LifecycleCalls):
     async def holders(self, cli: str) -> dict[str, int]:
-        """Every session id of ``cli`` a session holds -> the first session holding it."""
+        """Every session id of ``cli`` a session holds, or held before a migrate -> the first
+        session holding it."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples(
-                "SELECT json_extract(agent_ref, '$.id'), MIN(id) FROM sessions WHERE agent_ref IS NOT NULL"
-                " AND json_extract(agent_ref, '$.cli') = ? AND json_extract(agent_ref, '$.fork') IS NULL"
-                " GROUP BY 1", (cli,))
-        return {str(ident): int(sid) for ident, sid in found}
+            found = await tx.tuples("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL ORDER BY id DESC")
+        return {ident: sid for sid, text in found for ident in held_ids(sid, json.loads(text), cli)}
 
     async def agent_refs(self) -> dict[int, dict[str, Any]]:
         """The agent references of the sessions not ended and not running a step here (what
@@ -176,10 +183,20 @@ class AdoptCalls(LifecycleCalls):
         ref = agent_ref(act.row)
         if ref is None or ref.get("id") != read.id or Position.of(ref.get("position")) != position:
             raise _MovedOn  # meanwhile a run ended, or another sync took it: read again
-        if read.branched:
-            act.note(f"its {agents.CLIS[read.cli].title} transcript no longer continues the conversation this"
-                     " session holds (it was rewound or edited there): nothing was appended; adopt it again"
-                     " to have the new branch as a session of its own")
+        if read.branched:  # the session keeps its conversation, as a session of the CLI's own
+            title = agents.CLIS[read.cli].title
+            spec = runner_spec.parse(act.row["runner"])
+            moved = await carry_over(act.tx, act.row, runner_spec.RunnerSpec(
+                read.cli, spec.target if spec.kind == read.cli else ""))
+            if moved is not None:
+                keep = {k: ref[k] for k in ("adopted", "was") if k in ref}
+                await rows.update_session(act.tx, sid, agent_ref=json.dumps({**moved, **keep}),
+                                          agent_seen=act.row["length"])
+            act.note(f"its {title} session was rewound or edited there and no longer continues the conversation"
+                     " this session holds: nothing was appended"
+                     + (f"; the session keeps its own, now as {title} session {moved['id']}, which its next run"
+                        " resumes; adopt the transcript again to have the new branch as a session of its own"
+                        if moved is not None else ""))
             return Synced(sid, 0, branched=True)
         ref["position"] = read.position.as_json()
         await rows.update_session(act.tx, sid, agent_ref=json.dumps(ref))
@@ -225,18 +242,22 @@ class AdoptCalls(LifecycleCalls):
 
 
 async def _take(tx: Tx, sid: int, read: Transcript, count: Any) -> None:
-    """Append a read's messages as the agent's (it has seen them all), with their own times,
-    its context and, as a run made outside Procession, its token use."""
+    """Append a read's messages, authored by the CLI they were read from (the agent has seen
+    them all: a run never gives them to it again), with their own times, its context and, as a
+    run made outside Procession, its token use. What the agent had not seen before them (a
+    message sent while the person used the CLI directly) stays unseen: the next run gives it."""
     row = await rows.session(tx, sid)
     if read.messages:
-        await rows.append(tx, row, [(m.role, m.content, "user" if m.role == "user" else read.cli, False,
-                                     m.meta, m.ts if m.ts is not None else tx.now) for m in read.messages], count)
+        caught_up = row["agent_seen"] >= row["length"]
+        await rows.append(tx, row, [(m.role, m.content, read.cli, False, m.meta,
+                                     m.ts if m.ts is not None else tx.now) for m in read.messages], count)
         row = await rows.session(tx, sid)
         stamps = [m.ts for m in read.messages if m.ts is not None]
         usage = (read.tokens_in, read.tokens_out, read.cache_read, read.cache_write)
         if any(usage):
             await rows.outside_run(tx, sid, read.cli, min(stamps, default=tx.now), max(stamps, default=tx.now), usage)
-        await rows.update_session(tx, sid, agent_seen=row["length"], last_active=max(stamps, default=tx.now))
+        await rows.update_session(tx, sid, last_active=max(stamps, default=tx.now),
+                                  **({"agent_seen": row["length"]} if caught_up else {}))
     if read.context:
         tokens, window = read.context
         await rows.update_session(tx, sid, agent_context=tokens, **({"agent_window": window} if window else {}))

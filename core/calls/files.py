@@ -170,6 +170,9 @@ class FileCalls(Calls):
         system_tokens = count(system) if system else 0
         context = await tx.value("SELECT context_tokens FROM sessions WHERE id = ?", (sid,))
         paths = dict(mapping or {})
+        _unmatched(act, paths, [s.get("cwd") or "", *(r["uri"] for r in parts["resources"] if r["kind"] in LOCAL_KINDS),
+                                *(p for _, spec in triggers for p in [*spec.get("paths", []), spec.get("repo") or ""]
+                                  if isinstance(p, str))])
         cwd = _folder(act, s.get("cwd"), paths)
         await rows.update_session(
             tx, sid, agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
@@ -217,6 +220,13 @@ def _mapping(mapping: dict[str, str] | None) -> dict[str, str]:
         if not (os.path.isabs(old) and os.path.isabs(new)):
             raise InvalidArgument(f"--map takes absolute paths, OLD=NEW: {old}={new}")
     return dict(mapping or {})
+
+
+def _unmatched(act: Act, paths: dict[str, str], found: list[str]) -> None:
+    """Say which ``--map`` folders no path of the session starts with (a typo, most likely)."""
+    for old in paths:
+        if not any(transcripts.within(p, old) for p in found if p):
+            act.note(f"--map {old}: no path of the session is in that folder")
 
 
 def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:

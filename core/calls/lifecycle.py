@@ -311,6 +311,8 @@ class LifecycleCalls(Calls):
             act.note(f"{title}'s own session cannot be written here: its first run is given the history so far"
                      " as its prompt")
             return {}
+        if held:  # what it was, so that adopting the CLI's sessions does not make it again
+            ref["was"] = [*held.get("was", []), {"cli": held["cli"], "id": held["id"]}]
         await rows.update_session(act.tx, act.row["id"], agent_ref=json.dumps(ref), agent_seen=act.row["length"],
                                   agent_context=None, agent_window=None)
         act.note(f"the conversation so far is now {title}'s own session {ref['id']}, which its next run resumes"

@@ -350,14 +350,24 @@ async def agent_fork(tx: Tx, row: sqlite3.Row, at: int) -> dict[str, Any]:
     if ref["cli"] != "claude":
         raise InvalidArgument(f"session {row['id']}'s {ref['cli']} session cannot be forked before its message"
                               f" {row['agent_seen']}, the last its agent has seen: fork at {row['agent_seen']} or later")
+    found = await agent_cut(tx, row["id"], at)
+    if found is None:
+        return {}
+    cut, seq = found
+    return {"agent_ref": json.dumps({**ref, "fork": True, "at": cut}), "agent_seen": seq,
+            "agent_window": row["agent_window"]}
+
+
+async def agent_cut(tx: Tx, sid: int, at: int) -> tuple[str, int] | None:
+    """Where Claude Code can resume the session's agent at message ``at`` or before: the uuid
+    of the newest record a message up to ``at`` came from, and that message's seq."""
     hi = at
     while hi > 0:
         lo = max(hi - _LOOK_BACK, 0)
-        for message in reversed(await history.read(tx, row["id"], lo, hi)):
+        for message in reversed(await history.read(tx, sid, lo, hi)):
             cut = (message.meta or {}).get("agent_uuid")
             if cut:
-                return {"agent_ref": json.dumps({**ref, "fork": True, "at": cut}), "agent_seen": message.seq,
-                        "agent_window": row["agent_window"]}
+                return str(cut), message.seq
         hi = lo
-    return {}
+    return None
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..calls.native import cli_environment, followed
 from ..model import transcripts
 from ..model.errors import ProcessionError
+from ..model.text import plural
 from ..model.transcripts import Position
 from .watch import Watcher
 
@@ -83,7 +84,7 @@ class Follower:
             log.info("session %d: its transcript changed, not synced: %s", sid, exc)
             return
         if synced.messages:
-            log.info("session %d: %d messages synced from its agent's transcript", sid, synced.messages)
+            log.info("session %d: %s synced from its agent's transcript", sid, plural(synced.messages, "message"))
 
     async def close(self) -> None:
         await self.watcher.close()

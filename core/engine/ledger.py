@@ -187,7 +187,7 @@ class Ledger(Workspace):
             row = await rows.session(tx, sid)
             ref = json.loads(row["agent_ref"]) if row["agent_ref"] else None
             unseen = [m for m in await history.read(tx, sid, row["agent_seen"])
-                      if not (ref and m.author == "runner") and m.role != "system"]
+                      if not (ref and m.author in ("runner", ref["cli"])) and m.role != "system"]
             mcp = [McpServer(mcp_binding.NAME, tuple(mcp_binding.server_command(self.path, sid, uri=r["uri"],
                                                                                 mode=r["mode"])))
                    if mcp_binding.is_procession(r["kind"], r["uri"]) else McpServer.parse(r["uri"])
@@ -456,7 +456,7 @@ def backoff(failures: int) -> float:
 
 
 #: What an agent reference keeps when its session announces itself again (a resumed run).
-_KEPT: Final = ("position", "adopted")
+_KEPT: Final = ("position", "adopted", "was")
 
 
 async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any) -> list[str]:

@@ -97,6 +97,7 @@ async def test_adopt_a_session_follow_what_the_cli_adds_then_run_it(
     assert every.made == 0 and [r.sid for r in every.results] == [sid]
 
     # the person keeps using the CLI directly: the engine follows the transcript
+    await live.send(sid, "queued while away")  # sent before the person used the CLI: the next run gives it
     length = (await live.info(sid)).length
     model_server.script.add(say("Third, outside."))
     use_directly(agent, "one more, by hand", resume=ident)
@@ -114,7 +115,8 @@ async def test_adopt_a_session_follow_what_the_cli_adds_then_run_it(
     await until(lambda: _ran(live, sid), timeout=RUN_S)
     last = model_server.requests[-1]
     seen = " ".join(last.texts())
-    assert "one more, by hand" in seen and "now through procession" in seen
+    assert "one more, by hand" in seen and "now through procession" in seen and "queued while away" in seen
+    assert seen.count("one more, by hand") == 1  # what the agent said outside is not given to it again
     shown = (await live.show(sid)).to_json()
     assert shown["agent_ref"]["id"] == ident
     assert said(shown)[-1] == ("assistant", "Ran by Procession.")
@@ -275,7 +277,9 @@ async def test_migrate_between_agent_clis_gives_each_the_conversation_so_far(
     seen = " ".join(model_server.requests[-1].texts())
     assert all(words in seen for words in ("remember 4417", "Codex sees 4417 too.", "and now?"))
     journal = [e for e in await live.journal(sid) if e.call == "migrate"]
-    assert [e.outcome["left"]["cli"] for e in journal] == ["claude", "codex"]  # the old references stay there
+    assert sorted(e.outcome["left"]["cli"] for e in journal) == ["claude", "codex"]  # the old references stay there
+    for cli, agent in (("claude", claude_sandbox), ("codex", codex_sandbox)):  # what it left is not adopted anew
+        assert (await live.adopt(cli, every=True, env=agent.env)).made == 0
 
 
 async def _ran_n(ws: Workspace, sid: int, n: int) -> bool:
@@ -380,3 +384,36 @@ async def test_fork_at_n_of_an_adopted_claude_session_cuts_the_clis_own_session_
     child_ref = (await live.show(child)).agent_ref
     assert child_ref and child_ref["id"] != ident  # its own session; the adopted one is untouched
     assert (await live.sync(made.sid)).messages == 0
+
+
+async def test_a_transcript_rewound_in_claude_is_not_appended_the_session_keeps_its_own(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(say("First answer."), say("Second answer."), say("Rewound answer."),
+                            say("Going on from the second."))
+    ident = use_directly(claude_sandbox, "question one")
+    use_directly(claude_sandbox, "question two", resume=ident)
+    [made] = (await live.adopt("claude", ident, env=claude_sandbox.env)).results
+    await give_env(live, made.sid, claude_sandbox, monkeypatch)  # its CLI's home, where the sync writes
+    first = (await live.history(made.sid))[1]
+    assert first.content == "First answer."
+    args, _ = claude_sandbox.headless("question two, otherwise", ident)
+    run = claude_sandbox.run([*args, "--resume-session-at", first.meta["agent_uuid"]], timeout=RUN_S)
+    assert run.returncode == 0, run.stderr[-2000:]
+    await until(lambda: _moved_off(live, made.sid, ident), timeout=20)  # the engine saw it, appended nothing
+    assert [m.content for m in await live.history(made.sid)][-1] == "Second answer."
+    again = await live.adopt("claude", ident, env=claude_sandbox.env)  # the new branch: a session of its own
+    [branch] = again.results
+    assert not branch.already and [m.content for m in await live.history(branch.sid)][-1] == "Rewound answer."
+    await live.send(made.sid, "go on")
+    await live.activate(made.sid)
+    await until(lambda: _ran(live, made.sid), timeout=RUN_S)
+    runs = [r for r in await live.runs(made.sid) if r.outcome != "outside"]
+    assert runs[-1].outcome == "ok", runs[-1].error
+    said = " ".join(model_server.turn_requests()[-1].texts())
+    assert "Second answer." in said and "Rewound answer." not in said
+
+
+async def _moved_off(ws: Workspace, sid: int, ident: str) -> bool:
+    ref = (await ws.show(sid)).agent_ref
+    return bool(ref and ref["id"] != ident)

@@ -141,11 +141,16 @@ def iso_time(stamp: Any) -> float | None:
         return None
 
 
+def within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or inside it (whole path components)."""
+    stem = folder.rstrip("/")
+    return path == stem or path.startswith(stem + "/")
+
+
 def remap(path: str, mapping: Mapping[str, str]) -> str:
     """``path`` with the longest ``mapping`` prefix it starts with (whole path components)
     replaced by its new value (``load --map OLD=NEW``); unchanged when none applies."""
     for old in sorted(mapping, key=len, reverse=True):
-        stem = old.rstrip("/")
-        if path == stem or path.startswith(stem + "/"):
-            return mapping[old].rstrip("/") + path[len(stem):]
+        if within(path, old):
+            return mapping[old].rstrip("/") + path[len(old.rstrip("/")):]
     return path
