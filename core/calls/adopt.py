@@ -64,7 +64,7 @@ async def _holder(tx: Tx, cli: str, ident: str) -> int | None:
     return int(found) if found is not None else None
 
 
-def held_ids(sid: int, ref: dict[str, Any], cli: str) -> list[str]:
+def held_ids(ref: dict[str, Any], cli: str) -> list[str]:
     """The sessions of ``cli`` an agent reference stands for: its own, and those it migrated from."""
     own = [ref["id"]] if ref.get("cli") == cli and not ref.get("fork") else []
     return own + [w["id"] for w in ref.get("was", []) if w.get("cli") == cli]
@@ -76,7 +76,7 @@ class AdoptCalls(LifecycleCalls):
         session holding it."""
         async with self.store.snapshot() as tx:
             found = await tx.tuples("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL ORDER BY id DESC")
-        return {ident: sid for sid, text in found for ident in held_ids(sid, json.loads(text), cli)}
+        return {ident: sid for sid, text in found for ident in held_ids(json.loads(text), cli)}
 
     async def agent_refs(self) -> dict[int, dict[str, Any]]:
         """The agent references of the sessions not ended and not running a step here (what
