@@ -417,3 +417,37 @@ async def test_a_transcript_rewound_in_claude_is_not_appended_the_session_keeps_
 async def _moved_off(ws: Workspace, sid: int, ident: str) -> bool:
     ref = (await ws.show(sid)).agent_ref
     return bool(ref and ref["id"] != ident)
+
+
+async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, db: Path, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    agent = claude_sandbox
+    model_server.script.add(say("said before the monitor"), say("answered in the cli, from the monitor"))
+    ident = use_directly(agent, "begin")
+    _onboarded(agent)
+    [made] = (await live.adopt("claude", ident, env=agent.env)).results
+    await give_env(live, made.sid, agent, monkeypatch)
+    env = {**agent.env, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "45"}
+    term = Terminal([sys.executable, "-m", "procession", "--db", str(db)], env, agent.workdir)
+    fcntl.ioctl(term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 45, 160, 0, 0))
+    try:
+        term.read_until("[adopted]")
+        term.type("o")
+        term.read_until("said before the monitor")  # the CLI's own screen, over the monitor's
+        term.type("typed via the monitor\r")
+        term.read_until("answered in the cli, from the monitor")
+        term.type("/exit")
+        time.sleep(0.5)
+        term.type("\r")
+        term.read_until("2 messages synced from its agent's transcript")  # the monitor again, saying so
+        term.type("q")
+    finally:
+        term.close()
+    shown = (await live.show(made.sid)).to_json()
+    assert said(shown)[-2:] == [("user", "typed via the monitor"),
+                                ("assistant", "answered in the cli, from the monitor")]
