@@ -210,11 +210,6 @@ class _Abandoned(Exception):
     """The caller of an inline transaction was cancelled: it rolls back at its next statement."""
 
 
-class _Waits(Exception):
-    """An inline transaction's body waited on something outside the store: it is run again
-    the usual way (its transaction rolled back first, so nothing of it stays)."""
-
-
 class _InlineCursor(aiosqlite.Cursor):
     """A cursor of an inline transaction: already on SQLite's thread, so its reads run at once."""
 
@@ -256,12 +251,14 @@ class _Inline(Tx):
 
 
 def _drive(body: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never has to wait to its end, here and now; ``_Waits`` if it does."""
+    """Run a coroutine that never has to wait to its end, here and now (a bare ``yield``,
+    as ``asyncio.sleep(0)`` makes, is no wait); refused if it waits on anything."""
     try:
         while True:
-            if body.send(None) is not None:  # a future: it waits on something outside the store
+            if body.send(None) is not None:
                 body.close()
-                raise _Waits
+                raise RuntimeError("a call's transaction waited on something outside the store: a call body"
+                                   " runs on SQLite's thread and may wait only on its statements")
     except StopIteration as done:
         return cast(T, done.value)
 
@@ -430,8 +427,8 @@ class Store:
         """``body`` as one write transaction, as ``tx()`` makes it (all of it commits or none
         of it, a cancelled caller's rolls back), run whole on SQLite's own thread: one handoff
         between threads for the call, however many statements it makes (a call made through
-        ``tx()`` hands each statement over and back). A body that waits on something else
-        than the store is rolled back and run again through ``tx()``."""
+        ``tx()`` hands each statement over and back). So ``body`` may wait on its statements
+        only: nothing else runs on that thread (an asyncio call there finds no event loop)."""
         async with self._lock:
             abandoned = threading.Event()
 
@@ -460,12 +457,8 @@ class Store:
                 abandoned.set()
                 await asyncio.wait([done])
                 raise
-            except _Waits:
-                pass
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
-        async with self.tx() as tx:
-            return await body(tx)
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Tx]:
