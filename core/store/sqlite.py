@@ -456,6 +456,8 @@ class Store:
             except asyncio.CancelledError:
                 abandoned.set()
                 await asyncio.wait([done])
+                if not done.cancelled():
+                    done.exception()  # its rollback's, taken: the caller's cancellation is what goes on
                 raise
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
