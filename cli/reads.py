@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -16,7 +17,7 @@ from procession.model.records import Message, SessionDetail, SessionInfo
 from procession.present import lines, words
 from procession.present.cells import COLUMNS
 
-from .registry import SID, arg, command, count_type, sid_type
+from .registry import PROG, SID, arg, command, count_type, sid_type
 from .terminal import emit, emit_stream, json_text
 
 #: How often ``logs -f`` looks for more.
@@ -67,8 +68,12 @@ async def ps(ws: Workspace, args: argparse.Namespace) -> int:
     SID, arg("--last", "--tail", type=count_type, metavar="N", help="only the last N items of the context"),
 ])
 async def show(ws: Workspace, args: argparse.Namespace) -> int:
-    """``--tail N`` reads only those items (and what a fold before them needs); the whole
+    """``--tail N`` reads only those items (and what a fold before them needs); on a terminal
+    the context is cut to what fits on the screen, saying how to see more; else the whole
     context is streamed, a batch at a time (the same text as printed whole)."""
+    if args.last is None and not args.json and sys.stdout.isatty():
+        await _screenful(ws, args.sid)
+        return 0
     if args.last is not None:
         batches = _just(await ws.show(args.sid, last=args.last))
     else:
@@ -105,6 +110,36 @@ _HOLE = "\x00context streamed here " + "\x00" * 8
 
 def _context_json(d: SessionDetail) -> str:
     return json_text([c.to_json() for c in d.context])[1:-1]
+
+
+async def _screenful(ws: Workspace, sid: int) -> None:
+    """``show`` on a terminal: the session and the end of its context, one screen of it (what
+    that costs to read, not the whole history), then one line saying how to see more."""
+    size = shutil.get_terminal_size()
+    d = await ws.show(sid, last=max(size.lines, 1))
+    head = words.printable("\n".join(_show_head(d) + ["", "context:"])).split("\n")
+    total = d.info.messages
+
+    def more(shown: int) -> str:
+        return lines.more_context(shown, total, f"`{PROG} show {sid} --tail N`", f"`{PROG} history {sid}`")
+
+    # room for the line saying more (as long as it can be) and the prompt's after it
+    room = size.lines - sum(_rows(x, size.columns) for x in head) - _rows(more(total), size.columns) - 1
+    shown: list[str] = []
+    for item in reversed(d.context):
+        line = words.printable("  " + lines.context_line(item))
+        room -= _rows(line, size.columns)
+        if room < 0 and shown:
+            break
+        shown.insert(0, line)
+    sys.stdout.write("\n".join(head + shown) + "\n")
+    if len(shown) < total:
+        sys.stdout.write(more(len(shown)) + "\n")
+
+
+def _rows(line: str, columns: int) -> int:
+    """How many rows of a terminal ``columns`` wide a line takes."""
+    return max(1, -(-len(line) // max(columns, 1)))
 
 
 def _context_lines(d: SessionDetail) -> None:

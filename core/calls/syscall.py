@@ -110,7 +110,8 @@ def syscall(
             if not names:  # read on first use: inspect costs import time for every call
                 names.extend(list(inspect.signature(fn).parameters)[2:])
             arguments: dict[str, Any] = dict(zip(names, args)) | kwargs
-            async with self.store.tx() as tx:
+
+            async def body(tx: Tx) -> tuple[Act, O]:
                 act = Act(tx, call, self.actor)
                 if checked and checked != "result":
                     act.row = await rows.session(tx, arguments[checked])
@@ -126,6 +127,9 @@ def syscall(
                 await tx.journal(self.actor, call, named.get(session) if session else None,
                                  journal_args(arguments), result.journal(),
                                  self.acting if second_sid is None else second_sid)
+                return act, result
+
+            act, result = await self.store.atomic(body)
             for action in act._after:
                 action()
             return result

@@ -183,6 +183,13 @@ def context_line(item: ContextItem, width: int = 90) -> str:
     return f"[{item.seq:>5}]{pin}{item.role:<9} {one_line(item.content, width)}"
 
 
+def more_context(shown: int, total: int, tail: str, whole: str) -> str:
+    """What a screenful of a context says under its last item: how much it left out, and the
+    commands (``tail``: one taking a count N; ``whole``: every message) that show more."""
+    return (f"(the last {shown} of {words.plural(total, 'context item')}: {tail} shows the last N,"
+            f" {whole} every message whole)")
+
+
 def history_line(m: Message, *, short: bool = False) -> str:
     """One message of ``history``: whole (continuation lines indented), or on one line."""
     head = f"[{m.seq:>5}]{'*' if m.pinned else ' '}{m.role:<9} {printable(m.author):<12} "

@@ -19,12 +19,13 @@ import json
 import os
 import sqlite3
 from stat import S_ISREG
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 
@@ -33,6 +34,7 @@ from ..model.errors import InvalidArgument, StoreBusy, WorkspaceError
 
 BUSY_TIMEOUT_MS = 10_000
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 
 def default_path() -> Path:
@@ -204,6 +206,63 @@ class Tx:
         return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str))
 
 
+class _Abandoned(Exception):
+    """The caller of an inline transaction was cancelled: it rolls back at its next statement."""
+
+
+class _InlineCursor(aiosqlite.Cursor):
+    """A cursor of an inline transaction: already on SQLite's thread, so its reads run at once."""
+
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+
+class _Inline(Tx):
+    """A transaction run whole on SQLite's own thread (``Store.atomic``): every statement runs
+    at once, no handoff between threads, and the body's awaits never suspend."""
+
+    def __init__(self, store: Store, raw: sqlite3.Connection, abandoned: threading.Event) -> None:
+        super().__init__(store)
+        self.raw = raw
+        self.abandoned = abandoned
+
+    def _cursor(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> sqlite3.Cursor:
+        if self.abandoned.is_set():
+            raise _Abandoned
+        with _storable():
+            return self.raw.execute(sql, params)
+
+    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
+        return _InlineCursor(self.conn, self._cursor(sql, params))
+
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        if self.abandoned.is_set():
+            raise _Abandoned
+        with _storable():
+            self.raw.executemany(sql, rows)
+
+    async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        return self._cursor(sql, params).fetchall()
+
+    async def tuples(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        cursor = self._cursor(sql, params)
+        cursor.row_factory = None
+        return cast(list[tuple[Any, ...]], cursor.fetchall())
+
+
+def _drive(body: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never has to wait to its end, here and now (a bare ``yield``,
+    as ``asyncio.sleep(0)`` makes, is no wait); refused if it waits on anything."""
+    try:
+        while True:
+            if body.send(None) is not None:
+                body.close()
+                raise RuntimeError("a call's transaction waited on something outside the store: a call body"
+                                   " runs on SQLite's thread and may wait only on its statements")
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
 class Store:
     """An open workspace. Create with ``await Store.open(path)``; close with ``close()``."""
 
@@ -363,6 +422,45 @@ class Store:
                 if isinstance(exc, sqlite3.Error):
                     raise translate(exc, self.path) from None
                 raise
+
+    async def atomic(self, body: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
+        """``body`` as one write transaction, as ``tx()`` makes it (all of it commits or none
+        of it, a cancelled caller's rolls back), run whole on SQLite's own thread: one handoff
+        between threads for the call, however many statements it makes (a call made through
+        ``tx()`` hands each statement over and back). So ``body`` may wait on its statements
+        only: nothing else runs on that thread (an asyncio call there finds no event loop)."""
+        async with self._lock:
+            abandoned = threading.Event()
+
+            def run() -> T:
+                raw = self.conn._conn
+                raw.execute("BEGIN IMMEDIATE")
+                try:
+                    tx = _Inline(self, raw, abandoned)
+                    value = _drive(body(tx))
+                    if tx.followers:
+                        raw.executemany(_JOURNAL, tx.followers)
+                    if abandoned.is_set():
+                        raise _Abandoned
+                    raw.execute("COMMIT")
+                    return value
+                except BaseException:
+                    if raw.in_transaction:  # SQLite ends it itself on some errors (a full disk)
+                        raw.execute("ROLLBACK")
+                    raise
+
+            # aiosqlite's own queue: the job runs on the thread that holds the connection
+            done = asyncio.ensure_future(self.conn._execute(run))  # type: ignore[no-untyped-call]
+            try:
+                return await asyncio.shield(done)
+            except asyncio.CancelledError:
+                abandoned.set()
+                await asyncio.wait([done])
+                if not done.cancelled():
+                    done.exception()  # its rollback's, taken: the caller's cancellation is what goes on
+                raise
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from None
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Tx]:

@@ -86,3 +86,55 @@ async def test_show_streams_a_long_context_as_the_whole_text(ws: Workspace, cli:
     assert text[text.index("context:") + 1:] == ["  " + lines.context_line(i) for i in detail.context]
     empty = (await ws.spawn("empty", "a")).sid
     assert cli.json("show", str(empty))["context"] == []  # type: ignore[index]
+
+
+def _on_a_terminal(cli: Cli, rows: int, columns: int, *args: str) -> str:
+    """What ``procession ARGS`` prints to a pseudo-terminal of that size."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {k: v for k, v in cli.env().items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "procession", *args], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=subprocess.PIPE, env=env, cwd=cli.cwd)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end closed: the process is done
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode().replace("\r\n", "\n")
+
+
+async def test_show_on_a_terminal_prints_a_screenful_and_says_how_to_see_more(ws: Workspace, cli: Cli) -> None:
+    sid = (await ws.spawn("long", "a")).sid
+    await ws.send_many(sid, _messages(300))
+    await ws.memory_set(sid, "plan", {"steps": [1, 2]})
+    screen = _on_a_terminal(cli, 30, 200, "show", str(sid))
+    printed = screen.rstrip("\n").split("\n")
+    assert len(printed) <= 30 - 1  # and the prompt's line after it
+    assert "plan" in screen and "context:" in screen
+    assert "message 299 " in printed[-2] and "message 1 " not in screen
+    shown = sum(1 for line in printed if line.startswith("  ["))
+    assert printed[-1] == (f"(the last {shown} of 300 context items: `procession show {sid} --tail N` shows the"
+                           f" last N, `procession history {sid}` every message whole)")
+    narrow = _on_a_terminal(cli, 30, 60, "show", str(sid)).rstrip("\n").split("\n")  # each line wraps once
+    assert sum(-(-len(line) // 60) or 1 for line in narrow) <= 30 - 1
+    piped = cli("show", str(sid)).stdout  # not a terminal: the whole context, no note
+    assert "message 1 " in piped and "message 299 " in piped and "shows the last N" not in piped
+    assert len(piped.splitlines()) > 300
+    short = (await ws.spawn("short", "a")).sid
+    await ws.send(short, "hello")
+    assert "shows the last N" not in _on_a_terminal(cli, 30, 200, "show", str(short))
