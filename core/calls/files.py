@@ -255,8 +255,8 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
         return json.dumps({**ref, "fork": True})
     fmt = transcripts.format_of(ref["cli"])
     env = {**os.environ, **(s.get("env") or {})}
-    placed = await asyncio.to_thread(fmt.place, carried, env, cwd, paths)
-    read = await asyncio.to_thread(fmt.read, native.followed(placed))
+    placed = fmt.place(carried, env, cwd, paths)  # on the store's own thread, as the call's body runs
+    read = fmt.read(native.followed(placed))
     title = agents.CLIS[ref["cli"]].title
     act.note(f"its {title} session {placed['id']} is placed where {title} finds it here: its next run resumes it")
     return json.dumps({**placed, "position": read.position.as_json()})

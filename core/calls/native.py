@@ -4,7 +4,6 @@ names, and a new native session carrying a history over (``migrate`` between age
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -43,9 +42,9 @@ async def carry_over(tx: Tx, row: Any, spec: runner_spec.RunnerSpec) -> dict[str
             if item.role in ("user", "assistant", "tool") or item.fold is not None]
     fmt = transcripts.format_of(spec.kind)
     env = cli_environment(row)
-    ref: dict[str, Any] | None = await asyncio.to_thread(fmt.write, said, env, await rows.workdir(tx, row["id"]),
-                                                         spec.target)
+    # a call's body runs on the store's own thread (``Store.atomic``): the files are written there
+    ref = fmt.write(said, env, await rows.workdir(tx, row["id"]), spec.target)
     if ref is None:
         return None
-    read = await asyncio.to_thread(fmt.read, followed(ref))
+    read = fmt.read(followed(ref))
     return {**ref, "position": read.position.as_json()}
