@@ -255,8 +255,12 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
         return json.dumps({**ref, "fork": True})
     fmt = transcripts.format_of(ref["cli"])
     env = {**os.environ, **(s.get("env") or {})}
-    placed = fmt.place(carried, env, cwd, paths)  # on the store's own thread, as the call's body runs
-    read = fmt.read(native.followed(placed))
+    try:  # on the store's own thread, as the call's body runs
+        placed = fmt.place(carried, env, cwd, paths)
+        read = fmt.read(native.followed(placed))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a carried session of another shape
+        raise SnapshotError(f"the {agents.CLIS[ref['cli']].title} session the snapshot carries cannot be"
+                            f" placed here: {type(exc).__name__} {exc}") from None
     title = agents.CLIS[ref["cli"]].title
     act.note(f"its {title} session {placed['id']} is placed where {title} finds it here: its next run resumes it")
     return json.dumps({**placed, "position": read.position.as_json()})
