@@ -562,6 +562,8 @@ class ClaudeFormat:
         old_folder, folder = str(carried.get("folder") or ""), path[:-len(".jsonl")]
         paths = {str(carried.get("cwd", "")): cwd, **mapping} if carried.get("cwd") else dict(mapping)
         placed = [_moved(r, paths, old_folder, folder) for r in records if isinstance(r, dict)]
+        if not any(r.get("type") in ("user", "assistant") and isinstance(r.get("uuid"), str) for r in placed):
+            raise InvalidArgument("the carried Claude Code session holds no conversation (no user or assistant record)")
         kept: dict[str, str] = {}
         for name, text in files.items():
             parts = Path(str(name)).parts
