@@ -204,6 +204,18 @@ class Terminal:
             os.close(self.fd)
 
 
+async def _adopted_to_open(live: Workspace, agent: ClaudeSandbox, model_server: ModelServer,
+                           monkeypatch: pytest.MonkeyPatch, first: str, then: str) -> Any:
+    """A Claude Code session made by hand (its answer ``first``), adopted, ready to be opened
+    interactively (the next answer ``then``)."""
+    model_server.script.add(say(first), say(then))
+    ident = use_directly(agent, "start it by hand")
+    _onboarded(agent)
+    [made] = (await live.adopt("claude", ident, env=agent.env)).results
+    await give_env(live, made.sid, agent, monkeypatch)
+    return made
+
+
 def _plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[\]P^_].*?(\x07|\x1b\\)|\x1b.", "", text)
 
@@ -212,11 +224,7 @@ async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_bac
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, db: Path, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
     agent = claude_sandbox
-    model_server.script.add(say("first, headless"), say("answered inside the cli"))
-    ident = use_directly(agent, "start it headless")
-    _onboarded(agent)
-    [made] = (await live.adopt("claude", ident, env=agent.env)).results
-    await give_env(live, made.sid, agent, monkeypatch)
+    made = await _adopted_to_open(live, agent, model_server, monkeypatch, "first, headless", "answered inside the cli")
     env = {**agent.env, "PROCESSION_DB": str(db), "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
     term = Terminal([sys.executable, "-m", "procession", "attach", str(made.sid)], env, agent.workdir)
     try:
@@ -427,11 +435,8 @@ async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
     import termios
 
     agent = claude_sandbox
-    model_server.script.add(say("said before the monitor"), say("answered in the cli, from the monitor"))
-    ident = use_directly(agent, "begin")
-    _onboarded(agent)
-    [made] = (await live.adopt("claude", ident, env=agent.env)).results
-    await give_env(live, made.sid, agent, monkeypatch)
+    made = await _adopted_to_open(live, agent, model_server, monkeypatch, "said before the monitor",
+                                  "answered in the cli, from the monitor")
     env = {**agent.env, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "45"}
     term = Terminal([sys.executable, "-m", "procession", "--db", str(db)], env, agent.workdir)
     fcntl.ioctl(term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 45, 160, 0, 0))
