@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import time
 
@@ -58,11 +56,9 @@ async def attach(ws: Workspace, args: argparse.Namespace) -> int:
         raise UsageError(f"session {args.sid} is open in its agent's own CLI already (pid {live[args.sid].pid}):"
                          " quit that one first")
     attached = await ws.attach(args.sid)
-    argv = agents.interactive(attached.cli, attached.agent, attached.cwd, attached.env)
     notes(args, [attached])
     try:
-        await asyncio.to_thread(subprocess.run, argv, cwd=attached.cwd if os.path.isdir(attached.cwd) else None,
-                                env=attached.env)
+        await asyncio.to_thread(agents.interactive, attached)
     finally:
         synced = await ws.detach(attached)
     return done(args, synced)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -462,9 +461,8 @@ async def _attach(ui: Calling, targets: Targets) -> None:
     if attached is None:
         return
     try:
-        argv = interactive(attached.cli, attached.agent, attached.cwd, attached.env)
         with ui.app.suspend():
-            subprocess.run(argv, cwd=attached.cwd if os.path.isdir(attached.cwd) else None, env=attached.env)
+            interactive(attached)
     finally:
         await ui.make(ui.ws.detach(attached))
 

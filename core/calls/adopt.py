@@ -25,11 +25,12 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, ProcessionError
 from ..model.outcomes import Adopted, Adoption, Attached, Synced
 from ..model.states import Reason, State
+from ..model.toolcalls import one_line
 from ..model.transcripts import Position, Transcript
 from ..store import rows
 from ..store.sqlite import Tx
 from .lifecycle import LifecycleCalls
-from .native import agent_ref, carry_over, cli_environment, followed
+from .native import agent_ref, carry_over, cli_environment, located
 from .syscall import Act, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -46,28 +47,24 @@ class _MovedOn(ProcessionError):
 
 
 def _title(read: Transcript) -> str:
-    words = " ".join((read.title or "").split())
-    if not words:
-        return f"{read.cli} {read.id[:8]}"
-    return words if len(words) <= TITLE_MAX else words[: TITLE_MAX - 1] + "…"
+    return one_line(read.title or "", TITLE_MAX) or f"{read.cli} {read.id[:8]}"
+
+
+#: The CLI's session ids (``agent``) the sessions (``sid``) stand for: each one's own (a fork
+#: waiting for its first run holds its parent's reference, to fork it: not counted), and those
+#: it held before it migrated to another CLI (``was``). Parameters: the CLI, twice.
+_HELD: Final = (
+    "SELECT json_extract(agent_ref, '$.id') AS agent, id AS sid FROM sessions WHERE agent_ref IS NOT NULL"
+    " AND json_extract(agent_ref, '$.cli') = ? AND json_extract(agent_ref, '$.fork') IS NULL"
+    " UNION ALL SELECT json_extract(w.value, '$.id'), s.id FROM sessions s, json_each(s.agent_ref, '$.was') w"
+    " WHERE s.agent_ref IS NOT NULL AND json_extract(w.value, '$.cli') = ?"
+)
 
 
 async def _holder(tx: Tx, cli: str, ident: str) -> int | None:
-    """The first session that holds the CLI's session ``ident`` itself, or held it before it
-    migrated to another CLI (``was``); a fork waiting for its first run holds its parent's
-    reference, to fork it: not counted."""
-    found = await tx.value(
-        "SELECT MIN(s.id) FROM sessions s WHERE s.agent_ref IS NOT NULL AND ((json_extract(s.agent_ref, '$.cli') = ?"
-        " AND json_extract(s.agent_ref, '$.id') = ? AND json_extract(s.agent_ref, '$.fork') IS NULL)"
-        " OR EXISTS (SELECT 1 FROM json_each(s.agent_ref, '$.was') w WHERE json_extract(w.value, '$.cli') = ?"
-        " AND json_extract(w.value, '$.id') = ?))", (cli, ident, cli, ident))
+    """The first session that stands for the CLI's session ``ident`` (``_HELD``)."""
+    found = await tx.value(f"SELECT MIN(sid) FROM ({_HELD}) WHERE agent = ?", (cli, cli, ident))
     return int(found) if found is not None else None
-
-
-def held_ids(ref: dict[str, Any], cli: str) -> list[str]:
-    """The sessions of ``cli`` an agent reference stands for: its own, and those it migrated from."""
-    own = [ref["id"]] if ref.get("cli") == cli and not ref.get("fork") else []
-    return own + [w["id"] for w in ref.get("was", []) if w.get("cli") == cli]
 
 
 class AdoptCalls(LifecycleCalls):
@@ -75,8 +72,8 @@ class AdoptCalls(LifecycleCalls):
         """Every session id of ``cli`` a session holds, or held before a migrate -> the first
         session holding it."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL ORDER BY id DESC")
-        return {ident: sid for sid, text in found for ident in held_ids(json.loads(text), cli)}
+            found = await tx.tuples(f"SELECT agent, MIN(sid) FROM ({_HELD}) GROUP BY agent", (cli, cli))
+        return {str(ident): int(sid) for ident, sid in found}
 
     async def agent_refs(self) -> dict[int, dict[str, Any]]:
         """The agent references of the sessions not ended and not running a step here (what
@@ -164,12 +161,9 @@ class AdoptCalls(LifecycleCalls):
             if ref.get("fork"):
                 raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
                                       f" {ref['id']}): there is nothing of its own to sync yet")
-            fmt = transcripts.format_of(ref["cli"])
             position = Position.of(ref.get("position"))
-            found = followed(ref)
-            if not found.path:
-                found = await asyncio.to_thread(fmt.find, cli_environment(row), ref["id"])
-            read = await asyncio.to_thread(fmt.read, found, position)
+            found = await asyncio.to_thread(located, ref, cli_environment(row))
+            read = await asyncio.to_thread(transcripts.format_of(ref["cli"]).read, found, position)
             if quiet and not read.messages and read.position == position and not read.branched:
                 return Synced(sid, 0)
             try:

@@ -291,7 +291,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             # settings, not secrets: a passed name travels, its value never does
             "env": json.loads(row["env"]) if row["env"] else {},
             "passed": json.loads(row["pass_env"]) if row["pass_env"] else [],
-            "agent_ref": json.loads(row["agent_ref"]) if row["agent_ref"] else None,
+            "agent_ref": native.agent_ref(row),
             "agent_seen": row["agent_seen"],
             "cwd": row["cwd"],
             **({"agent_session": carried} if (carried := await _carried(row)) else {}),

@@ -31,6 +31,13 @@ def followed(ref: Mapping[str, Any]) -> Found:
     return Found(ref["cli"], ref["id"], ref.get("transcript") or "", ref.get("cwd") or "", 0.0)
 
 
+def located(ref: Mapping[str, Any], env: Mapping[str, str]) -> Found:
+    """``followed``, looked up where the CLI keeps its sessions (under ``env``'s home) when the
+    reference names no file yet (a Codex thread before its first run ended). Reads the disk."""
+    found = followed(ref)
+    return found if found.path else transcripts.format_of(ref["cli"]).find(env, ref["id"])
+
+
 async def carry_over(tx: Tx, row: Any, spec: runner_spec.RunnerSpec) -> dict[str, Any] | None:
     """``migrate`` to another agent CLI: a native session of that CLI holding the session's
     active context (a fold's summary as a user message saying so), its reference read to its

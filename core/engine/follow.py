@@ -11,12 +11,11 @@ the read position (``settle``), so nothing is appended twice.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..calls.native import cli_environment, followed
+from ..calls.native import agent_ref, cli_environment, located
 from ..model import transcripts
 from ..model.errors import ProcessionError
 from ..model.text import plural
@@ -32,11 +31,8 @@ DEBOUNCE_MS = 50
 def settle(ref: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """What an agent reference gains once a run of its session ended: its transcript's path and
     the position read to (past everything the run stored). Read in a worker thread."""
-    fmt = transcripts.format_of(ref["cli"])
-    found = followed(ref)
-    if not found.path:
-        found = fmt.find(env, ref["id"])
-    read = fmt.read(found, Position.of(ref.get("position")))
+    found = located(ref, env)
+    read = transcripts.format_of(ref["cli"]).read(found, Position.of(ref.get("position")))
     return {"transcript": found.path, "position": read.position.as_json()}
 
 
@@ -59,7 +55,7 @@ class Follower:
         self.rev = rev
         added: list[int] = []
         for row in changed:
-            ref = json.loads(row["agent_ref"]) if row["agent_ref"] else None
+            ref = agent_ref(row)
             path = ref.get("transcript") if ref and not ref.get("fork") and row["state"] != "terminated" else None
             paths = [path, f"{path}-wal"] if path and ref and ref["cli"] == "opencode" else [path] if path else []
             if self.paths.get(row["id"], []) != paths:
@@ -96,7 +92,7 @@ async def settled(ledger: Any, sid: int, announced: dict[str, Any] | None) -> di
     (a later sync may then read part of the run again: said in the log)."""
     async with ledger.store.snapshot() as tx:
         row = await tx.one("SELECT agent_ref, env FROM sessions WHERE id = ?", (sid,))
-    held = json.loads(row["agent_ref"]) if row is not None and row["agent_ref"] else None
+    held = agent_ref(row) if row is not None else None
     ref = announced or held
     if not ref or ref.get("fork"):  # none, or the fork never started: its parent's is not its own
         return None

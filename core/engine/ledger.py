@@ -15,7 +15,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..calls import Workspace, history, waking
+from ..calls import Workspace, history, native, waking
 from ..calls.context import deliver
 from ..calls.merge import canonical
 from ..calls.reads import live_holder
@@ -185,7 +185,7 @@ class Ledger(Workspace):
         before the CLI starts; ``start_run`` records how far the prompt went (``prompt_upto``)."""
         async with self.store.snapshot() as tx:
             row = await rows.session(tx, sid)
-            ref = json.loads(row["agent_ref"]) if row["agent_ref"] else None
+            ref = native.agent_ref(row)
             unseen = [m for m in await history.read(tx, sid, row["agent_seen"])
                       if not (ref and m.author in ("runner", ref["cli"])) and m.role != "system"]
             mcp = [McpServer(mcp_binding.NAME, tuple(mcp_binding.server_command(self.path, sid, uri=r["uri"],
@@ -465,7 +465,7 @@ async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any)
     if events.agent_ref:  # the agent has its own session now: it has seen what this run's prompt held
         seen = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
         ref = dict(events.agent_ref)
-        held = json.loads(row["agent_ref"]) if row["agent_ref"] else {}
+        held = native.agent_ref(row) or {}
         if held.get("id") == ref["id"] and not held.get("fork"):  # the same session resumed: where it was read to
             ref.update({k: held[k] for k in _KEPT if k in held})
         await rows.update_session(tx, sid, agent_ref=json.dumps(ref), agent_seen=max(row["agent_seen"], seen or 0))

@@ -26,8 +26,13 @@ def summary(value: Any) -> str:
             shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     else:
         shown = str(value)
-    shown = " ".join(shown.split())
-    return shown if len(shown) <= SUMMARY_MAX else shown[: SUMMARY_MAX - 1] + "…"
+    return one_line(shown)
+
+
+def one_line(text: str, limit: int = SUMMARY_MAX) -> str:
+    """``text`` on one line, its runs of white space one space, cut to ``limit`` with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def tool_message(call_id: str, name: str, input: Any, output: str | None, is_error: bool,

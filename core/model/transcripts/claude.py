@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from .. import limits
 from ..errors import InvalidArgument
-from ..toolcalls import tool_message
+from ..toolcalls import one_line, tool_message
 from .base import Found, Position, Said, Transcript, iso_time, remap
 
 CLI: Final = "claude"
@@ -364,7 +364,7 @@ def _first_prompt(chain: list[dict[str, Any]]) -> str:
     for record in chain:
         text = _text(_message(record).get("content")) if _spoken(record) and not record.get("isSidechain") else ""
         if text.strip() and not INTERRUPTED.match(text.strip()):
-            return _short(text)
+            return one_line(text, TITLE_MAX)
     return ""
 
 
@@ -593,11 +593,6 @@ class ClaudeFormat:
         return {"cli": CLI, "id": session, "cwd": cwd, "transcript": path}
 
 
-def _short(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= TITLE_MAX else line[:TITLE_MAX - 1] + "…"
-
-
 def _moved(record: dict[str, Any], paths: Mapping[str, str], old_folder: str, folder: str) -> dict[str, Any]:
     """A record with the folders the CLI reads from it moved: ``cwd`` and a relocation's by
     ``paths``, and the session's own folder (where it saved a tool's long output, which the
@@ -673,8 +668,8 @@ class _Writer:
                 self.user(said.content, said.ts)
                 self.prompt = said.content
         if self.parent:
-            self.out.append({"type": "last-prompt", "lastPrompt": _short(self.prompt), "leafUuid": self.parent,
-                             "sessionId": self.session})
+            self.out.append({"type": "last-prompt", "lastPrompt": one_line(self.prompt, TITLE_MAX),
+                             "leafUuid": self.parent, "sessionId": self.session})
         return self.out
 
     def _record(self, kind: str, message: dict[str, Any], ts: float | None) -> None:

@@ -6,11 +6,14 @@ own interactive face, resumed on a session (``attach``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Callable
 from typing import Final
 
 from ....model import agents
 from ....model.errors import InvalidArgument
+from ....model.outcomes import Attached
 from . import claude, codex, opencode
 from .base import Invocation, McpServer, Reader, Turn
 
@@ -32,12 +35,13 @@ def prepare(kind: str, turn: Turn) -> tuple[Invocation, Reader]:
     return start(agents.locate(kind, turn.env), turn), reader(turn)
 
 
-def interactive(cli: str, agent: str, cwd: str, env: dict[str, str]) -> list[str]:
-    """The argv of agent CLI ``cli``'s interactive face resumed on its session ``agent``, to run
-    in ``cwd`` (Claude Code finds a session only from the folder it ran in)."""
-    exe = agents.locate(cli, env)
-    if cli == "claude":
-        return [exe, "--resume", agent]
-    if cli == "codex":
-        return [exe, "resume", agent]
-    return [exe, cwd, "--session", agent]
+def interactive(attached: Attached) -> int:
+    """Run the agent CLI's interactive face resumed on the attached session, in this terminal,
+    in the session's folder (Claude Code finds a session only from the folder it ran in) with
+    its environment, until the person quits it; its exit status. Blocks: faces call it where
+    nothing else needs the terminal (the monitor suspended)."""
+    exe = agents.locate(attached.cli, attached.env)
+    argv = {"claude": [exe, "--resume", attached.agent], "codex": [exe, "resume", attached.agent]}.get(
+        attached.cli, [exe, attached.cwd, "--session", attached.agent])
+    cwd = attached.cwd if os.path.isdir(attached.cwd) else None
+    return subprocess.run(argv, cwd=cwd, env=attached.env).returncode
