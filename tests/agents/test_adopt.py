@@ -10,11 +10,13 @@ session.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -177,6 +179,7 @@ class Terminal:
                                      start_new_session=True)
         os.close(child)
         self.seen = ""
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end mid-character
 
     def read_until(self, words: str, timeout: float = 30.0) -> str:
         """Wait until ``words`` show (spaces aside: a full-screen CLI moves its cursor instead
@@ -189,8 +192,10 @@ class Terminal:
             ready, _, _ = select.select([self.fd], [], [], 0.2)
             if ready:
                 try:
-                    self.seen += os.read(self.fd, 65536).decode("utf-8", "replace")
-                except OSError:  # the process closed the terminal
+                    self.seen += self._decode.decode(os.read(self.fd, 65536))
+                except BlockingIOError:  # Linux may wake a pty's reader before its data is there
+                    continue
+                except OSError:  # EIO: the process closed the terminal
                     break
         raise AssertionError(f"{words!r} never showed; the screen had: {_plain(self.seen)[-1500:]!r}")
 
@@ -198,8 +203,14 @@ class Terminal:
         os.write(self.fd, text.encode())
 
     def close(self) -> int:
+        """The process's exit code; a process still running after 30 s (a test that failed
+        before telling it to quit) is killed with its group (code -9), so that no CLI outlives
+        the test and the test's own failure is the one reported."""
         try:
             return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
         finally:
             os.close(self.fd)
 
@@ -452,7 +463,8 @@ async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
         term.read_until("2 messages synced from its agent's transcript")  # the monitor again, saying so
         term.type("q")
     finally:
-        term.close()
+        code = term.close()
+    assert code == 0
     shown = (await live.show(made.sid)).to_json()
     assert said(shown)[-2:] == [("user", "typed via the monitor"),
                                 ("assistant", "answered in the cli, from the monitor")]
