@@ -16,18 +16,19 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import agents, limits, transcripts, trigger_spec
+from ..model import agents, limits, snapshot, snapshot_process, transcripts, trigger_spec
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
 from ..model.records import Checkpoint, Fold
 from ..model.text import plural
 from ..store import rows
-from . import history, native, snapshot
+from . import history, native
 from .base import Calls
 from .context import write_counted_fold
 from .lineage import branch
@@ -128,9 +129,8 @@ class FileCalls(Calls):
         file = str(source)
         path = os.path.abspath(file)
         try:
-            with open(file, "rb") as fh:
-                return await self._load_file(path, _Reading(snapshot.read(fh, file)), progress=progress,
-                                             mapping=mapping)
+            with open(file, "rb") as fh, closing(snapshot_process.read(fh, file)) as parts:
+                return await self._load_file(path, _Reading(parts), progress=progress, mapping=mapping)
         except snapshot.NotAsWritten:
             pass  # rewritten by another tool, or damaged: only a whole read tells which
         except OSError as exc:

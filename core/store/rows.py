@@ -149,24 +149,26 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
     Tokens are counted here (``count``), once; the session's totals move by what was added,
     so no listing needs to read a message again. Returns how many were appended.
     """
-    seq, cum, added, n = row["length"], row["history_tokens"], 0, 0
+    first: int = row["length"]
+    cum: int = row["history_tokens"]
+    seq, before = first, cum
     batch: list[tuple[Any, ...]] = []
-    sid, now = row["id"], tx.now
-    for role, content, author, pinned, meta, *when in messages:
+    sid, now, dumps = row["id"], tx.now, json.dumps
+    for m in messages:  # a million in a load: indexed, since unpacking the optional time made a list each
+        content, meta = m[1], m[4]
         tokens = count(content)
         seq += 1
         cum += tokens
-        added += tokens
-        n += 1
-        batch.append((sid, seq, role, content, tokens, cum, author, int(pinned),
-                      json.dumps(meta) if meta else None, when[0] if when else now))
+        batch.append((sid, seq, m[0], content, tokens, cum, m[2], int(m[3]), dumps(meta) if meta else None,
+                      m[5] if len(m) > 5 else now))
         if len(batch) >= CHUNK:
             await tx.many(_MESSAGE, batch)
             batch.clear()
             if progress:
-                progress(n, total)
+                progress(seq - first, total)
     if batch:
         await tx.many(_MESSAGE, batch)
+    n, added = seq - first, cum - before
     if progress:
         progress(n, total)
     if n:

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from procession.calls.snapshot import dump
+from procession.model.snapshot import dump
 
 CONCEAL = "\x1b[8m"  # "hide what follows"
 OSC = "\x1b]0;pwned\x07"  # sets the terminal's title

@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import Clock
 from procession import Workspace
-from procession.calls import snapshot
+from procession.model import snapshot
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -32,8 +32,8 @@ from procession import (
     Workspace,
 )
 from procession.calls.merge import MISSING, canonical
-from procession.calls import snapshot
-from procession.calls.snapshot import canonical_bytes
+from procession.model import snapshot
+from procession.model.snapshot import canonical_bytes
 
 LONG = (
     "The quarterly report needs the revenue table checked against the ledger. "

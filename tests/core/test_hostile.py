@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from conftest import dump as store_dump
 from procession import ProcessionError, SnapshotError, Workspace
 from procession.present.words import printable
-from procession.calls.snapshot import canonical_bytes, dump
+from procession.model.snapshot import canonical_bytes, dump
 from procession.model.trigger_spec import revalidate
 
 async def make_snapshot(db: Path, out: Path) -> dict:

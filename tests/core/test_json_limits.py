@@ -16,9 +16,9 @@ import pytest
 from conftest import dump
 from procession import ProcessionError, Workspace
 from procession.calls.merge import Resolution
-from procession.calls.snapshot import canonical_bytes
 from procession.engine.runners import protocol
 from procession.model import limits
+from procession.model.snapshot import canonical_bytes
 
 BIG = 2**70  # beyond SQLite's 64-bit integers: JSON text, stored as text
 

@@ -12,7 +12,7 @@ from typing import Any
 from textual.widgets import Input, TabbedContent
 
 from procession import Workspace
-from procession.calls.snapshot import dump
+from procession.model.snapshot import dump
 from support.monitor import keys, to
 from support.wait import until
 

@@ -20,13 +20,15 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Final, cast
 
-from ..model import environ, limits, runner_spec, trigger_spec
-from ..model.errors import InvalidArgument, SnapshotError
+import orjson
+
+from . import environ, limits, runner_spec, trigger_spec
+from .errors import InvalidArgument, SnapshotError
 
 FORMAT: Final = "procession.snapshot"
 VERSION: Final = 1
@@ -134,7 +136,7 @@ class NotAsWritten(Exception):
     damaged one, and say which."""
 
 
-def read(fh: BinaryIO, source: str) -> Iterator[Part]:
+def read(fh: BinaryIO, source: str) -> Generator[Part, None, None]:
     """The parts of the snapshot in ``fh`` (open for reading at its start), each checked as
     it is read; the hash, the keys and the folds' ranges are checked after the last, before
     the iterator ends. ``NotAsWritten`` when the file must be read whole; ``SnapshotError``
@@ -186,8 +188,7 @@ def _shape(value: Any, margin: int) -> None:
 
 
 def _messages(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
-    """The messages array, one checked message at a time: the one loop a million-message
-    file spends its time in, so it reads the buffer directly between refills."""
+    """The messages array, one checked message at a time (read a buffer's worth at a time)."""
     with text.checked():
         yield from _items(text, count)
 
@@ -196,29 +197,85 @@ def _items(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
     text.expect("[")
     if text.take("]"):
         return
-    decode = limits.json_raw_decode
     while True:
-        buf, at, n = text.buf, text.at, len(text.buf)
-        while True:
-            try:
-                message, end = decode(buf, at, "it")
-            except limits.NotJson:
-                if text.eof:
-                    raise
-                break  # cut by the end of the buffer (or damaged: then cut by the end of the file)
-            except InvalidArgument as exc:
-                raise _Shape(str(exc)) from None
-            if end >= n:
-                break  # the character after it is not read yet
+        buf, at = text.buf, text.at
+        last = buf.rfind(_NEXT, at) + 1  # the comma after the last message another follows in the buffer
+        batch = _batch(buf, at, last) if last > at else None
+        if batch is None:  # none whole but the last, or one json may read otherwise: one at a time
+            if (yield from _exact(text, count, last if last > at else len(buf))):
+                return
+            continue
+        for message in batch:
             count[0] += 1
             _message(message, count[0])
-            text.at = at = end + 1
             yield _row(message)
-            if buf[end] == "]":
-                return
-            if buf[end] != ",":
-                raise NotAsWritten
-        text.more(max(n - at, _CHUNK))
+        text.at = last + 1
+
+
+#: Where one message ends and the next begins, as ``write`` lays them out (keys sorted, so a
+#: message starts with its author). Met deeper down (a list of objects in a meta), it cuts the
+#: text where it is not JSON, so a batch cut there is refused, and read one at a time.
+_NEXT: Final = '},{"author":'
+#: The least number ``orjson`` may have made of an integer too long for 64 bits (``json``
+#: keeps it an ``int``).
+_WIDE: Final = float(1 << 63)
+
+
+def _batch(buf: str, at: int, last: int) -> list[Any] | None:
+    """The messages in ``buf[at:last]`` (whole ones, between commas), read in one call of
+    ``orjson``: the one parse a million-message file spends its time in, three times as fast
+    as ``json`` a message; or None wherever ``json`` may read them otherwise, to read them one
+    at a time with it. ``orjson`` never takes a text ``json`` refuses; it refuses some that
+    ``json`` takes (NaN, lone surrogates), and reads an integer past 64 bits as a float, so a
+    batch with a float as large in a message's time or meta is left to ``json`` too."""
+    try:
+        batch = orjson.loads("[" + buf[at:last] + "]")
+    except orjson.JSONDecodeError:
+        return None
+    for m in batch:
+        if type(m) is dict and (_wide(m.get("created")) or m.get("meta") is not None and _wide(m["meta"])):
+            return None
+    return cast("list[Any]", batch)
+
+
+def _wide(value: Any) -> bool:
+    """Whether ``value`` holds a float as large as an integer ``orjson`` would make one of."""
+    if type(value) is float:
+        return not -_WIDE < value < _WIDE
+    if type(value) is dict:
+        return any(_wide(v) for v in value.values())
+    if type(value) is list:
+        return any(_wide(v) for v in value)
+    return False
+
+
+def _exact(text: _Text, count: list[int], last: int) -> Generator[tuple[Any, ...], None, bool]:
+    """Messages read one at a time, as strictly as a whole read, until one ends at or past
+    ``last`` (False), the buffer does (refilled; False) or the array (True)."""
+    buf, at, n = text.buf, text.at, len(text.buf)
+    while True:
+        try:
+            message, end = limits.json_raw_decode(buf, at, "it")
+        except limits.NotJson:
+            if text.eof:
+                raise
+            break  # cut by the end of the buffer (or damaged: then cut by the end of the file)
+        except InvalidArgument as exc:
+            raise _Shape(str(exc)) from None
+        if end >= n:
+            break  # the character after it is not read yet
+        count[0] += 1
+        _message(message, count[0])
+        text.at = at = end + 1
+        yield _row(message)
+        if buf[end] == "]":
+            return True
+        if buf[end] != ",":
+            raise NotAsWritten
+        if end >= last:
+            return False
+    text.more(max(n - at, _CHUNK))
+    return False
 
 
 #: Bytes read at a time: enough that a batch of messages is parsed between reads.
