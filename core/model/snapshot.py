@@ -7,10 +7,11 @@ field has the right type and whose history, folds and triggers make sense. Anyth
 is a ``SnapshotError`` with one line. Token counts are not trusted from the file: the
 loading workspace recounts with its own counter.
 
-A file is read as it is written (``read``): a part at a time, the messages one by one, the
-hash taken of the bytes as they go by, so that memory stays flat in the history; a file not
-laid out as ``write`` lays it out (rewritten by another tool, or damaged) is read whole
-(``parse``), which checks the hash of its payload written again canonically.
+A file is read as it is written (``read``): a part at a time, the messages a buffer's worth
+at a time, the hash taken of the bytes as they go by, so that memory stays flat in the
+history (``snapshot_process`` runs that read in a process of its own for a large file); a
+file not laid out as ``write`` lays it out (rewritten by another tool, or damaged) is read
+whole (``parse``), which checks the hash of its payload written again canonically.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ Row = sqlite3.Row
 CONTEXT = "CAST(ROUND(s.context_tokens * s.token_scale) AS INTEGER)"
 #: Messages written per ``executemany``: big transcripts go in batches, with progress between.
 CHUNK = 10_000
+#: SQLite's page cache (KiB) while more than a chunk of messages is appended, instead of its
+#: 2 MB: a million-message load went from ~5.6 to ~4.6 s with it (fewer, larger writes of
+#: dirty pages to the WAL), and the connection gets its own size back after.
+BULK_CACHE_KIB = 16 * 1024
 
 _SESSION = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
 #: The columns of ``SessionInfo``, in its field order (triggers come from their own table). A
@@ -154,20 +158,28 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
     seq, before = first, cum
     batch: list[tuple[Any, ...]] = []
     sid, now, dumps = row["id"], tx.now, json.dumps
-    for m in messages:  # a million in a load: indexed, since unpacking the optional time made a list each
-        content, meta = m[1], m[4]
-        tokens = count(content)
-        seq += 1
-        cum += tokens
-        batch.append((sid, seq, m[0], content, tokens, cum, m[2], int(m[3]), dumps(meta) if meta else None,
-                      m[5] if len(m) > 5 else now))
-        if len(batch) >= CHUNK:
+    cache = None
+    try:
+        for m in messages:  # a million in a load: indexed, since unpacking the optional time made a list each
+            content, meta = m[1], m[4]
+            tokens = count(content)
+            seq += 1
+            cum += tokens
+            batch.append((sid, seq, m[0], content, tokens, cum, m[2], int(m[3]), dumps(meta) if meta else None,
+                          m[5] if len(m) > 5 else now))
+            if len(batch) >= CHUNK:
+                if cache is None:  # a long append: a cache it does not spill to the WAL every few rows
+                    cache = await tx.value("PRAGMA cache_size")
+                    await tx.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")
+                await tx.many(_MESSAGE, batch)
+                batch.clear()
+                if progress:
+                    progress(seq - first, total)
+        if batch:
             await tx.many(_MESSAGE, batch)
-            batch.clear()
-            if progress:
-                progress(seq - first, total)
-    if batch:
-        await tx.many(_MESSAGE, batch)
+    finally:
+        if cache is not None:
+            await tx.execute(f"PRAGMA cache_size = {int(cache)}")
     n, added = seq - first, cum - before
     if progress:
         progress(n, total)
