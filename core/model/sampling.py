@@ -34,14 +34,7 @@ def max_turns(env: dict[str, str]) -> int:
 def fields(env: dict[str, str]) -> dict[str, Any]:
     """The request fields the session adds; refused in one line when they are not a JSON object."""
     raw = env.get(SAMPLING_ENV, "").strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidArgument(f"the session setting {SAMPLING_ENV} must be a JSON object, not {raw[:80]!r}")
+    value = _json_object(raw, f"the session setting {SAMPLING_ENV} must be a JSON object, not {raw[:80]!r}")
     return {k: v for k, v in value.items() if k not in OWN_FIELDS}
 
 
@@ -72,6 +65,11 @@ def changed(env: dict[str, str], *, turns: int | None = None, temperature: float
 
 def request_fields(text: str) -> dict[str, Any]:
     """Request fields typed as one JSON object (blank: none); refused in one line otherwise."""
+    return _json_object(text, f"the request fields must be one JSON object, like {{\"top_p\": 0.9}}, not {text[:80]!r}")
+
+
+def _json_object(text: str, refusal: str) -> dict[str, Any]:
+    """``text`` as one JSON object (blank: an empty one), else ``InvalidArgument(refusal)``."""
     if not text.strip():
         return {}
     try:
@@ -79,7 +77,7 @@ def request_fields(text: str) -> dict[str, Any]:
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        raise InvalidArgument(f"the request fields must be one JSON object, like {{\"top_p\": 0.9}}, not {text[:80]!r}")
+        raise InvalidArgument(refusal)
     return value
 
 

@@ -32,9 +32,9 @@ BATCH: Final = 10_000
 def read(fh: BinaryIO, source: str) -> Generator[snapshot.Part, None, None]:
     """`snapshot.read` of ``fh`` (a file open for reading at its start), in a child process
     (started now) if the file is large; close the iterator to end the child early."""
-    if os.fstat(fh.fileno()).st_size < ASIDE_BYTES or not sys.executable:
-        return snapshot.read(fh, source)
     fd = fh.fileno()
+    if os.fstat(fd).st_size < ASIDE_BYTES or not sys.executable:
+        return snapshot.read(fh, source)
     proc = subprocess.Popen(  # -P: the folder it starts in is not where it imports from
         [sys.executable, "-P", "-c", "from procession.model.snapshot_process import serve; serve()", str(fd), source],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,))
@@ -68,12 +68,12 @@ class _Frames:
             last = (self.err.read().decode("utf-8", "replace").strip().splitlines() or [""])[-1]
             raise SnapshotError(f"cannot read {self.source}: its reader process ended (code {code})"
                                 + (f": {last}" if last else ""))
-        frame = marshal.loads(data)
+        frame: tuple[Any, ...] = marshal.loads(data)
         if frame[0] == "refused":
             raise SnapshotError(frame[1])
         if frame[0] == "not as written":
             raise snapshot.NotAsWritten
-        return tuple(frame)
+        return frame
 
     def messages(self) -> Iterator[tuple[Any, ...]]:
         while (frame := self.next()) != ("end",):
