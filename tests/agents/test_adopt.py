@@ -10,19 +10,21 @@ session.
 from __future__ import annotations
 
 import asyncio
-import codecs
+import fcntl
 import json
 import os
 import pty
-import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 from typing import Any
 
+import pyte
 import pytest
 
 from conftest import engine_on, until
@@ -170,34 +172,44 @@ def _onboarded(agent: ClaudeSandbox) -> None:
 
 
 class Terminal:
-    """A process on a pseudo-terminal, read as a person watches it."""
+    """A process on a pseudo-terminal of ``size`` (columns, lines), read as a person watches
+    it: what it writes is played on a terminal emulator (pyte), and the test reads the
+    screen. Not the bytes: a full-screen CLI redraws by difference (Claude Code writes only
+    the cells that changed since its last frame), so a word on the screen need not be in the
+    stream whole."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, size: tuple[int, int] = (120, 40)) -> None:
+        columns, lines = size
         self.fd, child = pty.openpty()
+        fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
         os.set_blocking(self.fd, False)
+        env = {**env, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(lines)}
         self.proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, cwd=cwd,
                                      start_new_session=True)
         os.close(child)
-        self.seen = ""
-        self._decode = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end mid-character
+        self.screen = pyte.Screen(columns, lines)
+        self._stream = pyte.ByteStream(self.screen)
 
-    def read_until(self, words: str, timeout: float = 30.0) -> str:
-        """Wait until ``words`` show (spaces aside: a full-screen CLI moves its cursor instead
-        of printing them)."""
+    def shown(self) -> str:
+        """The screen now, spaces aside (a CLI may move its cursor instead of printing them)."""
+        return "".join("".join(self.screen.display).split())
+
+    def read_until(self, words: str, timeout: float = 30.0) -> None:
+        """Wait until ``words`` show on the screen."""
         wanted = "".join(words.split())
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if wanted in "".join(_plain(self.seen).split()):
-                return self.seen
+        while wanted not in self.shown():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{words!r} never showed; the screen has:\n" + "\n".join(
+                    line.rstrip() for line in self.screen.display))
             ready, _, _ = select.select([self.fd], [], [], 0.2)
             if ready:
                 try:
-                    self.seen += self._decode.decode(os.read(self.fd, 65536))
+                    self._stream.feed(os.read(self.fd, 65536))
                 except BlockingIOError:  # Linux may wake a pty's reader before its data is there
                     continue
                 except OSError:  # EIO: the process closed the terminal
-                    break
-        raise AssertionError(f"{words!r} never showed; the screen had: {_plain(self.seen)[-1500:]!r}")
+                    deadline = 0
 
     def type(self, text: str) -> None:
         os.write(self.fd, text.encode())
@@ -227,16 +239,12 @@ async def _adopted_to_open(live: Workspace, agent: ClaudeSandbox, model_server: 
     return made
 
 
-def _plain(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[\]P^_].*?(\x07|\x1b\\)|\x1b.", "", text)
-
-
 async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_back(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, db: Path, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
     agent = claude_sandbox
     made = await _adopted_to_open(live, agent, model_server, monkeypatch, "first, headless", "answered inside the cli")
-    env = {**agent.env, "PROCESSION_DB": str(db), "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    env = {**agent.env, "PROCESSION_DB": str(db)}
     term = Terminal([sys.executable, "-m", "procession", "attach", str(made.sid)], env, agent.workdir)
     try:
         term.read_until("first, headless")  # the CLI's own screen, resumed on the session
@@ -367,7 +375,7 @@ async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
     feed = Feed(live, time.time)
     await feed.load_first()
     assert await feed.look_outside() == [] and feed.sessions[made.sid].outside is None
-    term = Terminal([str(agent.cli.exe), "--resume", ident], {**agent.env, "TERM": "xterm-256color"}, agent.workdir)
+    term = Terminal([str(agent.cli.exe), "--resume", ident], agent.env, agent.workdir)
     try:
         term.read_until("made by hand")
         assert await feed.look_outside() == [made.sid]
@@ -441,16 +449,10 @@ async def _moved_off(ws: Workspace, sid: int, ident: str) -> bool:
 async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, db: Path, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import fcntl
-    import struct
-    import termios
-
     agent = claude_sandbox
     made = await _adopted_to_open(live, agent, model_server, monkeypatch, "said before the monitor",
                                   "answered in the cli, from the monitor")
-    env = {**agent.env, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "45"}
-    term = Terminal([sys.executable, "-m", "procession", "--db", str(db)], env, agent.workdir)
-    fcntl.ioctl(term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 45, 160, 0, 0))
+    term = Terminal([sys.executable, "-m", "procession", "--db", str(db)], agent.env, agent.workdir, size=(160, 45))
     try:
         term.read_until("[adopted]")
         term.type("o")
