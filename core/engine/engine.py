@@ -122,8 +122,8 @@ class Engine:
         runs, catch up on triggers. The heartbeat starts first: nothing the engine does at
         start-up delays it."""
         let_steps_be_interrupted()
-        reaper.become_subreaper()
         store = await Store.open(self.path)
+        reaper.hold()
         self.ledger = Ledger(store, actor="engine")
         try:
             ledger = self.ledger
@@ -146,6 +146,8 @@ class Engine:
             if self.heartbeat is not None:
                 self.heartbeat.stop()
             await store.close()
+            self.ledger = None  # nothing to shut down
+            reaper.let_go()
             raise
 
     def _give_up(self, why: str) -> None:
@@ -192,6 +194,7 @@ class Engine:
         finally:
             await self.ledger.close()  # an open aiosqlite connection would keep the process from exiting
             self.ledger = None
+            await asyncio.to_thread(reaper.let_go)
         log.info("engine %s stopped", os.getpid())
 
     async def _loop(self, stop: asyncio.Event) -> None:

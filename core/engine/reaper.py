@@ -11,8 +11,8 @@ leader orphans them. So each run gets a ``Tracker`` that knows all its processes
   which its descendants inherit; its processes are those whose environment carries the
   marker (read from ``/proc``), plus the leader's descendants. Used everywhere else.
 
-Either way the engine is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process orphaned by
-a step is re-parented to the engine, not to init, so the engine can reap it (``reap``) and
+Either way, while it runs, the engine is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a
+process orphaned by a step is re-parented to the engine, not to init, so the engine can reap it (``reap``) and
 nothing it tracks outlives it unnoticed. Suspend sends SIGSTOP to every tracked process (so
 they read ``T`` in ``/proc`` and in htop), resume SIGCONT, cancel SIGKILL; each is repeated
 until no new process shows up, so a process that forks while being stopped is caught too.
@@ -27,6 +27,7 @@ import ctypes
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 log = logging.getLogger("procession.engine")
@@ -39,11 +40,38 @@ CGROUP_ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
 ROUNDS = 8
 
 
-def become_subreaper() -> bool:
-    """Make this process the reaper of its descendants' orphans (Linux); False where it cannot."""
+#: Engines of this process that hold it a subreaper (one per workspace it serves).
+_holders = 0
+
+
+def hold() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux), for one more engine;
+    False where it cannot."""
+    global _holders
+    _holders += 1
+    return _subreaper(1)
+
+
+def let_go() -> None:
+    """One engine of this process stopped; the last one makes it an ordinary parent again,
+    after ending the orphans it was given (its runs are over) and collecting their status:
+    a process that embeds an engine and lives on is not left a subreaper, gathering zombies
+    nobody reaps."""
+    global _holders
+    _holders = max(0, _holders - 1)
+    if _holders:
+        return
+    _subreaper(0)
+    for _ in range(ROUNDS):
+        if not reap():
+            return
+        time.sleep(0.02)  # a killed orphan is a zombie, to collect, a moment later
+
+
+def _subreaper(on: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, on, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 
@@ -63,8 +91,9 @@ def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()
     step's process whose parent exited; one that carries the marker of a run in ``live`` (a
     marker tracker's), or is ``owned`` (a member of a live run's cgroup), belongs to that run.
     Any other — its run over, or it cleared its environment, so that a marker tracker cannot
-    tell it from nothing — is killed: nothing a step started outlives it unseen."""
-    me, reaped = os.getpid(), []
+    tell it from nothing — is killed: nothing a step started outlives it unseen. Returns the
+    orphans it killed or collected."""
+    me, found = os.getpid(), []
     mine = os.getsid(0)
     needles = {f"{MARKER_ENV}={m}".encode() for m in live}
     for pid in _pids():
@@ -82,11 +111,12 @@ def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()
             if pid not in owned and not needles & set(_environ(pid)):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+                    found.append(pid)
             continue
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
-            reaped.append(pid)
-    return reaped
+            found.append(pid)
+    return found
 
 
 def _environ(pid: int) -> list[bytes]:

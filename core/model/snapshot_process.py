@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Generator, Iterator
-from typing import IO, Any, BinaryIO, Final
+from typing import IO, Any, BinaryIO, Final, Protocol
 
 from . import snapshot
 from .errors import SnapshotError
@@ -29,16 +29,44 @@ ASIDE_BYTES: Final = 32 << 20
 BATCH: Final = 10_000
 
 
-def read(fh: BinaryIO, source: str) -> Generator[snapshot.Part, None, None]:
+class Parts(Protocol):
+    """What `read` returns: the parts, and ``close`` to stop early."""
+
+    def __iter__(self) -> Iterator[snapshot.Part]: ...
+
+    def __next__(self) -> snapshot.Part: ...
+
+    def close(self) -> None: ...
+
+
+def read(fh: BinaryIO, source: str) -> Parts:
     """`snapshot.read` of ``fh`` (a file open for reading at its start), in a child process
-    (started now) if the file is large; close the iterator to end the child early."""
+    (started now) if the file is large; ``close`` ends the child (read to the end or not)."""
     fd = fh.fileno()
     if os.fstat(fd).st_size < ASIDE_BYTES or not sys.executable:
         return snapshot.read(fh, source)
     proc = subprocess.Popen(  # -P: the folder it starts in is not where it imports from
         [sys.executable, "-P", "-c", "from procession.model.snapshot_process import serve; serve()", str(fd), source],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,))
-    return _parts(_Frames(proc, source))
+    return _Aside(_Frames(proc, source))
+
+
+class _Aside:
+    """The parts the child sends. Not a bare generator: closing one that never started runs
+    none of its ``finally``, and the child would be left waiting on a full pipe."""
+
+    def __init__(self, frames: _Frames) -> None:
+        self.frames, self.parts = frames, _parts(frames)
+
+    def __iter__(self) -> Iterator[snapshot.Part]:
+        return self
+
+    def __next__(self) -> snapshot.Part:
+        return next(self.parts)
+
+    def close(self) -> None:
+        self.parts.close()
+        self.frames.close()
 
 
 def _parts(frames: _Frames) -> Generator[snapshot.Part, None, None]:
@@ -50,7 +78,7 @@ def _parts(frames: _Frames) -> Generator[snapshot.Part, None, None]:
                 _, key, value = frame
                 yield key, value
     finally:
-        frames.close()
+        frames.close()  # at once when read to the end or refused, not when the caller closes
 
 
 class _Frames:
@@ -80,7 +108,8 @@ class _Frames:
             yield from frame[1]
 
     def close(self) -> None:
-        """End the child (done, or not needed any more: the caller stopped reading)."""
+        """End the child (done, or not needed any more: the caller stopped reading); again is
+        nothing."""
         self.proc.kill()
         self.proc.wait()
         self.out.close()

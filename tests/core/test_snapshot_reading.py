@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,12 @@ def _read_all(parts: Any) -> list[tuple[str, Any]]:
     return [(key, list(value) if key == "messages" else value) for key, value in parts]
 
 
+def _children() -> set[psutil.Process]:
+    """This process's live children (others than a test's may be there: the suite's workers
+    are subreapers once an engine ran in them)."""
+    return {p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
+
+
 @pytest.fixture(scope="module")
 def big() -> tuple[bytes, dict[str, Any]]:
     payload = _payload(6_000)  # ~3.8 MB: four buffers
@@ -79,12 +86,24 @@ def test_a_large_file_read_in_a_process_of_its_own_gives_the_same_parts(
     with f.open("rb") as fh:
         here = _read_all(snapshot.read(fh, str(f)))
     monkeypatch.setattr(snapshot_process, "ASIDE_BYTES", 0)
-    with f.open("rb") as fh:
-        parts = snapshot_process.read(fh, str(f))
-        [child] = psutil.Process().children()  # started at once: it reads while the caller begins
+    before = _children()
+    with f.open("rb") as fh, closing(snapshot_process.read(fh, str(f))) as parts:
+        [child] = _children() - before  # started at once: it reads while the caller begins
         aside = _read_all(parts)
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE  # read to the end: ended
     assert _exactly(aside) == _exactly(here)
-    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_reader_process_closed_before_it_was_read_ends(
+        big: tuple[bytes, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load that stops before its first part (a check failed) leaves no process behind."""
+    f = tmp_path / "s.json"
+    f.write_bytes(big[0])
+    monkeypatch.setattr(snapshot_process, "ASIDE_BYTES", 0)
+    before = _children()
+    with f.open("rb") as fh:
+        snapshot_process.read(fh, str(f)).close()
+    assert not _children() - before
 
 
 @pytest.mark.parametrize("damage", ["bad role far in", "hash", "truncated", "not as written"])
@@ -117,8 +136,9 @@ def test_a_process_of_its_own_refuses_as_the_caller_would(
 
     here = outcome(snapshot.read)
     monkeypatch.setattr(snapshot_process, "ASIDE_BYTES", 0)
+    before = _children()
     assert outcome(snapshot_process.read) == here != "read"
-    assert not [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
+    assert not _children() - before
 
 
 def test_a_reader_process_that_dies_is_said_in_one_line(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until
+from conftest import engine_on, until
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 from procession.store import sqlite as store_sqlite
@@ -276,6 +276,30 @@ async def test_an_orphan_grandchild_of_a_dead_engine_is_killed_by_the_next(db, l
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def _subreaper() -> bool:
+    import ctypes
+
+    flag = ctypes.c_int()
+    assert ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
+    return bool(flag.value)
+
+
+async def test_a_process_whose_engine_stopped_is_an_ordinary_parent_again(db, live, tmp_path):
+    """A program embedding an engine lives on after it: the orphans the engine was given are
+    ended and collected, and later ones are not given to it (no zombies nobody reaps)."""
+    pidfile = tmp_path / "tool.pid"
+    sid = (await live.spawn("leaves a tool", "a",
+                            runner=f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 2' & echo left")).sid
+    async with engine_on(db):
+        assert _subreaper()
+        await live.activate(sid)
+        assert (await until(lambda: finished(live, sid), timeout=10)).outcome == "ok"
+        tool = await until(lambda: pid_in(pidfile))
+    assert not _subreaper()
+    time.sleep(2.5)  # the tool's own end, had it been left running
+    assert proc_state(tool) is None  # not a zombie of this process's
 
 
 async def test_a_step_that_writes_before_it_reads_does_not_deadlock(live, engine):
