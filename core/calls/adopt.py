@@ -30,7 +30,7 @@ from ..model.transcripts import Position, Transcript
 from ..store import rows
 from ..store.sqlite import Tx
 from .lifecycle import LifecycleCalls
-from .native import agent_ref, carry_over, cli_environment, located
+from .native import HELD, agent_ref, carry_over, cli_environment, holder, located
 from .syscall import Act, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -50,29 +50,12 @@ def _title(read: Transcript) -> str:
     return one_line(read.title or "", TITLE_MAX) or f"{read.cli} {read.id[:8]}"
 
 
-#: The CLI's session ids (``agent``) the sessions (``sid``) stand for: each one's own (a fork
-#: waiting for its first run holds its parent's reference, to fork it: not counted), and those
-#: it held before it migrated to another CLI (``was``). Parameters: the CLI, twice.
-_HELD: Final = (
-    "SELECT json_extract(agent_ref, '$.id') AS agent, id AS sid FROM sessions WHERE agent_ref IS NOT NULL"
-    " AND json_extract(agent_ref, '$.cli') = ? AND json_extract(agent_ref, '$.fork') IS NULL"
-    " UNION ALL SELECT json_extract(w.value, '$.id'), s.id FROM sessions s, json_each(s.agent_ref, '$.was') w"
-    " WHERE s.agent_ref IS NOT NULL AND json_extract(w.value, '$.cli') = ?"
-)
-
-
-async def _holder(tx: Tx, cli: str, ident: str) -> int | None:
-    """The first session that stands for the CLI's session ``ident`` (``_HELD``)."""
-    found = await tx.value(f"SELECT MIN(sid) FROM ({_HELD}) WHERE agent = ?", (cli, cli, ident))
-    return int(found) if found is not None else None
-
-
 class AdoptCalls(LifecycleCalls):
     async def holders(self, cli: str) -> dict[str, int]:
         """Every session id of ``cli`` a session holds, or held before a migrate -> the first
         session holding it."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples(f"SELECT agent, MIN(sid) FROM ({_HELD}) GROUP BY agent", (cli, cli))
+            found = await tx.tuples(f"SELECT agent, MIN(sid) FROM ({HELD}) GROUP BY agent", (cli, cli))
         return {str(ident): int(sid) for ident, sid in found}
 
     async def agent_refs(self) -> dict[int, dict[str, Any]]:
@@ -125,7 +108,7 @@ class AdoptCalls(LifecycleCalls):
     async def adopt_read(self, act: Act, read: Transcript, *, agent: str) -> Adopted:
         """One transcript, read, as a new sleeping session of ``agent``: its messages with their
         own times, the CLI's reference and read position, its model, context and token use."""
-        held = await _holder(act.tx, read.cli, read.id)
+        held = await holder(act.tx, read.cli, read.id)
         if held is not None:
             return Adopted(held, read.cli, read.id, read.path, 0, already=True)
         if not read.cwd or not os.path.isabs(read.cwd):

@@ -245,8 +245,9 @@ def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:
 
 async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str]) -> str | None:
     """The loaded session's agent reference: the agent's own session it carries, placed where
-    this machine's CLI finds it (its paths moved); else a copy of the reference, which its
-    first run forks (the agent's session may be on this machine: it is not touched)."""
+    this machine's CLI finds it (its paths moved), forked by its first run if a session here
+    stands for it already; else a copy of the reference, which its first run forks (the
+    agent's session may be on this machine: it is not touched)."""
     ref = s.get("agent_ref")
     if not ref:
         return None
@@ -262,6 +263,11 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
         raise SnapshotError(f"the {agents.CLIS[ref['cli']].title} session the snapshot carries cannot be"
                             f" placed here: {type(exc).__name__} {exc}") from None
     title = agents.CLIS[ref["cli"]].title
+    held = await native.holder(act.tx, ref["cli"], placed["id"])
+    if held is not None:  # loaded where it already is (its source, or a copy loaded before)
+        act.note(f"its {title} session {placed['id']} is session {held}'s too: its first run makes one of its"
+                 " own from it (a fork), so that neither writes into the other's")
+        return json.dumps({**placed, "position": read.position.as_json(), "fork": True})
     act.note(f"its {title} session {placed['id']} is placed where {title} finds it here: its next run resumes it")
     return json.dumps({**placed, "position": read.position.as_json()})
 

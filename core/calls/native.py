@@ -7,13 +7,30 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ..model import runner_spec, transcripts
 from ..model.transcripts import Found, Said
 from ..store import rows
 from ..store.sqlite import Tx
 from . import history
+
+
+#: The CLI's session ids (``agent``) the sessions (``sid``) stand for: each one's own (a fork
+#: waiting for its first run holds its parent's reference, to fork it: not counted), and those
+#: it held before it migrated to another CLI (``was``). Parameters: the CLI, twice.
+HELD: Final = (
+    "SELECT json_extract(agent_ref, '$.id') AS agent, id AS sid FROM sessions WHERE agent_ref IS NOT NULL"
+    " AND json_extract(agent_ref, '$.cli') = ? AND json_extract(agent_ref, '$.fork') IS NULL"
+    " UNION ALL SELECT json_extract(w.value, '$.id'), s.id FROM sessions s, json_each(s.agent_ref, '$.was') w"
+    " WHERE s.agent_ref IS NOT NULL AND json_extract(w.value, '$.cli') = ?"
+)
+
+
+async def holder(tx: Tx, cli: str, ident: str) -> int | None:
+    """The first session that stands for the CLI's session ``ident`` (``HELD``)."""
+    found = await tx.value(f"SELECT MIN(sid) FROM ({HELD}) WHERE agent = ?", (cli, cli, ident))
+    return int(found) if found is not None else None
 
 
 def agent_ref(row: Any) -> dict[str, Any] | None:

@@ -362,6 +362,41 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
 
 
 
+async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_its_first_run(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, tmp_path: Path, db: Path, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved and loaded on the same machine (a copy, twice): each copy's first run makes a CLI
+    session of its own from the carried one; neither writes into its source's."""
+    agent = agent_sandbox
+    machine(monkeypatch, agent)
+    sid = (await live.spawn("source", "dev", runner=f"{agent.name}:"
+                            + (agent.MODEL if isinstance(agent, OpencodeSandbox) else ""), cwd=str(agent.workdir))).sid
+    model_server.script.add(say("I will remember the word heron."), say("Heron, copy one."), say("Heron, copy two."))
+    async with engine_on(db, slots=1):
+        await live.send(sid, "remember the word heron")
+        await live.activate(sid)
+        await until(lambda: _ran(live, sid), timeout=RUN_S)
+        own = (await live.show(sid)).agent_ref["id"]
+        snap = tmp_path / "source.json"
+        await live.save(sid, file=str(snap))
+        copies = []
+        for n in ("one", "two"):
+            loaded = await live.load(str(snap))
+            assert (await live.show(loaded.sid)).agent_ref["fork"]
+            assert any(f"is session {sid}'s too" in note.text for note in loaded.notes)
+            await live.approve(loaded.sid)
+            await live.send(loaded.sid, f"which word, copy {n}?")
+            asked = len(model_server.requests)
+            await live.activate(loaded.sid)
+            await until(lambda: _ran(live, loaded.sid), timeout=RUN_S)
+            seen = [" ".join(r.texts()) for r in model_server.requests[asked:]]  # opencode also asks for a title
+            assert any("remember the word heron" in s and f"which word, copy {n}?" in s for s in seen)
+            copies.append((await live.show(loaded.sid)).agent_ref)
+    assert len({own, copies[0]["id"], copies[1]["id"]}) == 3 and not any(c.get("fork") for c in copies)
+    assert (await live.sync(sid)).messages == 0  # its own session has nothing of the copies' turns
+    assert said((await live.show(sid)).to_json())[-1] == ("assistant", "I will remember the word heron.")
+
+
 async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace) -> None:
     from procession.present.cells import BY_KEY
