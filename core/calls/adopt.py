@@ -102,7 +102,7 @@ class AdoptCalls(LifecycleCalls):
                     left.append((one.path, str(refused)))
             if progress:
                 progress(n, len(found))
-        return Adoption(cli, tuple(results), tuple(left))
+        return Adoption(cli, tuple(results), tuple(left), looked="" if ident is not None else fmt.kept(environ))
 
     @syscall(Call.ADOPT, session="result", check=None)
     async def adopt_read(self, act: Act, read: Transcript, *, agent: str) -> Adopted:

@@ -94,12 +94,13 @@ class Adopted(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Adoption:
-    """What ``adopt`` did: a result per transcript it took (made, or already held), and the
-    ones it left out, ``(path, why)``."""
+    """What ``adopt`` did: a result per transcript it took (made, or already held), the
+    ones it left out, ``(path, why)``, and where it looked (``--all``, ``--since``)."""
 
     cli: str
     results: tuple[Adopted, ...]
     left: tuple[tuple[str, str], ...] = ()
+    looked: str = ""
 
     @property
     def made(self) -> int:
@@ -107,7 +108,7 @@ class Adoption:
 
     def to_json(self) -> dict[str, Any]:
         return {"cli": self.cli, "adopted": [r.to_json() for r in self.results],
-                "left": [{"path": p, "why": w} for p, w in self.left]}
+                "left": [{"path": p, "why": w} for p, w in self.left], "looked": self.looked}
 
 
 @dataclass(slots=True, frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..model import agents
 from ..model.calls import Call
 from ..model.outcomes import (
     Adopted,
@@ -130,6 +131,8 @@ def adoption(a: Adoption, *, brief: bool = False) -> str:
     lines += [f"left out {printable(path)}: {why}" for path, why in a.left]
     if brief and len(lines) > 1:
         lines = []
+    if not a.results and not a.left and a.looked:
+        return f"nothing to adopt in {printable(a.looked)} (where {agents.CLIS[a.cli].title} keeps its sessions here)"
     if len(a.results) + len(a.left) != 1:
         held = len(a.results) - a.made
         lines.append(f"{plural(a.made, 'session')} adopted" + (f", {held} already held" if held else "")

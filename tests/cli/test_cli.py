@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import dump
 from procession import Workspace
 
@@ -555,3 +557,16 @@ def test_a_refused_spawn_on_a_new_path_leaves_no_workspace_behind(cli, tmp_path)
     assert not list(tmp_path.glob("new.db*"))  # nothing accepted, nothing made
     cli("--db", str(target), "spawn", "x", "--agent", "a")
     assert target.exists()
+
+
+@pytest.mark.parametrize("cli_name, kept", [("claude", ".claude/projects"), ("codex", ".codex/sessions"),
+                                            ("opencode", ".local/share/opencode/opencode.db")])
+def test_adopt_all_where_there_is_nothing_says_where_it_looked(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               cli_name: str, kept: str) -> None:
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    title = {"claude": "Claude Code", "codex": "Codex CLI", "opencode": "opencode"}[cli_name]
+    assert cli("adopt", cli_name, "--all").stdout == (
+        f"nothing to adopt in {tmp_path}/home/{kept} (where {title} keeps its sessions here)\n")
+    assert json.loads(cli("adopt", cli_name, "--all", "--json").stdout)["looked"] == f"{tmp_path}/home/{kept}"

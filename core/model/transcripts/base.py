@@ -97,6 +97,10 @@ class Format(Protocol):
         """Every session this CLI keeps under ``env``'s home, newest first; cheap (no full read)."""
         ...
 
+    def kept(self, env: Mapping[str, str]) -> str:
+        """Where ``discover`` looks (said when it finds nothing)."""
+        ...
+
     def find(self, env: Mapping[str, str], ident: str) -> Found:
         """One session by its id, an unambiguous id prefix, or its file's path; ``InvalidArgument``
         (one line) when there is none."""

@@ -412,8 +412,11 @@ class ClaudeFormat:
 
     cli = CLI
 
+    def kept(self, env: Mapping[str, str]) -> str:
+        return os.path.join(home(env), "projects")
+
     def discover(self, env: Mapping[str, str]) -> Iterator[Found]:
-        projects = os.path.join(home(env), "projects")
+        projects = self.kept(env)
         listed: list[tuple[os.stat_result, str]] = []
         try:
             folders = list(os.scandir(projects))

@@ -469,6 +469,9 @@ class CodexFormat:
 
     cli = CLI
 
+    def kept(self, env: Mapping[str, str]) -> str:
+        return str(home(env) / "sessions")
+
     def discover(self, env: Mapping[str, str]) -> Iterator[Found]:
         """Rollouts by their file's last change, newest first: the cwd from the CLI's index
         when it lists the thread, else from the file's first line."""

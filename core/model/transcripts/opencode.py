@@ -187,6 +187,9 @@ class Opencode:
 
     cli = CLI
 
+    def kept(self, env: Mapping[str, str]) -> str:
+        return database(env)
+
     def discover(self, env: Mapping[str, str]) -> Iterator[Found]:
         path = database(env)
         if not os.path.isfile(path):
