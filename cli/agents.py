@@ -8,7 +8,7 @@ import sys
 import time
 
 from procession.calls import Workspace
-from procession.engine.outside import Looker
+from procession.calls.outside import Looker
 from procession.engine.runners import agents
 from procession.model import transcripts
 from procession.model.calls import Call

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from procession.calls import Workspace
-from procession.engine.outside import Live, Looker
+from procession.calls.outside import Live, Looker
 from procession.model.records import SessionInfo
 from procession.model.states import Reason, State
 

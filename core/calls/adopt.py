@@ -215,7 +215,7 @@ class AdoptCalls(LifecycleCalls):
                 async with self.store.snapshot() as tx:
                     row = await rows.session(tx, attached.sid)
                 if row["state"] == State.SUSPENDED and row["reason"] == Reason.ATTACHED:
-                    await self.resume(attached.sid)
+                    await self._resume(attached.sid)  # not refused if another CLI has it open
 
 
 async def _take(tx: Tx, sid: int, read: Transcript, count: Any) -> None:

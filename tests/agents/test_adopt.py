@@ -426,6 +426,25 @@ async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
     assert await feed.look_outside() == [made.sid] and feed.sessions[made.sid].outside is None
 
 
+async def test_resume_of_an_attached_session_waits_for_its_cli_to_close(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = claude_sandbox
+    made = await _adopted_to_open(live, agent, model_server, monkeypatch, "made by hand", "not asked")
+    attached = await live.attach(made.sid)  # what attach does before it starts the CLI
+    term = Terminal([str(agent.cli.exe), "--resume", attached.agent], agent.env, agent.workdir)
+    try:
+        term.read_until("made by hand")
+        with pytest.raises(InvalidArgument, match=rf"session {made.sid} is attached: its Claude Code is open"
+                                                  rf" \(pid {term.proc.pid}\)"):
+            await live.resume(made.sid)
+        assert (await live.info(made.sid)).state is State.SUSPENDED
+    finally:
+        term.proc.terminate()
+        term.close()
+    assert (await live.resume(made.sid)).state is State.SLEEPING  # its terminal closed without detach
+
+
 async def test_fork_at_n_of_an_adopted_claude_session_cuts_the_clis_own_session_there(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
