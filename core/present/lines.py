@@ -25,6 +25,7 @@ from ..model.records import (
     Waited,
     Worktree,
 )
+from ..model import toolcalls
 from . import words
 from .words import one_line, printable
 
@@ -180,7 +181,24 @@ def context_line(item: ContextItem, width: int = 90) -> str:
     if item.fold is not None:
         return f"[{item.seq:>5}] ~~ {item.folded} items folded ({item.tokens} tok): {one_line(item.content, width - 20)}"
     pin = "*" if item.pinned else " "
-    return f"[{item.seq:>5}]{pin}{item.role:<9} {one_line(item.content, width)}"
+    return f"[{item.seq:>5}]{pin}{item.role:<9} {gist(item.role, item.content, item.meta, width)}"
+
+
+def gist(role: str, content: str, meta: dict[str, Any] | None, width: int) -> str:
+    """A message on one line. A tool call says what it ran and what came of it: its output
+    pressed onto the line of its input would read as more of the input."""
+    tool = meta.get("tool") if role == "tool" and meta else None
+    if not isinstance(tool, dict):
+        return one_line(content, width)
+    output = tool.get("output")
+    if not isinstance(output, str):
+        came = "no result"
+    elif tool.get("is_error"):
+        came = "error: " + (output.strip().splitlines() or [""])[0]
+    else:
+        lines = output.count("\n") + (not output.endswith("\n")) if output else 0
+        came = words.plural(lines, "line") + " of output" if lines else "no output"
+    return one_line(f"{tool.get('name')}: {toolcalls.summary(tool.get('input'))} -> {came}", width)
 
 
 def more_context(shown: int, total: int, tail: str, whole: str) -> str:
@@ -194,7 +212,7 @@ def history_line(m: Message, *, short: bool = False) -> str:
     """One message of ``history``: whole (continuation lines indented), or on one line."""
     head = f"[{m.seq:>5}]{'*' if m.pinned else ' '}{m.role:<9} {printable(m.author):<12} "
     if short:
-        return head + one_line(m.content, 100)
+        return head + gist(m.role, m.content, m.meta, 100)
     body = printable(m.content).replace("\n", "\n" + " " * len(head))
     return head + body
 

@@ -138,3 +138,26 @@ async def test_show_on_a_terminal_prints_a_screenful_and_says_how_to_see_more(ws
     short = (await ws.spawn("short", "a")).sid
     await ws.send(short, "hello")
     assert "shows the last N" not in _on_a_terminal(cli, 30, 200, "show", str(short))
+
+
+def test_a_tool_call_on_one_line_says_what_ran_and_what_came_of_it() -> None:
+    from procession.model.records import ContextItem, Message
+    from procession.model.toolcalls import tool_message
+
+    def line(*call: object) -> str:
+        role, content, meta = tool_message(*call)  # type: ignore[arg-type]
+        item = ContextItem(seq=7, role=role, content=content, tokens=9, meta=meta)
+        message = Message(seq=7, role=role, content=content, tokens=9, author="claude", pinned=False,
+                          created=0.0, meta=meta)
+        assert lines.history_line(message, short=True).endswith(lines.context_line(item).split("tool      ")[1])
+        return lines.context_line(item)
+
+    assert line("c1", "Bash", {"command": "ls -la"}, "total 8\ndrwx a\n-rw- b\n", False) == (
+        "[    7] tool      Bash: ls -la -> 3 lines of output")
+    assert line("c2", "Read", {"file_path": "/x"}, "one line", False).endswith("Read: /x -> 1 line of output")
+    assert line("c3", "Bash", {"command": "false"}, "\nexit 1: no such file\nmore", True).endswith(
+        "Bash: false -> error: exit 1: no such file")
+    assert line("c4", "Bash", {"command": "sleep 9"}, None, False).endswith("Bash: sleep 9 -> no result")
+    assert line("c5", "Write", {"path": "/y"}, "", False).endswith("Write: /y -> no output")
+    plain = ContextItem(seq=1, role="user", content="a\nb", tokens=1)
+    assert lines.context_line(plain) == "[    1] user      a b"
