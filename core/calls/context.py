@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any
@@ -23,6 +24,8 @@ DEFAULT_KEEP_LAST = 8
 #: Messages an inbox trigger's cause carries (the newest), and how much of each text.
 CAUSE_MESSAGES = 20
 CAUSE_TEXT = 2_000
+#: The keys a sent message may have (``send_many``).
+MESSAGE_KEYS = ("role", "content", "author", "pinned", "meta", "created", "seq", "tokens")
 Progress = Callable[[int, int], None]
 FoldPlan = tuple[history.FoldPlan, str, int]
 
@@ -40,23 +43,37 @@ class ContextCalls(Calls):
     @syscall(Call.SEND, other="sender")
     async def send_many(self, act: Act, sid: int, messages: Iterable[dict[str, Any]], *, sender: int | None = None,
                         progress: Progress | None = None) -> Sent:
-        """Append a transcript (``{"role", "content"[, "pinned"][, "author"]}`` objects) in one
-        transaction. A message's ``author`` says who wrote it (default: the sender, else the
-        user), so that a transcript's replies are not taken for the user's words. ``messages``
+        """Append a transcript (``{"role", "content"[, "author"][, "pinned"][, "meta"][,
+        "created"]}`` objects) in one transaction. A message's ``author`` says who wrote it
+        (default: the sender, else the user), so that a transcript's replies are not taken for
+        the user's words; ``meta`` (an object) is kept with it, as a runner keeps a tool call's;
+        ``created`` is its own time (default: now). ``seq`` and ``tokens``, which ``history
+        --json`` prints, are taken and made anew here (its place in this session, this session's
+        count), so that one session's messages can be sent to another. Any other key is refused,
+        not dropped: what it said would be lost unseen. ``messages``
         may be an iterator (a file parsed as it is read): it is taken a batch at a time, and a
         bad message, however far in, refuses the whole transcript."""
         author = await _author(act.tx, sid, sender)
         total = len(messages) if isinstance(messages, Sized) else 0
 
-        def checked() -> Iterable[tuple[str, str, str, bool, Any]]:
+        def checked() -> Iterable[tuple[str, str, str, bool, Any, float]]:
             for n, m in enumerate(messages, start=1):
                 limits.json_shape(m, f"message {n}")  # its content's size is limits.text's
                 if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
                     raise InvalidArgument(f"message {n}: needs a role and a content string")
                 if m["role"] not in limits.ROLES:
                     raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
+                if unknown := m.keys() - MESSAGE_KEYS:
+                    raise InvalidArgument(f"message {n}: unknown key {sorted(unknown)[0]!r}; a message has"
+                                          f" {', '.join(MESSAGE_KEYS)}")
+                if not isinstance(m.get("meta"), dict | None):  # null: none, as history prints it
+                    raise InvalidArgument(f"message {n}: meta must be a JSON object")
+                created = m.get("created", act.tx.now)
+                if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
+                    raise InvalidArgument(f"message {n}: created must be a time in seconds since the epoch")
                 by = limits.name(m["author"], f"message {n} author") if "author" in m else author
-                yield m["role"], limits.text(m["content"], f"message {n}"), by, bool(m.get("pinned", False)), None
+                yield (m["role"], limits.text(m["content"], f"message {n}"), by, bool(m.get("pinned", False)),
+                       m.get("meta") or None, float(created))
 
         start = act.row["length"]
         seq = await deliver(act.tx, act.row, checked(), author, total, progress)
@@ -220,7 +237,7 @@ async def _author(tx: Tx, sid: int, sender: int | None) -> str:
     return f"session:{sender}"
 
 
-async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[str, str, str, bool, Any]], author: str,
+async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[Any, ...]], author: str,
                   total: int = 1, progress: Progress | None = None) -> int:
     """Append messages into a session's inbox and fire its inbox triggers; returns the last seq.
 
@@ -230,7 +247,7 @@ async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[str, str, s
     """
     kept: list[tuple[str, str]] = []
 
-    def remember(items: Iterable[tuple[str, str, str, bool, Any]]) -> Iterable[tuple[str, str, str, bool, Any]]:
+    def remember(items: Iterable[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
         for item in items:
             kept.append((item[0], item[1]))
             if len(kept) > CAUSE_MESSAGES:

@@ -132,7 +132,10 @@ def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, 
     lines = [json.dumps({"role": "user", "content": f"line {i}"}) for i in range(50)]
     files = []
     for n, bad in enumerate(['{"role": "user", "content": ', "[1, 2]", '{"role": "alien", "content": "x"}',
-                             '{"content": "no role"}', '{"role": "user", "content": 5}', "not json"]):
+                             '{"content": "no role"}', '{"role": "user", "content": 5}', "not json",
+                             '{"role": "assistant", "content": "", "tool_calls": []}',  # not dropped unseen
+                             '{"role": "user", "content": "x", "meta": []}',
+                             '{"role": "user", "content": "x", "created": "yesterday"}']):
         f = tmp_path / f"bad{n}.jsonl"
         at = [0, 25, 50][n % 3]  # first line, middle, last line
         f.write_text("\n".join(lines[:at] + [bad] + lines[at:]) + "\n")
@@ -149,6 +152,28 @@ def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, 
     assert dump(db) == before
     for proc in run_all(cli, ("send", "1", "text", "--jsonl", str(good)), ("send", "1")):
         usage(proc)
+
+
+def test_one_sessions_history_sent_to_another_arrives_as_it_was(cli: Any, tmp_path: Path) -> None:
+    from procession.model.toolcalls import tool_message
+
+    role, content, meta = tool_message("c1", "Bash", {"command": "ls"}, "a\nb\n", False)
+    first = tmp_path / "first.jsonl"
+    first.write_text("\n".join(json.dumps(m) for m in [
+        {"role": "user", "content": "list it", "created": 1_700_000_000.5},
+        {"role": role, "content": content, "meta": meta, "author": "claude"},
+        {"role": "assistant", "content": "two files", "pinned": True, "author": "claude"}]) + "\n")
+    one, two = str(spawn(cli)), str(spawn(cli))
+    cli("send", one, "--jsonl", str(first))
+    copied = tmp_path / "copied.jsonl"
+    copied.write_text("".join(json.dumps(m) + "\n" for m in cli.json("history", one)))  # seq, tokens, created...
+    assert cli.json("send", two, "--jsonl", str(copied))["count"] == 3
+
+    def kept(sid: str) -> list[tuple[Any, ...]]:
+        return [(m["role"], m["content"], m["author"], m["pinned"], m["meta"], m["created"]) for m in cli.json("history", sid)]
+
+    assert kept(two) == kept(one) and kept(one)[0][5] == 1_700_000_000.5 and kept(one)[1][4] == meta
+    assert "Bash: ls -> 2 lines of output" in cli("show", two).stdout
 
 
 def test_memory_verbs(cli: Any) -> None:
