@@ -10,13 +10,12 @@ rows. It is driven by the app and tested on its own, without Textual.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from procession.calls import Workspace
-from procession.calls.outside import Live, Looker
+from procession.calls.outside import Live, Looker, marked
 from procession.model.records import SessionInfo
 from procession.model.states import Reason, State
 
@@ -122,12 +121,7 @@ class Feed:
         return changed
 
     def _marked(self, info: SessionInfo) -> SessionInfo:
-        live = self.outside.get(info.id)
-        if live is not None and info.pid is None:
-            return dataclasses.replace(info, outside=live.pid, cpu=live.cpu, rss=live.rss)
-        if live is None and info.outside is not None:
-            return dataclasses.replace(info, outside=None, cpu=None, rss=None)
-        return info
+        return marked(info, self.outside.get(info.id))
 
     def _count(self, info: SessionInfo, sign: int) -> None:
         self.by_state[info.state.value] += sign

@@ -10,12 +10,16 @@ psutil; CPU needs two looks at a process, so a ``Looker`` keeps the processes it
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
+from ..model.records import SessionInfo
+
+if TYPE_CHECKING:
+    import psutil
 
 #: The words that make a process worth a closer look (its name, or a script on its command line).
 _CLIS = ("claude", "codex", "opencode")
@@ -36,6 +40,8 @@ class Looker:
 
     def look(self, refs: Mapping[int, Mapping[str, Any]]) -> dict[int, Live]:
         """``refs``: session -> its agent reference. Sessions found -> their CLI's process."""
+        import psutil  # here: every command imports the calls, few look
+
         by_id = {str(ref["id"]): sid for sid, ref in refs.items() if ref.get("id")}
         by_file = {str(ref["transcript"]): sid for sid, ref in refs.items()
                    if ref.get("transcript") and ref.get("cli") != "opencode"}
@@ -75,3 +81,13 @@ def _is_cli(name: str, words: list[str]) -> bool:
     if any(cli in name for cli in _CLIS):
         return True
     return bool(words) and any(cli in os.path.basename(w) for w in words[:2] for cli in _CLIS)
+
+
+def marked(info: SessionInfo, live: Live | None) -> SessionInfo:
+    """``info`` as a table shows it: with its CLI's process (pid, CPU, RSS) while that runs it
+    outside and no step of Procession's does, without it once it stopped."""
+    if live is not None and info.pid is None:
+        return dataclasses.replace(info, outside=live.pid, cpu=live.cpu, rss=live.rss)
+    if live is None and info.outside is not None:
+        return dataclasses.replace(info, outside=None, cpu=None, rss=None)
+    return info

@@ -17,7 +17,7 @@ from typing import Any
 from ..model.records import SessionInfo
 from ..model.states import State
 from . import words
-from .lines import trigger_kinds
+from .lines import open_outside, trigger_kinds
 from .words import printable
 
 Parts = list[tuple[str, str]]
@@ -78,7 +78,7 @@ def _name(s: SessionInfo, now: float) -> Parts:
     if s.status and s.state is State.RUNNING:  # what a running agent is doing, as it happens
         parts.append((f"  ▸ {printable(s.status)}".replace("\n", " "), "cell--muted"))
     elif s.outside is not None:  # its agent's own CLI has it open, outside Procession
-        parts.append((f"  ▸ open in its agent's own CLI (pid {s.outside})", "cell--warning"))
+        parts.append((f"  ▸ {open_outside(s.outside)}", "cell--warning"))
     return parts
 
 

@@ -75,6 +75,11 @@ def trigger_kinds(s: SessionInfo) -> str:
                     for kind, armed in kinds.items())
 
 
+def open_outside(pid: int) -> str:
+    """A session its agent's own CLI has open, outside Procession (process ``pid``)."""
+    return f"open in its agent's own CLI (pid {pid})"
+
+
 def trigger_line(t: TriggerInfo, now: float | None = None) -> str:
     state = "armed" if t.armed else "disarmed"
     fired = f", fired {t.fired}x, last {words.ago(t.last_fired, now)}" if t.fired else ""

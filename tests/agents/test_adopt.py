@@ -397,8 +397,8 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
     assert said((await live.show(sid)).to_json())[-1] == ("assistant", "I will remember the word heron.")
 
 
-async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
-        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace) -> None:
+async def test_the_monitor_and_ps_show_a_session_its_cli_runs_outside_procession(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace, db: Path) -> None:
     from procession.present.cells import BY_KEY
     from procession.tui.feed import Feed
 
@@ -420,6 +420,9 @@ async def test_the_monitor_shows_a_session_its_cli_runs_outside_procession(
         assert row.outside == term.proc.pid and row.rss and row.rss > 1_000_000 and row.cpu is not None
         name = "".join(text for text, _ in BY_KEY["name"].cell(row, time.time()))
         assert f"pid {term.proc.pid}" in name and "[adopted]" in name
+        ps = subprocess.run([sys.executable, "-m", "procession", "--db", str(db), "ps"], capture_output=True,
+                            text=True, check=True, env=agent.env).stdout
+        assert f"\nsession {made.sid}: open in its agent's own CLI (pid {term.proc.pid})\n" in ps
     finally:
         term.proc.terminate()
         term.close()
