@@ -25,7 +25,7 @@ DEFAULT_KEEP_LAST = 8
 CAUSE_MESSAGES = 20
 CAUSE_TEXT = 2_000
 #: The keys a sent message may have (``send_many``).
-MESSAGE_KEYS = ("role", "content", "author", "pinned", "meta", "created", "seq", "tokens")
+MESSAGE_KEYS = frozenset(("role", "content", "author", "pinned", "meta", "created", "seq", "tokens"))
 Progress = Callable[[int, int], None]
 FoldPlan = tuple[history.FoldPlan, str, int]
 
@@ -50,11 +50,12 @@ class ContextCalls(Calls):
         ``created`` is its own time (default: now). ``seq`` and ``tokens``, which ``history
         --json`` prints, are taken and made anew here (its place in this session, this session's
         count), so that one session's messages can be sent to another. Any other key is refused,
-        not dropped: what it said would be lost unseen. ``messages``
-        may be an iterator (a file parsed as it is read): it is taken a batch at a time, and a
-        bad message, however far in, refuses the whole transcript."""
+        not dropped: what it said would be lost unseen. ``messages`` may be an iterator (a file
+        parsed as it is read): it is taken a batch at a time, and a bad message, however far
+        in, refuses the whole transcript."""
         author = await _author(act.tx, sid, sender)
         total = len(messages) if isinstance(messages, Sized) else 0
+        now = act.tx.now
 
         def checked() -> Iterable[tuple[str, str, str, bool, Any, float]]:
             for n, m in enumerate(messages, start=1):
@@ -63,13 +64,15 @@ class ContextCalls(Calls):
                     raise InvalidArgument(f"message {n}: needs a role and a content string")
                 if m["role"] not in limits.ROLES:
                     raise InvalidArgument(f"message {n}: bad role {m['role']!r}; roles are {', '.join(limits.ROLES)}")
-                if unknown := m.keys() - MESSAGE_KEYS:
-                    raise InvalidArgument(f"message {n}: unknown key {sorted(unknown)[0]!r}; a message has"
-                                          f" {', '.join(MESSAGE_KEYS)}")
+                if len(m) > 2 and not MESSAGE_KEYS.issuperset(m):
+                    raise InvalidArgument(f"message {n}: unknown key {sorted(m.keys() - MESSAGE_KEYS)[0]!r};"
+                                          f" a message has {', '.join(sorted(MESSAGE_KEYS))}")
                 if not isinstance(m.get("meta"), dict | None):  # null: none, as history prints it
                     raise InvalidArgument(f"message {n}: meta must be a JSON object")
-                created = m.get("created", act.tx.now)
-                if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
+                created = m.get("created")
+                if created is None:
+                    created = now
+                elif isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
                     raise InvalidArgument(f"message {n}: created must be a time in seconds since the epoch")
                 by = limits.name(m["author"], f"message {n} author") if "author" in m else author
                 yield (m["role"], limits.text(m["content"], f"message {n}"), by, bool(m.get("pinned", False)),
