@@ -297,13 +297,16 @@ async def write_fold(tx: Tx, row: sqlite3.Row, plan: history.FoldPlan, summary: 
 
 
 async def write_counted_fold(tx: Tx, row: sqlite3.Row, lo: int, hi: int, summary: str, summary_tokens: int,
-                             archived_count: int, archived_tokens: int) -> Fold:
-    """``write_fold`` of a range whose hidden items were counted without reading them (a load's)."""
-    fid = await rows.insert_fold(tx, row["id"], lo, hi, summary, summary_tokens, archived_count, archived_tokens)
+                             archived_count: int, archived_tokens: int, created: float | None = None) -> Fold:
+    """``write_fold`` of a range whose hidden items were counted without reading them (a load's,
+    at the time the snapshot gives it: the folds one compress made share one)."""
+    created = tx.now if created is None else float(created)
+    fid = await rows.insert_fold(tx, row["id"], lo, hi, summary, summary_tokens, archived_count, archived_tokens,
+                                 created)
     await rows.update_session(
         tx, row["id"],
         context_tokens=row["context_tokens"] + summary_tokens - archived_tokens,
         context_count=row["context_count"] + 1 - archived_count,
     )
-    return Fold(fid, lo, hi, summary, summary_tokens, archived_count, archived_tokens, tx.now)
+    return Fold(fid, lo, hi, summary, summary_tokens, archived_count, archived_tokens, created)
 

@@ -302,7 +302,8 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             "cwd": row["cwd"],
             **({"agent_session": carried} if (carried := await _carried(row)) else {}),
         },
-        "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary} for f in await history.folds(tx, sid)],
+        "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary, "created": f.created}
+                  for f in await history.folds(tx, sid)],
         "memory": {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()},
         "resources": [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)],
         "triggers": [{"kind": t["kind"], "spec": json.loads(t["spec"])} for t in await rows.triggers(tx, sid)],
@@ -369,7 +370,8 @@ async def _refold(tx: Any, sid: int, specs: list[dict[str, Any]], count: Callabl
         if not hidden:
             raise SnapshotError(f"{source} is not a valid snapshot: fold {n} hides nothing")
         summary_tokens = count(summary)
-        await write_counted_fold(tx, await rows.session(tx, sid), lo, hi, summary, summary_tokens, hidden, tokens)
+        await write_counted_fold(tx, await rows.session(tx, sid), lo, hi, summary, summary_tokens, hidden, tokens,
+                                 spec.get("created"))
         made.append((lo, hi, summary_tokens))
     return len(made)
 

@@ -32,7 +32,12 @@ from . import environ, limits, runner_spec, trigger_spec
 from .errors import InvalidArgument, SnapshotError
 
 FORMAT: Final = "procession.snapshot"
-VERSION: Final = 1
+#: The version written. 2: each fold carries its time (``created``), so that the folds one
+#: compress made stay one, apart from another's (one ``expand`` undoes one compress, as in
+#: the session saved); a version 1 file's folds are all of the load's time.
+VERSION: Final = 2
+#: The versions read.
+READ: Final = (1, 2)
 
 
 #: How much deeper than the values it carries (memory values, a message's meta, a trigger's
@@ -281,7 +286,7 @@ def _exact(text: _Text, count: list[int], last: int) -> Generator[tuple[Any, ...
 
 #: Bytes read at a time: enough that a batch of messages is parsed between reads.
 _CHUNK: Final = 1 << 20
-_HEAD = re.compile(rb'\{"format":"procession\.snapshot","version":1,"sha256":"([0-9a-f]{64})","payload":')
+_HEAD = re.compile(rb'\{"format":"procession\.snapshot","version":[12],"sha256":"([0-9a-f]{64})","payload":')
 
 
 class _Text:
@@ -393,10 +398,9 @@ def parse(data: bytes, source: str) -> Snapshot:
         raise SnapshotError(f"{source} is not a snapshot: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError(f"{source} is not a Procession snapshot")
-    if doc.get("version") != VERSION:
-        raise SnapshotError(
-            f"{source} is snapshot version {doc.get('version')!r}; this Procession reads version {VERSION}"
-        )
+    if doc.get("version") not in READ or isinstance(doc.get("version"), bool):
+        raise SnapshotError(f"{source} is snapshot version {doc.get('version')!r}; this Procession reads"
+                            f" versions {' and '.join(map(str, READ))}")
     payload = doc.get("payload")
     if not isinstance(payload, dict) or not isinstance(doc.get("sha256"), str):
         raise SnapshotError(f"{source} is not a complete snapshot (no payload or no hash)")
@@ -527,8 +531,11 @@ def _folds(folds: Any) -> list[dict[str, Any]]:
     _need(isinstance(folds, list), "folds must be a list")
     for i, f in enumerate(folds, start=1):
         _need(isinstance(f, dict), f"fold {i} must be an object")
-        _keys(f, {"lo", "hi", "summary"}, f"fold {i}")
+        _keys(f, {"lo", "hi", "summary"}, f"fold {i}", optional=frozenset({"created"}))
         _need(_is_int(f.get("lo")) and _is_int(f.get("hi")), f"fold {i} range must be integers")
+        created = f.get("created", 0.0)
+        _need(isinstance(created, int | float) and not isinstance(created, bool) and math.isfinite(created),
+              f"fold {i} created must be a time")
         _text(f.get("summary"), f"fold {i} summary")
     return cast("list[dict[str, Any]]", folds)
 

@@ -193,8 +193,9 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
 
 
 async def insert_fold(tx: Tx, sid: int, lo: int, hi: int, summary: str, summary_tokens: int,
-                      archived_count: int, archived_tokens: int) -> int:
-    cur = await tx.execute(_FOLD, (sid, lo, hi, summary, summary_tokens, archived_count, archived_tokens, tx.now))
+                      archived_count: int, archived_tokens: int, created: float | None = None) -> int:
+    cur = await tx.execute(_FOLD, (sid, lo, hi, summary, summary_tokens, archived_count, archived_tokens,
+                                   tx.now if created is None else created))
     return int(cur.lastrowid or 0)
 
 

@@ -8,6 +8,7 @@ SQL dump of the file); an accepted one adds exactly one journal row.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sqlite3
@@ -1113,7 +1114,7 @@ async def test_export_load_roundtrip(ws: Workspace, tmp_path: Path) -> None:
     assert out.file == str(f.resolve()) and out.messages == 17 and out.bytes == f.stat().st_size
     assert stat.S_IMODE(f.stat().st_mode) == 0o600
     doc = json.loads(f.read_bytes())
-    assert doc["format"] == "procession.snapshot" and doc["version"] == 1 and doc["sha256"] == out.sha256
+    assert doc["format"] == "procession.snapshot" and doc["version"] == 2 and doc["sha256"] == out.sha256
 
     new = (await accepted(ws, "load", ws.load(str(f))))[0].sid
     assert new != a
@@ -1189,14 +1190,44 @@ async def test_nested_folds_load_alike_streamed_and_whole(ws: Workspace, tmp_pat
     await ws.save(a, file=str(f))
     whole = tmp_path / "rewritten.json"
     whole.write_text(json.dumps(json.loads(f.read_bytes()), indent=1))
+    levels = [norm(await ws.context(a))]
+    source = (await ws.fork(a)).sid  # to expand, a compress at a time, as the copies will be
+    for _ in range(3):
+        await ws.expand(source)
+        levels.append(norm(await ws.context(source)))
     for path in (f, whole):
         new = (await ws.load(str(path))).sid
-        assert norm(await ws.context(new)) == norm(await ws.context(a))
+        assert norm(await ws.context(new)) == levels[0]
         assert (await ws.info(new)).context_tokens == (await ws.info(a)).context_tokens
         await check_tokens(ws, new)
-        await ws.expand(new)  # a load makes its folds in one call: one expand restores them all
-        await check_tokens(ws, new)
+        for level in levels[1:]:  # each fold keeps its time: one expand undoes one compress, as in the source
+            await ws.expand(new)
+            await check_tokens(ws, new)
+            assert norm(await ws.context(new)) == level
         assert len(await ws.context(new)) == (await ws.info(new)).length == 32
+
+
+async def test_a_version_1_snapshot_loads_its_folds_as_one(ws: Workspace, tmp_path: Path) -> None:
+    """Version 1 said no fold's time: its folds are all of the load's, and one expand undoes them."""
+    a = await session_with(ws, 12)
+    await ws.compress(a, 6)
+    await ws.compress(a, 2)
+    f = tmp_path / "v1.json"
+    await ws.save(a, file=str(f))
+    doc = json.loads(f.read_bytes())
+    for fold in doc["payload"]["folds"]:
+        del fold["created"]
+    payload = json.dumps(doc["payload"], sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    f.write_bytes(b'{"format":"procession.snapshot","version":1,"sha256":"%s","payload":%s}\n'
+                  % (hashlib.sha256(payload).hexdigest().encode(), payload))
+    new = (await ws.load(str(f))).sid
+    assert norm(await ws.context(new)) == norm(await ws.context(a))
+    await ws.expand(new)
+    assert len(await ws.context(new)) == (await ws.info(new)).length == 12
+    doc["version"] = 3
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SnapshotError, match="is snapshot version 3; this Procession reads versions 1 and 2"):
+        await ws.load(str(f))
 
 
 async def test_a_snapshot_as_written_is_refused_however_far_in_it_breaks(ws: Workspace, tmp_path: Path) -> None:
@@ -1243,7 +1274,7 @@ async def test_damaged_snapshots_are_refused_and_change_nothing(ws: Workspace, t
         case "truncated":
             f.write_bytes(data[: len(data) // 2])
         case "wrong_version":
-            _rewrite(f, lambda d: d.update(version=2))
+            _rewrite(f, lambda d: d.update(version=3))
         case "not_json":
             f.write_text("this is not json at all\n")
         case "not_snapshot":

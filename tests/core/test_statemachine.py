@@ -201,16 +201,6 @@ class ProcessionMachine(RuleBasedStateMachine):
                       [i for i in e.after if i[0] <= at], min(e.len_after, at))
                 for e in stack if e.hi <= at]
 
-    @staticmethod
-    def loaded(stack: list[Entry]) -> list[Entry]:
-        """The compresses a loaded copy has: a load makes all its folds in one call, so one
-        expand undoes them all, back to the context before the first."""
-        if not stack:
-            return []
-        first, last = stack[0], stack[-1]
-        return [Entry(max(e.hi for e in stack), copy.deepcopy(first.before), first.len_before,
-                      copy.deepcopy(last.after), last.len_after)]
-
     def branch(self, s: Sess, sid: int, at: int, memory: dict[str, str], stack: list[Entry], tick: int) -> Sess:
         return Sess(
             id=sid, system=s.system, history=list(s.history[:at]), memory=dict(memory), parent=s.id, fork_seq=at,
@@ -525,7 +515,7 @@ class ProcessionMachine(RuleBasedStateMachine):
         self.sessions[sid] = Sess(
             id=sid, system=s.system, history=[Msg(m.role, m.content, m.author, m.pinned, copy.deepcopy(m.meta))
                                               for m in s.history],
-            memory=dict(s.memory), base_tick=self.tick, stack=self.loaded(s.stack), resources=dict(s.resources),
+            memory=dict(s.memory), base_tick=self.tick, stack=copy.deepcopy(s.stack), resources=dict(s.resources),
             triggers=[Trig(t.kind, dict(t.spec), False) for t in s.triggers if t.kind != "after"], armed=False,
         )
 
