@@ -19,7 +19,7 @@ from .terminal import UsageError, done, emit, progress_bar, read_text
     SID, arg("text", nargs="?", help="the message", shell="- reads standard input"),
     arg("--from", dest="sender", type=sid_type, help="the session it comes from"),
     arg("--role", default="user"), arg("--pin", action="store_true", help="never compress this message away"),
-    arg("--jsonl", metavar="FILE", help="append a transcript: one {role, content[, author, pinned, meta]} object per line"),
+    arg("--jsonl", metavar="FILE", help="append a transcript: one {role, content[, author, pinned, meta, created]} object per line"),
 ])
 async def send(ws: Workspace, args: argparse.Namespace) -> int:
     if args.jsonl:

@@ -69,6 +69,9 @@ class ContextCalls(Calls):
                                           f" a message has {', '.join(sorted(MESSAGE_KEYS))}")
                 if not isinstance(m.get("meta"), dict | None):  # null: none, as history prints it
                     raise InvalidArgument(f"message {n}: meta must be a JSON object")
+                if m.get("meta") and not isinstance(m["meta"].get("tool", {}), dict):
+                    raise InvalidArgument(f"message {n}: meta's tool must be an object (a tool call: id, name,"
+                                          " input, output, is_error)")
                 created = m.get("created")
                 if created is None:
                     created = now
@@ -193,7 +196,8 @@ def _together(folds: Sequence[Fold]) -> Fold:
 
 def mask_stub(item: ContextItem) -> str:
     """The one line an older tool output is folded behind: what was called, how much it said."""
-    tool = (item.meta or {}).get("tool") or {}
+    tool = (item.meta or {}).get("tool")
+    tool = tool if isinstance(tool, dict) else {}  # a snapshot's meta may say anything
     head = item.content.split("\n", 1)[0]
     size = tool.get("output_size", len(item.content.encode("utf-8", "replace")))
     failed = " (it failed)" if tool.get("is_error") else ""

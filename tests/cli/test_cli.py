@@ -135,6 +135,7 @@ def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, 
                              '{"content": "no role"}', '{"role": "user", "content": 5}', "not json",
                              '{"role": "assistant", "content": "", "tool_calls": []}',  # not dropped unseen
                              '{"role": "user", "content": "x", "meta": []}',
+                             '{"role": "tool", "content": "x", "meta": {"tool": "x"}}',
                              '{"role": "user", "content": "x", "created": "yesterday"}']):
         f = tmp_path / f"bad{n}.jsonl"
         at = [0, 25, 50][n % 3]  # first line, middle, last line

@@ -123,3 +123,21 @@ async def test_the_extractive_summary_keeps_both_sides(ws):
     summary = (await ws.compress(sid, 0)).fold.summary
     lines = summary.splitlines()[1:]
     assert any(line.startswith("user: Applicant") for line in lines) and any(line.startswith("assistant:") for line in lines)
+
+
+
+async def test_mask_tools_of_a_loaded_snapshot_whose_tool_meta_is_not_a_call(ws, tmp_path):
+    """A snapshot's meta may say anything: a ``tool`` that is not an object is masked as text."""
+    import json
+
+    from procession.model import snapshot
+
+    sid = await tool_heavy(ws, 10)
+    f = tmp_path / "s.json"
+    await ws.save(sid, file=str(f))
+    payload = json.loads(f.read_bytes())["payload"]
+    payload["messages"][1]["meta"]["tool"] = "not a call"
+    f.write_bytes(snapshot.dump(payload))
+    loaded = (await ws.load(str(f))).sid
+    expected = (await ws.compress(await tool_heavy(ws, 10), 4, mask_tools=True)).masked
+    assert (await ws.compress(loaded, 4, mask_tools=True)).masked == expected

@@ -416,8 +416,8 @@ class Built:
         for said, ms in zip(history, times, strict=True):
             if said.role == "user":
                 self._user(said.content, ms)
-            elif said.role == "tool" and (said.meta or {}).get("tool"):
-                self._tool((said.meta or {})["tool"], ms)
+            elif said.role == "tool" and isinstance(tool := (said.meta or {}).get("tool"), dict):
+                self._tool(tool, ms)
             else:
                 self._text(said.content, ms)
         first = next((s.content for s in history if s.role == "user"), "")
