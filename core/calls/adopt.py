@@ -15,6 +15,7 @@ call then checks that the position it read from is still the session's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -23,13 +24,14 @@ from typing import Any, Final
 from ..model import agents, limits, runner_spec, transcripts
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, ProcessionError
-from ..model.outcomes import Adopted, Adoption, Attached, Synced
+from ..model.outcomes import Adopted, Adoption, Attached, Moved, Synced
 from ..model.states import Reason, State
 from ..model.toolcalls import one_line
 from ..model.transcripts import Position, Transcript
 from ..store import rows
 from ..store.sqlite import Tx
 from .lifecycle import LifecycleCalls
+from . import outside
 from .native import HELD, agent_ref, carry_over, cli_environment, holder, located
 from .syscall import Act, syscall
 
@@ -205,6 +207,22 @@ class AdoptCalls(LifecycleCalls):
                                       reason=Reason.ATTACHED.value)
         return Attached(sid, ref["cli"], ref["id"], ref.get("cwd") or act.row["cwd"], held, env)
 
+    async def resume(self, sid: int) -> Moved:
+        """``resume``, but of a session ``attach`` holds: refused while its CLI is open (the
+        person there types into it: a run started meanwhile would write one transcript from
+        two places). Once that CLI exits, ``detach`` gives the session back; should ``detach``
+        never come (its terminal closed), this does, after syncing what was typed there."""
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+        ref = agent_ref(row) if row["reason"] == Reason.ATTACHED else None
+        if ref is not None:
+            if live := await asyncio.to_thread(outside.Looker().look, {sid: ref}):
+                raise InvalidArgument(f"session {sid} is attached: its {agents.CLIS[ref['cli']].title} is open"
+                                      f" (pid {live[sid].pid}); quit it there, and the session comes back by itself")
+            with contextlib.suppress(ProcessionError):  # a transcript gone or rewound: said by sync itself
+                await self.sync(sid)
+        return await super().resume(sid)
+
     async def detach(self, attached: Attached) -> Synced:
         """The CLI exited: append what the person did in it, and give the session back (resumed
         to where it was, if attach suspended it and nobody else has moved it since)."""
@@ -215,7 +233,7 @@ class AdoptCalls(LifecycleCalls):
                 async with self.store.snapshot() as tx:
                     row = await rows.session(tx, attached.sid)
                 if row["state"] == State.SUSPENDED and row["reason"] == Reason.ATTACHED:
-                    await self._resume(attached.sid)  # not refused if another CLI has it open
+                    await super().resume(attached.sid)  # not refused if another CLI has it open
 
 
 async def _take(tx: Tx, sid: int, read: Transcript, count: Any) -> None:

@@ -15,7 +15,7 @@ from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Recounted
 from ..model.records import Fold
 from ..model.states import Reason, State
 from ..store import rows, tokens
-from . import counting, native, outside, waking, worktrees
+from . import counting, native, waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
@@ -183,22 +183,10 @@ class LifecycleCalls(Calls):
         await rows.update_session(act.tx, sid, state=act.target.value, resume_to=act.row["state"], reason=None)
         return Moved(sid, act.target)
 
-    async def resume(self, sid: int) -> Moved:
-        """Thaw: back to the state it was suspended in; what its triggers kept is delivered.
-        Refused while ``attach`` holds it and its CLI is open (the person there types into it:
-        a run started meanwhile would write one transcript from two places); once that CLI
-        exits, ``detach`` resumes it, and so does this, should ``detach`` never come (its
-        terminal closed)."""
-        async with self.store.snapshot() as tx:
-            row = await rows.session(tx, sid)
-        ref = native.agent_ref(row) if row["reason"] == Reason.ATTACHED else None
-        if ref is not None and (live := await asyncio.to_thread(outside.Looker().look, {sid: ref})):
-            raise InvalidArgument(f"session {sid} is attached: its {agents.CLIS[ref['cli']].title} is open"
-                                  f" (pid {live[sid].pid}); quit it there, and the session comes back by itself")
-        return await self._resume(sid)
-
     @syscall(Call.RESUME)
-    async def _resume(self, act: Act, sid: int) -> Moved:
+    async def resume(self, act: Act, sid: int) -> Moved:
+        """Thaw: back to the state it was suspended in; what its triggers kept is delivered
+        (a session ``attach`` holds: ``AdoptCalls.resume``)."""
         await rows.update_session(act.tx, sid, state=act.target.value, resume_to=None, reason=None)
         await waking.release_pending(act.tx, sid)
         return Moved(sid, State((await act.reload())["state"]))

@@ -433,7 +433,7 @@ async def test_resume_of_an_attached_session_waits_for_its_cli_to_close(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
     agent = claude_sandbox
-    made = await _adopted_to_open(live, agent, model_server, monkeypatch, "made by hand", "not asked")
+    made = await _adopted_to_open(live, agent, model_server, monkeypatch, "made by hand", "answered in the cli")
     attached = await live.attach(made.sid)  # what attach does before it starts the CLI
     term = Terminal([str(agent.cli.exe), "--resume", attached.agent], agent.env, agent.workdir)
     try:
@@ -442,10 +442,14 @@ async def test_resume_of_an_attached_session_waits_for_its_cli_to_close(
                                                   rf" \(pid {term.proc.pid}\)"):
             await live.resume(made.sid)
         assert (await live.info(made.sid)).state is State.SUSPENDED
+        term.type("typed before the terminal closed\r")
+        term.read_until("answered in the cli")
     finally:
-        term.proc.terminate()
+        term.proc.terminate()  # its terminal closed: no detach comes
         term.close()
-    assert (await live.resume(made.sid)).state is State.SLEEPING  # its terminal closed without detach
+    assert (await live.resume(made.sid)).state is State.SLEEPING
+    shown = (await live.show(made.sid)).to_json()  # what was typed there synced first
+    assert said(shown)[-2:] == [("user", "typed before the terminal closed"), ("assistant", "answered in the cli")]
 
 
 async def test_fork_at_n_of_an_adopted_claude_session_cuts_the_clis_own_session_there(
