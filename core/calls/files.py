@@ -180,8 +180,8 @@ class FileCalls(Calls):
             system_tokens=system_tokens, context_tokens=context + system_tokens, cwd=cwd,
             env=json.dumps(s["env"]) if s.get("env") else None,
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
-            agent_ref=await _agent_ref(act, s, cwd, paths),
-            agent_seen=s.get("agent_seen", 0) if s.get("agent_ref") else 0,
+            agent_ref=(ref := await _agent_ref(act, s, cwd, paths)),
+            agent_seen=s.get("agent_seen", 0) if ref else 0,
         )
         reading.folds = await _refold(tx, sid, parts["folds"], count, file)
         await rows.put_memory(tx, sid, {k: canonical(v) for k, v in parts["memory"].items()})
@@ -256,17 +256,21 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
         return json.dumps({**ref, "fork": True})
     fmt = transcripts.format_of(ref["cli"])
     env = {**os.environ, **(s.get("env") or {})}
+    title = agents.CLIS[ref["cli"]].title
     try:  # on the store's own thread, as the call's body runs
         placed = fmt.place(carried, env, cwd, paths)
         read = fmt.read(native.followed(placed))
+    except transcripts.Differs as exc:  # it went on after the save: the copy cannot resume it, nor fork it here
+        act.note(f"{exc}: its first run starts a {title} session of its own, given the history so far")
+        return None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a carried session of another shape
-        raise SnapshotError(f"the {agents.CLIS[ref['cli']].title} session the snapshot carries cannot be"
+        raise SnapshotError(f"the {title} session the snapshot carries cannot be"
                             f" placed here: {type(exc).__name__} {exc}") from None
-    title = agents.CLIS[ref["cli"]].title
     held = await native.holder(act.tx, ref["cli"], placed["id"])
-    if held is not None:  # loaded where it already is (its source, or a copy loaded before)
-        act.note(f"its {title} session {placed['id']} is session {held}'s too: its first run makes one of its"
-                 " own from it (a fork), so that neither writes into the other's")
+    if placed.pop("already", False) or held is not None:  # its source is here (this workspace or another)
+        whose = f"session {held}'s" if held is not None else "on this machine already"
+        act.note(f"its {title} session {placed['id']} is {whose}: its first run makes one of its own from it"
+                 " (a fork), so that neither writes into the other's")
         return json.dumps({**placed, "position": read.position.as_json(), "fork": True})
     act.note(f"its {title} session {placed['id']} is placed where {title} finds it here: its next run resumes it")
     return json.dumps({**placed, "position": read.position.as_json()})

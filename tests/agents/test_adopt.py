@@ -383,7 +383,7 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
         for n in ("one", "two"):
             loaded = await live.load(str(snap))
             assert (await live.show(loaded.sid)).agent_ref["fork"]
-            assert any(f"is session {sid}'s too" in note.text for note in loaded.notes)
+            assert any(f"is session {sid}'s: its first run makes one of its own" in note.text for note in loaded.notes)
             await live.approve(loaded.sid)
             await live.send(loaded.sid, f"which word, copy {n}?")
             asked = len(model_server.requests)
@@ -393,8 +393,33 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
             assert any("remember the word heron" in s and f"which word, copy {n}?" in s for s in seen)
             copies.append((await live.show(loaded.sid)).agent_ref)
     assert len({own, copies[0]["id"], copies[1]["id"]}) == 3 and not any(c.get("fork") for c in copies)
+    other = await Workspace.open(tmp_path / "another.db")  # another workspace, the same machine
+    try:
+        elsewhere = await other.load(str(snap))
+        assert (await other.show(elsewhere.sid)).agent_ref["fork"]
+        assert any("is on this machine already: its first run makes one" in n.text for n in elsewhere.notes)
+    finally:
+        await other.close()
     assert (await live.sync(sid)).messages == 0  # its own session has nothing of the copies' turns
     assert said((await live.show(sid)).to_json())[-1] == ("assistant", "I will remember the word heron.")
+
+    model_server.script.add(say("Still heron."), say("Heron, from the old snapshot."))
+    async with engine_on(db, slots=1):  # the source goes on: the snapshot is behind its CLI session now
+        await live.send(sid, "and now?")
+        await live.activate(sid)
+        await until(lambda: _ran_n(live, sid, 2), timeout=RUN_S)
+        stale = await live.load(str(snap))
+        assert (await live.show(stale.sid)).agent_ref is None
+        assert any("with another history: its first run starts" in note.text for note in stale.notes)
+        await live.approve(stale.sid)
+        await live.send(stale.sid, "which word, from the old snapshot?")
+        asked = len(model_server.requests)
+        await live.activate(stale.sid)
+        await until(lambda: _ran(live, stale.sid), timeout=RUN_S)
+    seen = [" ".join(r.texts()) for r in model_server.requests[asked:]]
+    assert any("remember the word heron" in s and "which word, from the old snapshot?" in s and "and now?" not in s
+               for s in seen)
+    assert (await live.show(stale.sid)).agent_ref["id"] not in {own, copies[0]["id"], copies[1]["id"]}
 
 
 async def test_the_monitor_and_ps_show_a_session_its_cli_runs_outside_procession(

@@ -280,9 +280,9 @@ def test_a_carried_session_placed_under_another_home_and_folder_is_resumed_there
                       "transcript": transcript(claude_sandbox.env, new, recorded.id)}
     records = [json.loads(line) for line in Path(placed["transcript"]).read_text().splitlines()]
     assert {r["cwd"] for r in records if "cwd" in r} == {new}
-    assert FORMAT.place(carried, claude_sandbox.env, new, {old: new}) == placed  # the same again: fine
+    assert FORMAT.place(carried, claude_sandbox.env, new, {old: new}) == {**placed, "already": True}  # again: said
     changed = {**carried, "records": carried["records"][:-3]}
-    with pytest.raises(InvalidArgument, match="^a different Claude Code session .* is already at"):
+    with pytest.raises(InvalidArgument, match="^Claude Code session .* is already at .*, with another history"):
         FORMAT.place(changed, claude_sandbox.env, new, {old: new})
 
     model_server.script.add(say("We wrote hi into file."))

@@ -243,7 +243,8 @@ def test_a_carried_thread_is_placed_in_another_home_and_the_cli_resumes_it_there
     settings = [json.loads(line) for line in Path(ref["transcript"]).read_text().splitlines()]
     assert {r["payload"]["cwd"] for r in settings if r["type"] in ("session_meta", "turn_context")} == {
         str(target.workdir)}
-    assert FORMAT.place(carried, target.env, str(target.workdir), {str(recorded.sandbox.home): str(target.home)}) == ref
+    assert FORMAT.place(carried, target.env, str(target.workdir),
+                        {str(recorded.sandbox.home): str(target.home)}) == {**ref, "already": True}
 
     model_server.script.add(say("Resumed elsewhere."))
     run = target.prompt("go on over here", resume=recorded.thread)

@@ -94,11 +94,14 @@ def test_a_carried_session_is_placed_in_another_home_and_folder_and_resumed_ther
     steps = [m["info"] for m in FORMAT.carry(ref, there.env)["messages"] if m["info"]["role"] == "assistant"]  # type: ignore[index]
     assert {s["path"]["cwd"] for s in steps} == {str(there.workdir)}
 
-    assert FORMAT.place(carried, there.env, str(there.workdir), mapping) == ref  # the same session: taken as it is
+    assert FORMAT.place(carried, there.env, str(there.workdir), mapping) == {**ref, "already": True}  # taken as it is
     other = json.loads(json.dumps(carried))
     other["messages"][0]["info"]["id"] = "msg_000000000001AAAAAAAAAAAAAA"
-    with pytest.raises(InvalidArgument, match="different session"):
+    with pytest.raises(InvalidArgument, match="is already in .*, with another history"):
         FORMAT.place(other, there.env, str(there.workdir), mapping)
+    shorter = {**carried, "messages": carried["messages"][:-1]}  # the session went on here: a fork cannot cut it
+    with pytest.raises(InvalidArgument, match="is already in .*, with another history"):
+        FORMAT.place(shorter, there.env, str(there.workdir), mapping)
 
     model_server.script.add(say("Resumed there."))
     resumed = there.prompt("third prompt", resume=sid)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from importlib import import_module
 
 from ..errors import InvalidArgument
-from .base import Format, Found, Position, Said, Transcript, remap, within
+from .base import Differs, Format, Found, Position, Said, Transcript, remap, within
 
-__all__ = ["CLIS", "Format", "Found", "Position", "Said", "Transcript", "format_of", "remap", "within"]
+__all__ = ["CLIS", "Differs", "Format", "Found", "Position", "Said", "Transcript", "format_of", "remap", "within"]
 
 #: The CLIs whose files Procession reads, each a module of this package with a ``FORMAT``.
 CLIS = ("claude", "codex", "opencode")

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..errors import InvalidArgument
+
+
+class Differs(InvalidArgument):
+    """``place`` found the carried session's id here already, with another history (it went on
+    after the snapshot was saved, say): nothing is written."""
+
 
 @dataclass(slots=True)
 class Said:
@@ -123,8 +130,9 @@ class Format(Protocol):
               mapping: Mapping[str, str]) -> dict[str, Any]:
         """Write a carried session where this machine's CLI (under ``env``) finds it, for a
         session whose folder is now ``cwd``; ``mapping`` (old path prefix -> new) rewrites the
-        paths inside it. Returns the new agent reference (``Transcript.ref`` shape). Refuses,
-        with ``InvalidArgument``, to overwrite a session of the same id that differs."""
+        paths inside it. Returns the new agent reference (``Transcript.ref`` shape), with
+        ``"already": True`` when that very session was here before. Refuses, with ``Differs``,
+        to overwrite a session of the same id that differs."""
         ...
 
     def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:

@@ -44,7 +44,7 @@ from typing import Any, Final
 from .. import limits
 from ..errors import InvalidArgument
 from ..toolcalls import one_line, tool_message
-from .base import Found, Position, Said, Transcript, iso_time, remap
+from .base import Differs, Found, Position, Said, Transcript, iso_time, remap
 
 CLI: Final = "claude"
 #: The CLI's own limit on a project folder's name; a longer one is cut and given a hash.
@@ -575,16 +575,17 @@ class ClaudeFormat:
             kept[os.path.join(folder, *parts)] = text.replace(old_folder, folder) if old_folder else text
         for file, text in kept.items():
             if os.path.exists(file) and Path(file).read_text("utf-8", "replace") != text:
-                raise InvalidArgument(f"a different Claude Code session {ident} is already at {path}")
+                raise Differs(f"Claude Code session {ident} is already at {path}, with another history")
         if os.path.exists(path) and _read_lines(path, 0).records != placed:
-            raise InvalidArgument(f"a different Claude Code session {ident} is already at {path}")
+            raise Differs(f"Claude Code session {ident} is already at {path}, with another history")
         for file, text in kept.items():
             if not os.path.exists(file):
                 os.makedirs(os.path.dirname(file), exist_ok=True)
                 Path(file).write_text(text, "utf-8")
-        if not os.path.exists(path):
+        already = os.path.exists(path)
+        if not already:
             _write(path, placed)
-        return {"cli": CLI, "id": ident, "cwd": cwd, "transcript": path}
+        return {"cli": CLI, "id": ident, "cwd": cwd, "transcript": path, **({"already": True} if already else {})}
 
     # -------------------------------------------------------------------------- writing
 

@@ -47,7 +47,7 @@ from urllib.request import pathname2url
 from .. import limits
 from ..errors import InvalidArgument
 from ..toolcalls import summary, text_of, tool_message
-from .base import Found, Position, Said, Transcript, iso_time, remap
+from .base import Differs, Found, Position, Said, Transcript, iso_time, remap
 
 CLI = "codex"
 #: User messages Codex writes itself, recognised by their opening tag when a rollout has no
@@ -433,7 +433,7 @@ def _there(path: Path, text: str, ancestor: bool) -> bool:
     there = path.read_text(encoding="utf-8", errors="replace")
     if there == text or (ancestor and there.startswith(text)):
         return True
-    raise InvalidArgument(f"Codex thread {thread_of(str(path))} is already at {path}, with another history")
+    raise Differs(f"Codex thread {thread_of(str(path))} is already at {path}, with another history")
 
 
 def _write(path: Path, text: str) -> None:
@@ -567,7 +567,8 @@ class CodexFormat:
         for path, text in missing:
             _write(path, text)
         target = made[-1][0]
-        return {"cli": CLI, "id": thread_of(str(target)), "cwd": cwd, "transcript": str(target)}
+        return {"cli": CLI, "id": thread_of(str(target)), "cwd": cwd, "transcript": str(target),
+                **({"already": True} if not missing else {})}
 
     def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:
         """A new thread (a UUIDv7 id, as Codex makes) whose rollout holds ``history`` as the

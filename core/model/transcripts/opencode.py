@@ -29,7 +29,7 @@ from typing import Any
 from .. import agents
 from ..errors import InvalidArgument
 from ..toolcalls import summary, tool_message
-from .base import Found, Position, Said, Transcript, remap
+from .base import Differs, Found, Position, Said, Transcript, remap
 
 CLI = "opencode"
 #: How long a read waits for a writer that holds the database (WAL readers rarely wait).
@@ -311,11 +311,11 @@ class Opencode:
     @staticmethod
     def _same(path: str, sid: str, directory: str, cwd: str, messages: list[Any]) -> dict[str, Any]:
         held = {mid for mid, *_ in _messages(path, sid)[0]}
-        if any((m.get("info") or {}).get("id") not in held for m in messages):
-            raise InvalidArgument(f"opencode already has a different session {sid} in {path}; not overwritten")
+        if held != {(m.get("info") or {}).get("id") for m in messages}:  # a fork cannot cut a longer one
+            raise Differs(f"opencode session {sid} is already in {path}, with another history")
         if os.path.realpath(directory) != os.path.realpath(cwd):
             raise InvalidArgument(f"opencode session {sid} is already here, in {directory}, not in {cwd}")
-        return {"cli": CLI, "id": sid, "cwd": directory, "transcript": path}
+        return {"cli": CLI, "id": sid, "cwd": directory, "transcript": path, "already": True}
 
     def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:
         """A new session holding ``history``, imported as ``place`` does: user prompts, the
