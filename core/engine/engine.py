@@ -147,7 +147,8 @@ class Engine:
                 self.heartbeat.stop()
             await store.close()
             self.ledger = None  # nothing to shut down
-            reaper.let_go()
+            if reaper.let_go():
+                reaper.collect()
             raise
 
     def _give_up(self, why: str) -> None:
@@ -194,7 +195,8 @@ class Engine:
         finally:
             await self.ledger.close()  # an open aiosqlite connection would keep the process from exiting
             self.ledger = None
-            await asyncio.to_thread(reaper.let_go)
+            if reaper.let_go():
+                await asyncio.to_thread(reaper.collect)
         log.info("engine %s stopped", os.getpid())
 
     async def _loop(self, stop: asyncio.Event) -> None:

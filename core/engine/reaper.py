@@ -52,18 +52,24 @@ def hold() -> bool:
     return _subreaper(1)
 
 
-def let_go() -> None:
-    """One engine of this process stopped; the last one makes it an ordinary parent again,
-    after ending the orphans it was given (its runs are over) and collecting their status:
-    a process that embeds an engine and lives on is not left a subreaper, gathering zombies
-    nobody reaps."""
+def let_go() -> bool:
+    """One engine of this process stopped; the last one makes it an ordinary parent again
+    (True), and then ``collect``s: a process that embeds an engine and lives on is not left a
+    subreaper, gathering zombies nobody reaps. Called where ``hold`` is (the event loop), so
+    that the count and the flag move together."""
     global _holders
     _holders = max(0, _holders - 1)
     if _holders:
-        return
+        return False
     _subreaper(0)
+    return True
+
+
+def collect() -> None:
+    """End the orphans this process was given (its runs are over) and collect their status;
+    it stops if another engine holds the process meanwhile (they may be its own)."""
     for _ in range(ROUNDS):
-        if not reap():
+        if _holders or not reap():
             return
         time.sleep(0.02)  # a killed orphan is a zombie, to collect, a moment later
 
