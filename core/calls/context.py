@@ -75,11 +75,17 @@ class ContextCalls(Calls):
                 created = m.get("created")
                 if created is None:
                     created = now
-                elif isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
+                elif (isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created)
+                      or created < 0):
                     raise InvalidArgument(f"message {n}: created must be a time in seconds since the epoch")
+                pinned = m.get("pinned", False)
+                if not isinstance(pinned, bool):  # "false" is a string, and true
+                    raise InvalidArgument(f"message {n}: pinned must be true or false")
+                if "author" in m and not isinstance(m["author"], str):
+                    raise InvalidArgument(f"message {n}: author must be a name (a string)")
                 by = limits.name(m["author"], f"message {n} author") if "author" in m else author
-                yield (m["role"], limits.text(m["content"], f"message {n}"), by, bool(m.get("pinned", False)),
-                       m.get("meta") or None, float(created))
+                yield (m["role"], limits.text(m["content"], f"message {n}"), by, pinned, m.get("meta") or None,
+                       float(created))
 
         start = act.row["length"]
         seq = await deliver(act.tx, act.row, checked(), author, total, progress)

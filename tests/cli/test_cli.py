@@ -136,7 +136,10 @@ def test_send_jsonl_appends_a_transcript_in_one_transaction(cli: Any, db: Path, 
                              '{"role": "assistant", "content": "", "tool_calls": []}',  # not dropped unseen
                              '{"role": "user", "content": "x", "meta": []}',
                              '{"role": "tool", "content": "x", "meta": {"tool": "x"}}',
-                             '{"role": "user", "content": "x", "created": "yesterday"}']):
+                             '{"role": "user", "content": "x", "created": "yesterday"}',
+                             '{"role": "user", "content": "x", "created": -5}',
+                             '{"role": "user", "content": "x", "pinned": "false"}',
+                             '{"role": "user", "content": "x", "author": 5}']):
         f = tmp_path / f"bad{n}.jsonl"
         at = [0, 25, 50][n % 3]  # first line, middle, last line
         f.write_text("\n".join(lines[:at] + [bad] + lines[at:]) + "\n")
