@@ -14,7 +14,6 @@ from typing import Any
 from procession.calls import Workspace
 from procession.calls.outside import Looker, marked
 from procession.calls.reads import PS_SORTS
-from procession.model import transcripts
 from procession.model.records import Message, SessionDetail, SessionInfo
 from procession.present import lines, words
 from procession.present.cells import COLUMNS
@@ -62,8 +61,8 @@ async def ps(ws: Workspace, args: argparse.Namespace) -> int:
         await emit_stream(args, ws.ps_json_batches(**how), lambda data: data, str)
         return 0
     found = [s async for batch in ws.ps_batches(**how) for s in batch]
-    if any(s.adopted or s.runner.split(":")[0] in transcripts.CLIS for s in found):  # a look costs a process scan
-        live = await asyncio.to_thread(Looker().look, await ws.agent_refs())
+    if refs := await ws.agent_refs():  # none: no process scan
+        live = await asyncio.to_thread(Looker().look, refs)
         found = [marked(s, live.get(s.id)) for s in found]
     outside = [f"session {s.id}: {lines.open_outside(s.outside)}" for s in found if s.outside is not None]
     emit(args, None, "\n".join([ps_table(found, time.time()), *outside,  # its NAME cell cuts the mark short

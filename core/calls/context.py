@@ -67,9 +67,10 @@ class ContextCalls(Calls):
                 if len(m) > 2 and not MESSAGE_KEYS.issuperset(m):
                     raise InvalidArgument(f"message {n}: unknown key {sorted(m.keys() - MESSAGE_KEYS)[0]!r};"
                                           f" a message has {', '.join(sorted(MESSAGE_KEYS))}")
-                if not isinstance(m.get("meta"), dict | None):  # null: none, as history prints it
+                meta = m.get("meta")
+                if not isinstance(meta, dict | None):  # null: none, as history prints it
                     raise InvalidArgument(f"message {n}: meta must be a JSON object")
-                if m.get("meta") and not isinstance(m["meta"].get("tool", {}), dict):
+                if meta and not isinstance(meta.get("tool", {}), dict):
                     raise InvalidArgument(f"message {n}: meta's tool must be an object (a tool call: id, name,"
                                           " input, output, is_error)")
                 created = m.get("created")
@@ -84,8 +85,7 @@ class ContextCalls(Calls):
                 if "author" in m and not isinstance(m["author"], str):
                     raise InvalidArgument(f"message {n}: author must be a name (a string)")
                 by = limits.name(m["author"], f"message {n} author") if "author" in m else author
-                yield (m["role"], limits.text(m["content"], f"message {n}"), by, pinned, m.get("meta") or None,
-                       float(created))
+                yield m["role"], limits.text(m["content"], f"message {n}"), by, pinned, meta or None, float(created)
 
         start = act.row["length"]
         seq = await deliver(act.tx, act.row, checked(), author, total, progress)
