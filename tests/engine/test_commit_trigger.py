@@ -161,8 +161,11 @@ async def test_every_branch_and_a_branch_or_repository_that_goes(live, engine, t
     repo.git("branch", "topic")
     await live.trigger_add(follower, "commit", branch="topic")
     await until(lambda: seen(live, follower, repo.head()))
-    repo.git("switch", "-q", "-c", "feature")
+    # The commit first, then a branch at it: one change of the refs (``switch -c`` then a commit
+    # is two, and the watch may see the branch before its commit, so that it is not new then).
+    repo.git("switch", "-q", "--detach")
     repo.commit({"f.txt": "f\n"}, "on feature")
+    repo.git("switch", "-q", "-c", "feature")
     runs = await until(lambda: ended_runs(live, anyone, 1))
     assert runs[0].cause[0]["branch"] == "feature" and subjects(runs[0].cause[0]) == ["on feature"]
     assert runs[0].cause[0]["old"] is None  # a branch new to the trigger: the commits on no other branch
