@@ -381,7 +381,12 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
     stuck = sum(1 for x in engines.lives if x.get("stuck"))
     if stuck:
         miss("engines that did not stop", f"{stuck}")
-    tracebacks = [p.name for p in logs.glob("engine-*.log") if b"Traceback" in p.read_bytes()]
+    tracebacks = []
+    for log in sorted(logs.glob("engine-*.log")):
+        text = log.read_text(errors="replace")
+        if "Traceback" in text:  # said whole where it is seen: the folder is gone after the run
+            tracebacks.append(log.name)
+            print(f"{log.name}:\n{text[text.index('Traceback'):][-2500:]}", file=sys.stderr)
     if tracebacks:
         miss("engine tracebacks", ", ".join(tracebacks))
     return {
