@@ -82,8 +82,6 @@ class ContextCalls(Calls):
                 pinned = m.get("pinned", False)
                 if not isinstance(pinned, bool):  # "false" is a string, and true
                     raise InvalidArgument(f"message {n}: pinned must be true or false")
-                if "author" in m and not isinstance(m["author"], str):
-                    raise InvalidArgument(f"message {n}: author must be a name (a string)")
                 by = limits.name(m["author"], f"message {n} author") if "author" in m else author
                 yield m["role"], limits.text(m["content"], f"message {n}"), by, pinned, meta or None, float(created)
 

@@ -13,9 +13,10 @@ leader orphans them. So each run gets a ``Tracker`` that knows all its processes
 
 Either way, while it runs, the engine is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a
 process orphaned by a step is re-parented to the engine, not to init, so the engine can reap
-it (``reap``) and nothing it tracks outlives it unnoticed. Suspend sends SIGSTOP to every tracked process (so
-they read ``T`` in ``/proc`` and in htop), resume SIGCONT, cancel SIGKILL; each is repeated
-until no new process shows up, so a process that forks while being stopped is caught too.
+it (``reap``) and nothing it tracks outlives it unnoticed. Suspend sends SIGSTOP to every
+tracked process (so they read ``T`` in ``/proc`` and in htop), resume SIGCONT, cancel SIGKILL;
+each is repeated until no new process shows up, so a process that forks while being stopped is
+caught too.
 A dead engine's runs are found again by the next one through the tracker name kept in the
 run's row (a cgroup path, or a marker).
 """

@@ -61,7 +61,9 @@ def _unicode(value: str, what: str) -> None:
 
 
 def name(value: str, what: str = "name", limit: int = NAME_MAX) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):  # from JSON: 5 is no name, and no empty one either
+        raise InvalidArgument(f"{what} must be a name (a string)")
+    if not value.strip():
         raise InvalidArgument(f"{what} must not be empty")
     _unicode(value, what)
     if len(value) > limit:
