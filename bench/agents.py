@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from report import Results, engine_running, environment, table  # noqa: E402
-from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli  # noqa: E402
+from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli, session_env  # noqa: E402
 from support.models import ModelServer, say  # noqa: E402
 
 
@@ -53,20 +54,10 @@ def direct(sandbox: Any, server: ModelServer, seen: int) -> tuple[float, float]:
 
 async def through(sandbox: Any, server: ModelServer, seen: int, folder: Path) -> tuple[float, float]:
     from procession import Workspace
-    from procession.model import environ
 
     db = folder / f"ws-{seen}.db"
     async with await Workspace.open(db) as ws:
-        settings, passed = {f"PROCESSION_{sandbox.name.upper()}": str(sandbox.cli.command)}, []
-        for key, value in sandbox.vars().items():
-            try:
-                environ.setting(f"{key}={value}")
-                settings[key] = value
-            except Exception:
-                import os
-
-                os.environ[key] = value
-                passed.append(key)
+        settings, passed = session_env([sandbox], os.environ.__setitem__)
         sid = (await ws.spawn("bench", "bench", runner=f"{sandbox.name}:", cwd=str(sandbox.workdir), env=settings,
                               passed=passed)).sid
         await ws.send(sid, "hello")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from procession.calls import Workspace
 from procession.calls.lifecycle import COMPRESS_METHODS, DEFAULT_WINDOW, EXTRACTIVE, MODEL
-from procession.model import environ, runner_spec
+from procession.model import bounds, environ, runner_spec
 from procession.model.calls import Call
 from procession.model.errors import ProcessionError
 from procession.model.outcomes import Moved, Outcome
@@ -20,7 +20,7 @@ from procession.present import parse, results
 from procession.present.words import printable
 
 from .terminal import UsageError, done, emit, error, notes, read_text
-from .registry import SID, SIDS, arg, command
+from .registry import SID, SIDS, Arg, arg, command
 
 RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME | claude:[MODEL] | codex:[MODEL] | opencode:[P/MODEL]"
 
@@ -30,6 +30,15 @@ ENV_ARGS = [
     arg("--pass", dest="passed", action="append", default=[], metavar="NAME",
         help="give runs the engine's own $NAME (the value is never stored)"),
 ]
+#: How the kernel holds a session's runs (spawn's defaults; set's none: unchanged).
+CONFINE_HELP = ("how the kernel holds its runs to its bindings: bound (confined where the kernel can; the"
+                " default), strict (never run unconfined), off")
+NET_HELP = "where its runs may connect: any (the default), none, or model (its model's and MCP servers' ports)"
+
+
+def bounds_args(defaults: bool) -> list[Arg]:
+    return [arg("--confine", choices=bounds.CONFINES, default=bounds.BOUND if defaults else None, help=CONFINE_HELP),
+            arg("--net", choices=bounds.NETS, default=bounds.ANY if defaults else None, help=NET_HELP)]
 
 
 def settings(pairs: list[str]) -> dict[str, str]:
@@ -49,13 +58,13 @@ def settings(pairs: list[str]) -> dict[str, str]:
     arg("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens"),
     arg("--timeout", type=float, help="seconds a run may take"),
     arg("--cwd", help="the session's working folder (default: here)"),
-    *ENV_ARGS,
+    *ENV_ARGS, *bounds_args(defaults=True),
 ])
 async def spawn(ws: Workspace, args: argparse.Namespace) -> int:
     outcome = await ws.spawn(args.name, args.agent, system=args.system, goal=args.goal, priority=args.priority,
                              runner=args.runner, window=args.window, timeout=args.timeout,
                              cwd=str(Path(args.cwd).resolve()) if args.cwd else None,
-                             env=settings(args.env), passed=args.passed)
+                             env=settings(args.env), passed=args.passed, confine=args.confine, net=args.net)
     return done(args, outcome, str(outcome.sid))
 
 
@@ -83,6 +92,7 @@ async def env(ws: Workspace, args: argparse.Namespace) -> int:
         help="a field the openai: runner adds to each request (null removes it); repeatable"),
     arg("--tokenizer", metavar="SPEC", help="count the context as the model does: a tokenizer.json file,"
         " tiktoken:ENCODING, auto (the model's, if at hand offline) or none"),
+    *bounds_args(defaults=False),
 ])
 async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     system = args.system
@@ -97,10 +107,11 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
                                           max_tokens=args.max_tokens, fields=fields))
     if args.tokenizer is not None:
         outcomes.append(await ws.set_tokenizer(args.sid, args.tokenizer))
-    settings = (args.name, args.goal, system, args.timeout, args.window, args.fail_limit)
+    settings = (args.name, args.goal, system, args.timeout, args.window, args.fail_limit, args.confine, args.net)
     if not outcomes or any(v is not None for v in settings):
         outcomes.append(await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
-                                     window=args.window, fail_limit=args.fail_limit))
+                                     window=args.window, fail_limit=args.fail_limit, confine=args.confine,
+                                     net=args.net))
     return done(args, outcomes[-1])
 
 

@@ -29,6 +29,13 @@ class Clock:
         return self.now
 
 
+@pytest.fixture(autouse=True)
+def in_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test works in a folder of its own, as a user runs procession in a project: a
+    session spawned without a folder works there, and its confined runs may write there."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "ws.db"

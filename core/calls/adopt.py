@@ -199,7 +199,7 @@ class AdoptCalls(LifecycleCalls):
         if ref.get("fork"):
             raise InvalidArgument(f"session {sid}'s own {agents.CLIS[ref['cli']].title} session is made by its"
                                   " first run (a fork): activate it once first")
-        env = cli_environment(act.row)
+        env = cli_environment(act.row, passed=True)
         agents.locate(ref["cli"], env)  # not installed here: refused before anything changes
         held = act.row["state"] != State.SUSPENDED
         if held:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import agents, limits, snapshot, snapshot_process, transcripts, trigger_spec
+from ..model import agents, bounds, environ, limits, snapshot, snapshot_process, transcripts, trigger_spec
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
@@ -174,12 +174,16 @@ class FileCalls(Calls):
                                 *(p for _, spec in triggers for p in [*spec.get("paths", []), spec.get("repo") or ""]
                                   if isinstance(p, str))])
         cwd = _folder(act, s.get("cwd"), paths)
+        settings = {k: v for k, v in (s.get("env") or {}).items() if k not in environ.RESERVED}
+        if len(settings) != len(s.get("env") or {}):
+            act.note(f"its setting {', '.join(sorted(set(s['env']) - set(settings)))} is left out: each run has its own")
         await rows.update_session(
             tx, sid, agent_id=await rows.agent_id(tx, s["agent"]), name=s["name"], goal=s["goal"], system=system,
             priority=s["priority"], runner=s["runner"], window=s["window"], timeout=s["timeout"],
             system_tokens=system_tokens, context_tokens=context + system_tokens, cwd=cwd,
-            env=json.dumps(s["env"]) if s.get("env") else None,
+            env=json.dumps(settings) if settings else None,
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
+            confine=s.get("confine", bounds.BOUND), net=s.get("net", bounds.ANY),
             agent_ref=(ref := await _agent_ref(act, s, cwd, paths)),
             agent_seen=s.get("agent_seen", 0) if ref else 0,
         )
@@ -255,7 +259,7 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
     if carried is None:
         return json.dumps({**ref, "fork": True})
     fmt = transcripts.format_of(ref["cli"])
-    env = {**os.environ, **(s.get("env") or {})}
+    env = environ.session_environment(ref["cli"], s.get("env") or {}, [], os.environ)
     title = agents.CLIS[ref["cli"]].title
     try:  # on the store's own thread, as the call's body runs
         placed = fmt.place(carried, env, cwd, paths)
@@ -301,6 +305,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             # settings, not secrets: a passed name travels, its value never does
             "env": json.loads(row["env"]) if row["env"] else {},
             "passed": json.loads(row["pass_env"]) if row["pass_env"] else [],
+            "confine": row["confine"], "net": row["net"],
             "agent_ref": native.agent_ref(row),
             "agent_seen": row["agent_seen"],
             "cwd": row["cwd"],

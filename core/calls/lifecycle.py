@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ..model import agents, environ, limits, runner_spec, sampling
+from ..model import agents, bounds, environ, limits, runner_spec, sampling
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
 from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Recounted, Spawned, Updated
@@ -24,7 +24,7 @@ from .syscall import Act, syscall
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
-SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit")
+SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit", "confine", "net")
 #: The most failed runs in a row a session may be set to bear before it is suspended.
 FAIL_LIMIT_MAX = 1000
 #: How ``migrate`` may compress a context that does not fit (``compress``'s ways, but the user's own).
@@ -51,9 +51,12 @@ class LifecycleCalls(Calls):
         self, act: Act, name: str, agent: str, *, system: str = "", goal: str = "", priority: int = 0,
         runner: str = runner_spec.DEFAULT, window: int = DEFAULT_WINDOW, timeout: float | None = None,
         cwd: str | None = None, env: dict[str, str] | None = None, passed: list[str] | None = None,
+        confine: str = bounds.BOUND, net: str = bounds.ANY, armed: bool = True,
     ) -> Spawned:
         """A new sleeping session for ``agent`` (made on first use), working in ``cwd``, with
-        its own environment (``env`` stored, ``passed`` names handed over at run time)."""
+        its own environment (``env`` stored, ``passed`` names handed over at run time) and its
+        bounds (``confine``, ``net``: ``model.bounds``); ``armed`` false: its runner waits for
+        ``approve`` (a scoped MCP client spawned it with what a person has not approved)."""
         require_cli(runner_spec.parse(runner))
         settings, names = environ.merged({}, [], set={k: environ.setting(f"{k}={v}")[1] for k, v in (env or {}).items()},
                                          passes=list(passed or []), unset=[])
@@ -70,8 +73,15 @@ class LifecycleCalls(Calls):
             priority=limits.priority(priority), runner=runner, window=limits.window(window),
             timeout=limits.positive(timeout, "timeout"), cwd=folder,
             env=json.dumps(settings) if settings else None, pass_env=json.dumps(names) if names else None,
-            spawned_by=self.acting,
+            spawned_by=self.acting, confine=bounds.confine(confine), net=bounds.net(net), armed=int(armed),
         )
+        if confine != bounds.OFF:
+            why = bounds.too_wide(os.path.realpath(folder), os.path.realpath(os.path.expanduser("~")), write=True)
+            if why:
+                act.note(f"its folder {folder} cannot bound a confined run ({why}): bind a project folder before"
+                         " it runs", Call.BIND, sid)
+        if not armed:
+            act.note("its runner waits for a person's approval", Call.APPROVE, sid)
         return Spawned(sid)
 
     @syscall(Call.ENV)
@@ -121,9 +131,10 @@ class LifecycleCalls(Calls):
     @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
                   system: str | None = None, timeout: float | None = None, window: int | None = None,
-                  fail_limit: int | None = None) -> Updated:
+                  fail_limit: int | None = None, confine: str | None = None, net: str | None = None) -> Updated:
         """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it;
-        ``fail_limit`` failed runs in a row suspend the session, 0: never).
+        ``fail_limit`` failed runs in a row suspend the session, 0: never; ``confine`` and
+        ``net``: how the kernel holds its runs, ``model.bounds``).
 
         A new window must hold the context as it is (compress it first, or use migrate
         with ``compress``); a running step goes on as it started, the next run sees the change.
@@ -148,6 +159,10 @@ class LifecycleCalls(Calls):
             if not 0 <= fail_limit <= FAIL_LIMIT_MAX:
                 raise InvalidArgument(f"the failure limit must be between 0 (never suspend) and {FAIL_LIMIT_MAX}")
             cols["fail_limit"] = fail_limit
+        if confine is not None:
+            cols["confine"] = bounds.confine(confine)
+        if net is not None:
+            cols["net"] = bounds.net(net)
         new_window = cols.get("window", row["window"])
         context = tokens.scaled(context, row["token_scale"])
         if context > new_window and (window is not None or system is not None):
@@ -157,7 +172,7 @@ class LifecycleCalls(Calls):
         changed = tuple(k for k in SETTINGS if k in cols and cols[k] != row[k])
         if not changed:
             raise InvalidArgument(f"nothing to change in session {sid}: give a new name, goal, system prompt,"
-                                  " timeout, window or failure limit")
+                                  " timeout, window, failure limit, confinement or network")
         await rows.update_session(act.tx, sid, **cols)
         if State(row["state"]) is State.RUNNING:
             act.note("the running step goes on as it started; its next run sees the change")

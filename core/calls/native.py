@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..model import runner_spec, transcripts
+from ..model import environ, runner_spec, transcripts
 from ..model.transcripts import Found, Said
 from ..store import rows
 from ..store.sqlite import Tx
@@ -37,10 +37,16 @@ def agent_ref(row: Any) -> dict[str, Any] | None:
     return json.loads(row["agent_ref"]) if row["agent_ref"] else None
 
 
-def cli_environment(row: Any) -> dict[str, str]:
-    """The environment a session's agent CLI sees from here: this process's, with the
-    session's stored settings over it (a setting may move the CLI's home)."""
-    return {**os.environ, **(json.loads(row["env"]) if row["env"] else {})}
+def cli_environment(row: Any, *, cli: str | None = None, passed: bool = False) -> dict[str, str]:
+    """The environment agent CLI ``cli`` (default: the session's agent's, else its runner's)
+    sees from here, as a run would have it: what its runner takes of this process's, the
+    session's stored settings over it (a setting may move the CLI's home), and (``passed``: to
+    run the CLI here) the values of the names it passes that this process has."""
+    ref = agent_ref(row) if cli is None else None
+    kind = cli or (ref["cli"] if ref else runner_spec.parse(row["runner"]).kind)
+    settings = json.loads(row["env"]) if row["env"] else {}
+    names = [n for n in (json.loads(row["pass_env"]) if row["pass_env"] else []) if n in os.environ] if passed else []
+    return environ.session_environment(kind, settings, names, os.environ)
 
 
 def followed(ref: Mapping[str, Any]) -> Found:

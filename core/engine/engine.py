@@ -18,7 +18,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -26,18 +28,19 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..model import runner_spec
+from ..model import environ, mcp_binding, runner_spec
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
 from ..store.sqlite import Store
-from . import follow, reaper
+from . import confinement, follow, reaper
 from .lease import Heartbeat
+from .own_mcp import OwnServers
 from .ledger import FAILED, Ledger, Orphan
 from .running import LiveRun, Reader
 from .runners import agents, protocol
 from .runners.http import HttpStep
-from .runners.process import ProcessStep, StepResult
+from .runners.process import ProcessStep, StepResult, argv
 from .triggers import Triggers, next_due
 
 __all__ = ["Engine", "next_due"]
@@ -276,36 +279,53 @@ class Engine:
         assert self.ledger is not None
         sid = row["id"]
         spec = runner_spec.parse(row["runner"])
-        cwd = await self.ledger.workdir(sid)
-        try:
-            env = run_environment(row, {"PROCESSION_SESSION": str(sid), "PROCESSION_DB": str(self.ledger.path),
-                                        "PWD": cwd})  # opencode takes its folder from $PWD
-        except InvalidArgument as exc:
-            await self._fail_to_start(row, str(exc))
-            return False
+        cwd, resources = await self.ledger.workdir(sid)
+        tmp = tempfile.mkdtemp(prefix=f"procession-run-{sid}-")
         launch = uuid.uuid4().hex[:12]
         tracker: reaper.Tracker | None = None
         step: ProcessStep | HttpStep
         turn: agents.Turn | None = None
         invocation = agents.Invocation([])
         reader: Reader = protocol.Reader()
+        own: OwnServers | None = None
         try:
+            env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
+                                                        "PROCESSION_DB": str(self.ledger.path), "PWD": cwd})
+            if spec.kind != "openai" and any(mcp_binding.is_procession(r["kind"], r["uri"]) for r in resources):
+                own = OwnServers(str(self.ledger.path), sid, tmp, env)
+                env.update(await own.open(resources))
+            exe: str | None = None
+            state: list[str] = []
+            configs: list[str] = []
+            urls: list[str] = []
             if spec.agent:
+                exe = agents.locate(spec.kind, env)
+                state, configs = agents.state(spec.kind, env)
+                urls = agents.endpoints(spec.kind, env)
+            held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources,
+                                       env=env, tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
+                                       commands=[spec.target] if spec.kind == "command" else [])
+            if spec.agent:
+                assert exe is not None
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
-                invocation, reader = agents.prepare(spec.kind, turn)
+                turn.tmp, turn.confined = tmp, held.confined
+                invocation, reader = agents.prepare(spec.kind, turn, exe)
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
                 tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")
-                step = await HttpStep.start(spec, cwd, tracker.environ(env), count=self.ledger.store.count_tokens)
+                step = await HttpStep.start(spec, cwd, tracker.environ(env), count=self.ledger.store.count_tokens,
+                                            wrap=held.wrap)
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
                 self.launching.add(tracker)  # its processes are owned from the start, not once it is claimed
-                step = await ProcessStep.start(spec, cwd, env, tracker, command=invocation.argv or None)
+                step = await ProcessStep.start(spec, cwd, env, tracker, command=held.wrap(invocation.argv or argv(spec)))
         except (OSError, InvalidArgument) as exc:
             if tracker is not None:
                 self.launching.discard(tracker)
                 tracker.close()
-            _remove(invocation.files)
+            if own is not None:
+                await own.close()
+            _remove(invocation.files, tmp)
             why = str(exc) if isinstance(exc, InvalidArgument) else f"cannot start the step in {cwd}: {exc.strerror or exc}"
             await self._fail_to_start(row, why)
             return False
@@ -313,7 +333,7 @@ class Engine:
             start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, pid=step.pid,
                                                 proc_start=proc_start(step.pid),
                                                 tracker=tracker.name if tracker else None,
-                                                prompt_upto=turn.upto if turn else None)
+                                                prompt_upto=turn.upto if turn else None, confinement=held.said)
         except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
             if isinstance(step, ProcessStep):
                 await step.abandon()
@@ -322,20 +342,22 @@ class Engine:
             if tracker is not None:
                 self.launching.discard(tracker)
                 tracker.close()
-            _remove(invocation.files)
+            if own is not None:
+                await own.close()
+            _remove(invocation.files, tmp)
             if isinstance(exc, EngineBusy):
                 self._give_up(str(exc))
             if isinstance(exc, ProcessionError):
                 return False
             raise
         live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
-                       reader=reader, files=invocation.files)
+                       reader=reader, files=invocation.files, tmp=tmp, own=own)
         self.live[sid] = live
         if tracker is not None:
             self.launching.discard(tracker)
         document = turn.prompt.encode("utf-8", "surrogatepass") if turn else start.document
         live.task = asyncio.ensure_future(self._supervise(live, document))
-        log.info("run %d of session %d started (%s, pid %s)", start.run, sid, row["runner"], step.pid)
+        log.info("run %d of session %d started (%s, pid %s, %s)", start.run, sid, row["runner"], step.pid, held.said)
         return True
 
     async def _fail_to_start(self, row: Any, error: str) -> None:
@@ -366,11 +388,16 @@ class Engine:
             live.disarm()
             ended.set()  # the flush under way finishes: what it took from the reader is stored
             await asyncio.gather(flusher, return_exceptions=True)
-        await live.flush()
-        outcome, error = live.outcome(result)
-        last = live.reader.close()
-        if isinstance(live.reader, agents.Reader):  # an agent CLI's: where its transcript is read to now
-            last.followed = await follow.settled(self.ledger, live.sid, last.agent_ref)
+        try:
+            await live.flush()
+            outcome, error = live.outcome(result)
+            last = live.reader.close()
+            if isinstance(live.reader, agents.Reader):  # an agent CLI's: where its transcript is read to now
+                last.followed = await follow.settled(self.ledger, live.sid, last.agent_ref)
+        except Exception as exc:  # noqa: BLE001 - whatever breaks here, the run is recorded
+            log.exception("run %d of session %d: its end could not be read", live.run, live.sid)
+            outcome, error = live.outcome(result)
+            last = protocol.Events(problems=[f"the engine could not read the end of the run: {type(exc).__name__}: {exc}"])
         if result.partial and live.intent != "suspend":  # a suspended request runs again: nothing partial stays
             last.reply = result.partial
         try:
@@ -378,7 +405,9 @@ class Engine:
         finally:
             if live.tracker is not None:
                 live.tracker.close()
-            _remove(live.files)
+            if live.own is not None:
+                await live.own.close()
+            _remove(live.files, live.tmp)
             self.live.pop(live.sid, None)
             self.kick.set()
         log.info("run %d of session %d ended: %s", live.run, live.sid, outcome)
@@ -497,23 +526,22 @@ def _kill_orphan(orphan: Orphan) -> None:
     log.info("killed what run %d left behind (a dead engine's)", orphan.run)
 
 
-def run_environment(row: Any, engine: dict[str, str]) -> dict[str, str]:
-    """A step's environment: the engine's, the session's settings, the engine's own values of
-    the names it passes (refused, in one line, when the engine has no such variable), and the
-    engine's marks, which nothing overrides."""
-    env = {**os.environ, **(json.loads(row["env"]) if row["env"] else {})}
-    for name in json.loads(row["pass_env"]) if row["pass_env"] else []:
-        if name not in os.environ:
-            raise InvalidArgument(f"the session passes ${name}, which the engine's environment does not have:"
-                                  " set it where the engine runs (procession run, or the monitor)")
-        env[name] = os.environ[name]
-    return {**env, **engine}
+def run_environment(row: Any, kind: str, tmp: str, marks: dict[str, str]) -> dict[str, str]:
+    """A step's environment: the session's own (``environ.session_environment``: the little of
+    the engine's its runner takes, its settings, the names it passes), its temporary folder,
+    and the engine's marks, which nothing overrides."""
+    env = environ.session_environment(kind, json.loads(row["env"]) if row["env"] else {},
+                                      json.loads(row["pass_env"]) if row["pass_env"] else [], os.environ)
+    return {**env, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, **marks}
 
 
-def _remove(files: list[Path]) -> None:
+def _remove(files: list[Path], folder: str | None = None) -> None:
+    """A run's own files, and its temporary folder with all it holds."""
     for path in files:
         with contextlib.suppress(OSError):
             path.unlink()
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _patiently(step: Callable[[], Awaitable[T]]) -> T:

@@ -99,7 +99,7 @@ async def settled(ledger: Any, sid: int, announced: dict[str, Any] | None) -> di
     if announced and held and held.get("id") == announced.get("id") and not held.get("fork"):
         ref = {**announced, "position": held.get("position")}
     try:
-        return await asyncio.to_thread(settle, ref, cli_environment(row))
+        return await asyncio.to_thread(settle, ref, cli_environment(row, cli=ref["cli"]))
     except (ProcessionError, OSError) as exc:
         log.warning("session %d: its agent's transcript could not be read after the run (%s)", sid, exc)
         return None

@@ -150,7 +150,7 @@ class Ledger(Workspace):
         async with self.store.snapshot() as tx:
             return await tx.all(
                 f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
-                " COALESCE(agent_window, window) AS window, env, pass_env FROM sessions s"
+                " COALESCE(agent_window, window) AS window, env, pass_env, confine, net FROM sessions s"
                 f" WHERE state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
                 (limit,),
@@ -173,10 +173,12 @@ class Ledger(Workspace):
             await waking.release_pending(act.tx, r["id"])
         return Released()
 
-    async def workdir(self, sid: int) -> str:
-        """Where a step runs: the first bound folder, else the folder the session was spawned in."""
+    async def workdir(self, sid: int) -> tuple[str, list[dict[str, Any]]]:
+        """Where a step runs (the first bound folder, else the folder the session was spawned
+        in), and what the session has bound (the bounds of its run)."""
         async with self.store.snapshot() as tx:
-            return await rows.workdir(tx, sid)
+            return await rows.workdir(tx, sid), [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]}
+                                                 for r in await rows.resources(tx, sid)]
 
     async def agent_turn(self, sid: int, spec: RunnerSpec, cwd: str, env: dict[str, str]) -> Turn:
         """What an agent CLI is given by the run about to start: the messages it has not seen
@@ -189,7 +191,7 @@ class Ledger(Workspace):
             unseen = [m for m in await history.read(tx, sid, row["agent_seen"])
                       if not (ref and m.author in ("runner", ref["cli"])) and m.role != "system"]
             mcp = [McpServer(mcp_binding.NAME, tuple(mcp_binding.server_command(self.path, sid, uri=r["uri"],
-                                                                                mode=r["mode"])))
+                                                                                mode=r["mode"], env=env)))
                    if mcp_binding.is_procession(r["kind"], r["uri"]) else McpServer.parse(r["uri"])
                    for r in await rows.resources(tx, sid) if r["kind"] == "mcp"]
         causes = json.loads(row["causes"]) if row["causes"] else []
@@ -206,7 +208,8 @@ class Ledger(Workspace):
 
     @syscall(Call.START)
     async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, pid: int | None,
-                        proc_start: float | None, tracker: str | None = None, prompt_upto: int | None = None) -> Start:
+                        proc_start: float | None, tracker: str | None = None, prompt_upto: int | None = None,
+                        confinement: str | None = None) -> Start:
         """Claim a ready session for a step already launched with ``runner``; returns its input.
 
         Refused (and the caller kills the step) if this engine no longer holds the lease, or the
@@ -220,9 +223,9 @@ class Ledger(Workspace):
             raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
         run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine, tracker)
-        if prompt_upto is not None:
-            await tx.execute("UPDATE runs SET prompt_upto = ? WHERE id = ?", (prompt_upto, run))
-        await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None)
+        await tx.execute("UPDATE runs SET prompt_upto = ?, confinement = ? WHERE id = ?", (prompt_upto, confinement, run))
+        await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None,
+                                  **({"confinement": confinement} if confinement is not None else {}))
         context = await history.context(tx, sid)
         memory = {k: json.loads(v) for k, v in (await rows.memory(tx, sid)).items()}
         resources = [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]} for r in await rows.resources(tx, sid)]

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 
 from ..model.errors import ProcessionError, StoreBusy
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
+from .own_mcp import OwnServers
 from .reaper import Tracker
 from .runners import protocol
 from .runners.agents import Reader as AgentReader
@@ -56,6 +57,8 @@ class LiveRun:
     stopper: asyncio.Task[None] | None = None
     reader: Reader = field(default_factory=protocol.Reader)
     files: list[Path] = field(default_factory=list)  # the step's own files, removed when it ends
+    tmp: str | None = None  # its temporary folder (its TMPDIR), removed with all it holds when it ends
+    own: OwnServers | None = None  # Procession's own MCP servers it reaches (closed when it ends)
     problems: list[str] = field(default_factory=list)
     done: bool = False
     # the log, bounded: (stream, time, text) chunks not yet stored; bytes stored; tail row ids and sizes

@@ -3,12 +3,16 @@
 A session bound to ``mcp procession`` — or ``procession?allow=fork,send,wait`` to narrow the
 calls — is to be handed, by a runner that gives MCP servers to an agent CLI, a Procession MCP
 server scoped to that session: the command line ``server_command`` makes. A binding in mode
-``ro`` gives it read-only. This module only says what that server is; the runners start it.
+``ro`` gives it read-only. This module only says what that server is; the runners start it
+(inside a run, through a relay: ``procession.engine.own_mcp``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
@@ -17,6 +21,9 @@ from .errors import InvalidArgument
 
 KIND: Final = "mcp"
 NAME: Final = "procession"
+#: In a run's environment: each ``mcp procession`` binding's URI and the command that reaches
+#: its server from inside the run (JSON), set by the engine.
+RELAYS: Final = "PROCESSION_MCP_RELAYS"
 
 
 def is_procession(kind: str, uri: str) -> bool:
@@ -33,9 +40,18 @@ def allowed(uri: str) -> tuple[str, ...]:
     return tuple(c.strip() for v in query.get("allow", []) for c in v.split(",") if c.strip())
 
 
-def server_command(db: Path | str, sid: int, *, uri: str = NAME, mode: str = "rw",
-                   python: str = sys.executable) -> list[str]:
-    """The command line of the server for session ``sid``'s binding ``uri`` in ``mode``."""
+def server_command(db: Path | str, sid: int, *, uri: str = NAME, mode: str = "rw", python: str = sys.executable,
+                   env: Mapping[str, str] | None = None, direct: bool = False) -> list[str]:
+    """The command line of the server for session ``sid``'s binding ``uri`` in ``mode``.
+
+    Inside a run (``env``, default this process's, holds ``RELAYS``), the server itself runs
+    outside the run's bounds (it writes the workspace): the command is the relay the engine
+    offers for that binding. ``direct``: the server itself, as the engine starts it."""
+    relays = (os.environ if env is None else env).get(RELAYS)
+    if relays and not direct:
+        found = json.loads(relays).get(uri)
+        if isinstance(found, list) and all(isinstance(w, str) for w in found):
+            return list(found)
     allow = allowed(uri)
     return [python, "-m", "procession", "mcp", "--db", str(db), "--session", str(sid),
             *(["--readonly"] if mode == "ro" else []), *(["--allow", ",".join(allow)] if allow else [])]

@@ -124,6 +124,9 @@ class SessionInfo:
     status: str | None = None  # what a running agent is doing (its last tool call or message)
     spawned_by: int | None = None  # the session that spawned it (an agent, through its MCP server)
     adopted: bool = False  # made from an agent CLI's own session (``adopt``), not started here
+    confine: str = "bound"  # how the kernel holds its runs (``model.bounds``): strict, bound, off
+    net: str = "any"  # where its runs may connect: any, none, model
+    confinement: str | None = None  # what held its last run ("landlock ABI 7", "none: ...", "off: ..."); None: no run yet
     worktree: Worktree | None = None  # its own folder, when it was forked with one
     #: the agent CLI's own process running this session outside Procession right now (found by
     #: the monitor, never stored): its pid; then ``cpu`` and ``rss`` are that process's

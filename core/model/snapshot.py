@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Final, cast
 
 import orjson
 
-from . import environ, limits, runner_spec, trigger_spec
+from . import bounds, environ, limits, runner_spec, trigger_spec
 from .errors import InvalidArgument, SnapshotError
 
 FORMAT: Final = "procession.snapshot"
@@ -428,8 +428,8 @@ def _need(cond: bool, what: str) -> None:
         raise SnapshotError(what)
 
 
-#: Keys of a session that files written before agent sessions do not have.
-AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen", "cwd", "agent_session"})
+#: Keys of a session that files written before agent sessions (and before bounds) do not have.
+AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen", "cwd", "agent_session", "confine", "net"})
 
 
 def _keys(obj: dict[str, Any], keys: set[str], what: str, optional: frozenset[str] = frozenset()) -> None:
@@ -474,6 +474,9 @@ def _session(s: Any) -> dict[str, Any]:
     _need(isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()),
           "session.env must be an object of strings")
     for key, value in env.items():
+        if key in environ.RESERVED:  # an older version's (TMPDIR): loaded without it
+            environ.name(key, reserved=True)
+            continue
         environ.setting(f"{key}={value}")
     passed = s.get("passed", [])
     _need(isinstance(passed, list) and all(isinstance(k, str) for k in passed), "session.passed must be a list of names")
@@ -487,6 +490,8 @@ def _session(s: Any) -> dict[str, Any]:
           "session.agent_session must be an object, beside an agent_ref")
     _need(s.get("cwd") is None or (isinstance(s["cwd"], str) and s["cwd"].startswith("/")),
           "session.cwd must be an absolute path")
+    _need(s.get("confine", bounds.BOUND) in bounds.CONFINES, f"session.confine must be one of {', '.join(bounds.CONFINES)}")
+    _need(s.get("net", bounds.ANY) in bounds.NETS, f"session.net must be one of {', '.join(bounds.NETS)}")
     for key in ("name", "agent"):
         _text(s.get(key), f"session.{key}", empty=False)
     for key in ("goal", "system", "runner", "uuid"):

@@ -25,7 +25,7 @@ from ..model.records import (
     Waited,
     Worktree,
 )
-from ..model import toolcalls
+from ..model import bounds, toolcalls
 from . import words
 from .words import one_line, printable
 
@@ -153,11 +153,27 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
     if d.env or d.passed:
         shown = [f"{printable(k)}={printable(v)}" for k, v in sorted(d.env.items())]
         out.append(("env", " ".join(shown + [f"{printable(k)} (passed)" for k in d.passed])))
+    out.append(("bounds", bounds_text(s)))
     if s.status:
         out.append(("doing", printable(s.status)))
     if s.worktree:
         out.append(("worktree", worktree_text(s.worktree)))
     return out
+
+
+def bounds_text(s: SessionInfo) -> str:
+    """How the kernel holds its runs, and what held its last one: ``bound, net any; its last
+    run confined (landlock ABI 7)``, or ``...; confinement: none (this kernel has no Landlock)``."""
+    if s.confine == bounds.OFF:
+        said = f"off: its runs have your own reach (--confine off), net {s.net}"
+    else:
+        said = f"{s.confine} (its bindings), net {s.net}"
+    held = s.confinement or ""
+    if held.startswith("landlock"):
+        said += f"; its last run was confined ({held})"
+    elif held.startswith("none"):
+        said += f"; confinement: none ({held.partition(': ')[2]})"
+    return printable(said)
 
 
 def worktree_text(w: Worktree) -> str:
@@ -173,10 +189,16 @@ def summary(d: SessionDetail, now: float | None = None) -> list[str]:
 
 
 def approval(d: SessionDetail) -> list[str]:
-    """What approving a session arms, to read before arming it: its runner, every trigger, every
-    bound file, folder, database and service (its steps get to use them), its folder."""
+    """What approving a session arms, to read before arming it: everything that takes effect —
+    its runner, its folder, its bounds, every setting of its environment (flagged when it
+    changes what a program runs or loads), every name it passes, every trigger, every bound
+    file, folder, database, command and MCP server (its steps get to use them)."""
     s = d.info
-    out = [f"{s.id} {printable(s.name)}: runner {printable(s.runner)}", f"    works in {printable(s.cwd)}"]
+    out = [f"{s.id} {printable(s.name)}: runner {printable(s.runner)}", f"    works in {printable(s.cwd)}",
+           f"    bounds {bounds_text(s)}"]
+    out += [f"    env {printable(k)}={printable(v)}" + ("   <- changes what a program runs or loads"
+                                                        if bounds.loads_code(k) else "") for k, v in sorted(d.env.items())]
+    out += [f"    passes ${printable(k)} (the engine's own value, given to each run)" for k in d.passed]
     out += [f"    trigger {trigger_label(t)}" for t in s.triggers]
     out += [f"    bound {resource_line(r)}" for r in d.resources]
     return out

@@ -41,7 +41,8 @@ PS_COLUMNS = (
     " s.context_count, s.length, s.created, s.last_active,"
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
     " s.agent_context IS NOT NULL, r.status, s.spawned_by,"
-    " CASE WHEN s.agent_ref IS NOT NULL THEN json_extract(s.agent_ref, '$.adopted') IS NOT NULL ELSE 0 END"
+    " CASE WHEN s.agent_ref IS NOT NULL THEN json_extract(s.agent_ref, '$.adopted') IS NOT NULL ELSE 0 END,"
+    " s.confine, s.net, s.confinement"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"

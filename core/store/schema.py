@@ -347,6 +347,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     """,
     # ---- end of memory
+    # 9: what a session may touch: how the kernel holds its runs (``model.bounds``), and what
+    # its last run (each run) was held by
+    """
+    ALTER TABLE sessions ADD COLUMN confine TEXT NOT NULL DEFAULT 'bound';
+    ALTER TABLE sessions ADD COLUMN net TEXT NOT NULL DEFAULT 'any';
+    ALTER TABLE sessions ADD COLUMN confinement TEXT;
+    ALTER TABLE runs ADD COLUMN confinement TEXT;
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

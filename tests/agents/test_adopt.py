@@ -29,9 +29,8 @@ import pytest
 
 from conftest import engine_on, until
 from procession import State, Workspace
-from procession.model import environ
 from procession.model.errors import InvalidArgument
-from support.agent_clis import AgentSandbox, ClaudeSandbox, OpencodeSandbox
+from support.agent_clis import AgentSandbox, ClaudeSandbox, OpencodeSandbox, session_env
 from support.models import ModelServer, say, shell
 
 RUN_S = 60.0
@@ -49,17 +48,8 @@ def use_directly(agent: AgentSandbox, prompt: str, resume: str | None = None) ->
 async def give_env(ws: Workspace, sid: int, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch,
                    *more: AgentSandbox) -> None:
     """The sandboxes' settings as the session's environment (what reads like a secret passed;
-    the first sandbox's HOME and TMPDIR win)."""
-    settings, passed = {f"PROCESSION_{a.name.upper()}": str(a.cli.command) for a in (agent, *more)}, []
-    merged = {k: v for a in reversed((agent, *more)) for k, v in a.vars().items()}
-    for key, value in merged.items():
-        try:
-            environ.setting(f"{key}={value}")
-        except InvalidArgument:
-            monkeypatch.setenv(key, value)
-            passed.append(key)
-            continue
-        settings[key] = value
+    the first sandbox's HOME wins)."""
+    settings, passed = session_env([agent, *more], monkeypatch.setenv)
     await ws.env(sid, set=settings, passed=passed)
 
 
@@ -333,12 +323,14 @@ async def _ran_n(ws: Workspace, sid: int, n: int) -> bool:
     return len(runs) >= n and all(r.ended for r in runs) and (await ws.info(sid)).state is State.SLEEPING
 
 
-def machine(monkeypatch: pytest.MonkeyPatch, agent: AgentSandbox) -> None:
-    """This process as a machine whose own configuration is ``agent``'s sandbox (its HOME, its
-    CLI's settings): what the engine and the calls see of it, no session setting involved."""
-    for key, value in agent.vars().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv(f"PROCESSION_{agent.name.upper()}", str(agent.cli.command))
+def machine(monkeypatch: pytest.MonkeyPatch, agent: AgentSandbox) -> dict[str, Any]:
+    """This process as a machine whose own configuration is ``agent``'s sandbox: its HOME and
+    its CLI's state folders in the engine's environment (what the engine and the calls see of
+    it), its CLI found there; the settings that point the CLI at the model server (the same on
+    every machine here) returned, for the session to store, its keys passed."""
+    settings, passed = session_env([agent], monkeypatch.setenv, machine=True)
+    monkeypatch.setenv(f"PROCESSION_{agent.name.upper()}", settings.pop(f"PROCESSION_{agent.name.upper()}"))
+    return {"env": settings, "passed": passed}
 
 
 async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_another_machine(
@@ -346,9 +338,9 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
         monkeypatch: pytest.MonkeyPatch) -> None:
     here = agent_sandbox
     there = type(here)(here.cli, model_server, tmp_path / "other-machine")
-    machine(monkeypatch, here)
     sid = (await live.spawn("traveller", "dev", runner=f"{here.name}:"
-                            + (here.MODEL if isinstance(here, OpencodeSandbox) else ""), cwd=str(here.workdir))).sid
+                            + (here.MODEL if isinstance(here, OpencodeSandbox) else ""), cwd=str(here.workdir),
+                            **machine(monkeypatch, here))).sid
     model_server.script.add(say("I will remember the word heron."))
     async with engine_on(db, slots=1):
         await live.send(sid, "remember the word heron")
@@ -387,9 +379,9 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
     """Saved and loaded on the same machine (a copy, twice): each copy's first run makes a CLI
     session of its own from the carried one; neither writes into its source's."""
     agent = agent_sandbox
-    machine(monkeypatch, agent)
     sid = (await live.spawn("source", "dev", runner=f"{agent.name}:"
-                            + (agent.MODEL if isinstance(agent, OpencodeSandbox) else ""), cwd=str(agent.workdir))).sid
+                            + (agent.MODEL if isinstance(agent, OpencodeSandbox) else ""), cwd=str(agent.workdir),
+                            **machine(monkeypatch, agent))).sid
     model_server.script.add(say("I will remember the word heron."), say("Heron, copy one."), say("Heron, copy two."))
     async with engine_on(db, slots=1):
         await live.send(sid, "remember the word heron")

@@ -22,8 +22,7 @@ import pytest
 
 from conftest import until
 from procession import State, Workspace
-from procession.model import environ
-from support.agent_clis import AgentSandbox, OpencodeSandbox
+from support.agent_clis import AgentSandbox, OpencodeSandbox, session_env
 from support.models import Hold, ModelServer, Usage, mcp_call, say, shell
 from support.runs import finished, last_run
 
@@ -35,15 +34,7 @@ RUN_S = 60.0
 async def agent_session(ws: Workspace, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch, name: str = "coder",
                         **extra: str) -> int:
     """A session run by ``agent``'s CLI in its sandbox: settings stored, keys passed."""
-    settings, passed = {f"PROCESSION_{agent.name.upper()}": str(agent.cli.command)}, []
-    for key, value in {**agent.vars(), **extra}.items():
-        try:
-            environ.setting(f"{key}={value}")
-        except Exception:  # reads like a secret: the engine's own value, passed at run time
-            monkeypatch.setenv(key, value)
-            passed.append(key)
-            continue
-        settings[key] = value
+    settings, passed = session_env([agent], monkeypatch.setenv, extra=extra)
     return (await ws.spawn(name, "dev", runner=f"{agent.name}:", cwd=str(agent.workdir), env=settings,
                            passed=passed)).sid
 
@@ -237,7 +228,7 @@ async def test_fork_at_n_of_a_claude_session_resumes_seeing_only_the_first_n_mes
 async def test_a_bound_mcp_server_is_handed_to_the_cli_and_its_tool_is_called(
         agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    log = tmp_path / "calls.jsonl"
+    log = agent_sandbox.workdir / "calls.jsonl"  # within the session's bounds: its server runs confined too
     model_server.script.add(mcp_call("mcp_calc", "add", {"a": 2, "b": 3}), say("Five."))
     sid = await agent_session(live, agent_sandbox, monkeypatch)
     await live.bind(sid, "mcp", f"stdio:{sys.executable} {MCP_CALC} {log}")

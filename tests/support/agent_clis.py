@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -360,6 +360,36 @@ class OpencodeSandbox(AgentSandbox):
 
 
 SANDBOXES: dict[str, type[AgentSandbox]] = {s.name: s for s in (ClaudeSandbox, CodexSandbox, OpencodeSandbox)}
+
+
+def session_env(agents: Sequence[AgentSandbox], setenv: Callable[[str, str], None], *, machine: bool = False,
+                extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The sandboxes' variables (and ``extra``) as a session's environment (the first sandbox's value wins):
+    stored settings, and the names of those that read like a secret, passed (``setenv`` puts
+    their values in the engine's environment). TMPDIR is left out: each run has its own.
+    ``machine``: what a run takes of the engine's environment anyway (HOME, the CLIs' state
+    folders) is a machine's own configuration, set in the engine's environment, not stored
+    (a snapshot carries the session to another HOME)."""
+    from procession.model import environ
+    from procession.model.errors import InvalidArgument
+
+    settings = {f"PROCESSION_{a.name.upper()}": str(a.cli.command) for a in agents}
+    passed: list[str] = []
+    inherited = set(environ.BASE) | {n for a in agents for n in environ.RUNNER[a.name]}
+    for key, value in {**{k: v for a in reversed(agents) for k, v in a.vars().items()}, **(extra or {})}.items():
+        if key in environ.RESERVED:
+            continue
+        if machine and key in inherited:
+            setenv(key, value)
+            continue
+        try:
+            environ.setting(f"{key}={value}")
+        except InvalidArgument:  # reads like a secret: the engine's own value, passed at run time
+            setenv(key, value)
+            passed.append(key)
+            continue
+        settings[key] = value
+    return settings, passed
 
 
 @pytest.fixture

@@ -48,6 +48,8 @@ DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 _KEY = re.compile(r"[\x21-\x7e]+")
 #: The blank a key is replaced with in any text that is kept.
 HIDDEN = "[key hidden]"
+#: How much of a tool call's id and name (and of arguments refused) its record keeps.
+NAME_KEPT = 4096
 
 
 def api_key(variable: str) -> str | None:
@@ -152,11 +154,12 @@ class HttpStep:
     pid = None
 
     def __init__(self, spec: RunnerSpec, cwd: str = ".", env: dict[str, str] | None = None,
-                 count: Callable[[str], int] = tokens.estimate) -> None:
+                 count: Callable[[str], int] = tokens.estimate, wrap: toolbox.Wrap = list) -> None:
         self.spec = spec
         self.cwd = cwd
         self.env = dict(env or {})
         self.count = count
+        self.wrap = wrap
         self.sent = 0  # Procession's count of the request under way
         self.reply = Reply()
         self.error = ""
@@ -170,12 +173,13 @@ class HttpStep:
 
     @classmethod
     async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None,
-                    count: Callable[[str], int] = tokens.estimate) -> HttpStep:
+                    count: Callable[[str], int] = tokens.estimate, wrap: toolbox.Wrap = list) -> HttpStep:
         """``count`` is the workspace's counter: what the server reports against it calibrates
-        the session's context figure."""
+        the session's context figure; ``wrap`` starts a process of its tools within the run's
+        bounds (``confinement.Bounds.wrap``)."""
         sampling.max_turns(env)  # a bad setting fails the run before it starts, in one line
         sampling.fields(env)
-        return cls(spec, cwd, env, count)
+        return cls(spec, cwd, env, count, wrap)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:
         self.sink = sink
@@ -218,7 +222,7 @@ class HttpStep:
         messages = request_messages(doc)
         timeout = httpx.Timeout(10.0, read=300.0)
         try:
-            async with toolbox.opened(doc.get("resources") or [], self.cwd, self.env) as box, \
+            async with toolbox.opened(doc.get("resources") or [], self.cwd, self.env, self.wrap) as box, \
                     httpx.AsyncClient(timeout=timeout) as client:
                 tools = box.specs()
                 for _ in range(max_turns):
@@ -254,17 +258,23 @@ class HttpStep:
         return 0
 
     async def _call(self, box: toolbox.Toolbox, call: dict[str, Any]) -> dict[str, Any]:
-        """Run one tool call, tell the engine, and answer the model."""
+        """Run one tool call, tell the engine, and answer the model. What its record could not
+        hold (arguments nested too deep, too large, not Unicode) is refused before it runs:
+        nothing a tool does goes unrecorded."""
         fn = call["function"]
+        ident, name = call["id"][:NAME_KEPT], fn["name"][:NAME_KEPT]
         try:
-            shown: Any = json.loads(fn["arguments"] or "{}")
-        except ValueError:
-            shown = fn["arguments"]
-        self._open_call = (call["id"], fn["name"], shown)
-        self._event(type="status", text=f"{fn['name']}: {fn['arguments'][:150]}")
-        output, is_error = await box.call(fn["name"], fn["arguments"])
-        self._open_call = None
-        self._event(type="tool", id=call["id"], name=fn["name"], input=shown, output=output, is_error=is_error)
+            args = toolbox.arguments(fn["arguments"])
+        except toolbox.Refused as exc:
+            shown: Any = fn["arguments"][:NAME_KEPT] if limits.is_unicode(fn["arguments"]) else "(not Unicode)"
+            output, is_error = str(exc), True
+        else:
+            shown = args
+            self._open_call = (ident, name, shown)
+            self._event(type="status", text=f"{name}: {fn['arguments'][:150]}")
+            output, is_error = await box.call(fn["name"], args)
+            self._open_call = None
+        self._event(type="tool", id=ident, name=name, input=shown, output=output, is_error=is_error)
         return {"role": "tool", "tool_call_id": call["id"], "content": output}
 
     async def _request(self, client: Any, base: str, headers: dict[str, str], body: dict[str, Any]) -> bool:

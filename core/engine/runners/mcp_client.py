@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .agents import McpServer
@@ -26,15 +26,17 @@ def name_of(uri: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def connected(uri: str, cwd: str, env: dict[str, str]) -> AsyncIterator[list[Tool]]:
-    """The server at ``uri`` (``stdio:COMMAND ARGS`` or an http(s) URL), its tools ready to call.
+async def connected(uri: str, cwd: str, env: dict[str, str],
+                    wrap: Callable[[list[str]], list[str]] = list) -> AsyncIterator[list[Tool]]:
+    """The server at ``uri`` (``stdio:COMMAND ARGS`` or an http(s) URL), its tools ready to call;
+    a stdio server's command started as ``wrap`` makes it (within the run's bounds).
 
     A server that cannot be started, or does not answer its handshake, is refused in one
     line (``Refused``); one that fails after the run is done does not fail the run."""
     ready = used = False
     try:
         async with contextlib.AsyncExitStack() as stack:
-            session = await _session(stack, uri, cwd, env)
+            session = await _session(stack, uri, cwd, env, wrap)
             listed = await session.list_tools()
             ready = True
             try:
@@ -49,15 +51,17 @@ async def connected(uri: str, cwd: str, env: dict[str, str]) -> AsyncIterator[li
             raise
 
 
-async def _session(stack: contextlib.AsyncExitStack, uri: str, cwd: str, env: dict[str, str]) -> Any:
+async def _session(stack: contextlib.AsyncExitStack, uri: str, cwd: str, env: dict[str, str],
+                   wrap: Callable[[list[str]], list[str]]) -> Any:
     from mcp.client.session import ClientSession
 
     if uri.startswith("stdio:"):
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        argv = shlex.split(uri[len("stdio:"):])
-        if not argv:
+        words = shlex.split(uri[len("stdio:"):])
+        if not words:
             raise Refused("no command")
+        argv = wrap(words)
         streams = await stack.enter_async_context(stdio_client(
             StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)))
     else:

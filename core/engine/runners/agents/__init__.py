@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from ....model import agents
@@ -17,22 +18,57 @@ from ....model.outcomes import Attached
 from . import claude, codex, opencode
 from .base import Invocation, McpServer, Reader, Turn
 
-__all__ = ["Invocation", "McpServer", "Reader", "Turn", "interactive", "prepare"]
+__all__ = ["Invocation", "McpServer", "Reader", "Turn", "endpoints", "interactive", "locate", "prepare", "state"]
 
-_KINDS: Final[dict[str, tuple[Callable[[str, Turn], Invocation], type[Reader]]]] = {
-    "claude": (claude.invocation, claude.ClaudeReader),
-    "codex": (codex.invocation, codex.CodexReader),
-    "opencode": (opencode.invocation, opencode.OpencodeReader),
+@dataclass(slots=True, frozen=True)
+class _Cli:
+    """What the engine knows of one agent CLI: how to start it, how its events read, where it
+    keeps its state (folders it writes, files it reads) and where its model is."""
+
+    invocation: Callable[[str, Turn], Invocation]
+    reader: type[Reader]
+    state: Callable[[dict[str, str]], tuple[list[str], list[str]]]
+    endpoints: Callable[[dict[str, str]], list[str]]
+
+
+_KINDS: Final[dict[str, _Cli]] = {
+    "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints),
+    "codex": _Cli(codex.invocation, codex.CodexReader, codex.state, codex.endpoints),
+    "opencode": _Cli(opencode.invocation, opencode.OpencodeReader, opencode.state, opencode.endpoints),
 }
 
 
-def prepare(kind: str, turn: Turn) -> tuple[Invocation, Reader]:
-    """How to start agent CLI ``kind`` for ``turn`` (refused in one line if it is not installed),
-    and the reader of its events."""
+def _cli(kind: str) -> _Cli:
     if kind not in _KINDS:
         raise InvalidArgument(f"the {kind} runner is not available in this version")
-    start, reader = _KINDS[kind]
-    return start(agents.locate(kind, turn.env), turn), reader(turn)
+    return _KINDS[kind]
+
+
+def prepare(kind: str, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
+    """How to start agent CLI ``kind`` (its executable ``exe``, from ``locate``) for ``turn``,
+    and the reader of its events."""
+    cli = _cli(kind)
+    return cli.invocation(exe, turn), cli.reader(turn)
+
+
+def locate(kind: str, env: dict[str, str]) -> str:
+    """The executable of agent CLI ``kind`` (refused in one line if it is not installed)."""
+    _cli(kind)
+    return agents.locate(kind, env)
+
+
+def state(kind: str, env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The folders agent CLI ``kind`` keeps its state in (made here if missing: a confined run
+    could not make them), and the files of its configuration it reads."""
+    folders, files = _cli(kind).state(env)
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
+    return folders, files
+
+
+def endpoints(kind: str, env: dict[str, str]) -> list[str]:
+    """Where agent CLI ``kind`` finds its model (``--net model`` lets a run reach those ports)."""
+    return _cli(kind).endpoints(env)
 
 
 def interactive(attached: Attached) -> int:

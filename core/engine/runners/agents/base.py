@@ -64,7 +64,9 @@ class Turn:
     cwd: str
     ref: dict[str, Any] | None  # the agent's own session, if it has one (a fork's: its parent's, to fork)
     mcp: list[McpServer] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # the run's environment (the engine's, the session's)
+    env: dict[str, str] = field(default_factory=dict)  # the run's environment (``environ.session_environment``)
+    tmp: str | None = None  # the run's own temporary folder: the files made for the CLI go there
+    confined: bool = False  # the kernel holds the run to its bounds (the CLI's own sandbox cannot nest in it)
 
     @property
     def extra_args(self) -> list[str]:

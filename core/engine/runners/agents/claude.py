@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from ....model.transcripts.claude import transcript
+from ....model.transcripts.claude import home, transcript
 from .base import Invocation, Reader, Turn, text_of
 
 #: The tools a headless run may use without asking (no prompt can be answered).
@@ -46,7 +46,7 @@ def invocation(exe: str, turn: Turn) -> Invocation:
     if turn.mcp:
         servers = {s.name: ({"type": "stdio", "command": s.command[0], "args": list(s.command[1:])} if s.command
                             else {"type": "http", "url": s.url}) for s in turn.mcp}
-        fd, path = tempfile.mkstemp(prefix="procession-mcp-", suffix=".json")
+        fd, path = tempfile.mkstemp(prefix="procession-mcp-", suffix=".json", dir=turn.tmp)
         with os.fdopen(fd, "w") as out:
             json.dump({"mcpServers": servers}, out)
         argv += ["--mcp-config", path, "--strict-mcp-config"]
@@ -55,6 +55,20 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         made.env.update(MCP_CONNECTION_NONBLOCKING="0", MCP_CONNECT_TIMEOUT_MS="30000")
     argv += turn.extra_args
     return made
+
+
+def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Where Claude Code keeps its sessions and login (written by a confined run), and the
+    configuration it reads beside them: ``~/.claude.json``, which it rewrites by renaming a new
+    file over it in the home folder, so a confined run reads it and leaves it as it was."""
+    folder = home(env)
+    files = [] if env.get("CLAUDE_CONFIG_DIR") else [os.path.join(os.path.dirname(folder), ".claude.json")]
+    return [folder], files
+
+
+def endpoints(env: dict[str, str]) -> list[str]:
+    """The model's address: ``$ANTHROPIC_BASE_URL``, else Anthropic's API."""
+    return [env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"]
 
 
 class ClaudeReader(Reader):

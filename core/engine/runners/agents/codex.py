@@ -8,7 +8,9 @@ run's own is the difference from the total its reference kept), ``turn.failed``.
 real context is in its rollout file (``token_count``: the last call's tokens and the model's
 window), read when the turn ends. Resume is ``exec resume ID``; a fork's first run is
 ``exec fork PARENT`` (a new thread; the parent's rollout is not touched). Permissions:
-``approval_policy="never"`` and ``sandbox_mode="workspace-write"``; ``PROCESSION_AGENT_ARGS``
+``approval_policy="never"`` and ``sandbox_mode="workspace-write"`` (``danger-full-access`` in a
+confined run: Codex's bubblewrap cannot mount inside it, and the kernel holds its tools to the
+session's bounds instead); ``PROCESSION_AGENT_ARGS``
 adds or overrides ``-c`` settings (the last one given wins). The model provider is the
 user's own Codex configuration (``$CODEX_HOME/config.toml``).
 """
@@ -21,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from ....model.transcripts.codex import last_count, rollout
+from ....model.transcripts.codex import home, last_count, rollout
 from .base import Invocation, Reader, Turn, text_of
 
 #: The counts of Codex's usage totals the runner follows.
@@ -51,7 +53,10 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         argv.append("fork")
     elif ref:
         argv.append("resume")
-    argv += ["--json", "--skip-git-repo-check", "-c", 'approval_policy="never"', "-c", 'sandbox_mode="workspace-write"']
+    # Codex's own sandbox (bubblewrap) cannot start inside the kernel's confinement of the run
+    # (a confined process may not mount), which holds its tools to the session's bounds instead
+    sandbox = "danger-full-access" if turn.confined else "workspace-write"
+    argv += ["--json", "--skip-git-repo-check", "-c", 'approval_policy="never"', "-c", f'sandbox_mode="{sandbox}"']
     if turn.model:
         argv += ["-m", turn.model]
     if turn.system:
@@ -68,6 +73,29 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         argv.append(ref["id"])
     argv.append("-")
     return Invocation(argv)
+
+
+def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Where Codex keeps its threads, databases and login: ``$CODEX_HOME``."""
+    return [str(home(env))], []
+
+
+def endpoints(env: dict[str, str]) -> list[str]:
+    """The model's address: the base URL of the provider ``config.toml`` chooses (every one it
+    names, when it chooses none), else OpenAI's API."""
+    import tomllib
+
+    try:
+        config = tomllib.loads((home(env) / "config.toml").read_text("utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    found_providers = config.get("model_providers")
+    providers: dict[str, Any] = found_providers if isinstance(found_providers, dict) else {}
+    chosen = config.get("model_provider")
+    found = [p.get("base_url") for name, p in providers.items()
+             if isinstance(p, dict) and (chosen is None or name == chosen)]
+    urls = [u for u in found if isinstance(u, str)]
+    return urls or [env.get("OPENAI_BASE_URL") or "https://api.openai.com"]
 
 
 def thread_total(turn: Turn) -> dict[str, int]:

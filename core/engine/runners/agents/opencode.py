@@ -47,7 +47,7 @@ def invocation(exe: str, turn: Turn) -> Invocation:
     made = Invocation(argv)
     config = _config(turn.env)
     if turn.system:
-        fd, path = tempfile.mkstemp(prefix="procession-system-", suffix=".md")
+        fd, path = tempfile.mkstemp(prefix="procession-system-", suffix=".md", dir=turn.tmp)
         with os.fdopen(fd, "w") as out:
             out.write(turn.system)
         made.files.append(Path(path))
@@ -61,6 +61,24 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         made.env[CONFIG] = json.dumps(config)
     argv += turn.extra_args
     return made
+
+
+def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Where opencode keeps its sessions (a database), cache, state and configuration (it
+    installs its plugins there), and a configuration file the user named."""
+    home = env.get("HOME") or os.path.expanduser("~")
+    folders = [os.path.join(env.get(var) or os.path.join(home, *default), "opencode")
+               for var, default in (("XDG_DATA_HOME", (".local", "share")), ("XDG_CACHE_HOME", (".cache",)),
+                                    ("XDG_STATE_HOME", (".local", "state")), ("XDG_CONFIG_HOME", (".config",)))]
+    return folders, [env["OPENCODE_CONFIG"]] if env.get("OPENCODE_CONFIG") else []
+
+
+def endpoints(env: dict[str, str]) -> list[str]:
+    """The model's address: the base URL of each provider its configuration names (given whole
+    in ``OPENCODE_CONFIG_CONTENT``), else the providers' own APIs (https)."""
+    providers = _config(env).get("provider")
+    urls = [((p.get("options") or {}).get("baseURL")) for p in (providers or {}).values() if isinstance(p, dict)]
+    return [u for u in urls if isinstance(u, str)] or ["https://"]
 
 
 def window(env: dict[str, str], model: str) -> int | None:

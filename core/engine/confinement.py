@@ -1,0 +1,254 @@
+"""The bounds of a run, made a kernel policy: what its processes may read, write and reach.
+
+A run's processes (a ``command:`` step, an agent CLI and every tool it starts, the commands
+and MCP servers of the ``openai:`` loop) start through ``landlock.py``, which confines itself
+to the policy made here and then execs the program: nothing the step starts can leave it.
+
+What a confined run may do (``--confine bound``, the default, and ``strict``):
+
+- write: its folder (the first folder bound, if bound ``rw``; else the folder it was spawned
+  in), every ``rw`` binding, a temporary folder of its own (``TMPDIR``), its agent CLI's own
+  state folder (where its sessions and login live), and the devices every program writes
+  (``/dev/null``, its terminal, ``/dev/shm``);
+- read and execute: the system (``/usr``, ``/etc`` but for its secrets such as ``shadow``,
+  ``/proc`` of its own processes), the folders of its ``PATH`` and the libraries beside them,
+  the Python running Procession, its agent CLI's installation, every ``ro`` binding, and the
+  user's git configuration;
+- connect (``--net``): anywhere (``any``), nowhere (``none``), or only to the ports of its
+  model and its bound MCP servers (``model``);
+- and neither signal nor reach by abstract socket any process outside the run.
+
+A folder that would hand a step the whole system or the home folder (``bounds.too_wide``) is
+never a bound: such a run does not start. Where the kernel cannot confine (no Landlock),
+``bound`` runs the step unconfined and says so (``Bounds.said``, kept on the run and the
+session); ``strict`` does not start it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..model import bounds
+from ..model.errors import InvalidArgument
+from . import landlock
+
+#: The launcher: run as a script, with nothing of procession imported (see ``landlock``).
+LAUNCHER = str(Path(landlock.__file__).resolve())
+#: Read and executed by every confined run (those that exist here).
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys",
+               "/nix/store", "/snap", "/dev/random", "/dev/urandom")
+#: Devices every program may write.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm")
+#: What of ``/etc`` is never read by a run: passwords, keys.
+ETC_SECRETS = frozenset({"shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "security", "ssl/private",
+                         "ssh"})
+#: ``/etc/ssh``: the client's configuration is read (git over ssh), the host's keys are not.
+ETC_SSH = ("ssh_config", "ssh_config.d", "ssh_known_hosts")
+#: The user's own configuration a run reads (git's identity, for a commit).
+HOME_READ = (".gitconfig", ".config/git")
+#: What ``strict`` needs of the kernel: every file access (truncation: 3), TCP (4), signals (6).
+STRICT_ABI = 6
+
+
+@cache
+def kernel() -> int:
+    """The Landlock ABI of this kernel (0: none), asked once."""
+    return landlock.abi()
+
+
+@dataclass(slots=True, frozen=True)
+class Bounds:
+    """How one run is held: its setting, the kernel policy (None: not confined) and what the
+    run's record says of it."""
+
+    confine: str
+    net: str
+    policy: dict[str, Any] | None
+    said: str
+
+    @property
+    def confined(self) -> bool:
+        return self.policy is not None
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` started confined (or as it is, when this run is not)."""
+        if self.policy is None:
+            return list(argv)
+        return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(self.policy), "--", *argv]
+
+
+def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
+    return Bounds(confine, net, None, "off: the session runs with your own reach (--confine off)")
+
+
+def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping[str, Any]], env: Mapping[str, str],
+            tmp: str, program: str | None = None, state: Iterable[str] = (), reads: Iterable[str] = (),
+            endpoints: Iterable[str] = (), commands: Iterable[str] = ()) -> Bounds:
+    """The bounds of a run: ``workdir`` (where it runs), the session's ``resources`` (its
+    bindings), its environment (``PATH``, ``HOME``), its temporary folder, the agent CLI's
+    ``program``, ``state`` folders and configuration files (``reads``), the URLs of its
+    model (``endpoints``, for ``--net model``), and the command lines a person gave it (its
+    ``command:`` runner's): the programs they name by path are read and run, as are those of
+    its bound commands and MCP servers. ``InvalidArgument`` when the run may not start: a bound that is too
+    wide, or ``strict`` on a kernel that cannot hold it."""
+    if confine == bounds.OFF:
+        return unconfined(confine, net)
+    home = _real(env.get("HOME") or os.path.expanduser("~"))
+    read: list[str] = []
+    write: list[str] = [tmp, *DEVICES]
+    folder_bound = False
+    for r in resources:
+        kind, uri, rw = r["kind"], str(r["uri"]), r.get("mode", "rw") == "rw"
+        if kind not in ("file", "folder", "db", "sqlite"):
+            continue
+        folder_bound = folder_bound or kind == "folder"
+        path = _real(uri)
+        why = bounds.too_wide(path, home, write=rw)
+        if why:
+            raise InvalidArgument(f"its binding {uri} cannot be a bound: {why} (bind a project folder, or run it"
+                                  " with --confine off)")
+        (write if rw else read).append(path)
+    if not folder_bound:
+        path = _real(workdir)
+        why = bounds.too_wide(path, home, write=True)
+        if why:
+            raise InvalidArgument(f"its folder {workdir} cannot be a bound: {why} (bind a project folder with"
+                                  " procession bind SID folder DIR, or run it with --confine off)")
+        write.append(path)
+    write += [_real(p) for p in state]
+    lines = [*commands, *(_command_line(r) for r in resources if r["kind"] in ("tool", "mcp"))]
+    read += [f for line in lines for f in _named(line, home)]
+    read += _system() + _programs(env.get("PATH", ""), home) + _python()
+    if program:
+        read.append(_installation(program))
+    read += [os.path.join(home, p) for p in HOME_READ] + [_real(p) for p in reads]
+    policy: dict[str, Any] = {"read": _unique(read), "write": _unique(write), "scoped": True}
+    if net != bounds.ANY:
+        policy["connect"] = _ports(endpoints, resources) if net == bounds.MODEL else []
+    abi = kernel()
+    if confine == bounds.STRICT:
+        policy["require"] = ["net", "scope"]
+        if abi < STRICT_ABI:
+            raise InvalidArgument("--confine strict: " + (f"Landlock ABI {abi} cannot hold every bound (ABI"
+                                                          f" {STRICT_ABI} can)" if abi else "this kernel has no Landlock"))
+    if abi < 1:
+        return Bounds(confine, net, None, "none: this kernel has no Landlock (the step runs with your own reach)")
+    notes = [what for need, what in ((3, "truncating a file is not limited"),
+                                     (4, "its network is not limited" if net != bounds.ANY else ""),
+                                     (6, "signals to other processes are not limited")) if abi < need and what]
+    said = f"landlock ABI {abi}" + "".join(f"; {n} (ABI {abi})" for n in notes)
+    return Bounds(confine, net, policy, said)
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _unique(paths: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(p for p in paths if p))
+
+
+@cache
+def _system() -> list[str]:
+    """The system's folders a run reads: ``SYSTEM_READ``, ``/etc`` less its secrets, and where
+    ``/etc``'s links lead (the resolver's configuration under ``/run``)."""
+    found = [p for p in SYSTEM_READ if os.path.exists(p)]
+    try:
+        names = sorted(os.listdir("/etc"))
+    except OSError:
+        names = []
+    for name in names:
+        if name not in ETC_SECRETS:
+            found.append(f"/etc/{name}")
+            target = os.path.realpath(f"/etc/{name}")
+            if not target.startswith(("/etc/", "/usr/")) and os.path.isfile(target):
+                found.append(target)
+    found += [f"/etc/ssh/{name}" for name in ETC_SSH]
+    return found
+
+
+def _programs(path: str, home: str) -> list[str]:
+    """The folders of ``PATH`` and the libraries beside them (``X/bin`` -> ``X/lib``; a version
+    manager's ``shims`` -> its root): never a folder that would open the home folder."""
+    found = []
+    for entry in path.split(os.pathsep):
+        if not os.path.isabs(entry):
+            continue
+        real = _real(entry)
+        parent = os.path.dirname(real)
+        more = [os.path.join(parent, lib) for lib in ("lib", "lib64", "libexec")] if os.path.basename(real) in (
+            "bin", "sbin") else [parent] if os.path.basename(real) == "shims" else []
+        for folder in (real, *more):
+            if not bounds.too_wide(folder, home, write=False):
+                found.append(folder)
+    return found
+
+
+@cache
+def _python() -> list[str]:
+    """The Python running Procession, and Procession itself: a ``builtin:`` step is a module
+    of it, and a tool may be a Python script."""
+    import procession
+
+    found = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    found.add(str(Path(procession.__file__).resolve().parent))
+    return sorted(found)
+
+
+def _installation(program: str) -> str:
+    """The folder an agent CLI is installed in: its ``node_modules`` (an npm install), else the
+    folder of its executable."""
+    real = Path(_real(program))
+    for parent in real.parents:
+        if parent.name == "node_modules":
+            return str(parent)
+    return str(real.parent)
+
+
+def _command_line(resource: Mapping[str, Any]) -> str:
+    """The command line of a bound command (``NAME=COMMAND``) or stdio MCP server (``stdio:COMMAND``)."""
+    uri = str(resource["uri"])
+    if resource["kind"] == "mcp":
+        return uri[len("stdio:"):] if uri.startswith("stdio:") else ""
+    name, _, line = uri.partition("=")
+    return line or name
+
+
+def _named(line: str, home: str) -> list[str]:
+    """The files a command line names by an absolute path: each one's folder (so that a script
+    finds what lies beside it), or the file alone where its folder would open too much."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return []
+    found = []
+    for word in words:
+        path = os.path.expanduser(word)
+        if not os.path.isabs(path) or not os.path.isfile(path):
+            continue
+        real = _real(path)
+        folder = os.path.dirname(real)
+        found.append(folder if not bounds.too_wide(folder, home, write=False) else real)
+    return found
+
+
+def _ports(urls: Iterable[str], resources: Iterable[Mapping[str, Any]]) -> list[int]:
+    """The TCP ports of ``urls`` and of the session's bound MCP servers and URLs."""
+    ports = set()
+    for url in [*urls, *(str(r["uri"]) for r in resources if r["kind"] in ("mcp", "url"))]:
+        try:
+            parts = urlsplit(url)
+            if parts.scheme in ("http", "https"):
+                ports.add(parts.port or (443 if parts.scheme == "https" else 80))
+        except ValueError:
+            continue
+    return sorted(ports)

@@ -1,0 +1,162 @@
+"""Linux Landlock, over its three system calls: a process confines itself, then runs a program.
+
+Why our own module and not a package: the PyPI ones (``landlock``, ``landlockpy``,
+``py-landlock``, ``sandlock``) are young, and this one must also run *as a script* in the
+moment between ``fork`` and the step's ``exec``, with nothing of ``procession`` imported (the
+engine has threads; no Python code may run in its forked child, so the child execs this file
+first, ``python -I -S landlock.py POLICY -- ARGV``, which confines itself and execs ``ARGV``).
+It uses the standard library only, and is small: a ruleset, its rules, ``restrict_self``.
+
+A policy (JSON) names paths and what may be done beneath each: ``read`` (read files, list
+folders, execute), ``write`` (that, and create, change, remove, rename, truncate), each for a
+folder or a single file; ``connect``: the TCP ports a process may connect to (absent: any);
+``scoped``: no signals to, and no abstract unix sockets of, processes outside the domain.
+Everything the running kernel's ABI can restrict and the policy does not grant is denied, for
+the process and everything it starts, whatever it does later (no way out of a domain). A path
+that does not exist is skipped (it cannot be reached either). Devices cannot be made.
+
+What Landlock cannot do, and so this cannot: name a host (TCP rules are ports), restrict UDP
+(DNS) or connecting to a unix socket by path, or hide a path's existence.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+#: The system calls (the same number on every architecture: they came after the unification).
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
+_PR_SET_NO_NEW_PRIVS = 38
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+CONNECT_TCP = 1 << 1  # ABI 4 (BIND_TCP, 1 << 0, is not restricted: a step may serve on a port)
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+#: What each ABI can restrict on files (ioctl on devices, ABI 5, is left alone: a terminal's).
+_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1}
+#: What may be done to a single file (not a folder): the rest concerns a folder's entries.
+_FILE_ACCESS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
+READ = EXECUTE | READ_FILE | READ_DIR
+WRITE = READ | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_SYM \
+    | REFER | TRUNCATE
+
+
+class _Ruleset(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+class Unavailable(OSError):
+    """The kernel cannot confine this process as asked."""
+
+
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def abi() -> int:
+    """The Landlock ABI this kernel offers (0: none: not Linux, too old, or switched off)."""
+    if platform.system() != "Linux":
+        return 0
+    try:
+        found = _libc().syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(found), 0)
+
+
+def restrict(policy: dict[str, Any]) -> int:
+    """Confine this process (and all it will start) to ``policy``; returns the ABI used.
+    ``Unavailable`` if the kernel has no Landlock, or lacks what ``policy["require"]`` names
+    (``net``: TCP rules, ``scope``: signal and socket scoping)."""
+    version = abi()
+    if version < 1:
+        raise Unavailable("this kernel has no Landlock")
+    required = set(policy.get("require") or ())
+    if "net" in required and version < 4:
+        raise Unavailable(f"Landlock ABI {version} cannot restrict TCP (ABI 4 can)")
+    if "scope" in required and version < 6:
+        raise Unavailable(f"Landlock ABI {version} cannot scope signals and sockets (ABI 6 can)")
+    libc = _libc()
+    handled = _FS_BY_ABI.get(version, _FS_BY_ABI[3])
+    ports = policy.get("connect")
+    net = CONNECT_TCP if version >= 4 and ports is not None else 0
+    scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 and policy.get("scoped") else 0
+    attr = _Ruleset(handled, net, scoped)
+    size = ctypes.sizeof(_Ruleset) if version >= 6 else (16 if version >= 4 else 8)
+    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise Unavailable(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+    try:
+        for access, paths in ((WRITE, policy.get("write") or ()), (READ, policy.get("read") or ())):
+            for path in paths:
+                _add_path(libc, ruleset, path, access & handled)
+        for port in ports or ():
+            rule = _NetPort(CONNECT_TCP, int(port))
+            if libc.syscall(_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                raise Unavailable(f"landlock_add_rule (port {port}): {os.strerror(ctypes.get_errno())}")
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise Unavailable(f"no_new_privs: {os.strerror(ctypes.get_errno())}")
+        if libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) < 0:
+            raise Unavailable(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(ruleset)
+    return version
+
+
+def _add_path(libc: Any, ruleset: int, path: str, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # not there: nothing to allow
+    try:
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            access &= _FILE_ACCESS
+        rule = _PathBeneath(access, fd)
+        if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+            raise Unavailable(f"landlock_add_rule ({path}): {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> None:
+    """``landlock.py POLICY -- PROGRAM ARGS...``: confine, then become the program. Any failure
+    ends here, exit status 126, saying why on stderr: never run a program unconfined that was
+    to run confined."""
+    if len(argv) < 3 or argv[1] != "--":
+        sys.stderr.write("usage: landlock.py POLICY -- PROGRAM [ARGS...]\n")
+        raise SystemExit(2)
+    try:
+        restrict(json.loads(argv[0]))
+    except (Unavailable, ValueError) as exc:
+        sys.stderr.write(f"procession: cannot confine the step: {exc}\n")
+        raise SystemExit(126) from None
+    try:
+        os.execvp(argv[2], argv[2:])
+    except OSError as exc:
+        sys.stderr.write(f"procession: cannot run {argv[2]}: {exc.strerror}\n")
+        raise SystemExit(127) from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,93 @@
+"""Procession's own MCP server for a run (``bind SID mcp procession``), outside its bounds.
+
+The server makes calls on the workspace, so it writes the workspace's file, which no step
+may: it is Procession itself, holding the session to its scope (``procession mcp
+--session SID``). So it does not run inside the run's confinement. The run reaches it
+through a unix socket in its own temporary folder, by a relay (``mcp_relay``: standard input
+and output to the socket, nothing else) that the agent CLI starts as its stdio server, or a
+step as ``mcp_binding.server_command`` says (``RELAYS`` in its environment). Each connection
+is served by a new server process, scoped as the binding says (its mode, its ``allow``), a
+process of the run: it ends with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..model import mcp_binding
+from . import mcp_relay
+from .reaper import LEADERS
+
+RELAY = str(Path(mcp_relay.__file__).resolve())
+
+
+class OwnServers:
+    """The sockets of a run's own MCP servers, and the servers serving them."""
+
+    def __init__(self, db: str, sid: int, tmp: str, env: Mapping[str, str]) -> None:
+        self.db, self.sid, self.tmp, self.env = db, sid, tmp, dict(env)
+        self.accepting: list[asyncio.Task[None]] = []
+        self.serving: set[asyncio.subprocess.Process] = set()
+
+    async def open(self, resources: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+        """Listen for each ``mcp procession`` binding; the variables a step gets to reach them
+        (``mcp_binding.RELAYS``: each binding's URI and the relay command for it)."""
+        relays: dict[str, list[str]] = {}
+        for n, r in enumerate(r for r in resources if mcp_binding.is_procession(r["kind"], r["uri"])):
+            path = os.path.join(self.tmp, f"mcp-{n}.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            os.chmod(path, 0o600)
+            listener.listen()
+            listener.setblocking(False)
+            argv = mcp_binding.server_command(self.db, self.sid, uri=r["uri"], mode=r["mode"], direct=True)
+            self.accepting.append(asyncio.ensure_future(self._accept(listener, argv)))
+            relays[r["uri"]] = [sys.executable, "-I", "-S", RELAY, path]
+        return {mcp_binding.RELAYS: json.dumps(relays)} if relays else {}
+
+    async def _accept(self, listener: socket.socket, argv: list[str]) -> None:
+        """Serve each connection with a server whose standard input and output are the socket
+        (never read here: what the client sends is the server's)."""
+        loop = asyncio.get_running_loop()
+        with listener:
+            while True:
+                conn, _ = await loop.sock_accept(listener)
+                with conn:
+                    conn.setblocking(True)
+                    try:
+                        proc = await asyncio.create_subprocess_exec(*argv, stdin=conn.fileno(), stdout=conn.fileno(),
+                                                                    env=self.env, start_new_session=True)
+                    except OSError:
+                        continue
+                self.serving.add(proc)
+                LEADERS.add(proc.pid)  # the engine's own child, waited for here: no orphan to reap
+                asyncio.ensure_future(self._served(proc))
+
+    async def _served(self, proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+        self.serving.discard(proc)
+        LEADERS.discard(proc.pid)
+
+    async def close(self) -> None:
+        """Stop listening, and end the servers still serving (the run is over)."""
+        for task in self.accepting:
+            task.cancel()
+        await asyncio.gather(*self.accepting, return_exceptions=True)
+        for proc in list(self.serving):
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        for proc in list(self.serving):
+            try:
+                await asyncio.wait_for(proc.wait(), 2.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
