@@ -335,6 +335,7 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
         open_runs = conn.execute("SELECT count(*) FROM runs WHERE ended IS NULL").fetchone()[0]
         running = conn.execute("SELECT count(*) FROM sessions WHERE state = 'running'").fetchone()[0]
         outcomes = dict(conn.execute("SELECT coalesce(outcome, 'open'), count(*) FROM runs GROUP BY 1").fetchall())
+        confined = conn.execute("SELECT count(*) FROM runs WHERE confinement LIKE 'landlock%'").fetchone()[0]
         runs = {r: (sid, ended) for r, sid, ended in conn.execute("SELECT id, session_id, ended FROM runs")}
         ended_by_call = {sid: ts for sid, ts in conn.execute(  # cancelled, or merged away (the source is other_id)
             "SELECT sid, min(ts) FROM (SELECT session_id AS sid, ts FROM journal WHERE call = 'cancel'"
@@ -348,9 +349,9 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
     if integrity != "ok" or foreign:
         miss("integrity", f"{integrity}, {len(foreign)} foreign key errors")
 
-    started = {int(p.name): p.read_text() for p in (tmp / "started").iterdir()}
+    started = {int(p.name): p.read_text() for p in (tmp / "work" / "started").iterdir()}
     owed = excused = 0
-    for marker in (tmp / "done").iterdir():
+    for marker in (tmp / "work" / "done").iterdir():
         if not marker.name.isdigit():  # a marker still being written when its step was killed
             continue
         run, at = int(marker.name), float(marker.read_text())
@@ -393,7 +394,7 @@ async def check(db: Path, logs: Path, tmp: Path, engines: Engines, tag: str,
         "acknowledged": len(acks), "lost": sum(lost.values()), "lost_by_kind": dict(lost), "examples": examples,
         "tried": sum((collections.Counter(s["tried"]) for s in summaries), collections.Counter()),
         "refused": sum((collections.Counter(s["refused"]) for s in summaries), collections.Counter()),
-        "runs": sum(outcomes.values()), "outcomes": outcomes,
+        "runs": sum(outcomes.values()), "outcomes": outcomes, "confined": confined,
         "behaviours": collections.Counter(started.values()), "replies_owed": owed, "replies_excused": excused,
         "integrity": integrity,
     }
@@ -428,7 +429,7 @@ def main() -> int:
         if args.keep:
             print(f"keeping {tmp}", file=sys.stderr)
         db, logs, folder, watched = tmp / "chaos.db", tmp / "logs", tmp / "work", tmp / "watched"
-        for d in (logs, folder, watched, tmp / "done", tmp / "started"):
+        for d in (logs, folder, watched, folder / "done", folder / "started"):
             d.mkdir()
         step = tmp / "chaos_step.py"
         step.write_text((HERE / "chaos_step.py").read_text())
@@ -502,7 +503,8 @@ def report(r: dict[str, Any]) -> None:
           f"(refused {r['rivals']['refused']})")
     print(f"  write lock / snapshot held {r['lock_holds']} times, {r['lock_held_s']} s in all, "
           f"longest {r['lock_longest_s']} s")
-    print(f"  runs {r['runs']} ({', '.join(f'{k} {v}' for k, v in r['outcomes'].items())})")
+    print(f"  runs {r['runs']} ({', '.join(f'{k} {v}' for k, v in r['outcomes'].items())}),"
+          f" {r['confined']} of them confined by the kernel")
     print(f"  misbehaving steps: {', '.join(f'{k} {v}' for k, v in sorted(r['behaviours'].items()))}")
     print(f"  finished steps whose reply was owed {r['replies_owed']}, excused (session ended by a call) "
           f"{r['replies_excused']}")

@@ -3,10 +3,10 @@
     command:python3 chaos_step.py TAG
 
 Every process it starts carries ``TAG`` on its command line, so that ``chaos.py`` can find
-any that escaped the engine. A step that means to succeed writes ``done/RUN`` beside this
-file after its reply is out (a reply ``reply-RUN.``); ``chaos.py`` then expects the reply
-in the history unless the engine died too soon after to record it, or a call ended the
-session first.
+any that escaped the engine. A step that means to succeed writes ``done/RUN`` in its folder
+(the session's: a confined step writes nowhere else) after its reply is out (a reply
+``reply-RUN.``); ``chaos.py`` then expects the reply in the history unless the engine died
+too soon after to record it, or a call ended the session first.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import time
 
 BEHAVIOURS = ("events", "plain", "slow", "orphan", "pipe_holder", "no_env", "flood", "no_stdin", "fail",
               "hang", "garbage", "deep_json", "many_children", "exit_early")
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_id() -> int:
@@ -62,7 +61,7 @@ def done(run: int, *, events: bool = True) -> None:
 
 def mark(run: int) -> None:
     """The reply is out: from here on, the engine owes it a place in the history."""
-    path = os.path.join(HERE, "done", str(run))
+    path = os.path.join(os.getcwd(), "done", str(run))
     with open(f"{path}.tmp", "w") as fh:  # whole or absent: a step may be killed mid-write
         fh.write(str(time.time()))
     os.replace(f"{path}.tmp", path)
@@ -73,7 +72,7 @@ def main() -> None:
     run = run_id()
     rng = random.Random(run)
     behaviour = BEHAVIOURS[rng.randrange(len(BEHAVIOURS))]
-    with open(os.path.join(HERE, "started", str(run)), "w") as fh:
+    with open(os.path.join(os.getcwd(), "started", str(run)), "w") as fh:
         fh.write(behaviour)
     if behaviour not in ("no_stdin", "flood", "exit_early"):
         sys.stdin.buffer.read()

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import contextlib
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -191,16 +192,41 @@ async def activate(ws: Workspace, args: argparse.Namespace) -> int:
     return status if all(r["outcome"] == "ok" for r in report) else 1
 
 
+class Stopped(ProcessionError):
+    """``activate --now`` was stopped by a signal (its terminal closed, a ``kill``): its step
+    was interrupted and its run recorded, as Ctrl-C does; the exit status says which signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}: the step was interrupted and its run recorded")
+        self.exit_code = 128 + signum
+
+
+#: What stops a foreground engine as Ctrl-C does (SIGINT is asyncio's own).
+STOPPING = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.asynccontextmanager
 async def foreground_engine(ws: Workspace, sids: set[int]) -> AsyncIterator[Callable[[], Awaitable[None]]]:
     """An engine in this process for these sessions only; ``await idle()`` waits until none of
-    them is queued or running."""
+    them is queued or running. SIGTERM and SIGHUP (the terminal closing) stop it as Ctrl-C
+    does: the engine interrupts the step and records its run before the process ends, so no
+    step is left running unsupervised (``Stopped``)."""
     from procession.engine import Engine
 
     engine = Engine(ws.path, slots=max(1, len(sids)), only=sids, triggers=False)
     stop = asyncio.Event()
     await engine.start()
     serving = asyncio.ensure_future(engine.serve(stop))
+    loop, me, got = asyncio.get_running_loop(), asyncio.current_task(), []
+
+    def stopping(signum: int) -> None:
+        got.append(signum)
+        stop.set()
+        if me is not None:
+            me.cancel()
+
+    for sig in STOPPING:
+        loop.add_signal_handler(sig, stopping, sig)
 
     async def idle() -> None:
         while not serving.done():
@@ -211,9 +237,16 @@ async def foreground_engine(ws: Workspace, sids: set[int]) -> AsyncIterator[Call
 
     try:
         yield idle
+    except asyncio.CancelledError:
+        if not got:
+            raise
     finally:
         stop.set()
-        await serving
+        await asyncio.shield(serving)
+        for sig in STOPPING:
+            loop.remove_signal_handler(sig)
+    if got:
+        raise Stopped(got[0])
 
 
 @command(Call.NICE, args=[

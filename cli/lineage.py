@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from procession.calls import Workspace
-from procession.calls.merge import Resolution
 from procession.model.calls import Call
 from procession.model.errors import MergeConflict
 from procession.model.records import plain_conflicts
@@ -29,31 +28,19 @@ async def fork(ws: Workspace, args: argparse.Namespace) -> int:
     return done(args, outcome, str(outcome.sid))
 
 
-#: ``--ours`` / ``--theirs`` given without a path: every conflict.
-ALL = ""
-
-
 @command(Call.MERGE, help="merge SOURCE into TARGET (three-way); exits 3 listing conflicts", args=[
     arg("source", type=sid_type), arg("target", type=sid_type),
-    arg("--ours", action="append", nargs="?", const=ALL, metavar="PATH",
+    arg("--ours", action="append", nargs="?", const=parse.ALL, metavar="PATH",
         help="settle conflicts with the target's side (with a PATH: that file only; repeatable)"),
-    arg("--theirs", action="append", nargs="?", const=ALL, metavar="PATH",
+    arg("--theirs", action="append", nargs="?", const=parse.ALL, metavar="PATH",
         help="settle conflicts with the source's side (with a PATH: that file only; repeatable)"),
     arg("--set", action="append", metavar="KEY=JSON", help="settle one key with this value"),
     arg("--pick", action="append", metavar="KEY=ours|theirs", help="settle one key with one side"),
     arg("--dry-run", action="store_true", help="show what would change (memory and files) and change nothing"),
 ])
 async def merge(ws: Workspace, args: argparse.Namespace) -> int:
-    ours, theirs = args.ours or [], args.theirs or []
-    if ALL in ours and ALL in theirs:
-        raise UsageError("give --ours or --theirs, not both")
-    if (set(ours) & set(theirs)) - {ALL}:
-        raise UsageError("a path is given to both --ours and --theirs")
-    files = {p: "ours" for p in ours if p != ALL} | {p: "theirs" for p in theirs if p != ALL}
-    values = dict(parse.key_json(item) for item in args.set or [])
-    picks = dict(parse.key_side(item) for item in args.pick or [])
-    side = "ours" if ALL in ours else "theirs" if ALL in theirs else None
-    resolution = Resolution(side, picks, values, files)
+    resolution = parse.resolution(args.ours or [], args.theirs or [], args.set or [], args.pick or [],
+                                  usage=UsageError)
     if args.dry_run:
         plan = await ws.merge_plan(args.source, args.target, resolution)
         emit(args, plan.to_json(), lambda: "\n".join(lines.merge_plan(plan)))

@@ -14,8 +14,9 @@ from typing import Any
 from procession.calls import Workspace
 from procession.calls.outside import Looker, marked
 from procession.calls.reads import PS_SORTS
+from procession.model.errors import InvalidArgument
 from procession.model.records import Message, SessionDetail, SessionInfo
-from procession.present import lines, words
+from procession.present import lines, parse, words
 from procession.present.cells import COLUMNS
 
 from .registry import PROG, SID, arg, command, count_type, sid_type
@@ -175,15 +176,10 @@ def _show_head(d: SessionDetail) -> list[str]:
 
 def range_type(text: str) -> tuple[int, int | None]:
     """``A:B``: history positions A to B, both included; either end may be left out."""
-    lo, sep, hi = text.partition(":")
     try:
-        first = int(lo) if lo else 1
-        last = int(hi) if hi else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a range A:B of positions: {text!r}") from None
-    if not sep or first < 1 or (last is not None and last < first):
-        raise argparse.ArgumentTypeError(f"not a range A:B of positions (1 <= A <= B): {text!r}")
-    return first - 1, last
+        return parse.history_range(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _message_json(m: Message) -> dict[str, Any]:
@@ -200,10 +196,7 @@ def _message_json(m: Message) -> dict[str, Any]:
 ])
 async def history(ws: Workspace, args: argparse.Namespace) -> int:
     """Streamed: printed a batch at a time as it is read, so memory does not grow with the history."""
-    lo, hi = args.range if args.range else (0, None)
-    lo = max(lo, args.after)
-    if args.limit is not None:
-        hi = lo + args.limit if hi is None else min(hi, lo + args.limit)
+    lo, hi = parse.history_window(args.after, args.limit, args.range)
     await emit_stream(args, ws.history_batches(args.sid, lo, hi, tail=args.tail), _message_json,
                       lambda m: lines.history_line(m, short=args.short))
     return 0

@@ -25,7 +25,7 @@ _EXPORTS = {
     "Reason": "model.states",
     **{name: "model.errors" for name in (
         "ContextTooLarge", "EngineBusy", "IllegalTransition", "InvalidArgument", "MergeConflict", "NotFound",
-        "ProcessionError", "SessionNotFound", "SnapshotError", "StoreBusy", "WorkspaceError",
+        "ProcessionError", "SessionNotFound", "SnapshotError", "StoreBusy", "StoreFull", "WorkspaceError",
     )},
 }
 __all__ = sorted(_EXPORTS)

@@ -7,16 +7,20 @@ sessions of its agent, the sessions spawned as one of those, and their forks
 without a session of its own, and so spawns for its own agent only (a spawn for another
 agent would be reached by nobody). One started with neither acts for the person who
 started it, on every session. ``send`` reaches any session: it is how an agent talks to
-another agent's sessions. ``--allow`` narrows the tools offered, ``--readonly`` leaves the
+another agent's sessions (a user message; another role only in reach). A scoped server
+spawns only into the folders its scope reaches, and what it brings that no person approved
+(a new runner, settings, looser bounds) arrives disarmed; a trigger it adds watches only the
+session's own folders. ``--allow`` narrows the tools offered, ``--readonly`` leaves the
 reads; a refusal is a ``NotAllowed`` with one line saying why.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from procession.calls import Workspace
-from procession.model import runner_spec
+from procession.model import bounds, runner_spec
 from procession.model.errors import NotAllowed
 
 
@@ -61,19 +65,55 @@ class Scope:
         """Every session in reach (None: all of them)."""
         return None if self.everything else await ws.reach(agent=self.agent, session=self.session)
 
-    async def check_spawn(self, ws: Workspace, agent: str, runner: str) -> None:
-        """A spawn for ``agent`` with ``runner``: an agent's server spawns for its own agent
-        only, and no server of an agent brings in a runner that no session it reaches has
-        armed already (nor may it choose what a step executes: the user did, once)."""
+    async def check_spawn(self, ws: Workspace, agent: str, cwd: str, *, runner: str, env: dict[str, str],
+                          passed: list[str], confine: str, net: str) -> bool:
+        """A spawn for ``agent`` working in ``cwd``: refused out of scope (an agent's server
+        spawns for its own agent only, and only into the folders its scope reaches); True when
+        it brings nothing a person has not approved, so that it may run at once: a runner
+        already armed on a session in reach (or a ``builtin:``), no setting or passed name of
+        its own, bounds no looser than the scope's. Anything else arrives disarmed, waiting for
+        ``approve``: what a step executes, and with what, is chosen by a person."""
         if self.everything:
-            return
+            return True
         if self.session is None and agent != self.agent:
             raise NotAllowed(f"agent {self.agent} spawns only its own sessions here; a server started for one of"
                              " its sessions (--session SID) spawns for other agents")
-        if runner_spec.parse(runner).kind == "builtin":
-            return
         reach = await ws.reach(agent=self.agent, session=self.session)
+        folders = await ws.folders(reach)
+        if not any(within(os.path.realpath(cwd), os.path.realpath(f)) for f in folders):
+            raise NotAllowed(f"{cwd} is outside the folders {self.who} reaches ({', '.join(folders) or 'none'}):"
+                             " a session spawned here works in one of them")
         armed = {s.runner for s in await ws.ps(all=True) if s.id in reach and s.armed}
-        if runner not in armed:
-            raise NotAllowed(f"runner {runner!r} is armed on no session {self.who} reaches: a person spawns"
-                             " the first session with a new runner")
+        own = await ws.info(self.session) if self.session is not None else None
+        looser = (CONFINE_ORDER.index(confine) > CONFINE_ORDER.index(own.confine if own else bounds.BOUND)
+                  or NET_ORDER.index(net) > NET_ORDER.index(own.net if own else bounds.ANY))
+        known = runner_spec.parse(runner).kind == "builtin" or runner in armed
+        return known and not env and not passed and not looser
+
+    async def check_send(self, ws: Workspace, sid: int, role: str) -> None:
+        """``send`` reaches any session, as the scope's own words (a user message from it);
+        another role only where its scope reaches (a system message into another agent's
+        session would speak for that session's owner)."""
+        if role != "user" and not self.everything and not await ws.reaches(sid, agent=self.agent,
+                                                                              session=self.session):
+            raise NotAllowed(f"a {role} message goes only to the sessions {self.who} reaches; session {sid}"
+                             " is another agent's: send it a user message")
+
+    async def check_watch(self, ws: Workspace, sid: int, paths: list[str]) -> None:
+        """What a trigger of session ``sid`` (in reach) watches must be in its own folders."""
+        if self.everything:
+            return
+        folders = await ws.folders({sid})
+        for path in paths:
+            if not any(within(os.path.realpath(path), os.path.realpath(f)) for f in folders):
+                raise NotAllowed(f"{path} is outside session {sid}'s folders ({', '.join(folders)}): a trigger"
+                                 " added here watches only what the session works with")
+
+
+#: From the tightest to the loosest.
+CONFINE_ORDER = (bounds.STRICT, bounds.BOUND, bounds.OFF)
+NET_ORDER = (bounds.NONE, bounds.MODEL, bounds.ANY)
+
+
+def within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")

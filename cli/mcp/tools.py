@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from procession.calls import Workspace
-from procession.calls.merge import Resolution
+from procession.model import environ
 from procession.model.calls import INFO, Call
 from procession.model.errors import InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
-from procession.present import parse
+from procession.present import parse, results
 
 from ..lineage import conflicts_json
 from ..registry import COMMANDS, Arg
@@ -31,11 +31,12 @@ Json = Any
 
 class Refused(Exception):
     """A tool refused, in whole or for some of the sessions it was given: ``lines`` are the
-    refusals (one line each, as the CLI prints them), ``data`` what the CLI's ``--json`` says."""
+    refusals (one line each, as the CLI prints them), ``done`` what it did for the others (one
+    line each, as the CLI says it), ``data`` what the CLI's ``--json`` says."""
 
-    def __init__(self, lines: list[str], data: Json = None) -> None:
+    def __init__(self, lines: list[str], data: Json = None, done: list[str] | None = None) -> None:
         super().__init__("\n".join(lines))
-        self.lines, self.data = lines, data
+        self.lines, self.data, self.done = lines, data, done or []
 
 
 @dataclass(slots=True)
@@ -61,6 +62,7 @@ class Tool:
     defaults: dict[str, Any] = field(default_factory=dict)  # this face's defaults (reads are bounded here)
     reads: bool = False  # changes nothing, journals nothing
     reach: str = "the sessions in reach"  # what it may act on, in words for its description
+    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # this face's own schema of an argument
 
     @property
     def args(self) -> list[Arg]:
@@ -81,7 +83,7 @@ class Tool:
     def input_schema(self) -> dict[str, Any]:
         properties, required = {}, []
         for a in self.args:
-            schema = a.schema()
+            schema = self.schemas.get(a.dest) or a.schema()
             if a.dest in self.defaults:
                 schema["default"] = self.defaults[a.dest]
             properties[a.dest] = schema
@@ -110,9 +112,11 @@ def _data(outcome: Outcome) -> Json:
 
 
 async def ps(s: Served, a: dict[str, Any]) -> Json:
-    found = await s.ws.ps(all=a["all"], agent=a["agent"], state=a["state"])
     reach = await s.scope.reach(s.ws)
-    return [r.to_json() for r in found if reach is None or r.id in reach]
+    found = [row async for batch in s.ws.ps_json_batches(all=a["all"], agent=a["agent"], state=a["state"],
+                                                          sort=a["sort"], reverse=a["reverse"]) for row in batch
+             if reach is None or row["id"] in reach]
+    return found[:a["limit"]] if a["limit"] else found
 
 
 async def show(s: Served, a: dict[str, Any]) -> Json:
@@ -124,44 +128,49 @@ async def show(s: Served, a: dict[str, Any]) -> Json:
 
 async def history(s: Served, a: dict[str, Any]) -> Json:
     await s.scope.check(s.ws, a["sid"])
-    after = max(0, a["after"])
+    lo, hi = parse.history_window(max(0, a["after"]), a["limit"], parse.history_range(a["range"]) if a["range"] else None)
     return [{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
              "pinned": m.pinned, "created": m.created, "meta": m.meta}
-            for m in await s.ws.history(a["sid"], after, after + a["limit"])]
+            async for batch in s.ws.history_batches(a["sid"], lo, hi, tail=a["tail"]) for m in batch]
 
 
 async def spawn(s: Served, a: dict[str, Any]) -> Json:
+    """Into a folder the scope reaches; armed only when it brings nothing unapproved."""
     agent = a["agent"] or s.scope.agent
     if agent is None:
         raise InvalidArgument("spawn needs an agent")
-    await s.scope.check_spawn(s.ws, agent, a["runner"])
     here = (await s.ws.info(s.scope.session)).cwd if s.scope.session is not None else os.getcwd()
     cwd = os.path.normpath(os.path.join(here, a["cwd"])) if a["cwd"] else here
+    settings = dict(environ.setting(pair) for pair in a["env"] or [])
+    passed = list(a["passed"] or [])
+    armed = await s.scope.check_spawn(s.ws, agent, cwd, runner=a["runner"], env=settings, passed=passed,
+                                      confine=a["confine"], net=a["net"])
     return _data(await s.ws.spawn(a["name"], agent, system=a["system"], goal=a["goal"], priority=a["priority"],
-                                  runner=a["runner"], window=a["window"], timeout=a["timeout"], cwd=cwd))
+                                  runner=a["runner"], window=a["window"], timeout=a["timeout"], cwd=cwd, env=settings,
+                                  passed=passed, confine=a["confine"], net=a["net"], armed=armed))
 
 
 async def send(s: Served, a: dict[str, Any]) -> Json:
     """From the scope's session (or the user, for a person's server): never from another."""
+    await s.scope.check_send(s.ws, a["sid"], a["role"])
     return _data(await s.ws.send(a["sid"], a["text"], role=a["role"], sender=s.scope.session, pin=a["pin"]))
 
 
 async def fork(s: Served, a: dict[str, Any]) -> Json:
     await s.scope.check(s.ws, a["sid"])
-    return _data(await s.ws.fork(a["sid"], a["name"], at=a["at"]))
+    return _data(await s.ws.fork(a["sid"], a["name"], at=a["at"], worktree=a["worktree"], carry=a["carry"]))
 
 
 async def merge(s: Served, a: dict[str, Any]) -> Json:
     """Conflicts are refused with the data to settle them (``ours``/``theirs``/``set``/``pick``)."""
     for sid in (a["source"], a["target"]):
         await s.scope.check(s.ws, sid)
-    if a["ours"] and a["theirs"]:
-        raise InvalidArgument("give ours or theirs, not both")
-    values = dict(parse.key_json(item, "set") for item in a["set"] or [])
-    picks = dict(parse.key_side(item) for item in a["pick"] or [])
-    side = "ours" if a["ours"] else "theirs" if a["theirs"] else None
+    resolution = parse.resolution(a["ours"] or [], a["theirs"] or [], a["set"] or [], a["pick"] or [], flags="")
+    if a["dry_run"]:
+        plan = await s.ws.merge_plan(a["source"], a["target"], resolution)
+        return plan.to_json()
     try:
-        return _data(await s.ws.merge(a["source"], a["target"], Resolution(side, picks, values)))
+        return _data(await s.ws.merge(a["source"], a["target"], resolution))
     except MergeConflict as exc:
         raise Refused([str(exc)], conflicts_json(exc)) from None
 
@@ -172,8 +181,9 @@ async def memory_get(s: Served, a: dict[str, Any]) -> Json:
 
 
 async def memory_set(s: Served, a: dict[str, Any]) -> Json:
+    """The value as MCP gives it: any JSON value (a string is a string, not JSON to parse)."""
     await s.scope.check(s.ws, a["sid"])
-    return _data(await s.ws.memory_set(a["sid"], a["key"], parse.json_value(a["value"])))
+    return _data(await s.ws.memory_set(a["sid"], a["key"], a["value"]))
 
 
 async def memory_delete(s: Served, a: dict[str, Any]) -> Json:
@@ -182,28 +192,42 @@ async def memory_delete(s: Served, a: dict[str, Any]) -> Json:
 
 
 def each(call: Call) -> Handler:
-    """A lifecycle call on every SID given, like the CLI's: a refusal is reported and the rest go on."""
+    """A lifecycle call on every SID given, like the CLI's: a refusal is reported and the rest
+    go on; a call refused for some says, in its text too, what it did for the others."""
 
     async def run(s: Served, a: dict[str, Any]) -> Json:
         report: list[Json] = []
         refused: list[str] = []
+        did: list[str] = []
         for sid in a["sids"]:
             try:
                 await s.scope.check(s.ws, sid)
-                report.append((await getattr(s.ws, call.value)(sid)).to_json())
+                outcome = await getattr(s.ws, call.value)(sid)
+                report.append(outcome.to_json())
+                did.append(results.describe(outcome))
             except ProcessionError as exc:
                 refused.append(str(exc))
                 report.append({"sid": sid, "error": str(exc)})
         if refused:
-            raise Refused(refused, report)
+            raise Refused(refused, report, done=did)
         return report
 
     return run
 
 
 async def compress(s: Served, a: dict[str, Any]) -> Json:
+    """Any of the ways the CLI has: built in, the model's (``model``, ``with_spec``), masked
+    tool outputs, or a summary given."""
     await s.scope.check(s.ws, a["sid"])
-    return _data(await s.ws.compress(a["sid"], a["keep_last"]))
+    chosen = [n for n, v in (("model", a["model"] or a["with_spec"]), ("mask_tools", a["mask_tools"]),
+                             ("summary", a["summary"] is not None)) if v]
+    if len(chosen) > 1:
+        raise InvalidArgument(f"choose one way to compress, not {' and '.join(chosen)}")
+    if a["model"] or a["with_spec"]:
+        from procession.engine.summaries import compress_by_model
+
+        return _data(await compress_by_model(s.ws, a["sid"], a["keep_last"], spec=a["with_spec"]))
+    return _data(await s.ws.compress(a["sid"], a["keep_last"], summary=a["summary"], mask_tools=a["mask_tools"]))
 
 
 async def expand(s: Served, a: dict[str, Any]) -> Json:
@@ -217,11 +241,18 @@ async def save(s: Served, a: dict[str, Any]) -> Json:
 
 
 async def trigger_add(s: Served, a: dict[str, Any]) -> Json:
-    """Relative paths of a watch are the session's folder's; an ``after`` must be in reach too."""
+    """Relative paths of a watch are the session's folder's, and what it watches must be in the
+    session's folders (a commit trigger's repository too); an ``after`` must be in reach."""
     await s.scope.check(s.ws, a["sid"])
-    if a["kind"] == "after" and a["args"] and a["args"][0].isdigit():
-        await s.scope.check(s.ws, int(a["args"][0]))
-    return _data(await s.ws.trigger_add(a["sid"], a["kind"], a["args"] or [], debounce_ms=a["debounce"]))
+    words = a["args"] or []
+    if a["kind"] == "after" and words and words[0].isdigit():
+        await s.scope.check(s.ws, int(words[0]))
+    if a["kind"] in ("watch", "commit"):
+        folder = (await s.ws.info(a["sid"])).cwd
+        await s.scope.check_watch(s.ws, a["sid"], [os.path.normpath(os.path.join(folder, w)) for w in words]
+                                  or [folder])
+    return _data(await s.ws.trigger_add(a["sid"], a["kind"], words, debounce_ms=a["debounce"], branch=a["branch"],
+                                        paths=a["path"] or []))
 
 
 async def trigger_remove(s: Served, a: dict[str, Any]) -> Json:
@@ -249,7 +280,8 @@ TOOLS: dict[str, Tool] = {t.name: t for t in [
     Tool("fork", "fork", fork),
     Tool("merge", "merge", merge, reach="two sessions in reach; conflicts are refused with the data to settle them"),
     Tool("memory_get", "memory", memory_get, op="get", reads=True),
-    Tool("memory_set", "memory", memory_set, op="set"),
+    Tool("memory_set", "memory", memory_set, op="set",
+         schemas={"value": {"description": "the key's new value: any JSON value (a string is stored as a string)"}}),
     Tool("memory_delete", "memory", memory_delete, op="delete"),
     *(Tool(call.value, call.value, each(call), skip=("now",), reach=_LIFECYCLE)
       for call in (Call.ACTIVATE, Call.SUSPEND, Call.RESUME, Call.INTERRUPT, Call.CANCEL)),

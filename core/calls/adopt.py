@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ..model import agents, limits, runner_spec, transcripts
+from ..model import agents, bounds, limits, runner_spec, transcripts
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, ProcessionError
 from ..model.outcomes import Adopted, Adoption, Attached, Moved, Synced
@@ -50,6 +50,17 @@ class _MovedOn(ProcessionError):
 
 def _title(read: Transcript) -> str:
     return one_line(read.title or "", TITLE_MAX) or f"{read.cli} {read.id[:8]}"
+
+
+def unasked(folder: str) -> str | None:
+    """Why a session may not work in ``folder`` unless a person approves it (a system folder,
+    the home folder or one holding it, a folder of keys), or None."""
+    real, home = os.path.realpath(folder), os.path.realpath(os.path.expanduser("~"))
+    why = bounds.too_wide(real, home, write=True)
+    if why:
+        return why
+    keys = bounds.secret(real, home)
+    return f"which holds your keys or logins ({keys})" if keys else None
 
 
 class AdoptCalls(LifecycleCalls):
@@ -121,18 +132,22 @@ class AdoptCalls(LifecycleCalls):
         except InvalidArgument:
             runner = f"{read.cli}:"
         window = (read.context[1] if read.context and read.context[1] else None) or DEFAULT_WINDOW
+        why = unasked(read.cwd)  # a transcript says where it ran: a file anything may have written
         sid = await rows.insert_session(
             act.tx, 0, agent_id=await rows.agent_id(act.tx, limits.name(agent, "agent name")),
             name=_title(read), runner=runner, window=limits.window(window), cwd=read.cwd,
             agent_ref=json.dumps({**read.ref(), "position": read.position.as_json(), "adopted": act.now}),
-            spawned_by=self.acting, **({"created": read.started} if read.started else {}),
+            spawned_by=self.acting, armed=0 if why else 1, **({"created": read.started} if read.started else {}),
         )
         await _take(act.tx, sid, read, self.store.count_tokens)
+        if why:
+            act.note(f"its transcript says it ran in {read.cwd}, {why}: it waits for your approval before it runs",
+                     Call.APPROVE, sid)
         if not os.path.isdir(read.cwd):
             act.note(f"its folder {read.cwd} is not here: runs need it (migrate the session, or load it with --map)")
         if read.problems:
             act.note(f"{len(read.problems)} records of its transcript were left out: {read.problems[0]}")
-        return Adopted(sid, read.cli, read.id, read.path, len(read.messages))
+        return Adopted(sid, read.cli, read.id, read.path, len(read.messages), cwd=read.cwd, held=bool(why))
 
     async def sync(self, sid: int, *, quiet: bool = False) -> Synced:
         """Append what the session's agent transcript gained since it was last read. ``quiet``

@@ -80,6 +80,18 @@ class AgentCalls(Calls):
                 frontier = down
         return found
 
+    async def folders(self, sids: set[int]) -> list[str]:
+        """The folders sessions ``sids`` work in: each one's own and every file or folder bound
+        to it (what a scoped MCP client may spawn into, or watch)."""
+        found: set[str] = set()
+        async with self.store.snapshot() as tx:
+            for chunk in _batches(sorted(sids)):
+                marks = ",".join("?" * len(chunk))
+                found.update(p for (p,) in await tx.tuples(
+                    f"SELECT cwd FROM sessions WHERE id IN ({marks}) UNION SELECT uri FROM resources"
+                    f" WHERE session_id IN ({marks}) AND kind IN ('folder', 'file', 'db', 'sqlite')", [*chunk, *chunk]))
+        return sorted(found)
+
     async def wait(self, sid: int, timeout: float) -> Waited:
         """Wait until a run of ``sid`` ends (the one running now, or the next), a message
         arrives in its inbox (a ``send``), or it is terminated; at most ``timeout`` seconds.

@@ -20,6 +20,7 @@ the store's write lock; what is made before a call's transaction is undone if it
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -27,12 +28,14 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..model import beneath
 from ..model.errors import InvalidArgument, ProcessionError
 from ..model.records import MISSING, FileMerge
 from ..model.text import plural
@@ -187,13 +190,25 @@ def copy_tree(source: str, target: str) -> None:
     shutil.copytree(source, target, symlinks=True, copy_function=clone)
 
 
+def gits_own(name: str) -> bool:
+    """Whether a path's component is one git takes for its own folder (``.git``, as a file it
+    makes any folder a worktree of another repository, whose configuration git then runs),
+    however a file system may spell it (case, trailing dots and spaces, an 8.3 short name)."""
+    plain = name.lower().rstrip(". ")
+    return plain in (".git", "git~1")
+
+
 def manifest(folder: str) -> dict[str, str]:
-    """Every file under ``folder`` (but for the folders tools fill with churn) by its path
-    there, with a digest of its content (a symlink: of where it points)."""
+    """Every file and link under ``folder`` by its path there, with a digest of its content (a
+    link: where it points), but for the folders tools fill with churn and what git takes for
+    its own (``gits_own``): a fork's copy never brings those back."""
     found: dict[str, str] = {}
     for here, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not os.path.islink(os.path.join(here, d))]
-        for name in names:
+        links = [d for d in dirs if os.path.islink(os.path.join(here, d))]  # listed, not walked into
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not gits_own(d) and d not in links]
+        for name in [*names, *links]:
+            if gits_own(name):
+                continue
             path = os.path.join(here, name)
             rel = os.path.relpath(path, folder)
             if os.path.islink(path):
@@ -201,11 +216,11 @@ def manifest(folder: str) -> dict[str, str]:
                 continue
             digest = hashlib.sha256()
             try:
-                with open(path, "rb") as fh:
+                with beneath.Folder(here) as parent, os.fdopen(parent.regular(name), "rb") as fh:
                     for chunk in iter(lambda: fh.read(1 << 20), b""):
                         digest.update(chunk)
-            except OSError:
-                continue
+            except (OSError, ProcessionError):
+                continue  # gone, or not a regular file: nothing a merge copies
             found[rel] = digest.hexdigest()
     return found
 
@@ -343,12 +358,18 @@ def _plan_copy(record: dict[str, Any], source: int, target: int, folder: str, re
         return {k: json.dumps(v) for k, v in m.items()}
 
     ours = manifest(folder)
-    changes, conflicts, resolved = three_way(text(json.loads(record["base"])), text(ours),
-                                             text(manifest(record["path"])), Resolution(resolution.side,
-                                                                                         resolution.files))
+    base = {p: v for p, v in json.loads(record["base"]).items() if not any(gits_own(c) for c in p.split("/"))}
+    changes, conflicts, resolved = three_way(text(base), text(ours), text(manifest(record["path"])),
+                                             Resolution(resolution.side, resolution.files))
     kinds = {p: "deleted here, changed in the fork" if o is MISSING else "changed here, deleted in the fork"
              if t is MISSING else "added on both sides" if b is MISSING else "changed on both sides"
              for p, (b, o, t) in conflicts.items()}
+    theirs = manifest(record["path"])
+    leading_out = sorted(p for p, v in changes.items() if v is not MISSING and _leads_out(p, theirs[p]))
+    if leading_out:
+        raise ProcessionError(f"session {source}'s copy holds symbolic links that lead out of {folder}"
+                              f" ({named(leading_out)}): a merge never brings one; remove or change them in"
+                              f" {record['path']}, then merge")
     statuses = tuple(("D" if v is MISSING else "M" if p in ours else "A", p) for p, v in sorted(changes.items()))
     summary = FileMerge("copy", record["path"], None, folder, None, statuses, kinds,
                         {p: str(side) for p, side in resolved.items()})
@@ -387,24 +408,65 @@ def apply(plan: FilePlan, message: str) -> Applied:
     return applied
 
 
+def _leads_out(rel: str, entry: str) -> bool:
+    """Whether a manifest's ``entry`` for ``rel`` is a link that leads out of its folder."""
+    if not entry.startswith("link:"):
+        return False
+    target = entry[len("link:"):]
+    if os.path.isabs(target):
+        return True
+    return os.path.normpath(os.path.join(os.path.dirname(rel), target)).split("/")[0] == ".."
+
+
 def _apply_copy(plan: FilePlan) -> Applied:
+    """Bring a copy's changed files back into the target's folder, every path resolved beneath
+    it (``model.beneath``: no link of the target's is written through) and each file read
+    from the fork without following a link out of it; a file's permission bits come along,
+    never a setuid or setgid bit. What is replaced is kept aside until ``finish``."""
     folder, fork = plan.top, plan.record["path"]
     applied = Applied(plan, backups=tempfile.mkdtemp(prefix=".procession-merge-", dir=Path(folder).parent))
     try:
-        for rel, brought in sorted(plan.updates.items()):
-            here = Path(folder) / rel
-            if here.exists() or here.is_symlink():
-                kept = Path(applied.backups or "") / rel
-                kept.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(here, kept)
-            applied.touched.append(rel)
-            if brought:
-                here.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(Path(fork) / rel, here, follow_symlinks=False)
+        with beneath.Folder(folder, "the target's folder") as target, \
+                beneath.Folder(fork, "the fork's folder") as source, beneath.Folder(applied.backups or "") as kept:
+            for rel, brought in sorted(plan.updates.items()):
+                head, _, name = rel.rpartition("/")
+                target.makedirs(head)
+                kept.makedirs(head)
+                here = target.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+                aside = kept.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+                try:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(name, name, src_dir_fd=here, dst_dir_fd=aside)
+                    applied.touched.append(rel)
+                    if brought:
+                        _bring(source, rel, name, here)
+                finally:
+                    os.close(here)
+                    os.close(aside)
     except BaseException:
         take_back(applied)
         raise
     return applied
+
+
+def _bring(source: beneath.Folder, rel: str, name: str, here: int) -> None:
+    """The fork's ``rel`` made as ``name`` in the folder ``here`` (a descriptor): a link as a
+    link, a regular file's bytes and permission bits (not setuid, setgid or sticky)."""
+    head = os.path.dirname(rel)
+    parent = source.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            os.symlink(os.readlink(name, dir_fd=parent), name, dir_fd=here)
+            return
+    finally:
+        os.close(parent)
+    with os.fdopen(source.regular(rel), "rb") as fin:
+        mode = os.fstat(fin.fileno()).st_mode & 0o777
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=here)
+        with os.fdopen(out, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+            os.fchmod(fout.fileno(), mode)
 
 
 def take_back(applied: Applied) -> None:
@@ -414,13 +476,23 @@ def take_back(applied: Applied) -> None:
         if applied.commit and applied.before:
             gitrepo.run(top, "reset", "-q", "--keep", applied.before, check=False)
         return
-    for rel in reversed(applied.touched):
-        here, kept = Path(top) / rel, Path(applied.backups or "") / rel
-        if here.exists() or here.is_symlink():
-            here.unlink()
-        if kept.exists() or kept.is_symlink():
-            os.replace(kept, here)
-    finish(applied)
+    with beneath.Folder(top, "the target's folder") as target, beneath.Folder(applied.backups or "") as kept:
+        for rel in reversed(applied.touched):
+            head, _, name = rel.rpartition("/")
+            target.makedirs(head)
+            here = target.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=here)
+                with contextlib.suppress(FileNotFoundError):
+                    aside = kept.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+                    try:
+                        os.replace(name, name, src_dir_fd=aside, dst_dir_fd=here)
+                    finally:
+                        os.close(aside)
+            finally:
+                os.close(here)
+    finish(applied)  # only once everything is back: what was kept aside is not lost
 
 
 def finish(applied: Applied) -> None:

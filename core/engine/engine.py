@@ -351,7 +351,7 @@ class Engine:
                 return False
             raise
         live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
-                       reader=reader, files=invocation.files, tmp=tmp, own=own)
+                       reader=reader, files=invocation.files, tmp=tmp, own=own, confined=held.confined)
         self.live[sid] = live
         if tracker is not None:
             self.launching.discard(tracker)

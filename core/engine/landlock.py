@@ -25,6 +25,7 @@ import ctypes
 import json
 import os
 import platform
+import signal
 import sys
 from typing import Any
 
@@ -143,6 +144,7 @@ def main(argv: list[str]) -> None:
     """``landlock.py POLICY -- PROGRAM ARGS...``: confine, then become the program. Any failure
     ends here, exit status 126, saying why on stderr: never run a program unconfined that was
     to run confined."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # interrupted before the program runs: it never does
     if len(argv) < 3 or argv[1] != "--":
         sys.stderr.write("usage: landlock.py POLICY -- PROGRAM [ARGS...]\n")
         raise SystemExit(2)

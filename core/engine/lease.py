@@ -31,14 +31,20 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         con = sqlite3.connect(self.path, timeout=self.busy_ms / 1000, isolation_level=None)
+        failing = ""  # what the last beat could not do (said once, and once more when it can again)
         try:
             while not self.stopped.wait(HEARTBEAT_S):
                 try:
                     cur = con.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?",
                                       (time.time(), self.token))
                 except sqlite3.Error as exc:  # busy or failing: the next beat tries again
-                    log.warning("heartbeat: %s", exc)
+                    if str(exc) != failing:
+                        log.warning("heartbeat: the lease is not renewed (%s); trying every %g s", exc, HEARTBEAT_S)
+                        failing = str(exc)
                     continue
+                if failing:
+                    log.warning("heartbeat: the lease is renewed again")
+                    failing = ""
                 if cur.rowcount != 1:
                     log.error("another engine took the lease; stopping")
                     self.on_lost()

@@ -24,7 +24,6 @@ from typing import Any
 
 from ..model import mcp_binding
 from . import mcp_relay
-from .reaper import LEADERS
 
 RELAY = str(Path(mcp_relay.__file__).resolve())
 
@@ -62,19 +61,17 @@ class OwnServers:
                 conn, _ = await loop.sock_accept(listener)
                 with conn:
                     conn.setblocking(True)
-                    try:
+                    try:  # in the engine's own session: the reaper of steps' orphans leaves it alone
                         proc = await asyncio.create_subprocess_exec(*argv, stdin=conn.fileno(), stdout=conn.fileno(),
-                                                                    env=self.env, start_new_session=True)
+                                                                    env=self.env)
                     except OSError:
                         continue
                 self.serving.add(proc)
-                LEADERS.add(proc.pid)  # the engine's own child, waited for here: no orphan to reap
                 asyncio.ensure_future(self._served(proc))
 
     async def _served(self, proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
         self.serving.discard(proc)
-        LEADERS.discard(proc.pid)
 
     async def close(self) -> None:
         """Stop listening, and end the servers still serving (the run is over)."""

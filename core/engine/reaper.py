@@ -29,6 +29,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("procession.engine")
@@ -85,6 +86,23 @@ def _subreaper(on: int) -> bool:
 
 #: Step leaders this process started and waits for itself (asyncio collects their status).
 LEADERS: set[int] = set()
+#: Processes being started right now (forked, not yet known by pid, marked or in their run's
+#: cgroup): ``reap`` waits for them, or it would take one for an orphan and kill it.
+_starting = 0
+
+
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """Around starting a process of a run (until it is a ``LEADERS`` member, or carries its
+    run's marker): no orphan is reaped meanwhile. Without it a step started while the engine
+    looked for orphans died of SIGKILL before it ran (``exit -9``), most often just after an
+    engine restart, when many runs start at once."""
+    global _starting
+    _starting += 1
+    try:
+        yield
+    finally:
+        _starting -= 1
 
 
 def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()) -> list[int]:
@@ -99,7 +117,9 @@ def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()
     marker tracker's), or is ``owned`` (a member of a live run's cgroup), belongs to that run.
     Any other — its run over, or it cleared its environment, so that a marker tracker cannot
     tell it from nothing — is killed: nothing a step started outlives it unseen. Returns the
-    orphans it killed or collected."""
+    orphans it killed or collected (none while a process is ``starting``)."""
+    if _starting:
+        return []
     me, found = os.getpid(), []
     mine = os.getsid(0)
     needles = {f"{MARKER_ENV}={m}".encode() for m in live}

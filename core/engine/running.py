@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from ..model.errors import ProcessionError, StoreBusy
+from ..model.errors import ProcessionError, StoreBusy, StoreFull
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
 from .own_mcp import OwnServers
 from .reaper import Tracker
@@ -42,6 +43,9 @@ LOG_TAIL = 256 * 1024
 #: How long the end of a run is retried while the workspace stays busy (then the next engine
 #: start records it as lost: the step itself is gone by then).
 RECORD_FOR_S = 600.0
+#: What a confined run's record keeps of the refusals its processes report.
+DENIALS_KEPT = 5
+_DENIED = re.compile(r"[^\n]*(?:Permission denied|Operation not permitted)[^\n]*")
 
 
 @dataclass(slots=True)
@@ -59,6 +63,8 @@ class LiveRun:
     files: list[Path] = field(default_factory=list)  # the step's own files, removed when it ends
     tmp: str | None = None  # its temporary folder (its TMPDIR), removed with all it holds when it ends
     own: OwnServers | None = None  # Procession's own MCP servers it reaches (closed when it ends)
+    confined: bool = False  # the kernel holds it to its bounds: what it was denied is said in its record
+    denied: list[str] = field(default_factory=list)  # what its processes said the kernel refused them
     problems: list[str] = field(default_factory=list)
     done: bool = False
     # the log, bounded: (stream, time, text) chunks not yet stored; bytes stored; tail row ids and sizes
@@ -81,20 +87,35 @@ class LiveRun:
         """What the step prints: stdout is read for events; everything goes to the log."""
         if stream == "out":
             self.reader.feed(data)
-        self._chunks.append((stream, time.time(), data.decode("utf-8", "replace")))
+        text = data.decode("utf-8", "replace")
+        if stream == "err":
+            self._denials(text)
+        self._chunks.append((stream, time.time(), text))
+
+    def _denials(self, text: str) -> None:
+        """Keep what the step's processes say the kernel refused them (a confined run's record
+        says it: ``sh: cannot create /etc/x: Permission denied``)."""
+        if self.confined and len(self.denied) < DENIALS_KEPT:
+            for line in _DENIED.findall(text):
+                if line not in self.denied and len(self.denied) < DENIALS_KEPT:
+                    self.denied.append(line.strip()[:300])
 
     async def flush(self) -> None:
         """Commit the events and the log read since the last flush (kept for the next one when
         the workspace is busy)."""
         events = self.reader.take()
         self.done = self.done or events.done  # a done event ends the session when the run ends
+        for _, _, meta in events.messages:  # a tool that reports a refusal of the kernel's
+            tool = (meta or {}).get("tool")
+            if isinstance(tool, dict) and isinstance(tool.get("output"), str):
+                self._denials(tool["output"])
         self.problems += events.problems
         events.problems = []
         if events:
             try:
                 emitted = await self.ledger.emit(self.sid, self.run, events)
                 self.problems += emitted.problems
-            except StoreBusy:
+            except (StoreBusy, StoreFull):  # kept for the next flush: nothing said is lost
                 self.reader.pending = _merge(events, self.reader.pending)
             except ProcessionError as exc:
                 self.problems.append(f"could not apply the step's events: {exc}")
@@ -109,7 +130,7 @@ class LiveRun:
         chunks, self._chunks = self._chunks, []
         try:
             ids = await self.ledger.log(self.run, chunks)
-        except StoreBusy:
+        except (StoreBusy, StoreFull):
             self._chunks = chunks + self._chunks
             return
         except ProcessionError:
@@ -187,6 +208,9 @@ class LiveRun:
         if self._dropped:
             notes.append(f"{self._dropped} bytes of its log dropped from the middle (the first and last"
                          f" {LOG_HEAD // 1024} KiB kept)")
+        if self.denied:
+            notes.append("its bounds denied: " + "; ".join(self.denied)
+                         + (" (and maybe more)" if len(self.denied) >= DENIALS_KEPT else ""))
         return outcome, "\n".join(notes)
 
     async def record(self, outcome: str, exit_code: int | None, events: protocol.Events, error: str) -> None:
@@ -195,18 +219,23 @@ class LiveRun:
         events.done = events.done or self.done
         deadline = time.monotonic() + RECORD_FOR_S
         delay = 0.2
+        said = ""
         while True:
             try:
                 await self.ledger.finish_run(self.sid, self.run, outcome, exit_code=exit_code, events=events,
                                              error=error, requeue=self.intent == "suspend",
                                              frozen_s=self.frozen_s)
+                if said:
+                    log.info("run %d of session %d recorded after all", self.run, self.sid)
                 return
-            except StoreBusy as exc:
+            except (StoreBusy, StoreFull) as exc:  # the workspace held by others, or its disk full: wait
                 if time.monotonic() > deadline:
                     log.error("run %d of session %d could not be recorded (%s); the next engine start will",
                               self.run, self.sid, exc)
                     return
-                log.warning("run %d not recorded yet (%s); retrying", self.run, exc)
+                if str(exc) != said:  # said once, not at every try
+                    log.warning("run %d not recorded yet (%s); retrying", self.run, exc)
+                    said = str(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
             except ProcessionError as exc:

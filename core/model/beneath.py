@@ -23,6 +23,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
+from typing import BinaryIO
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
@@ -249,6 +250,24 @@ class Folder:
                         yield rel, info.st_size
         finally:
             os.close(start)
+
+
+def open_file(path: str) -> BinaryIO:
+    """A regular file, opened for reading by a path whose last component is not followed if
+    it is a link (``NotRegular``: a link, a FIFO, a device): for files a CLI writes and a model
+    could have replaced with a link to a secret (a transcript, a file of a session's folder)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular(f"{path}: a symbolic link, not a regular file; refused") from None
+        raise
+    fh = os.fdopen(fd, "rb")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        fh.close()
+        raise NotRegular(f"{path}: {_what(mode)}, not a regular file; refused")
+    return fh
 
 
 def _what(mode: int) -> str:

@@ -87,5 +87,10 @@ class StoreBusy(ProcessionError):
     """Another process held the workspace for longer than we are willing to wait."""
 
 
+class StoreFull(WorkspaceError):
+    """The disk under the workspace is full or failing: nothing was written, and the same write
+    may succeed once there is room (the engine keeps what it has to write, and tries again)."""
+
+
 class EngineBusy(ProcessionError):
     """Another engine holds the workspace lease."""

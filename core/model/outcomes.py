@@ -82,14 +82,18 @@ class Loaded(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Adopted(Outcome):
-    """``sid`` holds the agent CLI's own session ``agent`` (of ``cli``), read from ``path``;
-    ``already``: it was adopted (or run) before as ``sid``, and nothing was made."""
+    """``sid`` holds the agent CLI's own session ``agent`` (of ``cli``), read from ``path``,
+    working in ``cwd`` (as its transcript says); ``already``: it was adopted (or run) before as
+    ``sid``, and nothing was made; ``held``: its folder is one no run is given unasked (a system
+    folder, the home folder, a folder of keys), so it waits for ``approve``."""
 
     cli: str
     agent: str
     path: str
     messages: int
     already: bool = False
+    cwd: str = ""
+    held: bool = False
 
 
 @dataclass(slots=True, frozen=True)

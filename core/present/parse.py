@@ -9,10 +9,13 @@ import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..model import limits
 from ..model.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ..calls.merge import Resolution
 
 
 #: How much of a mistyped value a refusal quotes back.
@@ -163,3 +166,47 @@ def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
             yield obj
     except UnicodeDecodeError:
         raise InvalidArgument(f"{name} is not UTF-8 text") from None
+
+
+def history_range(text: str) -> tuple[int, int | None]:
+    """``A:B``: history positions A to B, both included; either end may be left out. As
+    ``(after, upto)``: the messages after ``after`` up to ``upto``."""
+    lo, sep, hi = text.partition(":")
+    try:
+        first = int(lo) if lo else 1
+        last = int(hi) if hi else None
+    except ValueError:
+        raise InvalidArgument(f"not a range A:B of positions: {text!r}") from None
+    if not sep or first < 1 or (last is not None and last < first):
+        raise InvalidArgument(f"not a range A:B of positions (1 <= A <= B): {text!r}")
+    return first - 1, last
+
+
+def history_window(after: int, limit: int | None, positions: tuple[int, int | None] | None) -> tuple[int, int | None]:
+    """What ``history`` reads: the messages after ``after`` (and within ``positions``), at most
+    ``limit`` of them."""
+    lo, hi = positions if positions else (0, None)
+    lo = max(lo, after)
+    if limit is not None:
+        hi = lo + limit if hi is None else min(hi, lo + limit)
+    return lo, hi
+
+
+#: ``--ours`` / ``--theirs`` given without a path: every conflict.
+ALL = ""
+
+
+def resolution(ours: Sequence[str], theirs: Sequence[str], values: Sequence[str], picks: Sequence[str],
+               flags: str = "--", usage: type[Exception] = InvalidArgument) -> "Resolution":
+    """How a merge's conflicts are settled, from ``--ours``/``--theirs`` (``ALL``, or paths),
+    ``--set KEY=JSON`` and ``--pick KEY=ours|theirs`` (named ``flags`` + ours... in refusals:
+    the MCP face's fields have no dashes; sides given both ways raise ``usage``)."""
+    from ..calls.merge import Resolution
+
+    if ALL in ours and ALL in theirs:
+        raise usage(f"give {flags}ours or {flags}theirs, not both")
+    if (set(ours) & set(theirs)) - {ALL}:
+        raise usage(f"a path is given to both {flags}ours and {flags}theirs")
+    files = {p: "ours" for p in ours if p != ALL} | {p: "theirs" for p in theirs if p != ALL}
+    side = "ours" if ALL in ours else "theirs" if ALL in theirs else None
+    return Resolution(side, dict(key_side(item) for item in picks), dict(key_json(item) for item in values), files)

@@ -62,7 +62,8 @@ def describe(o: Outcome) -> str:
         case Adopted(already=True):
             return f"{o.cli} session {printable(o.agent)} is already session {o.sid}"
         case Adopted():
-            return f"adopted {o.cli} session {printable(o.agent)} as session {o.sid} ({plural(o.messages, 'message')})"
+            return (f"adopted {o.cli} session {printable(o.agent)} as session {o.sid} ({plural(o.messages, 'message')}),"
+                    f" working in {printable(o.cwd)}" + (" (held for approval)" if o.held else ""))
         case Synced(branched=True):
             return f"{o.sid}: not synced: its agent's transcript took another branch"
         case Synced():

@@ -30,7 +30,7 @@ from typing import Any, TypeVar, cast
 import aiosqlite
 
 from . import schema, tokens
-from ..model.errors import InvalidArgument, StoreBusy, WorkspaceError
+from ..model.errors import InvalidArgument, StoreBusy, StoreFull, WorkspaceError
 
 BUSY_TIMEOUT_MS = 10_000
 Clock = Callable[[], float]
@@ -106,7 +106,7 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
             f" {BUSY_TIMEOUT_MS // 1000} s; nothing was changed, try again"
         )
     if "disk is full" in text or "disk I/O error" in text:
-        return WorkspaceError(f"cannot write {path}: the disk is full or failing; nothing was changed")
+        return StoreFull(f"cannot write {path}: the disk is full or failing; nothing was changed")
     if "readonly" in text or "read-only" in text:
         return WorkspaceError(f"{path} is read-only; nothing was changed")
     if "not a database" in text:

@@ -76,7 +76,7 @@ async def lead(doc: dict[str, Any]) -> None:
         for agent, part in (("researcher", task), ("critic", task)):
             sid = (await call("spawn", name=f"{agent} for {me}", agent=agent, runner=runner,
                               goal=f"the {agent}'s part of session {me}'s task"))["sid"]
-            await call("memory_set", sid=sid, key="asked_by", value=json.dumps(me))
+            await call("memory_set", sid=sid, key="asked_by", value=me)
             await call("send", sid=sid, text=part)
             await call("activate", sids=[sid])
             helpers[agent] = sid

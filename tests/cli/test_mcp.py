@@ -109,10 +109,13 @@ async def test_every_tool_as_a_session_each_call_journaled(db: Path, tmp_path: P
         assert shown["agent"] == "research" and shown["cwd"] == str(tmp_path)
         page = await ok(c, "history", sid=helper, after=4, limit=3)
         assert [m["seq"] for m in page] == [5, 6, 7] and page[0]["author"] == "session:1"
-        await ok(c, "memory_set", sid=helper, key="topic", value='{"a": 1}')
+        await ok(c, "memory_set", sid=helper, key="topic", value={"a": 1})
         assert await ok(c, "memory_get", sid=helper, key="topic") == {"a": 1}
+        await ok(c, "memory_set", sid=helper, key="said", value='{"a": 1}')  # a string, as given
+        assert await ok(c, "memory_get", sid=helper, key="said") == '{"a": 1}'
+        await ok(c, "memory_delete", sid=helper, key="said")
         fork = (await ok(c, "fork", sid=helper, name="side quest"))["sid"]
-        await ok(c, "memory_set", sid=fork, key="found", value="42")
+        await ok(c, "memory_set", sid=fork, key="found", value=42)
         await ok(c, "memory_delete", sid=helper, key="topic")
         trig = (await ok(c, "trigger_add", sid=helper, kind="inbox"))["trigger"]["id"]
         await ok(c, "trigger_remove", sid=helper, tid=trig)
@@ -184,9 +187,10 @@ def test_refusals_say_what_the_cli_says(db: Path, tmp_path: Path, capsys: pytest
             assert merge.is_error and merge.structured_content == conflict
             assert merge.content[0].text == conflict["error"]
             assert (await ok(c, "merge", source=3, target=1, pick=["k=theirs"]))["sid"] == 1
-            assert (await refused(c, "spawn", name="x", runner="command:rm -rf /")).startswith(
-                "runner 'command:rm -rf /' is armed on no session session 1 (agent lead) reaches")
-            assert (await ok(c, "spawn", name="same runner", runner="builtin:echo"))["sid"] == 4
+            made = await ok(c, "spawn", name="x", runner="command:rm -rf /")  # no person chose it: disarmed
+            assert made["notes"][0]["text"] == "its runner waits for a person's approval"
+            assert (await ok(c, "show", sid=made["sid"]))["armed"] is False
+            assert (await ok(c, "spawn", name="same runner", runner="builtin:echo"))["sid"] == made["sid"] + 1
             assert await refused(c, "spawn", agent="x") == "spawn: 'name' is a required property"
             assert await refused(c, "show", sid=0) == "spawn: sid: 0 is less than the minimum of 1".replace(
                 "spawn", "show")
@@ -214,7 +218,7 @@ async def test_allow_readonly_and_an_agent_s_scope(db: Path, tmp_path: Path) -> 
         assert [t.name for t in (await c.list_tools()).tools] == ["send", "memory_get", "memory_set", "memory_delete"]
         assert await refused(c, "ps") == (
             "ps is not allowed: this server allows memory_delete, memory_get, memory_set, send (--allow)")
-        await ok(c, "memory_set", sid=1, key="k", value="1")
+        await ok(c, "memory_set", sid=1, key="k", value=1)
     async with served(db, "--agent", "lead") as c:
         assert (await refused(c, "spawn", name="x", agent="other")).startswith("agent lead spawns only its own")
         mine = (await ok(c, "spawn", name="mine"))["sid"]

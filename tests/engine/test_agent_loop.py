@@ -234,7 +234,7 @@ def test_tool_event_of_a_command_step_is_stored_structured():
 async def test_procession_own_mcp_server_as_tools(live, engine, model, tmp_path):
     sid = await session(live, model, tmp_path)
     await live.bind(sid, "mcp", "procession")
-    run, tools = await run_once(live, model, sid, tool_call("procession_memory_set", {"sid": sid, "key": "seen", "value": "1"}),
+    run, tools = await run_once(live, model, sid, tool_call("procession_memory_set", {"sid": sid, "key": "seen", "value": 1}),
                                 say("ok"))
     assert run.outcome == "ok", run.error
     assert not tools[0].meta["tool"]["is_error"], tools[0].content

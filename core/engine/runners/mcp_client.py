@@ -12,6 +12,7 @@ import shlex
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from ..reaper import starting
 from .agents import McpServer
 from .agents.base import text_of
 from .toolbox import Refused, Tool
@@ -62,8 +63,9 @@ async def _session(stack: contextlib.AsyncExitStack, uri: str, cwd: str, env: di
         if not words:
             raise Refused("no command")
         argv = wrap(words)
-        streams = await stack.enter_async_context(stdio_client(
-            StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)))
+        with starting():  # until it has exec'd with the run's marker, no reaper takes it for an orphan
+            streams = await stack.enter_async_context(stdio_client(
+                StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)))
     else:
         from mcp.client.streamable_http import streamable_http_client
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.runner_spec import RunnerSpec
-from ..reaper import LEADERS, Tracker
+from ..reaper import LEADERS, Tracker, starting
 from .protocol import STDERR_TAIL, Output
 
 READ_CHUNK = 64 * 1024
@@ -61,12 +61,13 @@ class ProcessStep:
                     command: list[str] | None = None) -> ProcessStep:
         """Start ``command`` (default: the spec's) in a session of its own, as one of the
         tracker's processes."""
-        proc = await asyncio.create_subprocess_exec(
-            *tracker.wrap(command or argv(spec)), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True, env=tracker.environ(env),
-        )
-        tracker.started(proc.pid)
-        LEADERS.add(proc.pid)
+        with starting():
+            proc = await asyncio.create_subprocess_exec(
+                *tracker.wrap(command or argv(spec)), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True, env=tracker.environ(env),
+            )
+            tracker.started(proc.pid)
+            LEADERS.add(proc.pid)
         return cls(proc, tracker)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:

@@ -39,6 +39,7 @@ from urllib.parse import quote
 from ...model import beneath, limits, mcp_binding
 from ...model.errors import ProcessionError
 from ...model.toolcalls import OUTPUT_MAX
+from ..reaper import starting
 
 #: A bound command's time limit, and how much of its output is read (the rest is drained).
 COMMAND_TIMEOUT_S: Final = 60.0
@@ -505,10 +506,11 @@ def command_tool(uri: str, cwd: str, env: dict[str, str], wrap: Wrap = list) -> 
         stdin = a.get("stdin")
         if stdin is not None and not isinstance(stdin, str):
             raise Refused("stdin must be a string")
-        proc = await asyncio.create_subprocess_exec(
-            *wrap([*argv, *map(str, args)]), cwd=cwd, env=env, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        with starting():  # until it has exec'd with the run's marker, no reaper takes it for an orphan
+            proc = await asyncio.create_subprocess_exec(
+                *wrap([*argv, *map(str, args)]), cwd=cwd, env=env, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), timeout)
         except TimeoutError:

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final
 
-from .. import limits
+from .. import beneath, limits
 from ..errors import InvalidArgument
 from ..toolcalls import one_line, tool_message
 from .base import Differs, Found, Position, Said, Transcript, iso_time, remap
@@ -53,6 +53,8 @@ FOLDER_MAX: Final = 200
 HEAD_LINES: Final = 12
 HEAD_BYTES: Final = 256 * 1024
 TITLE_MAX: Final = 80
+#: The largest file of a session's own folder a snapshot carries (tool outputs, subagents).
+CARRIED_MAX: Final = 64 * 1024 * 1024
 #: The conversation's records; everything else (queue operations, titles, modes, snapshots)
 #: is about the session, not in its chain.
 CHAIN: Final = ("user", "assistant", "attachment", "system")
@@ -114,7 +116,7 @@ class _Lines:
 
 def _read_lines(path: str, start: int) -> _Lines:
     try:
-        with open(path, "rb") as file:
+        with beneath.open_file(path) as file:  # a transcript that is a link is not followed
             file.seek(start)
             data = file.read()
     except FileNotFoundError:
@@ -544,12 +546,13 @@ class ClaudeFormat:
         if not os.path.isfile(path):
             return None
         folder, files = path[:-len(".jsonl")], {}
-        for root, _, names in os.walk(folder):
-            for name in names:
-                try:
-                    files[os.path.relpath(os.path.join(root, name), folder)] = Path(root, name).read_text("utf-8")
-                except (OSError, UnicodeDecodeError):
-                    continue
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            with beneath.Folder(folder) as own:  # no link followed out of it (a secret it points to)
+                for rel, _ in own.files():
+                    try:
+                        files[rel] = own.read(rel, CARRIED_MAX).decode("utf-8")
+                    except (OSError, UnicodeDecodeError, InvalidArgument):
+                        continue
         return {"cli": CLI, "id": str(ref.get("id") or Path(path).stem), "cwd": str(ref.get("cwd") or _head_cwd(path)),
                 "folder": folder, "records": _read_lines(path, 0).records, "files": files}
 

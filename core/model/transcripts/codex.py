@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.request import pathname2url
 
-from .. import limits
+from .. import beneath, limits
 from ..errors import InvalidArgument
 from ..toolcalls import summary, text_of, tool_message
 from .base import Differs, Found, Position, Said, Transcript, iso_time, remap
@@ -527,7 +527,8 @@ class CodexFormat:
             meta, dated = _meta(path), _dated(os.path.basename(path))
             if dated is None:
                 raise InvalidArgument(f"{path} is not named as a Codex rollout (rollout-<time>-<thread>.jsonl)")
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            with beneath.open_file(path) as fh:  # a rollout that is a link is not followed
+                text = fh.read().decode("utf-8", "replace")
             files.insert(0, {"path": dated, "text": "".join(_lines(text))})
             parent = meta.get("forked_from_id")
             if not isinstance(parent, str):
