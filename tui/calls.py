@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import agents, environ, sampling, transcripts
+from procession.model import agents, bounds, environ, sampling, transcripts
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
@@ -233,13 +233,27 @@ async def _env(ui: Calling, targets: Targets) -> None:
         wanted = dict(environ.setting(w) for w in _words(v["env"]))
         names = _words(v["passed"])
         gone = [k for k in [*detail.env, *detail.passed] if k not in wanted and k not in names]
-        return await ui.ws.env(t.id, set={k: x for k, x in wanted.items() if detail.env.get(k) != x},
-                               passed=[n for n in names if n not in detail.passed], unset=gone)
+        outcome: Outcome | None = None
+        if (v["confine"], v["net"]) != (t.confine, t.net):
+            outcome = await ui.ws.set(t.id, confine=v["confine"] if v["confine"] != t.confine else None,
+                                      net=v["net"] if v["net"] != t.net else None)
+        changes = {k: x for k, x in wanted.items() if detail.env.get(k) != x}
+        fresh = [n for n in names if n not in detail.passed]
+        if outcome is None or changes or fresh or gone:
+            outcome = await ui.ws.env(t.id, set=changes, passed=fresh, unset=gone)
+        return outcome
 
-    await ui.form_call(f"Environment of session {t.id}", [
+    await ui.form_call(f"Environment and bounds of session {t.id}", [
         Field("env", "Settings stored with it: NAME=VALUE ... (not secrets)", shown),
         Field("passed", "Names passed from the engine's environment at run time (values never stored)", passed),
+        Field("confine", "How the kernel holds its runs to its bindings", t.confine, choices=CONFINES),
+        Field("net", "Where its runs may connect", t.net, choices=NETS),
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels · a name left out is removed")
+
+
+CONFINES = ((bounds.BOUND, "bound: confined where the kernel can"), (bounds.STRICT, "strict: never unconfined"),
+            (bounds.OFF, "off: your own reach"))
+NETS = ((bounds.ANY, "any"), (bounds.NONE, "none"), (bounds.MODEL, "its model's and MCP servers' ports"))
 
 
 async def _sampling(ui: Calling, targets: Targets) -> None:

@@ -199,10 +199,11 @@ def each(call: Call) -> Handler:
         report: list[Json] = []
         refused: list[str] = []
         did: list[str] = []
+        given = {k: v for k, v in a.items() if k != "sids"}  # cancel's clean
         for sid in a["sids"]:
             try:
                 await s.scope.check(s.ws, sid)
-                outcome = await getattr(s.ws, call.value)(sid)
+                outcome = await getattr(s.ws, call.value)(sid, **given)
                 report.append(outcome.to_json())
                 did.append(results.describe(outcome))
             except ProcessionError as exc:

@@ -41,8 +41,8 @@ class BindingCalls(Calls):
             raise InvalidArgument(f"unknown resource kind {kind!r}; kinds are {', '.join(limits.RESOURCE_KINDS)}")
         if mode not in limits.RESOURCE_MODES:
             raise InvalidArgument("the mode must be ro or rw")
-        if kind in limits.PATH_KINDS:
-            uri = trigger_spec.absolute(uri, act.row["cwd"])
+        if kind in limits.PATH_KINDS:  # resolved once, here: a link put in its place later is not followed
+            uri = os.path.realpath(trigger_spec.absolute(uri, act.row["cwd"]))
         else:
             limits.name(uri, "resource", 4096)
         if kind == "mcp":

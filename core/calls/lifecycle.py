@@ -96,7 +96,7 @@ class LifecycleCalls(Calls):
         env, names = environ.merged(current, names, set=settings, passes=list(passed or []), unset=list(unset or []))
         await rows.update_session(act.tx, sid, env=json.dumps(env) if env else None,
                                   pass_env=json.dumps(names) if names else None)
-        return EnvChanged(sid, env, tuple(names))
+        return EnvChanged(sid, env, tuple(names), environ.taken(runner_spec.parse(row["runner"]).kind))
 
     @syscall(Call.ENV)
     async def sampling(self, act: Act, sid: int, *, max_turns: int | None = None, temperature: float | None = None,
@@ -111,7 +111,7 @@ class LifecycleCalls(Calls):
             raise InvalidArgument("nothing to change: give a turn limit, a temperature, max tokens or a field")
         env, names = environ.merged(current, names, set=settings, passes=[], unset=[])
         await rows.update_session(act.tx, sid, env=json.dumps(env), pass_env=json.dumps(names) if names else None)
-        return EnvChanged(sid, env, tuple(names))
+        return EnvChanged(sid, env, tuple(names), environ.taken(runner_spec.parse(act.row["runner"]).kind))
 
     @syscall(Call.SET)
     async def set_tokenizer(self, act: Act, sid: int, spec: str) -> Recounted:
@@ -182,8 +182,8 @@ class LifecycleCalls(Calls):
     async def activate(self, act: Act, sid: int, cause: dict[str, Any] | None = None) -> Moved:
         """Queue a run: the session becomes ready; the engine starts it when a slot is free."""
         if not act.row["armed"]:
-            raise ProcessionError(
-                f"session {sid} came from a snapshot file and is not approved: review it, then approve it")
+            raise ProcessionError(f"session {sid} is not approved (its runner waits for a person: a snapshot, an"
+                                  " adopted transcript or an agent brought it): review it, then approve it")
         await waking.queue(act.tx, act.row, [cause or {"kind": "manual", "by": self.actor}])
         if act.row["not_before"]:  # asked for by hand: no back-off of failed trigger-fired runs
             await rows.update_session(act.tx, sid, not_before=None)

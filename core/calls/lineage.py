@@ -225,8 +225,8 @@ async def _memory_plan(tx: Tx, src: sqlite3.Row, target: int, resolution: Resolu
     source = src["id"]
     if not src["armed"]:
         raise ProcessionError(
-            f"session {source} came from a snapshot file and is not approved: review it, approve it,"
-            " then merge it")
+            f"session {source} is not approved (its runner waits for a person: a snapshot, an adopted transcript"
+            " or an agent brought it): review it, approve it, then merge it")
     values = {}
     for key, text in (resolution.values or {}).items():
         limits.name(key, "memory key", limits.KEY_MAX)

@@ -26,7 +26,6 @@ session); ``strict`` does not start it.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -83,7 +82,9 @@ class Bounds:
         """``argv`` started confined (or as it is, when this run is not)."""
         if self.policy is None:
             return list(argv)
-        return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(self.policy), "--", *argv]
+        p = self.policy
+        return [sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(
+            p["read"], p["write"], p.get("connect"), bool(p.get("scoped")), p.get("require") or ()), "--", *argv]
 
 
 def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
@@ -223,17 +224,23 @@ def _command_line(resource: Mapping[str, Any]) -> str:
     return line or name
 
 
+#: What a command line's word is when it names a script a program runs (``python3 /x/net.py``).
+SCRIPTS = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh", ".rb", ".pl")
+
+
 def _named(line: str, home: str) -> list[str]:
-    """The files a command line names by an absolute path: each one's folder (so that a script
-    finds what lies beside it), or the file alone where its folder would open too much."""
+    """The programs a command line names by an absolute path (its first word, and the scripts
+    it runs): each one's folder (so that a script finds what lies beside it), or the file
+    alone where its folder would open too much. Other paths in it are data, which only a
+    binding gives."""
     try:
         words = shlex.split(line)
     except ValueError:
         return []
     found = []
-    for word in words:
+    for n, word in enumerate(words):
         path = os.path.expanduser(word)
-        if not os.path.isabs(path) or not os.path.isfile(path):
+        if not (n == 0 or path.endswith(SCRIPTS)) or not os.path.isabs(path) or not os.path.isfile(path):
             continue
         real = _real(path)
         folder = os.path.dirname(real)

@@ -5,12 +5,15 @@ Why our own module and not a package: the PyPI ones (``landlock``, ``landlockpy`
 moment between ``fork`` and the step's ``exec``, with nothing of ``procession`` imported (the
 engine has threads; no Python code may run in its forked child, so the child execs this file
 first, ``python -I -S landlock.py POLICY -- ARGV``, which confines itself and execs ``ARGV``).
-It uses the standard library only, and is small: a ruleset, its rules, ``restrict_self``.
+It uses the standard library only (and as little of it as it can: it runs before every step,
+so its imports are its cost), and is small: a ruleset, its rules, ``restrict_self``.
 
-A policy (JSON) names paths and what may be done beneath each: ``read`` (read files, list
-folders, execute), ``write`` (that, and create, change, remove, rename, truncate), each for a
-folder or a single file; ``connect``: the TCP ports a process may connect to (absent: any);
-``scoped``: no signals to, and no abstract unix sockets of, processes outside the domain.
+A policy names paths and what may be done beneath each: ``read`` (read files, list folders,
+execute), ``write`` (that, and create, change, remove, rename, truncate), each for a folder or
+a single file; ``connect``: the TCP ports a process may connect to (None: any); ``scoped``:
+no signals to, and no abstract unix sockets of, processes outside the domain. On the command
+line: ``-r PATH``, ``-w PATH``, ``-c PORT``, ``-n`` (no TCP port but those given), ``-s``
+(scoped), ``-q net|scope`` (required of the kernel), then ``--`` and the program.
 Everything the running kernel's ABI can restrict and the policy does not grant is denied, for
 the process and everything it starts, whatever it does later (no way out of a domain). A path
 that does not exist is skipped (it cannot be reached either). Devices cannot be made.
@@ -22,12 +25,12 @@ What Landlock cannot do, and so this cannot: name a host (TCP rules are ports), 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import platform
-import signal
 import sys
-from typing import Any
+
+MYPY = False  # mypy takes it for true; importing ``typing`` or ``collections.abc`` costs every step
+if MYPY:
+    from collections.abc import Iterable
 
 #: The system calls (the same number on every architecture: they came after the unification).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -69,7 +72,7 @@ class Unavailable(OSError):
     """The kernel cannot confine this process as asked."""
 
 
-def _libc() -> Any:
+def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc
@@ -77,7 +80,7 @@ def _libc() -> Any:
 
 def abi() -> int:
     """The Landlock ABI this kernel offers (0: none: not Linux, too old, or switched off)."""
-    if platform.system() != "Linux":
+    if not sys.platform.startswith("linux"):
         return 0
     try:
         found = _libc().syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
@@ -86,33 +89,33 @@ def abi() -> int:
     return max(int(found), 0)
 
 
-def restrict(policy: dict[str, Any]) -> int:
-    """Confine this process (and all it will start) to ``policy``; returns the ABI used.
-    ``Unavailable`` if the kernel has no Landlock, or lacks what ``policy["require"]`` names
-    (``net``: TCP rules, ``scope``: signal and socket scoping)."""
+def restrict(read: Iterable[str] = (), write: Iterable[str] = (), connect: Iterable[int] | None = None,
+             scoped: bool = False, require: Iterable[str] = ()) -> int:
+    """Confine this process (and all it will start) as said; returns the ABI used.
+    ``Unavailable`` if the kernel has no Landlock, or lacks what ``require`` names (``net``:
+    TCP rules, ``scope``: signal and socket scoping)."""
     version = abi()
     if version < 1:
         raise Unavailable("this kernel has no Landlock")
-    required = set(policy.get("require") or ())
+    required = set(require)
     if "net" in required and version < 4:
         raise Unavailable(f"Landlock ABI {version} cannot restrict TCP (ABI 4 can)")
     if "scope" in required and version < 6:
         raise Unavailable(f"Landlock ABI {version} cannot scope signals and sockets (ABI 6 can)")
     libc = _libc()
     handled = _FS_BY_ABI.get(version, _FS_BY_ABI[3])
-    ports = policy.get("connect")
-    net = CONNECT_TCP if version >= 4 and ports is not None else 0
-    scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 and policy.get("scoped") else 0
-    attr = _Ruleset(handled, net, scoped)
+    net = CONNECT_TCP if version >= 4 and connect is not None else 0
+    scope = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 and scoped else 0
+    attr = _Ruleset(handled, net, scope)
     size = ctypes.sizeof(_Ruleset) if version >= 6 else (16 if version >= 4 else 8)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise Unavailable(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
-        for access, paths in ((WRITE, policy.get("write") or ()), (READ, policy.get("read") or ())):
+        for access, paths in ((WRITE, write), (READ, read)):
             for path in paths:
                 _add_path(libc, ruleset, path, access & handled)
-        for port in ports or ():
+        for port in connect or () if net else ():
             rule = _NetPort(CONNECT_TCP, int(port))
             if libc.syscall(_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
                 raise Unavailable(f"landlock_add_rule (port {port}): {os.strerror(ctypes.get_errno())}")
@@ -125,13 +128,13 @@ def restrict(policy: dict[str, Any]) -> int:
     return version
 
 
-def _add_path(libc: Any, ruleset: int, path: str, access: int) -> None:
+def _add_path(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
         return  # not there: nothing to allow
     try:
-        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+        if os.fstat(fd).st_mode & 0o170000 != 0o040000:  # not a folder: what may be done to a file
             access &= _FILE_ACCESS
         rule = _PathBeneath(access, fd)
         if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
@@ -140,25 +143,56 @@ def _add_path(libc: Any, ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
+def command_line(read: Iterable[str], write: Iterable[str], connect: Iterable[int] | None, scoped: bool,
+                 require: Iterable[str]) -> list[str]:
+    """The arguments ``main`` reads for a policy (before ``--`` and the program)."""
+    words: list[str] = []
+    for flag, values in (("-r", read), ("-w", write), ("-c", [str(p) for p in connect or ()]), ("-q", require)):
+        for value in values:
+            words += [flag, value]
+    return words + (["-n"] if connect is not None else []) + (["-s"] if scoped else [])
+
+
 def main(argv: list[str]) -> None:
-    """``landlock.py POLICY -- PROGRAM ARGS...``: confine, then become the program. Any failure
-    ends here, exit status 126, saying why on stderr: never run a program unconfined that was
-    to run confined."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # interrupted before the program runs: it never does
-    if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: landlock.py POLICY -- PROGRAM [ARGS...]\n")
-        raise SystemExit(2)
+    """``landlock.py POLICY... -- PROGRAM ARGS...``: confine, then become the program. Any
+    failure ends here, exit status 126, saying why on stderr: never run a program unconfined
+    that was to run confined."""
+    given: dict[str, list[str]] = {"-r": [], "-w": [], "-c": [], "-q": []}
+    flags: set[str] = set()
+    at = 0
     try:
-        restrict(json.loads(argv[0]))
+        while argv[at] != "--":
+            if argv[at] in given:
+                given[argv[at]].append(argv[at + 1])
+                at += 2
+            elif argv[at] in ("-n", "-s"):
+                flags.add(argv[at])
+                at += 1
+            else:
+                raise ValueError(argv[at])
+        program = argv[at + 1:]
+        if not program:
+            raise IndexError
+    except (IndexError, ValueError):
+        sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-c PORT]"
+                         " [-n] [-s] [-q net|scope] -- PROGRAM [ARGS...]\n")
+        raise SystemExit(126) from None
+    os.get_exec_path()  # execvp's first use imports ``warnings``: while the interpreter's own files are readable
+    try:
+        restrict(given["-r"], given["-w"], [int(p) for p in given["-c"]] if "-n" in flags else None, "-s" in flags,
+                 given["-q"])
     except (Unavailable, ValueError) as exc:
         sys.stderr.write(f"procession: cannot confine the step: {exc}\n")
         raise SystemExit(126) from None
     try:
-        os.execvp(argv[2], argv[2:])
+        os.execvp(program[0], program)
     except OSError as exc:
-        sys.stderr.write(f"procession: cannot run {argv[2]}: {exc.strerror}\n")
+        sys.stderr.write(f"procession: cannot run {program[0]}: {exc.strerror}\n")
         raise SystemExit(127) from None
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:  # interrupted before the program ran: it never does (not ``signal``: its
+        raise SystemExit(130) from None  # ``enum`` import would be a tenth of every step's start)

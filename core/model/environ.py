@@ -103,9 +103,10 @@ def inherited(kind: str, engine: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def inherited_names(kind: str, engine: Mapping[str, str]) -> list[str]:
-    """The names ``inherited`` takes, as ``env SID`` lists them."""
-    return sorted(inherited(kind, engine))
+def taken(kind: str) -> tuple[str, ...]:
+    """The names a run of runner ``kind`` takes of the engine's environment (where it has
+    them), as ``env SID`` lists them."""
+    return (*BASE, "LC_*", *RUNNER.get(kind, ()))
 
 
 def session_environment(kind: str, settings: Mapping[str, str], passed: list[str],

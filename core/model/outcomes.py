@@ -186,10 +186,12 @@ class Updated(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class EnvChanged(Outcome):
-    """``env``: the session's environment after the call (passed names carry no value)."""
+    """``env``: the session's environment after the call (passed names carry no value), and
+    the names a run also takes of the engine's environment (``environ.taken``)."""
 
     env: dict[str, str]
     passed: tuple[str, ...]
+    taken: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

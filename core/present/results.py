@@ -98,7 +98,8 @@ def describe(o: Outcome) -> str:
         case EnvChanged():
             shown = [f"{printable(k)}={printable(v)}" for k, v in sorted(o.env.items())]
             shown += [f"{printable(k)} (passed)" for k in o.passed]
-            return f"{o.sid}: environment {' '.join(shown) if shown else 'empty'}"
+            taken = f"; and of the engine's own, only {' '.join(o.taken)}" if o.taken else ""
+            return f"{o.sid}: environment {' '.join(shown) if shown else 'empty'}{taken}"
         case Migrated():
             return (f"session {o.sid} now runs on {printable(o.runner)} (window {o.window},"
                     f" context {o.context_tokens} tokens{', compressed to fit' if o.fold else ''})")

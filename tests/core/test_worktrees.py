@@ -239,3 +239,60 @@ async def test_a_commit_trigger_goes_through_a_snapshot_file(ws, tmp_path):
     assert trig.spec == {"repo": str(repo.path), "branch": "*", "paths": ["docs/**"], "debounce_ms": 100,
                          "git": str(repo.path / ".git")}
     assert not trig.armed and trig.seen == {}  # it looks for the first time once approved and taken in
+
+
+async def test_a_copys_merge_never_writes_through_a_link_of_the_target(ws, tmp_path):
+    """After the fork, the target's folder gains a link to a folder outside it; the fork adds a
+    file under that name. Written by name, the merge would land outside: it is refused, and
+    nothing outside (nor inside) changed."""
+    folder, outside = tmp_path / "plain", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "notes.md").write_text("base\n")
+    parent = await session_in(ws, folder)
+    forked = await ws.fork(parent, worktree=True)
+    copy = Path(forked.worktree or "")
+    (copy / "docs").mkdir()
+    (copy / "docs" / "planted.txt").write_text("gotcha\n")
+    (folder / "docs").symlink_to(outside)
+    with pytest.raises(ProcessionError, match="a symbolic link leads out of the target's folder"):
+        await ws.merge(forked.sid, parent)
+    assert list(outside.iterdir()) == [] and os.readlink(folder / "docs") == str(outside)
+    assert (await ws.info(forked.sid)).state is not State.TERMINATED
+
+
+async def test_a_copys_merge_never_brings_git_s_own_files_nor_a_link_leading_out(ws, tmp_path):
+    """A ``.git`` file from the fork would make the user's folder a worktree of another
+    repository, whose ``core.fsmonitor`` git runs at the next ``git status``."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "notes.md").write_text("base\n")
+    evil = tmp_path / "evil"
+    Repo.init(evil, {"x": "x\n"})
+    pwned = tmp_path / "pwned"
+    Repo(evil).git("config", "core.fsmonitor", f"touch {pwned}; false")
+    parent = await session_in(ws, folder)
+    forked = await ws.fork(parent, worktree=True)
+    copy = Path(forked.worktree or "")
+    (copy / ".git").write_text(f"gitdir: {evil}/.git\n")
+    (copy / "sub").mkdir()
+    (copy / "sub" / ".GIT").write_text(f"gitdir: {evil}/.git\n")
+    (copy / "result.md").write_text("the fork's work\n")
+    tool = copy / "tool.sh"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o4755)
+    await ws.merge(forked.sid, parent)
+    assert (folder / "result.md").read_text() == "the fork's work\n"
+    assert not (folder / ".git").exists() and not (folder / "sub" / ".GIT").exists()
+    assert (folder / "tool.sh").stat().st_mode & 0o7777 == 0o755  # no setuid bit brought
+    import subprocess
+
+    subprocess.run(["git", "status"], cwd=folder, capture_output=True)
+    assert not pwned.exists()
+
+    again = await ws.fork(parent, "second", worktree=True)
+    second = Path(again.worktree or "")
+    (second / "key").symlink_to(tmp_path / "outside-key")
+    with pytest.raises(ProcessionError, match="symbolic links that lead out of"):
+        await ws.merge(again.sid, parent)
+    assert not (folder / "key").exists() and not (folder / "key").is_symlink()

@@ -351,10 +351,9 @@ def folder_tools(folder: beneath.Folder, rw: bool) -> list[Tool]:
 
 
 def file_tools(path: Path, rw: bool) -> list[Tool]:
-    """The bound file, by the name it has in its folder (resolved once, here): only a regular
-    file is read or written, and a link put in its place is not followed out."""
-    real = os.path.realpath(path)
-    parent, name = os.path.dirname(real), os.path.basename(real)
+    """The bound file, by the name it has in its folder (its path resolved when it was bound):
+    only a regular file is read or written, and a link put in its place is not followed out."""
+    parent, name = os.path.dirname(str(path)), os.path.basename(str(path))
 
     def read(start: int, end: int | None) -> str:
         with beneath.Folder(parent, "the bound file's folder") as folder:
@@ -424,19 +423,19 @@ def authorizer(rw: bool) -> Callable[[int, str | None, str | None, str | None, s
 
 
 def db_tools(path: Path, rw: bool) -> list[Tool]:
-    """A bound SQLite database, by the file it is (resolved once, here): read-write (made on
-    first use when it does not exist), or read-only at the file level (``ro``); every
-    statement through ``authorizer``. SQLite opens it by name, so before each connection the
-    name must still lead where it did, to a regular file (or nothing yet): a link put in its
-    place since is refused, not followed."""
-    real = os.path.realpath(path)
+    """A bound SQLite database, by the file it is (its path resolved when it was bound):
+    read-write (made on first use when it does not exist), or read-only at the file level
+    (``ro``); every statement through ``authorizer``. SQLite opens it by name, so before each
+    connection the name must still lead to itself, a regular file (or nothing yet): a link put
+    in its place since is refused, not followed."""
+    real = str(path)
 
     def connect() -> sqlite3.Connection:
         try:
             mode = os.lstat(real).st_mode
         except FileNotFoundError:
             mode = None
-        if (mode is not None and not stat.S_ISREG(mode)) or os.path.realpath(path) != real:
+        if (mode is not None and not stat.S_ISREG(mode)) or os.path.realpath(real) != real:
             raise Refused(f"{path} is no longer the regular file it was bound as (a link or something else now);"
                           " refused")
         if mode is None and not rw:
@@ -457,7 +456,7 @@ def db_tools(path: Path, rw: bool) -> list[Tool]:
             try:
                 cur = db.execute(sql, params)
             except sqlite3.DatabaseError as exc:
-                if "not authorized" in str(exc) or "readonly" in str(exc) or "too many attached" in str(exc):
+                if any(word in str(exc) for word in ("authoriz", "readonly", "too many attached")):
                     allowed = "reading statements" if not rw else "statements on this database (no ATTACH, VACUUM" \
                                                                   " INTO, file functions or extensions)"
                     raise Refused(f"{path} is bound {'rw' if rw else 'read-only (ro)'}: only {allowed} run"

@@ -7,7 +7,9 @@ Its events: ``system/init`` (the session id, before any model request: announced
 Resume is ``--resume ID``; a fork's first run is ``--resume PARENT --fork-session``, cut at
 a message with ``--resume-session-at UUID`` (the uuid of the agent's record that message came
 from), so the parent's transcript is never touched. Permissions: ``--allowedTools`` (running
-as root, the bypass modes are refused); ``PROCESSION_AGENT_ARGS`` adds or overrides flags.
+as root, the bypass modes are refused); ``PROCESSION_AGENT_ARGS`` adds or overrides flags. A
+confined run turns its own sandbox off (bubblewrap cannot mount inside the kernel's
+confinement, and its Bash tool would fail there): the kernel holds its tools instead.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def invocation(exe: str, turn: Turn) -> Invocation:
     argv += ["--allowedTools", " ".join(allowed)]
     if turn.system:
         argv += ["--append-system-prompt", turn.system]
+    if turn.confined:  # its own sandbox (bubblewrap) cannot mount inside the kernel's: the kernel holds its tools
+        argv += ["--settings", json.dumps({"sandbox": {"enabled": False}})]
     if turn.ref:
         argv += ["--resume", turn.ref["id"]]
         if turn.ref.get("fork"):

@@ -1,0 +1,72 @@
+"""A workspace whose disk fills while a run goes on (a real, small tmpfs, filled by a file):
+what the step said is kept and recorded once there is room again, the run does not stay
+open, and the engine says so once, not every second."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import engine_on, until
+from procession import Workspace
+from support.runs import finished
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB file system of the test's own (mounting one takes root: CI runs as root)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(where: Path) -> Path:
+    filler = where / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as out:
+        while True:
+            out.write(b"\0" * 65536)
+            out.flush()
+    return filler
+
+
+async def test_a_run_ending_on_a_full_disk_is_recorded_once_there_is_room(
+        small_disk: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="procession.engine")
+    work = tmp_path / "work"
+    work.mkdir()
+    db = small_disk / "ws.db"
+    step = "while [ ! -e go ]; do sleep 0.05; done; echo 'said while the disk was full'"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("s", "a", runner=f"command:{step}", cwd=str(work))).sid
+        async with engine_on(db):
+            await ws.activate(sid)
+            await until(lambda: ws.info(sid), timeout=10)
+            await until(lambda: _running(ws, sid), timeout=10)
+            filler = fill(small_disk)
+            (work / "go").touch()
+            await asyncio.sleep(4.0)  # the step is over; the engine could not record it meanwhile
+            assert not (await ws.runs(sid))[-1].ended
+            filler.unlink()
+            run = await until(lambda: finished(ws, sid), timeout=30)
+            assert run.outcome == "ok"
+            assert (await ws.history(sid))[-1].content == "said while the disk was full"
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("not recorded yet" in m for m in said) == 1, said
+    assert sum("the lease is not renewed" in m for m in said) <= 1, said
+    assert sum("the lease is renewed again" in m for m in said) <= 1, said
+
+
+async def _running(ws: Workspace, sid: int) -> bool:
+    return (await ws.info(sid)).state.value == "running"
