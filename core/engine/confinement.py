@@ -93,14 +93,16 @@ def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
 
 def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping[str, Any]], env: Mapping[str, str],
             tmp: str, program: str | None = None, state: Iterable[str] = (), reads: Iterable[str] = (),
-            endpoints: Iterable[str] = (), commands: Iterable[str] = ()) -> Bounds:
+            endpoints: Iterable[str] = (), commands: Iterable[str] = (), writes: bool = True) -> Bounds:
     """The bounds of a run: ``workdir`` (where it runs), the session's ``resources`` (its
     bindings), its environment (``PATH``, ``HOME``), its temporary folder, the agent CLI's
     ``program``, ``state`` folders and configuration files (``reads``), the URLs of its
     model (``endpoints``, for ``--net model``), and the command lines a person gave it (its
     ``command:`` runner's): the programs they name by path are read and run, as are those of
-    its bound commands and MCP servers. ``InvalidArgument`` when the run may not start: a bound that is too
-    wide, or ``strict`` on a kernel that cannot hold it."""
+    its bound commands and MCP servers; ``writes`` false: the step writes no folder of its own
+    (a ``builtin:`` one), so its folder is neither granted nor checked. ``InvalidArgument``
+    when the run may not start: a bound that is too wide, or ``strict`` on a kernel that
+    cannot hold it."""
     if confine == bounds.OFF:
         return unconfined(confine, net)
     home = _real(env.get("HOME") or os.path.expanduser("~"))
@@ -118,7 +120,7 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
             raise InvalidArgument(f"its binding {uri} cannot be a bound: {why} (bind a project folder, or run it"
                                   " with --confine off)")
         (write if rw else read).append(path)
-    if not folder_bound:
+    if not folder_bound and writes:
         path = _real(workdir)
         why = bounds.too_wide(path, home, write=True)
         if why:

@@ -304,7 +304,8 @@ class Engine:
                 urls = agents.endpoints(spec.kind, env)
             held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources,
                                        env=env, tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
-                                       commands=[spec.target] if spec.kind == "command" else [])
+                                       commands=[spec.target] if spec.kind == "command" else [],
+                                       writes=spec.kind != "builtin")
             if spec.agent:
                 assert exe is not None
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
