@@ -42,7 +42,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from report import Results, environment, table, wait
 

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from procession.calls import Workspace
-from procession.model.calls import INFO, Call
+from procession.model.calls import INFO
 from procession.model.errors import IllegalTransition, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.model.records import SessionInfo

@@ -22,7 +22,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, RadioButton, RadioSet, SelectionList, Static, TextArea
+from textual.widgets import Button, Input, OptionList, RadioButton, RadioSet, SelectionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from procession.calls.merge import MISSING, canonical

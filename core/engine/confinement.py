@@ -65,13 +65,26 @@ def kernel() -> int:
 
 
 @dataclass(slots=True, frozen=True)
+class Policy:
+    """What the launcher confines a run's processes to (``landlock.restrict``): paths read,
+    paths written, the TCP ports it may connect to (None: any), signals and sockets scoped,
+    and what the kernel must be able to hold (else the step does not run)."""
+
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    connect: tuple[int, ...] | None = None
+    scoped: bool = True
+    require: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
 class Bounds:
     """How one run is held: its setting, the kernel policy (None: not confined) and what the
     run's record says of it."""
 
     confine: str
     net: str
-    policy: dict[str, Any] | None
+    policy: Policy | None
     said: str
 
     @property
@@ -83,8 +96,8 @@ class Bounds:
         if self.policy is None:
             return list(argv)
         p = self.policy
-        return [sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(
-            p["read"], p["write"], p.get("connect"), bool(p.get("scoped")), p.get("require") or ()), "--", *argv]
+        return [sys.executable, "-I", "-S", LAUNCHER,
+                *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require), "--", *argv]
 
 
 def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
@@ -134,12 +147,11 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     if program:
         read.append(_installation(program))
     read += [os.path.join(home, p) for p in HOME_READ] + [_real(p) for p in reads]
-    policy: dict[str, Any] = {"read": _unique(read), "write": _unique(write), "scoped": True}
-    if net != bounds.ANY:
-        policy["connect"] = _ports(endpoints, resources) if net == bounds.MODEL else []
+    connect = None if net == bounds.ANY else tuple(_ports(endpoints, resources)) if net == bounds.MODEL else ()
+    policy = Policy(_unique(read), _unique(write), connect,
+                    require=("net", "scope") if confine == bounds.STRICT else ())
     abi = kernel()
     if confine == bounds.STRICT:
-        policy["require"] = ["net", "scope"]
         if abi < STRICT_ABI:
             raise InvalidArgument("--confine strict: " + (f"Landlock ABI {abi} cannot hold every bound (ABI"
                                                           f" {STRICT_ABI} can)" if abi else "this kernel has no Landlock"))
@@ -156,8 +168,8 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
-def _unique(paths: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(p for p in paths if p))
+def _unique(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for p in paths if p))
 
 
 @cache

@@ -294,20 +294,8 @@ class Engine:
             if spec.kind != "openai" and any(mcp_binding.is_procession(r["kind"], r["uri"]) for r in resources):
                 own = OwnServers(str(self.ledger.path), sid, tmp, env)
                 env.update(await own.open(resources))
-            exe: str | None = None
-            state: list[str] = []
-            configs: list[str] = []
-            urls: list[str] = []
-            if spec.agent:
-                exe = agents.locate(spec.kind, env)
-                state, configs = agents.state(spec.kind, env)
-                urls = agents.endpoints(spec.kind, env)
-            held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources,
-                                       env=env, tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
-                                       commands=[spec.target] if spec.kind == "command" else [],
-                                       writes=spec.kind != "builtin")
-            if spec.agent:
-                assert exe is not None
+            held, exe = run_bounds(row, spec, cwd, resources, env, tmp)
+            if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
@@ -534,6 +522,24 @@ def run_environment(row: Any, kind: str, tmp: str, marks: dict[str, str]) -> dic
     env = environ.session_environment(kind, json.loads(row["env"]) if row["env"] else {},
                                       json.loads(row["pass_env"]) if row["pass_env"] else [], os.environ)
     return {**env, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, **marks}
+
+
+def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list[dict[str, Any]],
+               env: dict[str, str], tmp: str) -> tuple[confinement.Bounds, str | None]:
+    """How a run of the session ``row`` is held (``confinement.for_run``), and the executable
+    of its agent CLI (None: it has none). ``InvalidArgument`` when it may not start."""
+    exe: str | None = None
+    state: list[str] = []
+    configs: list[str] = []
+    urls: list[str] = []
+    if spec.agent:
+        exe = agents.locate(spec.kind, env)
+        state, configs = agents.state(spec.kind, env)
+        urls = agents.endpoints(spec.kind, env)
+    held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
+                               tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
+                               commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin")
+    return held, exe
 
 
 def _remove(files: list[Path], folder: str | None = None) -> None:

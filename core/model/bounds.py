@@ -51,14 +51,16 @@ _LOADER_PREFIXES: Final = ("LD_", "DYLD_", "GIT_CONFIG_")
 
 
 def confine(value: str) -> str:
-    if value not in CONFINES:
-        raise InvalidArgument(f"--confine takes {', '.join(CONFINES)}, not {value!r}")
-    return value
+    return _one_of(value, CONFINES, "--confine")
 
 
 def net(value: str) -> str:
-    if value not in NETS:
-        raise InvalidArgument(f"--net takes {', '.join(NETS)}, not {value!r}")
+    return _one_of(value, NETS, "--net")
+
+
+def _one_of(value: str, values: tuple[str, ...], flag: str) -> str:
+    if value not in values:
+        raise InvalidArgument(f"{flag} takes {', '.join(values)}, not {value!r}")
     return value
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import dump
-from procession import ProcessionError, Workspace
+from procession import ProcessionError
 from procession.calls.merge import Resolution
 from procession.engine.runners import protocol
 from procession.model import limits

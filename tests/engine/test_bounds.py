@@ -309,9 +309,9 @@ async def test_a_bound_mcp_or_command_names_the_programs_a_run_may_read(tmp_path
                                    {"kind": "tool", "uri": f"net=python3 {tool} {home / 'notes.txt'}", "mode": "rw"},
                                    {"kind": "mcp", "uri": f"stdio:python3 {home / 'helper.py'}", "mode": "rw"}])
     assert held.policy is not None
-    assert str(tool.parent) in held.policy["read"] and str(home / "helper.py") in held.policy["read"]
-    assert str(home) not in held.policy["read"] + held.policy["write"]
-    assert str(home / "notes.txt") not in held.policy["read"]  # data: only a binding gives it
+    assert str(tool.parent) in held.policy.read and str(home / "helper.py") in held.policy.read
+    assert str(home) not in held.policy.read + held.policy.write
+    assert str(home / "notes.txt") not in held.policy.read  # data: only a binding gives it
 
 
 def test_run_environment_takes_the_base_and_the_runners_names_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ import pytest
 from textual.geometry import Region
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import OptionList, Static
+from textual.widgets import OptionList
 
 from conftest import FIXED, until
 from procession import Workspace

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from procession import Workspace
-from procession.tui.detail import Detail
 
 HOSTILE = "before \x1b[2J\x1b]0;pwned\x07 \x9b31m after"
 RAW = ("\x1b", "\x07", "\x9b")
