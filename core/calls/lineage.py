@@ -345,17 +345,27 @@ async def agent_fork(tx: Tx, row: sqlite3.Row, at: int) -> dict[str, Any]:
     ref = json.loads(row["agent_ref"])
     whole = {"agent_ref": json.dumps({**ref, "fork": True}), "agent_seen": min(row["agent_seen"], at),
              "agent_context": row["agent_context"], "agent_window": row["agent_window"]}
-    if at >= row["agent_seen"]:
+    holds = await agent_holds(tx, row, ref["cli"])
+    if at >= holds:
         return whole
     if ref["cli"] != "claude":
         raise InvalidArgument(f"session {row['id']}'s {ref['cli']} session cannot be forked before its message"
-                              f" {row['agent_seen']}, the last its agent has seen: fork at {row['agent_seen']} or later")
+                              f" {holds}, the last its agent holds (its CLI cannot cut its own session there):"
+                              f" fork at {holds} or later")
     found = await agent_cut(tx, row["id"], at)
     if found is None:
         return {}
     cut, seq = found
     return {"agent_ref": json.dumps({**ref, "fork": True, "at": cut}), "agent_seen": seq,
             "agent_window": row["agent_window"]}
+
+
+async def agent_holds(tx: Tx, row: sqlite3.Row, cli: str) -> int:
+    """The last message the agent's own session holds: what it was given (``agent_seen``), and
+    what it said and did itself after (its replies and tool calls are in its session too)."""
+    own = await tx.value("SELECT seq FROM messages WHERE session_id = ? AND author IN ('runner', ?)"
+                         " ORDER BY seq DESC LIMIT 1", (row["id"], cli))  # from the end: the newest is near it
+    return max(int(row["agent_seen"]), int(own or 0))
 
 
 async def agent_cut(tx: Tx, sid: int, at: int) -> tuple[str, int] | None:

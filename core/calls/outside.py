@@ -4,7 +4,9 @@ live although no engine started it.
 
 A process is taken for a session's CLI when its command line names the CLI's own session id,
 or when it holds the session's transcript open (Codex keeps its rollout open while it runs;
-opencode's shared database names no session, so only its command line counts). Read with
+opencode's shared database names no session, so only its command line counts); never when it
+is a run of Procession's own (its environment carries the engine's ``PROCESSION_SESSION``: a
+fork's first run names its parent's session, which is not open anywhere else). Read with
 psutil; CPU needs two looks at a process, so a ``Looker`` keeps the processes it has seen.
 """
 
@@ -59,7 +61,7 @@ class Looker:
                     sid = next((by_file[f.path] for f in proc.open_files() if f.path in by_file), None)
                 except psutil.Error:
                     continue
-            if sid is None or sid in found:
+            if sid is None or sid in found or _procession_s(proc):
                 continue
             alive.add(info["pid"])
             known = self.seen.get(info["pid"])
@@ -75,6 +77,16 @@ class Looker:
         for pid in set(self.seen) - alive:
             del self.seen[pid]
         return found
+
+
+def _procession_s(proc: psutil.Process) -> bool:
+    """Whether a process is a step of one of Procession's runs (the engine marks each)."""
+    import psutil
+
+    try:
+        return "PROCESSION_SESSION" in proc.environ()
+    except psutil.Error:
+        return False
 
 
 def _is_cli(name: str, words: list[str]) -> bool:

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from conftest import until
-from procession import State, Workspace
+from procession import InvalidArgument, State, Workspace
 from support.agent_clis import AgentSandbox, OpencodeSandbox, session_env
 from support.models import Hold, ModelServer, Usage, mcp_call, say, shell
 from support.runs import finished, last_run
@@ -298,3 +298,22 @@ async def test_a_passed_key_never_reaches_the_store_the_journal_or_a_snapshot(
     for path in (db, Path(f"{db}-wal"), tmp_path / "snap.json"):
         if path.exists():
             assert planted.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("agent_sandbox", ["codex", "opencode"], indirect=True)
+async def test_a_fork_before_what_its_cli_cannot_cut_is_refused_never_sent_whole(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After one run (the question, the agent's tool call, its answer), the agent's own session
+    holds them all: a fork at message 1 would show one context and send another (opencode's was
+    accepted and its first run sent the model everything). Refused, naming where it may fork."""
+    model_server.script.add(shell("ls"), say("Listed."))
+    sid = await agent_session(live, agent_sandbox, monkeypatch)
+    assert (await ask(live, sid, "RUN: ls", 1)).outcome == "ok"
+    length = (await live.info(sid)).length
+    assert length >= 3
+    with pytest.raises(InvalidArgument, match=rf"cannot be forked before its message {length}, the last its agent"
+                                              " holds"):
+        await live.fork(sid, "earlier", at=1)
+    assert len(await live.ps()) == 1
+    assert (await live.fork(sid, "at the end", at=length)).at == length
