@@ -24,7 +24,8 @@ async def approve(ws: Workspace, args: argparse.Namespace) -> int:
     details = [await ws.show(sid) for sid in args.sids]
     listing = [line for d in details if d.info.unapproved for line in lines.approval(d)]
     if not listing:  # nothing to arm: the call itself says so
-        return (await each(args, ws.approve))[0]
+        await each(args, ws, Call.APPROVE)
+        return 0
     print("\n".join(["approving arms these (their steps may run, with what is bound):", *listing]),
           file=sys.stderr)
     if not args.yes:
@@ -32,8 +33,8 @@ async def approve(ws: Workspace, args: argparse.Namespace) -> int:
             raise ProcessionError("approving needs a yes: give --yes, having read the list above")
         if input("approve? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ProcessionError("not approved: nothing was armed")
-    status, _ = await each(args, ws.approve)
-    return status
+    await each(args, ws, Call.APPROVE)
+    return 0
 
 
 @command(Call.BIND, args=[

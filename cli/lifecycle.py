@@ -9,12 +9,13 @@ import contextlib
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from procession.calls import Workspace
 from procession.calls.lifecycle import COMPRESS_METHODS, DEFAULT_WINDOW, EXTRACTIVE, MODEL
 from procession.model import bounds, environ, runner_spec
 from procession.model.calls import Call
-from procession.model.errors import ProcessionError
+from procession.model.errors import NoneDone, ProcessionError
 from procession.model.outcomes import Moved, Outcome
 from procession.model.states import State
 from procession.present import parse, results
@@ -116,32 +117,28 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     return done(args, outcomes[-1])
 
 
-async def each(args: argparse.Namespace, call: Callable[[int], Awaitable[Outcome]], *,
-               report_json: bool = True) -> tuple[int, list[Outcome]]:
-    """A call on every SID given, like kill: a refusal is reported and the rest go on."""
-    status, made, report = 0, [], []
-    for sid in args.sids:
-        try:
-            outcome = await call(sid)
-        except ProcessionError as exc:
-            status = 1
-            error(str(exc))
-            report.append({"sid": sid, "error": str(exc)})
-            continue
-        made.append(outcome)
-        report.append(outcome.to_json())
-        if not args.json:
-            print(results.describe(outcome))
+async def each(args: argparse.Namespace, ws: Workspace, call: Call, *, report_json: bool = True,
+               sids: list[int] | None = None, **options: Any) -> list[Outcome]:
+    """``call`` on every SID given (``sids``: these of them), all or none (``Workspace.each``):
+    a refusal for one prints a line for each refused and changes nothing (``NoneDone``, exit 1)."""
+    try:
+        made = await ws.each(call, args.sids if sids is None else sids, **options)
+    except NoneDone as exc:
+        for line in exc.refusals:
+            error(line)
+        raise ProcessionError(exc.NOTHING) from None
     if args.json and report_json:
-        emit(args, report, "")
+        emit(args, [o.to_json() for o in made], "")
+    elif not args.json:
+        print("\n".join(results.describe(o) for o in made))
     notes(args, made)
-    return status, made
+    return made
 
 
 def _lifecycle(call: Call) -> None:
     async def handler(ws: Workspace, args: argparse.Namespace) -> int:
-        status, _ = await each(args, getattr(ws, call.value))
-        return status
+        await each(args, ws, call)
+        return 0
 
     command(call, args=[SIDS])(handler)
 
@@ -155,8 +152,8 @@ for _call in (Call.SUSPEND, Call.RESUME, Call.INTERRUPT):
               help="also remove the folder of its own a fork --worktree gave it (refused while it holds unsaved work)"),
 ])
 async def cancel(ws: Workspace, args: argparse.Namespace) -> int:
-    status, _ = await each(args, lambda sid: ws.cancel(sid, clean=args.clean))
-    return status
+    await each(args, ws, Call.CANCEL, clean=args.clean)
+    return 0
 
 
 @command(Call.ACTIVATE, args=[
@@ -166,16 +163,14 @@ async def activate(ws: Workspace, args: argparse.Namespace) -> int:
     from procession.engine.ledger import Ledger
 
     if not args.now or await Ledger(ws.store).holder() is not None:
-        status, _ = await each(args, ws.activate)
-        return status
-    before: dict[int, int] = {}  # where each session's history stood, to show what the run added
+        await each(args, ws, Call.ACTIVATE)
+        return 0
+    infos = [await ws.info(sid) for sid in args.sids]
+    before = {info.id: info.length for info in infos}  # to show what the runs added
+    queued = [Moved(info.id, State.READY) for info in infos if info.state is State.READY]  # queued already
     async with foreground_engine(ws, set(args.sids)) as idle:
-        async def queue(sid: int) -> Outcome:
-            info = await ws.info(sid)
-            before[sid] = info.length
-            return Moved(sid, State.READY) if info.state is State.READY else await ws.activate(sid)
-
-        status, made = await each(args, queue, report_json=False)
+        made = queued + await each(args, ws, Call.ACTIVATE, report_json=False,
+                                   sids=[info.id for info in infos if info.state is not State.READY])
         await idle()
     report = []
     for outcome in made:
@@ -189,7 +184,7 @@ async def activate(ws: Workspace, args: argparse.Namespace) -> int:
                 print(f"  [{m.seq}] {m.role}: {printable(m.content)}")
     if args.json:
         emit(args, report, "")
-    return status if all(r["outcome"] == "ok" for r in report) else 1
+    return 0 if all(r["outcome"] == "ok" for r in report) else 1
 
 
 class Stopped(ProcessionError):

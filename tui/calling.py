@@ -18,8 +18,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from procession.calls import Workspace
-from procession.model.calls import INFO
-from procession.model.errors import IllegalTransition, ProcessionError
+from procession.model.calls import INFO, Call
+from procession.model.errors import IllegalTransition, NoneDone, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.model.records import SessionInfo
 from procession.model.states import allowed, reason
@@ -101,7 +101,7 @@ class Calling(Screen[Any]):
 
     async def action_nice(self, step: int) -> None:
         """F7 / F8: one step up or down, on every target."""
-        await self.make_each([self.ws.nice(t.id, step, relative=True) for t in self.targets()])
+        await self.make_all(Call.NICE, [t.id for t in self.targets()], priority=step, relative=True)
 
     # ------------------------------------------------------------------ the steps of a flow
 
@@ -128,6 +128,22 @@ class Calling(Screen[Any]):
             self.report(outcome)
         await self.monitor.refresh_data()
         return outcome
+
+    async def make_all(self, call: Call, sids: Sequence[int], **options: Any) -> list[Outcome]:
+        """``call`` on every session of ``sids``, all or none (``Workspace.each``), reported in
+        one notification; a refusal names each session refused, and nothing was done."""
+        try:
+            done = await self.ws.each(call, sids, **options)
+        except NoneDone as exc:
+            self.monitor.notify("\n".join([*exc.refusals, exc.NOTHING]), severity="error", timeout=8)
+            return []
+        except ProcessionError as exc:
+            self.monitor.notify(str(exc), severity="error", timeout=8)
+            return []
+        if done:
+            self.report(*done)
+        await self.monitor.refresh_data()
+        return done
 
     async def make_each(self, calls: Sequence[Awaitable[Outcome]]) -> list[Outcome]:
         """Several calls (one per target), reported in one notification; each refusal in its own."""

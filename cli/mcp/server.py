@@ -73,7 +73,7 @@ def build(served: Served) -> Server[Any]:
                 raise InvalidArgument(f"{tool.name}: {f'{where}: ' if where else ''}{problem.message}")
             data = await tool.run(served, tool.with_defaults(given))
         except Refused as exc:
-            return _refused(exc.lines, exc.data, exc.done)
+            return _refused(exc.lines, exc.data)
         except ProcessionError as exc:
             return _refused([str(exc)], {"error": str(exc)})
         return types.CallToolResult(content=[types.TextContent(text=json_text(data))],
@@ -121,10 +121,9 @@ def _object(data: Json) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"result": data}
 
 
-def _refused(lines: list[str], data: Json, done: list[str] | None = None) -> types.CallToolResult:
-    """A refusal's lines, and (refused for some sessions only) what was done for the others."""
-    text = [refusal(line) for line in lines] + [f"done: {line}" for line in done or []]
-    return types.CallToolResult(content=[types.TextContent(text="\n".join(text))],
+def _refused(lines: list[str], data: Json) -> types.CallToolResult:
+    """A refusal's lines (one per session refused, for a call on several), as the CLI's."""
+    return types.CallToolResult(content=[types.TextContent(text="\n".join(map(refusal, lines)))],
                                 structured_content=_object(data), is_error=True)
 
 

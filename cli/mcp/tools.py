@@ -18,7 +18,7 @@ from typing import Any
 from procession.calls import Workspace
 from procession.model import environ
 from procession.model.calls import INFO, Call
-from procession.model.errors import InvalidArgument, MergeConflict, ProcessionError
+from procession.model.errors import InvalidArgument, MergeConflict, NoneDone, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.present import parse, results
 
@@ -30,13 +30,12 @@ Json = Any
 
 
 class Refused(Exception):
-    """A tool refused, in whole or for some of the sessions it was given: ``lines`` are the
-    refusals (one line each, as the CLI prints them), ``done`` what it did for the others (one
-    line each, as the CLI says it), ``data`` what the CLI's ``--json`` says."""
+    """A tool refused: ``lines`` are the refusals (one line each, as the CLI prints them: one
+    per session refused, for a call on several), ``data`` what the CLI's ``--json`` says."""
 
-    def __init__(self, lines: list[str], data: Json = None, done: list[str] | None = None) -> None:
+    def __init__(self, lines: list[str], data: Json = None) -> None:
         super().__init__("\n".join(lines))
-        self.lines, self.data, self.done = lines, data, done or []
+        self.lines, self.data = lines, data
 
 
 @dataclass(slots=True)
@@ -192,26 +191,23 @@ async def memory_delete(s: Served, a: dict[str, Any]) -> Json:
 
 
 def each(call: Call) -> Handler:
-    """A lifecycle call on every SID given, like the CLI's: a refusal is reported and the rest
-    go on; a call refused for some says, in its text too, what it did for the others."""
+    """A lifecycle call on every SID given, like the CLI's: all of them, or (one refused, or
+    out of reach) none; the refusal says each session refused and that nothing was done."""
 
     async def run(s: Served, a: dict[str, Any]) -> Json:
-        report: list[Json] = []
-        refused: list[str] = []
-        did: list[str] = []
         given = {k: v for k, v in a.items() if k != "sids"}  # cancel's clean
+        refused = []
         for sid in a["sids"]:
             try:
                 await s.scope.check(s.ws, sid)
-                outcome = await getattr(s.ws, call.value)(sid, **given)
-                report.append(outcome.to_json())
-                did.append(results.describe(outcome))
             except ProcessionError as exc:
                 refused.append(str(exc))
-                report.append({"sid": sid, "error": str(exc)})
-        if refused:
-            raise Refused(refused, report, done=did)
-        return report
+        try:
+            if refused:
+                raise NoneDone(refused)
+            return [o.to_json() for o in await s.ws.each(call, a["sids"], **given)]
+        except NoneDone as exc:
+            raise Refused([*exc.refusals, exc.NOTHING], {"error": str(exc), "refused": exc.refusals}) from None
 
     return run
 
@@ -266,7 +262,7 @@ async def wait(s: Served, a: dict[str, Any]) -> Json:
     return (await s.ws.wait(a["sid"], a["timeout"])).to_json()
 
 
-_LIFECYCLE = "the sessions in reach, each SID given (a refusal is reported and the rest go on)"
+_LIFECYCLE = "the sessions in reach, each SID given: all of them, or (one refused) none"
 
 #: The tools, in the order they are listed.
 TOOLS: dict[str, Tool] = {t.name: t for t in [

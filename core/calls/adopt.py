@@ -227,6 +227,13 @@ class AdoptCalls(LifecycleCalls):
         person there types into it: a run started meanwhile would write one transcript from
         two places). Once that CLI exits, ``detach`` gives the session back; should ``detach``
         never come (its terminal closed), this does, after syncing what was typed there."""
+        await self.before(Call.RESUME, sid)
+        return await super().resume(sid)
+
+    async def before(self, call: Call, sid: int, **options: Any) -> None:
+        """Before a ``resume``: an attached session's CLI (see ``resume``)."""
+        if call is not Call.RESUME:
+            return await super().before(call, sid, **options)
         async with self.store.snapshot() as tx:
             row = await rows.session(tx, sid)
         ref = agent_ref(row) if row["reason"] == Reason.ATTACHED else None
@@ -236,7 +243,6 @@ class AdoptCalls(LifecycleCalls):
                                       f" (pid {live[sid].pid}); quit it there, and the session comes back by itself")
             with contextlib.suppress(ProcessionError):  # a transcript gone or rewound: said by sync itself
                 await self.sync(sid)
-        return await super().resume(sid)
 
     async def detach(self, attached: Attached) -> Synced:
         """The CLI exited: append what the person did in it, and give the session back (resumed

@@ -6,21 +6,23 @@ import asyncio
 import dataclasses
 import json
 import os
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from ..model import agents, bounds, environ, limits, runner_spec, sampling
 from ..model.calls import Call
-from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
-from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Recounted, Spawned, Updated
+from ..model.errors import ContextTooLarge, InvalidArgument, NoneDone, ProcessionError
+from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Outcome, Recounted, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, State
 from ..store import rows, tokens
+from ..store.sqlite import Tx
 from . import counting, native, waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
 from .reads import live_holder
-from .syscall import Act, syscall
+from .syscall import BATCH, Act, syscall
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
@@ -46,6 +48,69 @@ def require_cli(spec: runner_spec.RunnerSpec) -> None:
 
 
 class LifecycleCalls(Calls):
+    async def each(self, call: Call, sids: Sequence[int], **options: Any) -> list[Outcome]:
+        """``call`` on every session of ``sids``, all or none: each call's checks, its changes
+        and its journal row as they are when made alone, in one transaction. One refused and
+        none is done: ``NoneDone`` names every session refused and why (one session given: its
+        own refusal, as the call alone raises it). What a call does around its transaction
+        (``before``, ``finished``: an attached session's CLI looked for, a fork's folder
+        removed) is done for each, before and after."""
+        method = _syscall_of(type(self), EACH[call])
+        sids = list(dict.fromkeys(sids))
+        refused: list[ProcessionError] = []
+        for sid in sids:
+            try:
+                await self.before(call, sid, **options)
+            except ProcessionError as exc:
+                refused.append(exc)
+
+        async def body(tx: Tx) -> tuple[list[Outcome], list[Callable[[], None]]]:
+            after: list[Callable[[], None]] = []
+            token = BATCH.set((tx, after))
+            try:
+                made, these = [], list(refused)  # a body tried again starts from what was found before it
+                for sid in sids:
+                    try:
+                        made.append(await method(self, sid, **options))
+                    except ProcessionError as exc:
+                        these.append(exc)
+                if len(sids) == 1 and these:
+                    raise these[0]
+                if these:  # and the transaction rolls back whatever was done
+                    raise NoneDone([str(exc) for exc in these])
+                return made, after
+            finally:
+                BATCH.reset(token)
+
+        if refused:  # found before any transaction: the others are still checked, to be said too
+            await self.store.atomic(body)  # raises NoneDone, naming them all
+        made, after = await self.store.atomic(body)
+        for action in after:
+            action()
+        return [await self.finished(call, outcome, **options) for outcome in made]
+
+    async def before(self, call: Call, sid: int, **options: Any) -> None:
+        """What a call on ``sid`` does before its transaction: a ``cancel`` with ``clean``
+        refuses a fork's folder that holds work that would be lost."""
+        if call is Call.CANCEL and options.get("clean"):
+            async with self.store.snapshot() as tx:
+                record = await rows.worktree(tx, sid)
+            if record is not None:
+                unsaved = await asyncio.to_thread(worktrees.unsaved, record)
+                if unsaved:
+                    what = "uncommitted changes" if record["kind"] == "git" else "changed files"
+                    raise ProcessionError(f"session {sid}'s {'worktree' if record['kind'] == 'git' else 'copy'}"
+                                          f" {record['path']} holds {what} ({worktrees.named(unsaved)}): commit or"
+                                          " discard them, merge the session, or cancel it without --clean")
+
+    async def finished(self, call: Call, outcome: Outcome, **options: Any) -> Outcome:
+        """What a call does after its transaction: a ``cancel`` with ``clean`` removes the
+        session's own folder, once its step is gone."""
+        if call is Call.CANCEL and options.get("clean"):
+            notes = await remove_folder(self.store, outcome.sid, wait_s=5.0)
+            return dataclasses.replace(outcome, notes=outcome.notes + tuple(Note(n) for n in notes))
+        return outcome
+
     @syscall(Call.SPAWN, session="result", check=None)
     async def spawn(
         self, act: Act, name: str, agent: str, *, system: str = "", goal: str = "", priority: int = 0,
@@ -219,21 +284,7 @@ class LifecycleCalls(Calls):
         step is gone — refused, with nothing changed, while it holds work that would be lost
         (uncommitted changes in a worktree, changed files in a copy). Without, it stays.
         """
-        if not clean:
-            return await self._cancel(sid)
-        async with self.store.snapshot() as tx:
-            record = await rows.worktree(tx, sid)
-            running = (await rows.session(tx, sid))["state"] == State.RUNNING
-        if record is not None:
-            unsaved = await asyncio.to_thread(worktrees.unsaved, record)
-            if unsaved:
-                what = "uncommitted changes" if record["kind"] == "git" else "changed files"
-                raise ProcessionError(f"session {sid}'s {'worktree' if record['kind'] == 'git' else 'copy'}"
-                                      f" {record['path']} holds {what} ({worktrees.named(unsaved)}): commit or"
-                                      " discard them, merge the session, or cancel it without --clean")
-        outcome = await self._cancel(sid, clean=True)
-        notes = await remove_folder(self.store, sid, wait_s=5.0 if running else 0.0)
-        return dataclasses.replace(outcome, notes=outcome.notes + tuple(Note(n) for n in notes))
+        return (await self.each(Call.CANCEL, [sid], clean=clean))[0]  # type: ignore[return-value]
 
     @syscall(Call.CANCEL)
     async def _cancel(self, act: Act, sid: int, clean: bool = False) -> Moved:
@@ -360,3 +411,19 @@ async def _fit(act: Act, row: Any, method: str, budget: float, keep_last: int, s
         if found and tokens_now - sum(i.tokens for i in found[0].archived) + found[2] <= budget:
             return await write_fold(act.tx, row, *found)
     return None
+
+
+#: The calls ``each`` makes on several sessions, by the name of the method that is the call
+#: itself (``@syscall``'s), not a wrapper of it that does more around its transaction.
+EACH: Final = {Call.ACTIVATE: "activate", Call.SUSPEND: "suspend", Call.RESUME: "resume",
+               Call.INTERRUPT: "interrupt", Call.CANCEL: "_cancel", Call.APPROVE: "approve", Call.NICE: "nice"}
+
+
+def _syscall_of(cls: type, name: str) -> Any:
+    """The method ``name`` that ``@syscall`` made, past any subclass's wrapper of it (what a
+    wrapper does around the transaction, ``before`` and ``finished`` do in a batch)."""
+    for klass in cls.__mro__:
+        method = klass.__dict__.get(name)
+        if getattr(method, "call", None) is not None:
+            return method
+    raise ValueError(f"no system call named {name}")

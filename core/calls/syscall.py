@@ -17,6 +17,7 @@ import functools
 import inspect
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -32,6 +33,11 @@ from ..store.sqlite import Tx
 if TYPE_CHECKING:
     from .base import Calls
 
+
+
+#: An all-or-none batch of calls in progress (``Workspace.each``): the one transaction every
+#: call of it runs in, and what they asked to do once it commits.
+BATCH: ContextVar[tuple[Tx, list[Callable[[], None]]] | None] = ContextVar("batch", default=None)
 
 
 class Journaled(Protocol):
@@ -129,6 +135,11 @@ def syscall(
                                  self.acting if second_sid is None else second_sid)
                 return act, result
 
+            batch = BATCH.get()
+            if batch is not None:  # one call of several, in their one transaction
+                act, result = await body(batch[0])
+                batch[1].extend(act._after)
+                return result
             act, result = await self.store.atomic(body)
             for action in act._after:
                 action()

@@ -46,6 +46,18 @@ class NotAllowed(ProcessionError):
     agent owns and spawned, and to the calls the user allowed it."""
 
 
+class NoneDone(ProcessionError):
+    """A call on several sessions refused for some: it did nothing, for any of them (all or
+    none). ``refusals``: one line per session refused, as that call alone would say it; every
+    face prints them, then ``NOTHING``."""
+
+    NOTHING = "nothing was done: a call on several sessions acts on all of them or on none"
+
+    def __init__(self, refusals: list[str]) -> None:
+        super().__init__(f"{'; '.join(refusals)} ({self.NOTHING})")
+        self.refusals = refusals
+
+
 class ContextTooLarge(ProcessionError):
     """The active context does not fit the window asked for."""
 

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import dump
 from procession import Workspace
+from procession.model.errors import NoneDone
 
 PS_KEYS = {"id", "name", "agent", "state", "priority", "parent", "context_tokens", "context_window", "messages",
            "triggers", "last_active"}
@@ -374,22 +375,29 @@ def test_lifecycle_verbs(cli: Any) -> None:
     err = refused(cli("suspend", "3", check=False))
     assert "terminated" in err
     refused(cli("resume", "2", check=False))
-    # several SIDs, one refused: the others are done, the status says one failed
+    # several SIDs, one refused: all or none, so none is done; each refusal on a line of its own
+    journal = len(cli.json("log"))
     proc = cli("cancel", "1", "3", "2", check=False)
-    assert proc.returncode == 1
-    assert proc.stdout.splitlines() == ["1: terminated", "2: terminated"]
-    assert proc.stderr.startswith("procession: error:") and proc.stderr.count("\n") == 1
-    assert {r["state"] for r in cli.json("ps", "-a")} == {"terminated"}
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["procession: error: cannot cancel session 3: it is terminated: fork it to go on from where it ended",
+                                        "procession: error: " + NoneDone.NOTHING], proc.stderr
+    assert [r["state"] for r in cli.json("ps", "-a")] == ["sleeping", "ready", "terminated"]
+    assert len(cli.json("log")) == journal  # nor journaled
+    assert [o["state"] for o in cli.json("cancel", "1", "2", "1")] == ["terminated", "terminated"]
     usage(cli("cancel", check=False))
     usage(cli("cancel", "0", check=False))
 
 
-def test_activate_unknown_sid_is_one_error_line(cli: Any) -> None:
+def test_activate_with_an_unknown_sid_activates_none(cli: Any) -> None:
+    """``activate 1 2 99`` once queued 1 and 2, then said "no session 99"."""
     spawn(cli)
+    spawn(cli, "b")
     refused(cli("activate", "99", check=False))
-    proc = cli("activate", "1", "99", check=False)
-    assert proc.returncode == 1 and proc.stderr.count("procession: error:") == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
+    for now in ([], ["--now"]):
+        proc = cli("activate", "1", "2", "99", *now, check=False)
+        assert proc.returncode == 1 and proc.stderr.splitlines()[0] == "procession: error: no session 99", proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert [r["state"] for r in cli.json("ps")] == ["sleeping", "sleeping"]
 
 
 def test_nice_bind_trigger_log(cli: Any, tmp_path: Path) -> None:

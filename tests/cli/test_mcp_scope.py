@@ -111,14 +111,18 @@ async def test_every_field_a_tool_offers_is_honoured(db: Path, tmp_path: Path, g
         assert (await ok(c, "show", sid=1))["memory"]["n"] == 3 and plan["clean"] is True
 
 
-async def test_a_call_refused_for_some_says_what_it_did_for_the_others(db: Path, tmp_path: Path) -> None:
+async def test_a_call_refused_for_some_does_nothing_for_any(db: Path, tmp_path: Path) -> None:
+    """All or none, as in the CLI and the monitor: one session out of reach, and the one in
+    reach is not suspended either; the text names the refusal and that nothing was done."""
     await world(db, tmp_path)
     async with served(db, "--session", "1") as c:
         result = await c.call_tool("suspend", {"sids": [1, 2]})
         assert result.is_error
         text = result.content[0].text.splitlines()
-        assert text[0].startswith("session 2 is out of reach") and text[1] == "done: 1: suspended"
-        assert [r.get("state") for r in result.structured_content["result"]] == ["suspended", None]
+        assert text[0].startswith("session 2 is out of reach") and text[1].startswith("nothing was done")
+        assert result.structured_content["refused"] == text[:1]
+        assert (await ok(c, "show", sid=1))["state"] == "sleeping"
+        assert [o["state"] for o in await ok(c, "suspend", sids=[1, 1])] == ["suspended"]  # once each
 
 
 async def test_a_tools_schema_offers_nothing_it_does_not_read() -> None:
