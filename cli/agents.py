@@ -16,7 +16,7 @@ from procession.model.trigger_spec import duration
 from procession.present import results
 
 from .registry import SID, SIDS, arg, command
-from .terminal import UsageError, done, emit, notes, progress_bar
+from .terminal import UsageError, done, each, emit, notes, progress_bar
 
 
 @command(Call.ADOPT, creates=True, args=[
@@ -41,8 +41,7 @@ async def adopt(ws: Workspace, args: argparse.Namespace) -> int:
 
 @command(Call.SYNC, args=[SIDS])
 async def sync(ws: Workspace, args: argparse.Namespace) -> int:
-    for sid in args.sids:
-        done(args, await ws.sync(sid))
+    await each(args, ws.sync_all(args.sids))
     return 0
 
 

@@ -12,8 +12,7 @@ from procession.model.errors import ProcessionError
 from procession.present import lines, parse
 
 from .registry import SID, SIDS, arg, command, sid_type
-from .lifecycle import each
-from .terminal import done, emit
+from .terminal import done, each, emit
 
 
 @command(Call.APPROVE, args=[
@@ -24,7 +23,7 @@ async def approve(ws: Workspace, args: argparse.Namespace) -> int:
     details = [await ws.show(sid) for sid in args.sids]
     listing = [line for d in details if d.info.unapproved for line in lines.approval(d)]
     if not listing:  # nothing to arm: the call itself says so
-        await each(args, ws, Call.APPROVE)
+        await each(args, ws.each(Call.APPROVE, args.sids))
         return 0
     print("\n".join(["approving arms these (their steps may run, with what is bound):", *listing]),
           file=sys.stderr)
@@ -33,7 +32,7 @@ async def approve(ws: Workspace, args: argparse.Namespace) -> int:
             raise ProcessionError("approving needs a yes: give --yes, having read the list above")
         if input("approve? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ProcessionError("not approved: nothing was armed")
-    await each(args, ws, Call.APPROVE)
+    await each(args, ws.each(Call.APPROVE, args.sids))
     return 0
 
 

@@ -9,19 +9,18 @@ import contextlib
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from procession.calls import Workspace
 from procession.calls.lifecycle import COMPRESS_METHODS, DEFAULT_WINDOW, EXTRACTIVE, MODEL
 from procession.model import bounds, environ, runner_spec
 from procession.model.calls import Call
-from procession.model.errors import NoneDone, ProcessionError
+from procession.model.errors import ProcessionError
 from procession.model.outcomes import Moved, Outcome
 from procession.model.states import State
-from procession.present import parse, results
+from procession.present import parse
 from procession.present.words import printable
 
-from .terminal import UsageError, done, emit, error, notes, read_text
+from .terminal import UsageError, done, each, emit, read_text
 from .registry import SID, SIDS, Arg, arg, command
 
 RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME | claude:[MODEL] | codex:[MODEL] | opencode:[P/MODEL]"
@@ -117,27 +116,9 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     return done(args, outcomes[-1])
 
 
-async def each(args: argparse.Namespace, ws: Workspace, call: Call, *, report_json: bool = True,
-               sids: list[int] | None = None, **options: Any) -> list[Outcome]:
-    """``call`` on every SID given (``sids``: these of them), all or none (``Workspace.each``):
-    a refusal for one prints a line for each refused and changes nothing (``NoneDone``, exit 1)."""
-    try:
-        made = await ws.each(call, args.sids if sids is None else sids, **options)
-    except NoneDone as exc:
-        for line in exc.refusals:
-            error(line)
-        raise ProcessionError(exc.NOTHING) from None
-    if args.json and report_json:
-        emit(args, [o.to_json() for o in made], "")
-    elif not args.json:
-        print("\n".join(results.describe(o) for o in made))
-    notes(args, made)
-    return made
-
-
 def _lifecycle(call: Call) -> None:
     async def handler(ws: Workspace, args: argparse.Namespace) -> int:
-        await each(args, ws, call)
+        await each(args, ws.each(call, args.sids))
         return 0
 
     command(call, args=[SIDS])(handler)
@@ -152,7 +133,7 @@ for _call in (Call.SUSPEND, Call.RESUME, Call.INTERRUPT):
               help="also remove the folder of its own a fork --worktree gave it (refused while it holds unsaved work)"),
 ])
 async def cancel(ws: Workspace, args: argparse.Namespace) -> int:
-    await each(args, ws, Call.CANCEL, clean=args.clean)
+    await each(args, ws.each(Call.CANCEL, args.sids, clean=args.clean))
     return 0
 
 
@@ -163,14 +144,14 @@ async def activate(ws: Workspace, args: argparse.Namespace) -> int:
     from procession.engine.ledger import Ledger
 
     if not args.now or await Ledger(ws.store).holder() is not None:
-        await each(args, ws, Call.ACTIVATE)
+        await each(args, ws.each(Call.ACTIVATE, args.sids))
         return 0
     infos = [await ws.info(sid) for sid in args.sids]
     before = {info.id: info.length for info in infos}  # to show what the runs added
     queued = [Moved(info.id, State.READY) for info in infos if info.state is State.READY]  # queued already
     async with foreground_engine(ws, set(args.sids)) as idle:
-        made = queued + await each(args, ws, Call.ACTIVATE, report_json=False,
-                                   sids=[info.id for info in infos if info.state is not State.READY])
+        made = queued + await each(args, ws.each(Call.ACTIVATE, [i.id for i in infos if i.state is not State.READY]),
+                                   report_json=False)
         await idle()
     report = []
     for outcome in made:

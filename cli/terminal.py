@@ -12,12 +12,12 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from procession.model.calls import Call
-from procession.model.errors import InvalidArgument
+from procession.model.errors import InvalidArgument, NoneDone, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.present import results
 from procession.present.words import printable
@@ -143,3 +143,21 @@ def progress_bar(args: argparse.Namespace, label: str) -> tuple[Progress | None,
         bar.update(task, completed=n, total=total or None)
 
     return update, bar.stop
+
+
+async def each(args: argparse.Namespace, making: Awaitable[Sequence[Outcome]], *,
+               report_json: bool = True) -> list[Outcome]:
+    """A call on every SID given (``making``: ``Workspace.each``'s, ``sync_all``'s), all or
+    none: a refusal for one prints a line for each refused, and changes nothing (exit 1)."""
+    try:
+        made = list(await making)
+    except NoneDone as exc:
+        for line in exc.refusals:
+            error(line)
+        raise ProcessionError(exc.NOTHING) from None
+    if args.json and report_json:
+        emit(args, [o.to_json() for o in made], "")
+    elif not args.json:
+        print("\n".join(results.describe(o) for o in made))
+    notes(args, made)
+    return made

@@ -101,7 +101,7 @@ class Calling(Screen[Any]):
 
     async def action_nice(self, step: int) -> None:
         """F7 / F8: one step up or down, on every target."""
-        await self.make_all(Call.NICE, [t.id for t in self.targets()], priority=step, relative=True)
+        await self.make_all(self.ws.each(Call.NICE, [t.id for t in self.targets()], priority=step, relative=True))
 
     # ------------------------------------------------------------------ the steps of a flow
 
@@ -129,11 +129,12 @@ class Calling(Screen[Any]):
         await self.monitor.refresh_data()
         return outcome
 
-    async def make_all(self, call: Call, sids: Sequence[int], **options: Any) -> list[Outcome]:
-        """``call`` on every session of ``sids``, all or none (``Workspace.each``), reported in
-        one notification; a refusal names each session refused, and nothing was done."""
+    async def make_all(self, making: Awaitable[Sequence[Outcome]]) -> list[Outcome]:
+        """A call on several sessions (``Workspace.each``'s, ``sync_all``'s), all or none,
+        reported in one notification; a refusal names each session refused, and that nothing
+        was done."""
         try:
-            done = await self.ws.each(call, sids, **options)
+            done = list(await making)
         except NoneDone as exc:
             self.monitor.notify("\n".join([*exc.refusals, exc.NOTHING]), severity="error", timeout=8)
             return []

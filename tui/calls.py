@@ -65,7 +65,7 @@ async def _each(ui: Calling, call: Call, targets: Targets) -> None:
         body = [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]
         if not await ui.confirm(f"{INFO[call].summary.capitalize()}: {_who(fit)}?", body):
             return
-    await ui.make_all(call, [t.id for t in fit])
+    await ui.make_all(ui.ws.each(call, [t.id for t in fit]))
 
 
 def _lifecycle(call: Call) -> Run:
@@ -98,7 +98,7 @@ async def _cancel(ui: Calling, targets: Targets) -> None:
         if picked is None:
             return
         clean = picked == "clean"
-    await ui.make_all(Call.CANCEL, [t.id for t in fit], clean=clean)
+    await ui.make_all(ui.ws.each(Call.CANCEL, [t.id for t in fit], clean=clean))
 
 
 async def _spawn(ui: Calling, targets: Targets) -> None:
@@ -402,7 +402,7 @@ async def _approve(ui: Calling, targets: Targets) -> None:
         return
     body = [line for t in fit for line in lines.approval(await ui.ws.show(t.id))]
     if await ui.confirm("Approve? These will be allowed to run:", body):
-        await ui.make_all(Call.APPROVE, [t.id for t in fit])
+        await ui.make_all(ui.ws.each(Call.APPROVE, [t.id for t in fit]))
 
 
 async def _bind(ui: Calling, targets: Targets) -> None:
@@ -459,7 +459,7 @@ async def _adopt(ui: Calling, targets: Targets) -> None:
 
 
 async def _sync(ui: Calling, targets: Targets) -> None:
-    await ui.make_each([ui.ws.sync(t.id) for t in targets])
+    await ui.make_all(ui.ws.sync_all([t.id for t in targets]))
 
 
 async def _attach(ui: Calling, targets: Targets) -> None:

@@ -20,7 +20,7 @@ from procession.model import environ
 from procession.model.calls import INFO, Call
 from procession.model.errors import InvalidArgument, MergeConflict, NoneDone, ProcessionError
 from procession.model.outcomes import Outcome
-from procession.present import parse, results
+from procession.present import parse
 
 from ..lineage import conflicts_json
 from ..registry import COMMANDS, Arg

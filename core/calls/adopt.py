@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ..model import agents, bounds, limits, runner_spec, transcripts
@@ -33,7 +34,7 @@ from ..store.sqlite import Tx
 from .lifecycle import LifecycleCalls
 from . import outside
 from .native import HELD, agent_ref, carry_over, cli_environment, holder, located
-from .syscall import Act, syscall
+from .syscall import Act, all_or_none, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
 DEFAULT_WINDOW: Final = 128_000
@@ -44,8 +45,15 @@ SYNC_TRIES: Final = 3
 Progress = Callable[[int, int], None]
 
 
-class _MovedOn(ProcessionError):
-    """The session's read position moved while its transcript was read (nothing is written)."""
+def _kept_changing(sids: list[int]) -> InvalidArgument:
+    which = ", ".join(map(str, sids))
+    return InvalidArgument(f"session{'s' if len(sids) > 1 else ''} {which} kept changing while"
+                           f" {'their transcripts were' if len(sids) > 1 else 'its transcript was'} read: sync again")
+
+
+class _MovedOn(Exception):
+    """The session's read position moved while its transcript was read (nothing is written;
+    not a refusal: the transcript is read again)."""
 
 
 def _title(read: Transcript) -> str:
@@ -152,25 +160,49 @@ class AdoptCalls(LifecycleCalls):
     async def sync(self, sid: int, *, quiet: bool = False) -> Synced:
         """Append what the session's agent transcript gained since it was last read. ``quiet``
         (the engine's follower): no call is made, and nothing journaled, when nothing changed."""
+        if not quiet:
+            return (await self.sync_all([sid]))[0]
         for _ in range(SYNC_TRIES):
-            async with self.store.snapshot() as tx:
-                row = await rows.session(tx, sid)
-            ref = agent_ref(row)
-            if ref is None:
-                raise InvalidArgument(f"session {sid} has no agent session of its own to sync")
-            if ref.get("fork"):
-                raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
-                                      f" {ref['id']}): there is nothing of its own to sync yet")
-            position = Position.of(ref.get("position"))
-            found = await asyncio.to_thread(located, ref, cli_environment(row))
-            read = await asyncio.to_thread(transcripts.format_of(ref["cli"]).read, found, position)
-            if quiet and not read.messages and read.position == position and not read.branched:
+            position, read = await self._read(sid)
+            if not read.messages and read.position == position and not read.branched:
                 return Synced(sid, 0)
             try:
                 return await self._synced(sid, read, position)
             except _MovedOn:
                 continue
-        raise InvalidArgument(f"session {sid} kept changing while its transcript was read: sync it again")
+        raise _kept_changing([sid])
+
+    async def sync_all(self, sids: Sequence[int]) -> list[Synced]:
+        """``sync`` on every session of ``sids``, all or none (as ``each``): every transcript is
+        read first, then what each gained is appended in one transaction."""
+        sids = list(dict.fromkeys(sids))
+        for _ in range(SYNC_TRIES):
+            reads, refused = {}, []
+            for sid in sids:
+                try:
+                    reads[sid] = await self._read(sid)
+                except ProcessionError as exc:
+                    refused.append(exc)
+            calls = [functools.partial(self._synced, sid, read, position) for sid, (position, read) in reads.items()]
+            try:
+                return await all_or_none(self.store, calls, refused, single=len(sids) == 1)
+            except _MovedOn:
+                continue
+        raise _kept_changing(sids)
+
+    async def _read(self, sid: int) -> tuple[Position, Transcript]:
+        """Where the session's transcript was read to, and what it holds from there."""
+        async with self.store.snapshot() as tx:
+            row = await rows.session(tx, sid)
+        ref = agent_ref(row)
+        if ref is None:
+            raise InvalidArgument(f"session {sid} has no agent session of its own to sync")
+        if ref.get("fork"):
+            raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
+                                  f" {ref['id']}): there is nothing of its own to sync yet")
+        position = Position.of(ref.get("position"))
+        found = await asyncio.to_thread(located, ref, cli_environment(row))
+        return position, await asyncio.to_thread(transcripts.format_of(ref["cli"]).read, found, position)
 
     @syscall(Call.SYNC)
     async def _synced(self, act: Act, sid: int, read: Transcript, position: Position) -> Synced:

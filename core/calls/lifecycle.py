@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from ..model import agents, bounds, environ, limits, runner_spec, sampling
 from ..model.calls import Call
-from ..model.errors import ContextTooLarge, InvalidArgument, NoneDone, ProcessionError
+from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
 from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Outcome, Recounted, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, State
 from ..store import rows, tokens
-from ..store.sqlite import Tx
 from . import counting, native, waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
 from .reads import live_holder
-from .syscall import BATCH, Act, syscall
+from .syscall import Act, all_or_none, syscall
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
@@ -63,30 +63,8 @@ class LifecycleCalls(Calls):
                 await self.before(call, sid, **options)
             except ProcessionError as exc:
                 refused.append(exc)
-
-        async def body(tx: Tx) -> tuple[list[Outcome], list[Callable[[], None]]]:
-            after: list[Callable[[], None]] = []
-            token = BATCH.set((tx, after))
-            try:
-                made, these = [], list(refused)  # a body tried again starts from what was found before it
-                for sid in sids:
-                    try:
-                        made.append(await method(self, sid, **options))
-                    except ProcessionError as exc:
-                        these.append(exc)
-                if len(sids) == 1 and these:
-                    raise these[0]
-                if these:  # and the transaction rolls back whatever was done
-                    raise NoneDone([str(exc) for exc in these])
-                return made, after
-            finally:
-                BATCH.reset(token)
-
-        if refused:  # found before any transaction: the others are still checked, to be said too
-            await self.store.atomic(body)  # raises NoneDone, naming them all
-        made, after = await self.store.atomic(body)
-        for action in after:
-            action()
+        made = await all_or_none(self.store, [functools.partial(method, self, sid, **options) for sid in sids],
+                                 refused, single=len(sids) == 1)
         return [await self.finished(call, outcome, **options) for outcome in made]
 
     async def before(self, call: Call, sid: int, **options: Any) -> None:

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import inspect
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from ..model import states
 from ..model.calls import Call
-from ..model.errors import IllegalTransition
+from ..model.errors import IllegalTransition, NoneDone, ProcessionError
 from ..model.outcomes import Note, Outcome
 from ..model.states import State
 from ..store import rows
-from ..store.sqlite import Tx
+from ..store.sqlite import Store, Tx
 
 if TYPE_CHECKING:
     from .base import Calls
@@ -48,7 +48,39 @@ class Journaled(Protocol):
 
 P = ParamSpec("P")
 O = TypeVar("O", bound=Journaled)
+T = TypeVar("T")
 C = TypeVar("C", bound="Calls")
+
+
+async def all_or_none(store: Store, calls: Sequence[Callable[[], Awaitable[T]]],
+                      refused: list[ProcessionError] | None = None, *, single: bool = False) -> list[T]:
+    """``calls`` (each a system call made as ``@syscall`` makes it) in one transaction: all of
+    them, or none. One raises a refusal and the others are still made, to be said too, then
+    the transaction rolls back: ``NoneDone`` names each refusal (with ``refused``, found before,
+    first); for a ``single`` session, its own refusal is raised as it is. What the calls asked to do outside
+    the store (``Act.after``) is done once it commits."""
+    async def body(tx: Tx) -> tuple[list[T], list[Callable[[], None]]]:
+        after: list[Callable[[], None]] = []
+        token = BATCH.set((tx, after))
+        try:
+            made, these = [], list(refused or ())  # a body tried again starts afresh
+            for call in calls:
+                try:
+                    made.append(await call())
+                except ProcessionError as exc:
+                    these.append(exc)
+            if single and these:
+                raise these[0]
+            if these:
+                raise NoneDone([str(exc) for exc in these])
+            return made, after
+        finally:
+            BATCH.reset(token)
+
+    made, after = await store.atomic(body)
+    for action in after:
+        action()
+    return made
 
 
 def transition(row: sqlite3.Row, call: Call, table: dict[Call, dict[State, State | str]] = states.TABLE) -> State:

@@ -29,7 +29,7 @@ import pytest
 
 from conftest import engine_on, until
 from procession import State, Workspace
-from procession.model.errors import InvalidArgument
+from procession.model.errors import InvalidArgument, NoneDone
 from support.agent_clis import AgentSandbox, ClaudeSandbox, OpencodeSandbox, session_env
 from support.models import ModelServer, say, shell
 
@@ -246,6 +246,24 @@ async def _adopted_to_open(live: Workspace, agent: ClaudeSandbox, model_server: 
     [made] = (await live.adopt("claude", ident, env=agent.env)).results
     await give_env(live, made.sid, agent, monkeypatch)
     return made
+
+
+async def test_sync_of_several_sessions_one_refused_appends_nothing_for_any(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace, tmp_path: Path) -> None:
+    """All or none, as every call on several sessions: the adopted session's new turn is not
+    taken while another session given cannot be synced; given alone, it is."""
+    model_server.script.add(say("First."), say("Typed outside."))
+    ident = use_directly(claude_sandbox, "by hand")
+    [made] = (await live.adopt("claude", ident, env=claude_sandbox.env)).results
+    use_directly(claude_sandbox, "more, by hand", resume=ident)
+    plain = (await live.spawn("plain", "dev", runner="builtin:echo", cwd=str(tmp_path))).sid
+    length, journal = (await live.info(made.sid)).length, len(await live.journal(limit=1000))
+    with pytest.raises(NoneDone) as refused:
+        await live.sync_all([made.sid, plain])
+    assert refused.value.refusals == [f"session {plain} has no agent session of its own to sync"]
+    assert (await live.info(made.sid)).length == length and len(await live.journal(limit=1000)) == journal
+    [synced] = await live.sync_all([made.sid, made.sid])
+    assert synced.messages == 2 and (await live.info(made.sid)).length == length + 2
 
 
 async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_back(
