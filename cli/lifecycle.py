@@ -15,7 +15,7 @@ from procession.calls.lifecycle import COMPRESS_METHODS, DEFAULT_WINDOW, EXTRACT
 from procession.model import bounds, environ, runner_spec
 from procession.model.calls import Call
 from procession.model.errors import ProcessionError
-from procession.model.outcomes import Moved, Outcome
+from procession.model.outcomes import Moved
 from procession.model.states import State
 from procession.present import parse
 from procession.present.words import printable
@@ -102,18 +102,10 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
             raise UsageError("give either --system or --system-file, not both")
         system = read_text(args.system_file)
     fields = {key: json.loads(value) for key, value in (parse.key_json(pair, "--request") for pair in args.request)}
-    outcomes: list[Outcome] = []
-    if any(v is not None for v in (args.max_turns, args.temperature, args.max_tokens)) or fields:
-        outcomes.append(await ws.sampling(args.sid, max_turns=args.max_turns, temperature=args.temperature,
-                                          max_tokens=args.max_tokens, fields=fields))
-    if args.tokenizer is not None:
-        outcomes.append(await ws.set_tokenizer(args.sid, args.tokenizer))
-    settings = (args.name, args.goal, system, args.timeout, args.window, args.fail_limit, args.confine, args.net)
-    if not outcomes or any(v is not None for v in settings):
-        outcomes.append(await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
-                                     window=args.window, fail_limit=args.fail_limit, confine=args.confine,
-                                     net=args.net))
-    return done(args, outcomes[-1])
+    return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
+                                   window=args.window, fail_limit=args.fail_limit, confine=args.confine,
+                                   net=args.net, max_turns=args.max_turns, temperature=args.temperature,
+                                   max_tokens=args.max_tokens, fields=fields or None, tokenizer=args.tokenizer))
 
 
 def _lifecycle(call: Call) -> None:

@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Workspace": "calls",
+    "Engine": "engine",
     "Resolution": "calls.merge",
     "Call": "model.calls",
     "State": "model.states",

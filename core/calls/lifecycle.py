@@ -166,18 +166,21 @@ class LifecycleCalls(Calls):
         await rows.update_session(act.tx, sid, **kept.columns())
         context = tokens.scaled(act.row["context_tokens"], kept.scale)
         if context > act.row["window"]:
-            act.note(f"counted so, the context ({context} tokens) is over the window ({act.row['window']}):"
-                     " runs will refuse it until it fits; compress it, or migrate to a larger window", Call.MIGRATE, sid)
+            _over_note(act, sid, context, act.row["window"])
         return Recounted(sid, tokens.describe(self.tokenizer, kept.tokenizer, kept.scale, kept.samples),
                          context, act.row["window"])
 
     @syscall(Call.SET)
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
                   system: str | None = None, timeout: float | None = None, window: int | None = None,
-                  fail_limit: int | None = None, confine: str | None = None, net: str | None = None) -> Updated:
+                  fail_limit: int | None = None, confine: str | None = None, net: str | None = None,
+                  max_turns: int | None = None, temperature: float | None = None, max_tokens: int | None = None,
+                  fields: dict[str, Any] | None = None, tokenizer: str | None = None) -> Updated:
         """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it;
         ``fail_limit`` failed runs in a row suspend the session, 0: never; ``confine`` and
-        ``net``: how the kernel holds its runs, ``model.bounds``).
+        ``net``: how the kernel holds its runs, ``model.bounds``; the ``openai:`` runner's
+        ``max_turns``, ``temperature``, ``max_tokens`` and request ``fields``, as ``sampling``;
+        ``tokenizer``, as ``set_tokenizer``), all in one call: it names every one that changed.
 
         A new window must hold the context as it is (compress it first, or use migrate
         with ``compress``); a running step goes on as it started, the next run sees the change.
@@ -206,20 +209,39 @@ class LifecycleCalls(Calls):
             cols["confine"] = bounds.confine(confine)
         if net is not None:
             cols["net"] = bounds.net(net)
+        changed = [k for k in SETTINGS if k in cols and cols[k] != row[k]]
+        current, names = environment(row)
+        settings = sampling.changed(current, turns=max_turns, temperature=temperature, max_tokens=max_tokens,
+                                    extra=fields)
+        if settings:
+            env, names = environ.merged(current, names, set=settings, passes=[], unset=[])
+            if env != current:
+                cols["env"] = json.dumps(env)
+                changed += [k for k, v in (("max_turns", max_turns), ("temperature", temperature),
+                                           ("max_tokens", max_tokens), ("request", fields or None)) if v is not None]
+        scale = row["token_scale"]
+        if tokenizer is not None:
+            kept = await counting.recount(act.tx, {**{k: row[k] for k in row.keys()}, **cols},
+                                          counting.chosen(tokenizer.strip(), row["runner"]))
+            if kept.tokenizer != row["tokenizer"]:
+                changed.append("tokenizer")
+            cols.update(kept.columns())
+            scale = kept.scale
         new_window = cols.get("window", row["window"])
-        context = tokens.scaled(context, row["token_scale"])
+        context = tokens.scaled(context, scale)
         if context > new_window and (window is not None or system is not None):
             raise ContextTooLarge(
                 f"session {sid}'s context would be {context} tokens, over its window of {new_window}:"
                 f" compress it first, or migrate it with compress")
-        changed = tuple(k for k in SETTINGS if k in cols and cols[k] != row[k])
+        if context > new_window and tokenizer is not None:
+            _over_note(act, sid, context, new_window)
         if not changed:
             raise InvalidArgument(f"nothing to change in session {sid}: give a new name, goal, system prompt,"
-                                  " timeout, window, failure limit, confinement or network")
+                                  " timeout, window, failure limit, confinement, network, sampling or tokenizer")
         await rows.update_session(act.tx, sid, **cols)
         if State(row["state"]) is State.RUNNING:
             act.note("the running step goes on as it started; its next run sees the change")
-        return Updated(sid, changed)
+        return Updated(sid, tuple(changed))
 
     @syscall(Call.ACTIVATE)
     async def activate(self, act: Act, sid: int, cause: dict[str, Any] | None = None) -> Moved:
@@ -389,6 +411,12 @@ async def _fit(act: Act, row: Any, method: str, budget: float, keep_last: int, s
         if found and tokens_now - sum(i.tokens for i in found[0].archived) + found[2] <= budget:
             return await write_fold(act.tx, row, *found)
     return None
+
+
+def _over_note(act: Act, sid: int, context: int, window: int) -> None:
+    """A tokenizer that counts the context over its window is taken, and says so."""
+    act.note(f"counted so, the context ({context} tokens) is over the window ({window}): runs will refuse it"
+             " until it fits; compress it, or migrate to a larger window", Call.MIGRATE, sid)
 
 
 #: The calls ``each`` makes on several sessions, by the name of the method that is the call

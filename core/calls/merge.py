@@ -32,7 +32,8 @@ class Resolution:
 def three_way(
     base: dict[str, str], ours: dict[str, str], theirs: dict[str, str], resolution: Resolution = Resolution()
 ) -> tuple[dict[str, str | _Missing], dict[str, tuple[Any, Any, Any]], dict[str, Any]]:
-    """Changes to apply to ours, unresolved conflicts, and how each conflict was resolved.
+    """Changes to apply to ours, unresolved conflicts, and how each conflict was resolved
+    (``"ours"``, ``"theirs"``, or ``{"value": V}`` for a value given).
 
     Every map holds canonical JSON text. A key changed on one side only takes that side's
     value; changed on both sides to the same value, it is left alone; changed on both sides
@@ -51,7 +52,7 @@ def three_way(
             continue
         if key in values:
             changes[key] = values[key]
-            resolved[key] = json.loads(values[key])
+            resolved[key] = {"value": json.loads(values[key])}  # not a side's name: a value may be "ours"
         elif picks.get(key, resolution.side) == "theirs":
             changes[key] = t
             resolved[key] = "theirs"

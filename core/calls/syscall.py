@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from ..model import states
 from ..model.calls import Call
-from ..model.errors import IllegalTransition, NoneDone, ProcessionError
+from ..model.errors import IllegalTransition, InvalidArgument, NoneDone, ProcessionError
 from ..model.outcomes import Note, Outcome
 from ..model.states import State
 from ..store import rows
@@ -139,15 +139,14 @@ def syscall(
     against ``states.SECOND`` (a merge's target).
     """
     checked = session if check == "" else check
+    sessions = {name for name in (session, other, checked, second) if name and name != "result"}
 
     def wrap(fn: Callable[Concatenate[C, Act, P], Awaitable[O]]) -> Callable[Concatenate[C, P], Awaitable[O]]:
-        names: list[str] = []
-
         @functools.wraps(fn)
         async def method(self: C, /, *args: P.args, **kwargs: P.kwargs) -> O:
-            if not names:  # read on first use: inspect costs import time for every call
-                names.extend(list(inspect.signature(fn).parameters)[2:])
+            names, ints = parameters(fn)
             arguments: dict[str, Any] = dict(zip(names, args)) | kwargs
+            check_ints(call, ints, arguments, sessions)
 
             async def body(tx: Tx) -> tuple[Act, O]:
                 act = Act(tx, call, self.actor)
@@ -181,6 +180,35 @@ def syscall(
         return method
 
     return wrap
+
+
+@functools.cache  # read on first use, once per call: inspect costs import time for every call
+def parameters(fn: Callable[..., Any]) -> tuple[list[str], dict[str, bool]]:
+    """The names of a call body's arguments (past ``self`` and the ``Act``), and those of them
+    annotated ``int`` or ``int | None`` (mapped to whether None is allowed). Those are checked
+    before the call runs: SQLite would take a ``bool`` (``activate(True)`` acting on session 1)
+    and refuse anything else with a driver's error naming neither the call nor the argument."""
+    found = list(inspect.signature(fn).parameters.values())[2:]
+    ints: dict[str, bool] = {}
+    for p in found:
+        text = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
+        if text in ("int", "int | None"):
+            ints[p.name] = text != "int"
+    return [p.name for p in found], ints
+
+
+def check_ints(call: Call, ints: dict[str, bool], arguments: dict[str, Any], sessions: set[str]) -> None:
+    """Refuse, in one line naming the call and the argument, a value given for an ``int``
+    argument (``ints``, from ``parameters``) that is not one; an outcome record given where its
+    session belongs (``activate(spawned)``) is told what to pass instead."""
+    for name, optional in ints.items():
+        value = arguments.get(name)
+        if name not in arguments or isinstance(value, int) and not isinstance(value, bool) or value is None and optional:
+            continue
+        session = name in sessions
+        hint = " (an outcome record: pass its .sid)" if session and isinstance(value, Outcome) else ""
+        raise InvalidArgument(f"{call}: {name} must be {'a session id (int)' if session else 'an int'},"
+                              f" not {type(value).__name__}{hint}")
 
 
 def journal_args(arguments: dict[str, Any]) -> dict[str, Any]:

