@@ -55,12 +55,11 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
 async def memory(ws: Workspace, args: argparse.Namespace) -> int:
     match args.op:
         case "set":
-            return done(args, await ws.memory_set(args.sid, args.key, parse.json_value(args.value)), "")
+            return done(args, await ws.memory_set(args.sid, args.key, parse.json_value(args.value)))
         case "load":
-            return done(args, await ws.memory_set_many(args.sid, parse.json_object(read_text(args.file), args.file)),
-                        "")
+            return done(args, await ws.memory_set_many(args.sid, parse.json_object(read_text(args.file), args.file)))
         case "delete":
-            return done(args, await ws.memory_delete(args.sid, args.key), "")
+            return done(args, await ws.memory_delete(args.sid, args.key))
         case "get":
             value = await ws.memory_get(args.sid, args.key)
             emit(args, value, lambda: lines.value(value))

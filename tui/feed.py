@@ -38,6 +38,8 @@ class Header:
     fired: int
     running: int
     engine: dict[str, Any] | None
+    #: live sessions by who counted their context: "procession" (the workspace's counter) or "agent"
+    counted: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -49,6 +51,7 @@ class Feed:
     by_state: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in State})
     tokens: int = 0
     windows: int = 0
+    counted: dict[str, int] = field(default_factory=dict)
     rev: int = 0
     loaded: bool = False
     #: sid -> (kind, until): rows just made ("new") or just ended ("ended")
@@ -128,6 +131,7 @@ class Feed:
         if info.state is not State.TERMINATED:
             self.tokens += sign * info.context_tokens
             self.windows += sign * info.context_window
+            self.counted[info.context_source] = self.counted.get(info.context_source, 0) + sign
 
     def expire_highlights(self) -> list[int]:
         """Rows whose highlight is over (to redraw)."""
@@ -140,7 +144,7 @@ class Feed:
     async def header(self) -> Header:
         stats = await self.ws.activity()
         return Header(dict(self.by_state), self.tokens, self.windows, stats["fired"], stats["running"],
-                      stats["engine"])
+                      stats["engine"], {k: n for k, n in self.counted.items() if n})
 
     def agent_sessions(self, agent: str) -> list[SessionInfo]:
         """The live sessions of an agent (a tree heading's), in SID order."""

@@ -54,7 +54,7 @@ class MainScreen(Calling):
 
     def compose(self) -> ComposeResult:
         yield Meters(id="meters")
-        yield TableHeader(id="header")
+        yield TableHeader(self.table, id="header")
         yield self.table
         yield Input(id="bar", classes="hidden")
         # F1..F10 fit an 80-column terminal: compact, and Ctrl+P is in the help instead
@@ -114,7 +114,7 @@ class MainScreen(Calling):
         self.table.set_columns(columns)
         if self.spec.sort not in keys:
             self.spec.sort = columns[0].key
-        self.query_one(TableHeader).configure(columns, self.spec.sort, self.spec.reverse)
+        self.query_one(TableHeader).configure(self.spec.sort, self.spec.reverse)
 
     # ------------------------------------------------------------------ search and filter
 
@@ -202,18 +202,22 @@ class MainScreen(Calling):
             self.spec.reverse = not self.spec.reverse
         else:
             self.spec.sort, self.spec.reverse = key, False
-        self.query_one(TableHeader).configure(self.table.columns, self.spec.sort, self.spec.reverse)
+        self.query_one(TableHeader).configure(self.spec.sort, self.spec.reverse)
         self.rebuild()
 
     def action_sort_column(self, step: int) -> None:
         keys = [c.key for c in self.table.columns]
         index = (keys.index(self.spec.sort) + step) % len(keys) if self.spec.sort in keys else 0
         self.spec.sort, self.spec.reverse = keys[index], False
-        self.query_one(TableHeader).configure(self.table.columns, self.spec.sort, self.spec.reverse)
+        self.query_one(TableHeader).configure(self.spec.sort, self.spec.reverse)
         self.rebuild()
 
     def action_invert_sort(self) -> None:
         self.sort_by(self.spec.sort)
+
+    @on(SessionTable.ColumnsScrolled)
+    def columns_scrolled(self) -> None:
+        self.query_one(TableHeader).refresh()
 
     @on(TableHeader.Clicked)
     def header_clicked(self, event: TableHeader.Clicked) -> None:

@@ -38,6 +38,15 @@ class Meters(Widget):
         self.stats, self.engine, self.slots, self.note = stats, engine, slots, note
         self.refresh()
 
+    def counted_by(self) -> str:
+        """Who counted the context the header sums: the workspace's counter (``bytes/4`` is an
+        estimate) for the sessions Procession counts, the agents for those whose agent CLI
+        reports its own context; both when both are among the live sessions."""
+        counted = self.stats.counted
+        if not counted.get("agent"):
+            return self.tokenizer
+        return f"{self.tokenizer} + agents' own" if counted.get("procession") else "agents' own"
+
     def _bar(self, text: Text, label: str, fraction: float, value: str, cells: int = 16) -> None:
         text.append(f"{label}[", self.get_component_rich_style("meter--label"))
         for part, style in bar(fraction, cells):
@@ -73,12 +82,13 @@ class Meters(Widget):
         second.append("Fired(1m) ", label)
         second.append(f"{stats.fired:<5}", value)
         second.append("Engine ", label)
-        second.append(f"{self.engine:<30}", value)
-        if self.tokenizer:
-            second.append("Tokens ", label)
-            second.append(f"{self.tokenizer:<10}", value)
+        second.append(f"{self.engine}  ", value)
+        second.append("Tokens ", label)
+        second.append(f"{self.counted_by()}  ", value)
         if self.note:
             second.append(f" {self.note} ", self.get_component_rich_style("meter--paused"))
-        second.append(f"  {time.strftime('%H:%M:%S', time.localtime(self.clock()))}", value)
-        second.truncate(width, overflow="ellipsis")
+        # the clock keeps its place at the right edge; what does not fit before it is cut
+        clock = time.strftime("%H:%M:%S", time.localtime(self.clock()))
+        second.truncate(width - len(clock) - 1, overflow="ellipsis", pad=True)
+        second.append(f" {clock}", value)
         return Text("\n").join([first, second])

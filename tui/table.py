@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -39,29 +40,46 @@ MAX_FLEX = 44
 WANT_FLEX = 24
 
 
-def layout(columns: Sequence[Column], width: int) -> list[tuple[Column, int]]:
+@dataclass(slots=True, frozen=True)
+class Layout:
+    """The columns drawn, each with its width, and whether there are more to either side:
+    scrolled off to the left (``left``), or dropped at the right for want of room (``right``)."""
+
+    cells: list[tuple[Column, int]]
+    left: bool
+    right: bool
+
+
+def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
     """The columns that fit a table width, each with its width: the flexible one takes what
     is left. On a narrow terminal the rightmost fixed columns go (as they would off the edge
-    of htop's screen) rather than squeezing the name to nothing.
+    of htop's screen) rather than squeezing the name to nothing; ``skip`` columns after the
+    first are scrolled off to the left (Right and Left scroll, as htop's screen does
+    sideways), the first (SID) always stays.
 
-    One cell at the left of every row is kept for the tag mark."""
-    shown = list(columns)
+    One cell at the left of every row is kept for the tag mark (the header's ``‹`` there says
+    columns are scrolled off), and one at the right for the header's ``›`` once a column is
+    dropped there."""
+    shown = [*columns[:1], *columns[1 + skip:]]
 
-    def fixed() -> int:
-        return 1 + sum(c.width for c in shown if c.width) + len(shown) - 1
+    def spare() -> int:
+        marks = 2 if len(shown) + skip < len(columns) else 1
+        return width - marks - sum(c.width for c in shown) - (len(shown) - 1)
 
     want = WANT_FLEX if any(not c.width for c in shown) else 0
-    while width - fixed() < want:
+    while spare() < want:
         droppable = [i for i, c in enumerate(shown) if c.width and i > 0]  # the first (SID) stays
         if not droppable:
             break
         del shown[droppable[-1]]
-    flex = max(MIN_FLEX, width - fixed())
+    # the room beyond what the flexible column keeps (all of it once the name is scrolled off)
+    # goes to the growing ones
+    room, keep = (max(MIN_FLEX, spare()), MAX_FLEX) if want else (spare(), 0)
     growing = [c for c in shown if c.grow]
-    extra = (flex - MAX_FLEX) // len(growing) if growing and flex > MAX_FLEX else 0
-    if extra:
-        flex -= extra * len(growing)
-    return [(c, c.width + extra if c.grow else c.width or flex) for c in shown]
+    extra = (room - keep) // len(growing) if growing and room > keep else 0
+    flex = room - extra * len(growing)
+    return Layout([(c, c.width + extra if c.grow else c.width or flex) for c in shown], skip > 0,
+                  len(shown) + skip < len(columns))
 
 
 def fit(text: str, width: int, right: bool = False) -> str:
@@ -73,7 +91,9 @@ def fit(text: str, width: int, right: bool = False) -> str:
 
 
 class TableHeader(Widget):
-    """Column titles; the sorted one is marked. A click asks to sort by that column."""
+    """The titles of the table's columns, laid out as its rows are (at its width and sideways
+    scroll); the sorted one is marked, and ``‹`` / ``›`` at the edges say that columns are
+    off to that side. A click asks to sort by that column."""
 
     DEFAULT_CSS = "TableHeader { height: 1; }"
     COMPONENT_CLASSES = {"header", "header--sorted"}
@@ -83,38 +103,40 @@ class TableHeader(Widget):
             super().__init__()
             self.column = column
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, table: SessionTable, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.columns: list[Column] = []
+        self.table = table
         self.sort_key = "sid"
         self.reverse = False
 
-    def configure(self, columns: Sequence[Column], sort_key: str, reverse: bool) -> None:
-        self.columns, self.sort_key, self.reverse = list(columns), sort_key, reverse
+    def configure(self, sort_key: str, reverse: bool) -> None:
+        self.sort_key, self.reverse = sort_key, reverse
         self.refresh()
+
+    def _layout(self) -> Layout:
+        return layout(self.table.columns, self.table.size.width or self.size.width, self.table.skip)
 
     def render_line(self, y: int) -> Strip:
         base = self.get_component_rich_style("header")
         sorted_style = self.get_component_rich_style("header--sorted")
-        segments = [Segment(" ", base)]
-        shown = layout(self.columns, self.size.width)
-        for i, (column, width) in enumerate(shown):
+        shown = self._layout()
+        segments = [Segment("‹" if shown.left else " ", sorted_style if shown.left else base)]
+        for i, (column, width) in enumerate(shown.cells):
             title = column.title
             if column.key == self.sort_key:
                 title += "▼" if self.reverse else "▲"
             segments.append(Segment(fit(title, width, column.right), sorted_style if column.key == self.sort_key
                                     else base))
-            if i < len(shown) - 1:
+            if i < len(shown.cells) - 1:
                 segments.append(Segment(" ", base))
-        strip = Strip(segments).adjust_cell_length(self.size.width, base)
-        if len(shown) < len(self.columns):  # columns that did not fit: say so at the edge
-            strip = strip.crop(0, self.size.width - 1).adjust_cell_length(self.size.width - 1, base)
-            strip = Strip([*strip, Segment("›", sorted_style)])
-        return strip
+        if not shown.right:
+            return Strip(segments).adjust_cell_length(self.size.width, base)
+        strip = Strip(segments).adjust_cell_length(self.size.width - 1, base)
+        return Strip([*strip, Segment("›", sorted_style)])
 
     def on_click(self, event: events.Click) -> None:
         x = 1
-        for column, width in layout(self.columns, self.size.width):
+        for column, width in self._layout().cells:
             if x <= event.x < x + width + 1:
                 self.post_message(self.Clicked(column.key))
                 return
@@ -137,7 +159,12 @@ class SessionTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "jump(0)", "First", show=False),
         Binding("end", "jump(-1)", "Last", show=False),
+        Binding("right", "scroll_columns(1)", "Scroll the columns right", show=False),
+        Binding("left", "scroll_columns(-1)", "Scroll the columns left", show=False),
     ]
+
+    class ColumnsScrolled(Message):
+        """The columns moved sideways (the header follows)."""
 
     class Chosen(Message):
         """A row was double-clicked (or Enter pressed on it)."""
@@ -157,6 +184,7 @@ class SessionTable(ScrollView, can_focus=True):
         self.tags: set[int] = set()
         self.highlights: dict[int, str] = {}
         self.columns: list[Column] = []
+        self.skip = 0  # columns after the first scrolled off to the left
         self.now = 0.0
         self._cache: OrderedDict[tuple[object, ...], Strip] = OrderedDict()
         self._styles: dict[object, Style] = {}
@@ -171,6 +199,7 @@ class SessionTable(ScrollView, can_focus=True):
 
     def set_columns(self, columns: Sequence[Column]) -> None:
         self.columns = list(columns)
+        self.skip = 0
         self._cache.clear()
         self.refresh()
 
@@ -262,6 +291,15 @@ class SessionTable(ScrollView, can_focus=True):
     def action_jump(self, where: int) -> None:
         self._set_cursor(0 if where == 0 else len(self.keys) - 1)
 
+    def action_scroll_columns(self, step: int) -> None:
+        """Right / Left: one column further to that side, while there are columns off it."""
+        shown = layout(self.columns, self.size.width, self.skip)
+        if (step > 0 and not shown.right) or (step < 0 and not shown.left):
+            return
+        self.skip += step
+        self.refresh()
+        self.post_message(self.ColumnsScrolled())
+
     def on_click(self, event: events.Click) -> None:
         index = int(self.scroll_offset.y) + event.y
         if 0 <= index < len(self.keys):
@@ -296,7 +334,8 @@ class SessionTable(ScrollView, can_focus=True):
             session = self.sessions[key]
             flags = (index == self.cursor, key in self.tags, self.highlights.get(key, ""))
             ages = self._drawn_ages[key] = self._ages(session)
-            cache_key = (key, session.rev, self.prefixes.get(key, ""), width, flags, len(self.columns), ages)
+            cache_key = (key, session.rev, self.prefixes.get(key, ""), width, flags, len(self.columns), self.skip,
+                         ages)
         strip = self._cache.get(cache_key)
         if strip is None:
             strip = self._render_row(key, width, *flags)
@@ -341,7 +380,7 @@ class SessionTable(ScrollView, can_focus=True):
         session = self.sessions[key]
         prefix = self.prefixes.get(key, "")
         segments = [Segment("*" if tagged else " ", base)]
-        shown = layout(self.columns, width)
+        shown = layout(self.columns, width, self.skip).cells
         for i, (column, cell_width) in enumerate(shown):
             parts = column.cell(session, self.now)
             if column.key == "name" and prefix:

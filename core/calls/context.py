@@ -173,7 +173,7 @@ class ContextCalls(Calls):
         tokens = act.row["context_tokens"] - whole.summary_tokens + whole.archived_tokens
         await rows.update_session(act.tx, sid, context_tokens=tokens,
                                   context_count=act.row["context_count"] - len(group) + whole.archived_count)
-        return Expanded(sid, whole, scaled(tokens, act.row["token_scale"]), len(group))
+        return Expanded(sid, whole, scaled(tokens, act.row["token_scale"]), len(group), len(in_force) - len(group))
 
 
 def _compressed(act: Act, sid: int, fold: Fold, row: sqlite3.Row, masked: int = 0) -> Compressed:

@@ -172,9 +172,13 @@ class Compressed(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Expanded(Outcome):
+    """``expand``: the fold undone (``undone``: the folds one compress made, taken as one) and
+    how many compressed ranges are still in force."""
+
     fold: Fold
     context_tokens: int
-    folds: int = 1
+    undone: int = 1
+    in_force: int = 0
 
 
 @dataclass(slots=True, frozen=True)

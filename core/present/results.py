@@ -76,7 +76,7 @@ def describe(o: Outcome) -> str:
                 return f"message {o.seq} sent to session {o.sid}"
             return f"appended {plural(o.count, 'message')} to session {o.sid}"
         case MemoryChanged():
-            done = [f"set {printable(k)}" for k in o.set] + [f"deleted {printable(k)}" for k in o.deleted]
+            done = [f"{verb} {_some_keys(keys)}" for verb, keys in (("set", o.set), ("deleted", o.deleted)) if keys]
             return f"{o.sid}: {', '.join(done)}"
         case Compressed(masked=masked) if masked:
             f = o.fold
@@ -88,7 +88,7 @@ def describe(o: Outcome) -> str:
                     f" of {f.summary_tokens} tokens; context {o.context_tokens}/{o.window}")
         case Expanded():
             return (f"{o.sid}: restored {plural(o.fold.archived_count, 'item')} ({o.fold.archived_tokens} tokens);"
-                    f" context {o.context_tokens} tokens")
+                    f" context {o.context_tokens} tokens; {plural(o.in_force, 'compressed range')} left")
         case Updated():
             return f"{o.sid}: changed {', '.join(o.changed)}"
         case Recounted():
@@ -156,3 +156,9 @@ def note(n: Note, how: How) -> str:
         if hint:
             text += f" ({hint})"
     return text
+
+
+def _some_keys(keys: tuple[str, ...], shown: int = 5) -> str:
+    """Memory keys a call changed: a few by name, the rest counted (a load may set thousands)."""
+    named = ", ".join(printable(k) for k in keys[:shown])
+    return named if len(keys) <= shown else f"{len(keys)} keys ({named} and {len(keys) - shown} more)"

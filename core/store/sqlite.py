@@ -506,7 +506,7 @@ async def _connect(path: Path) -> aiosqlite.Connection:
     own transaction before it returns, and SQLite's journal rolls back, at the next opening, any
     transaction a program died in the middle of (which no caller was told had happened)."""
     connecting = aiosqlite.connect(path, isolation_level=None)
-    #TMP connecting._thread.daemon = True  # before awaiting: awaiting starts the thread
+    connecting._thread.daemon = True  # before awaiting: awaiting starts the thread
     return await connecting
 
 

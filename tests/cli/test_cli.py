@@ -183,13 +183,13 @@ def test_one_sessions_history_sent_to_another_arrives_as_it_was(cli: Any, tmp_pa
 
 def test_memory_verbs(cli: Any) -> None:
     spawn(cli)
-    cli("memory", "1", "set", "plan", '{"steps": [1, 2]}')
+    assert cli("memory", "1", "set", "plan", '{"steps": [1, 2]}').stdout == "1: set plan\n"  # says what it did
     cli("memory", "1", "set", "name", '"Ann"')
     assert cli.json("memory", "1", "get", "plan") == {"steps": [1, 2]}
     assert cli("memory", "1", "get", "name").stdout.strip() == '"Ann"'
     assert cli.json("memory", "1", "ls") == {"name": "Ann", "plan": {"steps": [1, 2]}}
     assert cli.json("memory", "1") == {"name": "Ann", "plan": {"steps": [1, 2]}}
-    cli("memory", "1", "delete", "name")
+    assert cli("memory", "1", "delete", "name").stdout == "1: deleted name\n"
     assert cli.json("show", "1")["memory"] == {"plan": {"steps": [1, 2]}}
     err = refused(cli("memory", "1", "set", "x", "not json", check=False))
     assert "JSON" in err
@@ -204,7 +204,7 @@ def test_memory_load_sets_many_keys_in_one_journaled_call_or_none(cli: Any, db: 
     f = tmp_path / "many.json"
     f.write_text(json.dumps(values))
     journal = len(cli.json("log"))
-    assert cli("memory", "1", "load", str(f)).stdout == ""  # as quiet as set
+    assert cli("memory", "1", "load", str(f)).stdout == "1: set 1002 keys (key0, key1, key2, key3, key4 and 997 more)\n"
     assert cli.json("memory", "1") == values
     assert len(cli.json("log")) == journal + 1
     small = tmp_path / "small.json"
@@ -350,7 +350,8 @@ def test_compress_expand_migrate(cli: Any, db: Path, tmp_path: Path) -> None:
     shown = cli.json("show", "1")
     assert shown["messages"] == 4 and shown["context"][0]["summary_of"]["messages"] == 17
     assert shown["context_tokens"] < full["context_tokens"]
-    assert cli.json("expand", "1")["fold"]["id"] == fold["id"]
+    expanded = cli.json("expand", "1")
+    assert expanded["fold"]["id"] == fold["id"] and (expanded["undone"], expanded["in_force"]) == (1, 0)
     assert cli.json("show", "1")["context"] == full["context"]
     refused(cli("expand", "1", check=False))
     usage(cli("compress", "1", "--keep-last", "many", check=False))
