@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(monitor.monitor(args))
         return asyncio.run(run(args.command_, args))
     except (UsageError, Malformed) as exc:
-        parser.error(printable(str(exc), lines=False))
+        getattr(args, "parser_", parser).error(printable(str(exc), lines=False))
     except ProcessionError as exc:
         error(str(exc))
         return exc.exit_code

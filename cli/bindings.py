@@ -51,8 +51,12 @@ async def unbind(ws: Workspace, args: argparse.Namespace) -> int:
 
 
 @command(Call.TRIGGER, ops={
-    "add": [SID, arg("kind", help=", ".join(trigger_spec.KINDS)), arg("args", nargs="*"),
-            arg("--debounce", type=int, metavar="MS"),
+    "add": [SID, arg("kind", help=", ".join(trigger_spec.KINDS)),
+            arg("args", nargs="*", help="what the kind takes: " + "; ".join(
+                f"{kind} {takes}" for kind, takes in trigger_spec.TAKES.items())),
+            arg("--debounce", type=int, metavar="MS",
+                help=f"watch and commit: quiet it waits for before it fires, so a burst of changes fires once"
+                     f" (default: {trigger_spec.DEFAULT_DEBOUNCE_MS}; commit {trigger_spec.DEFAULT_COMMIT_DEBOUNCE_MS})"),
             arg("--branch", help="commit: the branch to follow (default: the one checked out; '*': every branch)"),
             arg("--path", action="append", default=[], metavar="GLOB",
                 help="commit: only commits touching these paths (relative to the repository, like 'src/**')")],

@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub: Any = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Intermixed)
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, parents=[common], help=cmd.help, description=cmd.help)
-        p.set_defaults(command_=cmd)
+        p.set_defaults(command_=cmd, parser_=p)  # a mistake found later is told with its own usage
         for a in cmd.args:
             p.add_argument(*a.flags, **a.cli_options())
         if cmd.ops:
@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.set_defaults(op=cmd.default_op)
             for op, op_args in cmd.ops.items():
                 o = ops.add_parser(op, parents=[common])
+                o.set_defaults(parser_=o)
                 for a in op_args:
                     o.add_argument(*a.flags, **a.cli_options())
     return parser

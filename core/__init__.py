@@ -13,7 +13,20 @@ procession.runners.builtin`` does not pay for the store and its dependencies.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what a type checker reads (``__getattr__`` is Any to it); ``X as X``: exported
+    from .calls import Workspace as Workspace
+    from .calls.merge import Resolution as Resolution
+    from .engine import Engine as Engine
+    from .model.calls import Call as Call
+    from .model.errors import (
+        ContextTooLarge as ContextTooLarge, EngineBusy as EngineBusy, IllegalTransition as IllegalTransition,
+        InvalidArgument as InvalidArgument, MergeConflict as MergeConflict, NotFound as NotFound,
+        ProcessionError as ProcessionError, SessionNotFound as SessionNotFound, SnapshotError as SnapshotError,
+        StoreBusy as StoreBusy, StoreFull as StoreFull, WorkspaceError as WorkspaceError,
+    )
+    from .model.states import Reason as Reason, State as State
 
 __version__ = "0.1.0"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -44,12 +45,15 @@ from .main import MainScreen
 from .meters import Meters
 
 POLL_S = 0.1
+#: Keys the help names by name, not by Textual's symbol.
+KEY_NAMES = {"space": "Space", "enter": "Enter", "escape": "Esc"}
 #: How often the monitor looks for agent CLIs running its sessions outside Procession.
 OUTSIDE_S = 3.0
 
 
 class CallCommands(Provider):
-    """The command palette: every call of the registry, for the sessions the next call acts on."""
+    """The command palette: every call of the registry, for the sessions the next call acts on;
+    its title is the call's name and whom it acts on, its description the call's summary."""
 
     def _commands(self) -> list[tuple[str, str, str]]:
         screen = self.screen
@@ -58,7 +62,7 @@ class CallCommands(Provider):
         targets = screen.targets()
         who = (f"session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                else f"{len(targets)} sessions")
-        return [(name, flow.label if INFO[flow.call].target == "none" else f"{flow.label}: {who}", flow.summary)
+        return [(name, flow.title if INFO[flow.call].target == "none" else f"{flow.title} {who}", flow.summary)
                 for name, flow in FLOWS.items() if screen.applies(name)]
 
     async def discover(self) -> Hits:
@@ -84,7 +88,7 @@ class ProcessionApp(App[str]):
 
     CSS_PATH = "app.tcss"
     TITLE = "procession"
-    COMMANDS = App.COMMANDS | {CallCommands}
+    COMMANDS = App.COMMANDS | {CallCommands}  # App's: the system commands, Procession's own (below)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -104,6 +108,7 @@ class ProcessionApp(App[str]):
         self.theme_override = theme
         self.clock = clock
         self.user_themes = user_themes
+        self.own_themes: set[str] = set()  # the shipped themes and the user's: the only ones offered
         self.feed = Feed(self.ws, clock)
         self.host = EngineHost(ws.path, slots) if engine and not readonly else None
         self.main = MainScreen()
@@ -133,9 +138,10 @@ class ProcessionApp(App[str]):
         return self.feed.loaded
 
     def keys(self) -> dict[str, tuple[list[str], str]]:
-        """Binding id -> (its keys as shown, its description), as the keymap has them now:
-        read from the main screen's binding chain (its bindings and the app's, with the user's
-        remaps applied, as Textual dispatches them)."""
+        """Binding id -> (every key of it as shown, its description), as the keymap has them
+        now: read from the main screen's binding chain (its bindings and the app's, with the
+        user's remaps applied, as Textual dispatches them). Each key is named for itself: a
+        binding's ``key_display`` (the footer's F-key) would name its letter alternates too."""
         by_id: dict[str, tuple[list[str], str]] = {}
         for _, bindings_map in self.main._binding_chain:
             for key, bindings in bindings_map.key_to_bindings.items():
@@ -143,12 +149,18 @@ class ProcessionApp(App[str]):
                     if binding.id is None:
                         continue
                     keys, _ = by_id.setdefault(binding.id, ([], binding.description))
-                    first = key == binding.key.split(",")[0].strip()
-                    display = binding.key_display if first and binding.key_display else \
-                        self.get_key_display(Binding(key, ""))
+                    display = self.get_key_display(Binding(key, ""))
                     if display not in keys:
                         keys.append(display)
         return by_id
+
+    def get_key_display(self, binding: Binding) -> str:
+        """F-keys as the keyboard prints them (F1), Space, Enter and Esc by name."""
+        if binding.key_display:
+            return binding.key_display
+        if re.fullmatch(r"f[0-9]{1,2}", binding.key):
+            return binding.key.upper()
+        return KEY_NAMES.get(binding.key) or super().get_key_display(binding)
 
     def how(self, call: Call, sid: int | None) -> str:
         """How to make ``call`` here: its key, as the keymap has it now."""
@@ -193,13 +205,16 @@ class ProcessionApp(App[str]):
     # ------------------------------------------------------------------ themes and settings
 
     def _load_themes(self) -> None:
+        """The shipped themes and the user's; Textual's own are not offered (Setup lists
+        ``own_themes``, and a theme asked for by name must be one of them)."""
         loaded, problems = themes_mod.load_all(self.user_themes)
         for theme in loaded.values():
             self.register_theme(theme)
+        self.own_themes = set(loaded)
         for problem in problems:
             self.notify(str(problem), severity="warning", timeout=10)
         wanted = self.theme_override or self.settings.theme
-        if wanted in self.available_themes:
+        if wanted in self.own_themes:
             self.theme = wanted
         else:
             self.notify(f"no theme named {wanted!r}; using {config_mod.DEFAULT_THEME}", severity="warning")
@@ -230,6 +245,7 @@ class ProcessionApp(App[str]):
                     self.notify(str(loaded), severity="warning", timeout=10)
                     continue
                 self.register_theme(loaded)
+                self.own_themes.add(loaded.name)
                 if loaded.name == self.theme:
                     self.refresh_css(animate=False)
                 self.notify(f"theme {loaded.name} reloaded", timeout=2)
@@ -366,12 +382,15 @@ class ProcessionApp(App[str]):
     # ------------------------------------------------------------------ app-wide keys
 
     def action_help(self) -> None:
-        """Every key as the keymap has it now (a remapped key shows as remapped)."""
+        """Every key with its alternates, as the keymap has them now (a remapped key shows as
+        remapped); a call's row says what the call does in the core's words."""
         hidden = set(FLOWS) | {"nice_up", "nice_down"} if self.readonly else set()
-        rows = [(", ".join(keys), description) for id_, (keys, description) in self.keys().items()
-                if id_ not in hidden]
-        rows += [("↑ ↓ PgUp PgDn", "move the cursor"), ("Home End", "first, last row"),
-                 ("Ctrl+P", "command palette: every call"), ("click a title", "sort by that column")]
+        rows = [(" ".join(keys), description, FLOWS[id_].summary if id_ in FLOWS else "")
+                for id_, (keys, description) in self.keys().items() if id_ not in hidden]
+        rows += [("↑ ↓ PgUp PgDn", "Move the cursor", ""), ("Home End", "First, last row", ""),
+                 ("← →", "Scroll the columns", "when they do not all fit (‹ › in the header say so)"),
+                 ("Ctrl+P", "Command palette", "every call, searchable"),
+                 ("click a title", "Sort by that column", "")]
         self.push_screen(Help(rows, self.readonly))
 
     def action_setup(self) -> None:
@@ -391,7 +410,7 @@ class ProcessionApp(App[str]):
             self.main.configure_columns(self.settings.columns)
             self.main.rebuild()
 
-        self.push_screen(Setup(columns, sorted(self.available_themes), self.theme, self.settings.interval), done)
+        self.push_screen(Setup(columns, sorted(self.own_themes), self.theme, self.settings.interval), done)
 
     def action_actions(self) -> None:
         """F9: every call of the registry, greyed where it would be refused, with its key."""
@@ -403,7 +422,7 @@ class ProcessionApp(App[str]):
             return
         targets = screen.targets()
         keys = self.keys()
-        choices = [Choice(name, f"{', '.join(keys.get(name, ([], ''))[0]):<4} {flow.label}",
+        choices = [Choice(name, f"{' '.join(keys.get(name, ([], ''))[0]):<4} {flow.title:<10} {flow.summary}",
                           screen.applies(name)) for name, flow in FLOWS.items()]
         title = (f"Session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                  else f"{len(targets)} sessions" if targets else "No session selected")
@@ -431,7 +450,12 @@ class ProcessionApp(App[str]):
                          confirmed)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        """The palette's app-wide commands: Procession's own keys, not Textual's (whose theme
+        picker offers themes Procession does not ship, and whose key panel is not the help)."""
+        yield SystemCommand("Help", "Every key with its alternates, and what each call does (F1)", self.action_help)
+        yield SystemCommand("Setup", "The columns shown, the theme, the refresh interval (F2)", self.action_setup)
+        yield SystemCommand("Quit", "Leave the monitor; asks first when its engine is running steps (F10)",
+                            self.action_quit)
         yield SystemCommand("Tree view", "Show agents, sessions and forks as a tree (F5)", self.main.action_toggle_tree)
         yield SystemCommand("Hide or show ended sessions", "Toggle terminated sessions (H)",
                             self.main.action_toggle_terminated)

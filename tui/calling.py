@@ -156,8 +156,9 @@ class Calling(Screen[Any]):
     async def form_call(self, title: str, fields: list[Field], call: Any, *, help: str = "",
                         report: Callable[[Any], str] | None = None) -> Any:
         """Ask with a form and make ``call(values)``; a refusal opens the form again with what
-        was typed and the reason in it. None when the user gives up. What the call returns is
-        reported (``report``: in those words, for what is not one outcome)."""
+        was typed and the reason in it. None when the user gives up, here or in a later step of
+        the call (which then returns None). What the call returns is reported (``report``: in
+        those words, for what is not one outcome)."""
         error = ""
         while True:
             answer = await self.ask(title, fields, help=help, error=error)
@@ -169,6 +170,8 @@ class Calling(Screen[Any]):
                 error = str(exc)
                 fields = [dataclasses.replace(f, value=answer.get(f.key, f.value)) for f in fields]
                 continue
+            if outcome is None:
+                return None
             if report is not None:
                 self.monitor.notify(report(outcome), timeout=6)
             else:
@@ -189,7 +192,7 @@ def call_bindings() -> list[Binding]:
     and the priority steps F7/F8."""
     from .calls import FLOWS
 
-    bindings = [Binding(flow.keys, f"call('{name}')", flow.label, show=False, id=name)
+    bindings = [Binding(flow.keys, f"call('{name}')", flow.title, show=False, id=name)
                 for name, flow in FLOWS.items() if flow.keys]
     bindings += [
         Binding("f7,right_square_bracket", "nice(1)", "Priority up", show=False, key_display="F7", id="nice_up"),

@@ -37,19 +37,21 @@ Run = Callable[[Calling, Targets], Awaitable[None]]
 
 @dataclass(slots=True, frozen=True)
 class Flow:
+    name: str  # a call's own flow is named as the call is (its one word on every face)
     call: Call
-    keys: str  # the default keys (remappable by the call's name in the config's [keys])
+    keys: str  # the default keys (remappable by the flow's name in the config's [keys])
     run: Run
     applies: Callable[[SessionInfo], bool] | None = None  # when the lifecycle table is not the whole story
     says: str = ""  # what the key does, where it is more than the call's summary
 
     @property
-    def summary(self) -> str:
-        return self.says or INFO[self.call].summary
+    def title(self) -> str:
+        """What the keys, the menu and the palette call it: its name, never a synonym."""
+        return self.name.capitalize()
 
     @property
-    def label(self) -> str:
-        return self.summary[0].upper() + self.summary[1:]
+    def summary(self) -> str:
+        return self.says or INFO[self.call].summary
 
 
 def _who(targets: Targets) -> str:
@@ -63,7 +65,7 @@ async def _each(ui: Calling, call: Call, targets: Targets) -> None:
     fit = [t for t in targets if allowed(call, t.state)] or targets
     if (len(fit) > 1 and INFO[call].confirm) or (ui.targets_are_agent() and len(fit) > 0):
         body = [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]
-        if not await ui.confirm(f"{INFO[call].summary.capitalize()}: {_who(fit)}?", body):
+        if not await ui.confirm(f"{call.capitalize()} {_who(fit)}?", body):
             return
     await ui.make_all(ui.ws.each(call, [t.id for t in fit]))
 
@@ -177,6 +179,10 @@ async def _memory(ui: Calling, targets: Targets) -> None:
                        lambda v: ui.ws.memory_set(t.id, v["key"], parse.json_value(v["value"])))
 
 
+#: How a model that writes a summary is named (``compress --with``, ``migrate``'s too).
+MODEL_SPEC = "openai:MODEL[@URL][#KEY_VAR]"
+
+
 async def _compress(ui: Calling, targets: Targets) -> None:
     picked = await ui.choose(f"Compress {_who(targets)} (expand restores it exactly)", [
         Choice("extract", "Summarise older messages (built in, no model)"),
@@ -192,7 +198,16 @@ async def _compress(ui: Calling, targets: Targets) -> None:
     elif picked == "model":
         from procession.engine.summaries import compress_by_model
 
-        await ui.make_each([compress_by_model(ui.ws, t.id) for t in targets])
+        async def by_model(v: dict[str, str]) -> Outcome:
+            outcome: Outcome | None = None
+            for t in targets:
+                outcome = await compress_by_model(ui.ws, t.id, spec=v["model"].strip() or None)
+            assert outcome is not None
+            return outcome
+
+        await ui.form_call(f"Compress {_who(targets)}: a summary by a model", [
+            Field("model", "Model that writes it (blank: each session's own openai: runner)", "", MODEL_SPEC),
+        ], by_model, help="Enter compresses · Esc cancels · expand restores it exactly")
     elif picked is not None:
         await ui.make_each([ui.ws.compress(t.id, mask_tools=picked == "mask") for t in targets])
 
@@ -322,30 +337,32 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
         if method == "model":
             from procession.engine.summaries import migrate_by_model
 
-            return await migrate_by_model(ui.ws, t.id, v["runner"], window=window, tokenizer=tokenizer)
+            return await migrate_by_model(ui.ws, t.id, v["runner"], window=window, tokenizer=tokenizer,
+                                          spec=v["model"].strip() or None)
         return await ui.ws.migrate(t.id, v["runner"], window=window, tokenizer=tokenizer, compress=True,
                                    method=method or "extractive")
 
     await ui.form_call(f"Migrate session {t.id} to another runner", [
         Field("runner", "Runner", t.runner), Field("window", "Context window, tokens", str(t.context_window)),
         Field("fit", "If the context does not fit", "ask", choices=FIT_CHOICES),
+        Field("model", "Model that writes a summary, if one is chosen (blank: the session's or the new runner's)",
+              "", MODEL_SPEC),
         Field("tokenizer", "Tokenizer (blank: the new model's own, if at hand)", "", "tokenizer.json path · tiktoken:NAME"),
     ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
 
 
 async def _merge(ui: Calling, targets: Targets) -> None:
     source = targets[0]
-    answer = await ui.ask(f"Merge session {source.id} ({printable(source.name)}) into which session?",
-                          [Field("target", "", str(source.parent or ""), "SID")],
-                          help="Three-way: conflicting memory keys are shown for you to settle before anything"
-                               f" is applied. Session {source.id} ends (terminated, merged) when the merge is done.")
-    if answer is None:
-        return
-    try:
-        target = _int(answer["target"], "the target")
-    except ProcessionError as exc:
-        ui.monitor.notify(str(exc), severity="error")
-        return
+    await ui.form_call(f"Merge session {source.id} ({printable(source.name)}) into which session?",
+                       [Field("target", "", str(source.parent or ""), "SID")],
+                       lambda v: _merge_into(ui, source, _int(v["target"], "the target")),
+                       help="Three-way: conflicting memory keys are shown for you to settle before anything is"
+                            f" applied. Session {source.id} ends (terminated, merged) when the merge is done.")
+
+
+async def _merge_into(ui: Calling, source: SessionInfo, target: int) -> Outcome | None:
+    """The merge, its plan first for a fork with a folder of its own, its conflicts settled in
+    the Conflicts dialog; None when the user gives up (nothing applied), a refusal raised."""
     resolution = Resolution()
     shown = source.worktree is None  # a fork with its own folder: what its files do is shown first
     while True:
@@ -355,25 +372,18 @@ async def _merge(ui: Calling, targets: Targets) -> None:
                 if plan.clean:
                     if not await ui.confirm(f"Merge session {source.id} into {target}?", lines.merge_plan(plan)[1:]):
                         ui.monitor.notify("merge cancelled: nothing was applied", timeout=3)
-                        return
+                        return None
                     shown = True
-            outcome = await ui.ws.merge(source.id, target, resolution)
+            return await ui.ws.merge(source.id, target, resolution)
         except MergeConflict as exc:
             choices = await ui.app.push_screen_wait(Conflicts(source.id, target, exc.conflicts, exc.files))
             if choices is None:
                 ui.monitor.notify("merge cancelled: nothing was applied", timeout=3)
-                return
+                return None
             keys = {k: v for k, v in choices.items() if not k.startswith(FILE)}
             resolution = Resolution(None, {k: side for k, (side, _) in keys.items() if side in ("ours", "theirs")},
                                     {k: value for k, (side, value) in keys.items() if side == "set"},
                                     {k[len(FILE):]: side for k, (side, _) in choices.items() if k.startswith(FILE)})
-            continue
-        except ProcessionError as exc:
-            ui.monitor.notify(str(exc), severity="error", timeout=8)
-            return
-        ui.report(outcome)
-        await ui.monitor.refresh_data()
-        return
 
 
 async def _save(ui: Calling, targets: Targets) -> None:
@@ -537,5 +547,5 @@ _MORE: dict[str, tuple[Any, ...]] = {
                  "the openai: runner's sampling: temperature, max output tokens, request fields"),
 }
 #: Every flow by its name (a call's own is the call's name): what keys, the menu and the palette run.
-FLOWS: dict[str, Flow] = {call.value: Flow(call, *_FLOWS[call]) for call in USER_CALLS} | {
-    name: Flow(*flow) for name, flow in _MORE.items()}
+FLOWS: dict[str, Flow] = {call.value: Flow(call.value, call, *_FLOWS[call]) for call in USER_CALLS} | {
+    name: Flow(name, *flow) for name, flow in _MORE.items()}

@@ -12,10 +12,12 @@ it was given, control characters included, so opening a form and saving it chang
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -45,6 +47,11 @@ class Field:
     choices: tuple[tuple[str, str], ...] = ()
 
 
+#: The CLI flags the core's refusals name, each with the key of the form field that stands for it:
+#: a refused form that has the field says so under the refusal, and puts the cursor in it.
+FLAG_FIELDS = {"--pass": "passed", "--with": "model", "--max-tokens": "max_tokens"}
+
+
 def _error_label(error: str) -> Static:
     return Static(printable(error), classes="dialog--error" + ("" if error else " hidden"), id="error",
                   markup=False)
@@ -60,10 +67,17 @@ class Form(ModalScreen[dict[str, str] | None]):
         super().__init__()
         self.title_text, self.fields, self.help, self.error = title, list(fields), help, error
 
+    def _flagged(self) -> list[tuple[str, Field]]:
+        """The fields of this form the refusal names by their CLI flag, with the flag."""
+        by_key = {f.key: f for f in self.fields}
+        return [(flag, by_key[key]) for flag, key in FLAG_FIELDS.items()
+                if key in by_key and re.search(rf"{flag}(?![\w-])", self.error)]
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog"):
             yield Static(printable(self.title_text), classes="dialog--title", markup=False)
-            yield _error_label(self.error)
+            advice = [f"here, {flag} is the field “{f.label}”" for flag, f in self._flagged()]
+            yield _error_label("\n".join([self.error, *advice]) if self.error else "")
             for f in self.fields:
                 if len(self.fields) > 1 or f.label:
                     yield Static(printable(f.label), classes="dialog--label", markup=False)
@@ -94,6 +108,10 @@ class Form(ModalScreen[dict[str, str] | None]):
                 text, shown = widget.value, printable(f.value, lines=False)  # type: ignore[attr-defined]
             out[f.key] = f.value if text == shown else text
         return out
+
+    def on_mount(self) -> None:
+        for _, field in self._flagged()[:1]:
+            self.query_one(f"#field-{field.key}").focus()
 
     @on(Input.Submitted)
     def submitted(self) -> None:
@@ -233,7 +251,7 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
     def _redraw(self, key: str) -> None:
         self.query_one("#conflicts", OptionList).replace_option_prompt(key, self._line(key))
         left = self._count() - len(self.choices)
-        self.query_one("#status", Static).update(
+        self.query_one("#status", Static).remove_class("dialog--warning").update(
             f"{left} left to settle · o ours · t theirs · e edit · Esc cancel" if left
             else "all settled: Enter merges · Esc cancels")
 
@@ -272,11 +290,18 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
         self.app.push_screen(Prompt(f"Value of {printable(key)} (JSON)", value, error=error), done)
 
     def action_apply(self) -> None:
-        if len(self.choices) < self._count():
-            left = self._count() - len(self.choices)
-            self.notify(f"{plural(left, 'conflict')} not settled yet", severity="warning")
+        """Merge once every conflict is settled; before, say in the dialog how many are left and
+        how to settle them, and put the cursor on the first one left."""
+        options = self.query_one("#conflicts", OptionList)
+        left = [i for i in range(options.option_count) if options.get_option_at_index(i).id not in self.choices]
+        if not left:
+            self.dismiss(self.choices)
             return
-        self.dismiss(self.choices)
+        options.highlighted = left[0]
+        status = self.query_one("#status", Static)
+        status.update(f"{plural(len(left), 'conflict')} not settled yet (marked ?): on each, o keeps ours, t takes"
+                      " theirs, e edits the value; then Enter merges · Esc cancels")
+        status.add_class("dialog--warning")
 
 
 class Setup(ModalScreen[dict[str, Any] | None]):
@@ -338,25 +363,28 @@ class Setup(ModalScreen[dict[str, Any] | None]):
 
 
 class Help(ModalScreen[None]):
-    """Every key, as the keymap has it now (remapped keys shown as remapped); it scrolls."""
+    """Every key, as the keymap has it now (remapped keys shown as remapped); it scrolls.
+
+    A row is (keys, title, what it does): its keys, the alternates after the first; the
+    title is what the footer, the menu and the palette call it."""
 
     BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss(None)", "Close")]
 
-    def __init__(self, rows: Sequence[tuple[str, str]], readonly: bool) -> None:
+    def __init__(self, rows: Sequence[tuple[str, str, str]], readonly: bool) -> None:
         super().__init__()
         self.rows, self.readonly = list(rows), readonly
 
     def compose(self) -> ComposeResult:
-        width = max((len(keys) for keys, _ in self.rows), default=8) + 2
-        text = Text()
-        for i, (keys, description) in enumerate(self.rows):
-            text.append(f"{keys:<{width}}", "bold")
-            text.append(description + ("\n" if i < len(self.rows) - 1 else ""))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(ratio=1)
+        for keys, title, text in self.rows:
+            grid.add_row(keys, Text.assemble(title, (f" — {text}" if text else "", "dim")))
         with Vertical(classes="dialog dialog--wide", id="help"):
             yield Static("Procession — keys" + (" (read-only monitor)" if self.readonly else ""),
                          classes="dialog--title")
             with VerticalScroll(id="help-keys"):
-                yield Static(text, classes="help--keys")
+                yield Static(grid, classes="help--keys")
             yield Static("↑ ↓ PgUp PgDn scroll · Esc closes · every call is also in the command palette (Ctrl+P)",
                          classes="dialog--help")
 

@@ -133,11 +133,11 @@ class MainScreen(Calling):
         self.table.focus()
 
     def action_search(self) -> None:
-        if self.bar_mode == "search":
-            self._next_match(self.search_text, skip=True)
-            return
-        # Reopened with the last search selected: F3 again finds the next match, typing starts a new one.
-        self._show_bar("search", "search: name, agent or state — F3 next, Enter or Esc closes", self.search_text)
+        """F3 (or /): the next match of the search, as in htop; the bar is shown with the search
+        selected, so that typing starts a new one. The first opens an empty bar."""
+        if self.bar_mode != "search":
+            self._show_bar("search", "search: name, agent or state — F3 next, Enter or Esc closes", self.search_text)
+        self._next_match(self.search_text, skip=True)
 
     def action_filter(self) -> None:
         self._show_bar("filter", "filter: name, agent or state — Enter keeps, Esc clears", self.spec.filter)

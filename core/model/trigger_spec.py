@@ -18,6 +18,15 @@ from typing import Any, Final
 from .errors import InvalidArgument
 
 KINDS: Final = ("watch", "cron", "every", "inbox", "after", "commit")
+#: What each kind takes after it, and when it fires (the CLI's and the MCP tool's help).
+TAKES: Final = {
+    "watch": "PATH|GLOB... (a file or folder changed)",
+    "cron": '"EXPR" (five fields, local time: "0 9 1 * *")',
+    "every": "DURATION (30s, 5m, 1h30m, 2d)",
+    "inbox": "nothing (a message arrived)",
+    "after": "SID (that session ended its run)",
+    "commit": "[REPO] (a new commit; default: the repository here)",
+}
 DEFAULT_DEBOUNCE_MS: Final = 500
 #: A commit trigger's debounce: the ref updates of one pull, rebase or burst of commits land
 #: within it and fire once, and a commit still wakes its session well under 200 ms.
@@ -108,6 +117,9 @@ def ignored(path: str) -> None:
     for part in Path(path).parts:
         if part == ".git":
             repo = path[:path.index("/.git")] or "/"
+            if not Path(repo, ".git").exists():  # no repository there: a commit trigger would be refused too
+                raise InvalidArgument(f"{path} is inside .git, which the watcher ignores; {repo} is not a git"
+                                      " repository either: watch the files you mean")
             raise InvalidArgument(f"{path} is inside .git, which the watcher ignores: to wake on commits, use a"
                                   f" commit trigger (trigger add SID commit {repo})")
         if part in IGNORED_DIRS:

@@ -44,8 +44,12 @@ def run_all(cli: Any, *commands: tuple[str, ...]) -> list[subprocess.CompletedPr
 
 
 def usage(proc: subprocess.CompletedProcess[str]) -> None:
+    """A usage mistake: exit 2, the usage of the command given (not the top level's), no traceback."""
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+    command = next((a for a in proc.args[3:] if not a.startswith("-")), None)
+    if command is not None and "invalid choice" not in proc.stderr:  # a command's mistake, not a typo of one
+        assert f"usage: procession {command}" in proc.stderr, proc.stderr
 
 
 def spawn(cli: Any, name: str = "s", *extra: str) -> int:

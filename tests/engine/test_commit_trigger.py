@@ -213,8 +213,11 @@ async def test_adding_a_commit_trigger_checks_the_repository(ws, tmp_path):
 
 
 @pytest.mark.parametrize("inside, hint", [(".git/refs/heads", "use a commit trigger (trigger add SID commit"),
+                                          (".git", "is not a git repository either: watch the files you mean"),
                                           ("node_modules/pkg", "inside node_modules"), (".venv", "inside .venv")])
 async def test_a_watch_inside_an_ignored_folder_is_refused_with_a_hint(ws, tmp_path, inside, hint):
+    if inside.startswith(".git/"):  # a repository: a commit trigger is the advice (none is, where there is none)
+        (tmp_path / ".git").mkdir()
     sid = (await ws.spawn("s", "a", cwd=str(tmp_path))).sid
     with pytest.raises(InvalidArgument, match=re.escape(hint)) as refused:
         await ws.trigger_add(sid, "watch", [inside])

@@ -177,10 +177,8 @@ async def test_search_moves_the_cursor_and_f3_finds_the_next_match(make) -> None
         assert app.table.cursor_key == STRICT
         await keys(pilot, "enter")  # closes the bar, back to the table
         assert app.focused is app.table and app.query_one("#bar").has_class("hidden")
-        await keys(pilot, "f3")  # reopens it with the last search: the cursor stays on a match
-        assert app.table.cursor_key == STRICT and app.query_one("#bar", Input).value == "review"
-        await keys(pilot, "f3")
-        assert app.table.cursor_key == LENIENT
+        await keys(pilot, "f3")  # the next match, the bar shown again with the search
+        assert app.table.cursor_key == LENIENT and app.query_one("#bar", Input).value == "review"
         await keys(pilot, "f3")
         assert app.table.cursor_key == REVIEW  # wraps around
         await keys(pilot, "escape", "f3", *"audit")  # the old text is selected: typing starts a new search
@@ -583,8 +581,9 @@ async def test_merge_conflicts_are_settled_key_by_key_before_anything_applies(ma
         base, ours, theirs = dialog.conflicts["verdict"]
         assert (ours, theirs) == ('"ship with conflict reports"', '"block until resolved"') or \
             (ours, theirs) == ("ship with conflict reports", "block until resolved")
-        await keys(pilot, "enter")  # not settled yet: refused, nothing applied
-        assert app.screen is dialog and app.said("1 conflict not settled", severity="warning")
+        await keys(pilot, "enter")  # not settled yet: refused in the dialog, nothing applied
+        status = str(dialog.query_one("#status").render())
+        assert app.screen is dialog and "1 conflict not settled yet" in status and "o keeps ours" in status
         await keys(pilot, "o")
         assert dialog.choices == {"verdict": ("ours", "")}
         await keys(pilot, "t")  # changed my mind: theirs
@@ -634,11 +633,13 @@ async def test_merge_refusals(make, store: Workspace) -> None:
     app = await make()
     async with app.run_test(size=SIZE) as pilot:
         await to(pilot, app, STRICT)
+        await keys(pilot, "m")
         for text, reason in ((str(STRICT), "into itself"), ("99", "no session 99"), ("six", "whole number"),
                              (str(AUDIT), "session 4: it is terminated")):
-            await keys(pilot, "m")
-            await answer(pilot, app, text)
-            await eventually(lambda: app.said(reason, severity="error"))
+            await answer(pilot, app, text)  # refused: the form stays, with what was typed and why
+            await eventually(lambda: isinstance(app.screen, Form) and reason in app.screen.error)
+            assert app.screen.query_one(Input).value == text
+        await keys(pilot, "escape")
         assert await is_state(store, STRICT, State.SLEEPING)
         await keys(pilot, "space", "space")  # 7 and 8 tagged: merge acts on one session
         await keys(pilot, "m")
@@ -654,7 +655,7 @@ async def test_migrate_asks_runner_then_window(make, store: Workspace) -> None:
         await to(pilot, app, REVIEW)
         await keys(pilot, "g")
         await eventually(lambda: isinstance(app.screen, Form))
-        assert [i.value for i in app.screen.query(Input)] == ["builtin:digest", "6000", ""]  # no tokenizer of its own
+        assert [i.value for i in app.screen.query(Input)] == ["builtin:digest", "6000", "", ""]  # no tokenizer of its own
         await answer(pilot, app, "builtin:sleep:1", "8000")
         await eventually(lambda: app.said("now runs on builtin:sleep:1"))
         info = await store.info(REVIEW)

@@ -1,4 +1,5 @@
-"""Every dialog of the monitor, at 80x24 and at 160x45: it fits the screen and no text in it is cut.
+"""Every dialog of the monitor, at 80x24 and at 160x45: it fits the screen, no text in it is
+cut, and its hint (what saves it, what leaves it) is in view as it opens.
 
 A text is cut when a word of it is not on the screen while the text is not inside something
 that scrolls (a long help scrolls; a title or a reason must be read whole). The words are
@@ -60,6 +61,23 @@ def uncut(app: Any) -> None:
             assert not missing, f"{type(screen).__name__} at {width}x{height}: {missing[:5]} cut from {text!r}"
 
 
+def hint_shown(app: Any) -> None:
+    """The dialog's hint (the keys that save, send or leave it) is on the screen as it opens,
+    every word of it, however long the body above it is."""
+    screen = app.screen
+    box = screen.query(".dialog").first()
+    hints = list(screen.query(".dialog--help"))
+    if not hints:
+        return
+    strips = screen._compositor.render_strips()
+    for hint in hints:
+        region = hint.region
+        assert box.region.contains_region(region), (type(screen).__name__, region, box.region)
+        shown = " ".join(strips[y].crop(region.x, region.right).text for y in range(region.y, region.bottom))
+        missing = [w for w in str(hint.render()).split() if w not in shown.split()]
+        assert not missing, f"{type(screen).__name__}: the hint's {missing[:5]} are not on the screen"
+
+
 @pytest.fixture
 async def db(tmp_path: Path) -> Path:
     made = await demo.build(tmp_path / "demo.db", clock=lambda: FIXED)
@@ -80,11 +98,13 @@ async def test_every_dialog_fits_and_nothing_is_cut(db: Path, monitor: Any, size
             await until(lambda: isinstance(app.screen, ModalScreen), timeout=3)
             await pilot.pause()
             uncut(app)
+            hint_shown(app)
             for key in then:  # into the next dialog of the flow
                 await keys(pilot, key)
                 await until(lambda: isinstance(app.screen, ModalScreen), timeout=3)
                 await pilot.pause()
                 uncut(app)
+                hint_shown(app)
             while isinstance(app.screen, ModalScreen):
                 await keys(pilot, "escape")
 
