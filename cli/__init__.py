@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from procession.calls import Workspace
-from procession.model.errors import ProcessionError
+from procession.model.errors import ProcessionError, WorkspaceError
 from procession.present.parse import Malformed
 from procession.present.words import printable
 from procession.store import default_path, workspace_path
@@ -37,7 +37,13 @@ async def run(command: Command, args: object) -> int:
         return await command.handler(args)
     given = getattr(args, "db", None)
     new = command.creates and not (workspace_path(given) if given else default_path()).exists()
-    ws = await Workspace.open(given, actor="cli", create=command.creates)
+    try:
+        ws = await Workspace.open(given, actor="cli", create=command.creates)
+    except WorkspaceError as exc:
+        demo = monitor.demo_path()
+        if given or os.environ.get("PROCESSION_DB") or default_path().exists() or not demo.exists():
+            raise  # not the default workspace missing where the demo's is at hand
+        raise WorkspaceError(f"{exc}; the demo's is {demo}: give --db {demo}, or set PROCESSION_DB to it") from None
     try:
         return await command.handler(ws, args)
     except ProcessionError:

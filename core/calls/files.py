@@ -242,8 +242,11 @@ def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:
     if os.path.isdir(moved):
         return moved
     here = os.getcwd()
-    act.note(f"its folder {moved} is not here: it works in {here} (load --map {saved}={here} says so)")
-    paths[saved] = here
+    what = f"the folder --map gives it, {moved}," if moved != saved else f"its folder {moved}"
+    where = "the folder it was saved in" if here == saved else f"{here} (load --map {saved}={here} says so)"
+    act.note(f"{what} is not here: it works in {where}")
+    if here != saved:
+        paths[saved] = here
     return here
 
 

@@ -628,3 +628,20 @@ def test_adopt_all_where_there_is_nothing_says_where_it_looked(cli: Any, tmp_pat
     assert cli("adopt", cli_name, "--all").stdout == (
         f"nothing to adopt in {tmp_path}/home/{kept} (where {title} keeps its sessions here)\n")
     assert json.loads(cli("adopt", cli_name, "--all", "--json").stdout)["looked"] == f"{tmp_path}/home/{kept}"
+
+
+def test_after_the_demo_a_command_on_no_workspace_names_the_demos(tmp_path: Path) -> None:
+    """``procession demo`` then ``procession ps`` said only "no workspace at …/workspace.db"."""
+    env = {k: v for k, v in os.environ.items() if k != "PROCESSION_DB"} | {"XDG_DATA_HOME": str(tmp_path / "data")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "procession", *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+
+    assert run("ps").stderr.strip().endswith("(a spawn or a load makes one)")  # no demo yet: nothing more
+    assert run("demo", "--no-monitor").returncode == 0
+    proc = run("ps")
+    demo = tmp_path / "data" / "procession" / "demo.db"
+    assert proc.returncode == 1 and proc.stderr.strip().endswith(f"the demo's is {demo}: give --db {demo}, or set"
+                                                                 " PROCESSION_DB to it"), proc.stderr
+    assert run("ps", "--db", str(demo)).returncode == 0

@@ -47,3 +47,19 @@ async def test_load_without_a_map_keeps_a_folder_that_is_here_and_says_when_it_i
     assert any(f"its folder {gone} is not here" in n.text for n in loaded.notes)
     with pytest.raises(InvalidArgument, match="absolute"):
         await ws.load(str(snap), mapping={"relative": "/x"})
+
+
+async def test_a_map_to_a_folder_not_here_says_so_and_never_advises_a_folder_onto_itself(
+        ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loaded in the folder it was saved in, with a map to one that is not here: it stays, and
+    the note no longer advises ``--map SAVED=SAVED``."""
+    home = tmp_path / "app"
+    home.mkdir()
+    sid = (await ws.spawn("app", "dev", cwd=str(home))).sid
+    snap = tmp_path / "app.json"
+    await ws.save(sid, file=str(snap))
+    monkeypatch.chdir(home)
+    loaded = await ws.load(str(snap), mapping={str(home): str(tmp_path / "typo")})
+    assert (await ws.show(loaded.sid)).info.cwd == str(home)
+    [said] = [n.text for n in loaded.notes if "is not here" in n.text]
+    assert said == f"the folder --map gives it, {tmp_path / 'typo'}, is not here: it works in the folder it was saved in"

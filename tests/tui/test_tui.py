@@ -94,7 +94,7 @@ async def test_help_lists_the_keys_and_closes(make) -> None:
         for key, close in (("f1", "escape"), ("question_mark", "question_mark"), ("f1", "q")):
             await keys(pilot, key)
             assert isinstance(app.screen, Help)
-            text = "\n".join(desc for _, desc in app.screen.rows)
+            text = "\n".join(f"{title} {more}" for _, title, more in app.screen.rows)
             assert "Suspend" in text and "or resume" in text and "Fork" in text and "Search" in text
             await keys(pilot, close)
             assert not isinstance(app.screen, Help)
@@ -121,7 +121,7 @@ async def test_setup_saves_columns_theme_and_interval_to_the_config(make, tmp_pa
         columns = app.screen.query_one("#columns", SelectionList)
         columns.deselect("runner")
         columns.deselect("rss")
-        app.screen.query_one("#themes", OptionList).highlighted = sorted(app.available_themes).index("paper")
+        app.screen.query_one("#themes", OptionList).highlighted = sorted(app.own_themes).index("paper")
         app.screen.query_one("#interval", Input).value = "2.5"
         await settle(pilot)
         await pilot.click("#save")
@@ -141,7 +141,7 @@ async def test_setup_cancel_keeps_the_previous_theme_and_writes_nothing(make, tm
     app = await make(config=config_mod.load(path))
     async with app.run_test(size=SIZE) as pilot:
         await keys(pilot, "f2")
-        app.screen.query_one("#themes", OptionList).highlighted = sorted(app.available_themes).index("paper")
+        app.screen.query_one("#themes", OptionList).highlighted = sorted(app.own_themes).index("paper")
         await settle(pilot)
         assert app.theme == "paper"  # previewed
         await keys(pilot, "escape")
@@ -855,7 +855,7 @@ async def test_readonly_hides_and_refuses_every_changing_call(make, store: Works
         await keys(pilot, "k")
         assert not isinstance(app.screen, ActionMenu) and app.said("read-only")
         await keys(pilot, "f1")
-        text = "\n".join(desc for _, desc in app.screen.rows)
+        text = "\n".join(title for _, title, _ in app.screen.rows)
         assert "Fork" not in text and "Suspend" not in text and "Search" in text
         await keys(pilot, "escape")
         shown = {b.binding.action for b in app.screen.active_bindings.values()}
@@ -945,6 +945,38 @@ async def test_a_broken_theme_file_is_reported_and_skipped(make, tmp_path: Path)
         assert app.said("garbage.toml", "(file)", "not valid TOML", severity="warning")
         assert "broken" not in app.available_themes and "mine" in app.available_themes
         assert app.theme == "procession" and app.is_running
+
+
+async def test_setup_offers_the_shipped_themes_and_the_users_own_only(make, tmp_path: Path) -> None:
+    folder = tmp_path / "themes"
+    folder.mkdir()
+    (folder / "mine.toml").write_text('name = "mine"\nprimary = "#ff8800"\n')
+    app = await make()
+    async with app.run_test(size=SIZE) as pilot:
+        await keys(pilot, "f2")
+        themes = app.screen.query_one("#themes", OptionList)
+        assert [o.id for o in themes._options] == ["contrast", "mine", "paper", "procession"]
+        await keys(pilot, "escape")
+    app = await make(theme="nord")  # one of Textual's own: not Procession's
+    async with app.run_test(size=SIZE):
+        assert app.theme == "procession" and app.said("no theme named 'nord'", severity="warning")
+
+
+async def test_the_palette_offers_procession_s_commands_each_described_beyond_its_title(make) -> None:
+    from procession.tui.app import CallCommands
+
+    app = await make()
+    async with app.run_test(size=SIZE):
+        await until(lambda: app.loaded and app.table.keys)
+        system = [(c.title, c.help) for c in app.get_system_commands(app.main)]
+        assert {"Help", "Setup", "Quit", "Tree view"} <= {title for title, _ in system}
+        assert not {"Theme", "Keys", "Screenshot", "Maximize"} & {title for title, _ in system}  # Textual's own
+        calls = [(title, text) for _, title, text in CallCommands(app.main)._commands()]
+        assert ("Resume session 1 (monthly payroll)", "thaw a suspended session") not in calls  # it is sleeping
+        assert ("Activate session 1 (monthly payroll)",
+                "queue a run (the engine starts it when a slot is free)") in calls
+        for title, text in system + calls:
+            assert set(text.lower().split()) - set(title.lower().split()), (title, text)
 
 
 async def test_theme_option_applies_and_an_unknown_one_falls_back(make) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import OptionList
+from textual.widgets import Input, OptionList
 
 from conftest import until
 from procession import Workspace
@@ -51,7 +51,7 @@ async def test_every_call_of_the_table_is_reachable_by_key_menu_and_palette(tmp_
         titles = [title for _, title, _ in provider._commands()]
         for name in FLOWS:  # those that apply to a sleeping session, or make a new one
             if app.main.applies(name):
-                assert any(title.startswith(FLOWS[name].label) for title in titles), name
+                assert any(title.startswith(FLOWS[name].title) for title in titles), name
 
 
 async def test_spawn_load_priority_memory_bind_and_trigger_from_the_menu(tmp_path: Path, monitor: Any,
@@ -164,3 +164,35 @@ async def test_the_sampling_form_sets_what_set_does_on_the_command_line(tmp_path
 async def _sampled(db: Path, sid: int) -> bool:
     async with await Workspace.open(db) as ws:
         return "PROCESSION_SAMPLING" in (await ws.show(sid)).env
+
+
+async def test_a_refusal_naming_a_flag_keeps_the_form_and_points_at_its_field(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+        await ws.send(sid, "hello")
+    app = await monitor(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(lambda: app.loaded and sid in app.table.keys)
+        await pilot.press("V")
+        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await answer(pilot, app, "API_KEY=sk-1")
+        await until(lambda: isinstance(app.screen, Form) and "--pass API_KEY" in app.screen.error, timeout=3)
+        shown = str(app.screen.query_one("#error").render())
+        assert "here, --pass is the field “Names passed from the engine's environment" in shown
+        assert app.screen.query_one("#field-env", Input).value == "API_KEY=sk-1"  # what was typed stays
+        assert app.focused is app.screen.query_one("#field-passed")  # where to put it
+        await answer(pilot, app, "", "API_KEY")
+        await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        async with await Workspace.open(db) as ws:
+            assert list((await ws.show(sid)).passed) == ["API_KEY"]
+
+        await pilot.press("c")  # a summary by a model, for a session whose runner is not one
+        await choose(pilot, app, "model")
+        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await answer(pilot, app, "")
+        await until(lambda: isinstance(app.screen, Form) and "--with" in app.screen.error, timeout=3)
+        assert "here, --with is the field “Model that writes it" in str(app.screen.query_one("#error").render())
+        assert app.focused is app.screen.query_one("#field-model")
+        await pilot.press("escape")
+        await until(lambda: not isinstance(app.screen, Form), timeout=3)
