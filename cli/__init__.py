@@ -11,6 +11,7 @@ its handler.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import gc
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(monitor.monitor(args))
         return asyncio.run(run(args.command_, args))
     except (UsageError, Malformed) as exc:
-        getattr(args, "parser_", parser).error(printable(str(exc), lines=False))
+        told: argparse.ArgumentParser = getattr(args, "parser_", parser)  # the command's own usage
+        told.error(printable(str(exc), lines=False))
     except ProcessionError as exc:
         error(str(exc))
         return exc.exit_code

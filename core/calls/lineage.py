@@ -52,7 +52,7 @@ class LineageCalls(Calls):
             row = await rows.session(tx, sid)
             folder = await rows.workdir(tx, sid)
             name = limits.name(name if name is not None else await _next_name(tx, row), "session name")
-        made = await asyncio.to_thread(worktrees.make, folder, name, carry)
+        made = await asyncio.to_thread(worktrees.make, folder, name, carry, str(self.store.path))
         try:
             return await self._fork(sid, name, at=at, made=made)
         except BaseException:
@@ -273,6 +273,11 @@ async def _settle(act: Act, child: int, made: worktrees.Made) -> None:
     where = f"a git worktree on the new branch {made.branch}" if made.kind == "git" else "a copy of its folder"
     act.note(f"session {child} works in {made.folder}: {where}"
              + (f", with {plural(len(made.carried), 'uncommitted change')} carried over" if made.carried else ""))
+    if made.databases:
+        act.note(f"{plural(len(made.databases), 'SQLite database')} copied as SQLite committed {'it' if len(made.databases) == 1 else 'them'}"
+                 f" (a consistent snapshot, without side files): {worktrees.named(made.databases)}")
+    if made.left_out:
+        act.note(f"left out of the copy: {worktrees.named(made.left_out)} (this workspace's own database)")
     if moved:
         act.note(f"{plural(moved, 'trigger')} of the fork now watch{'es' if moved == 1 else ''} its own folder"
                  + (" and branch" if made.kind == "git" else ""))

@@ -21,6 +21,7 @@ the store's write lock; what is made before a call's transaction is undone if it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -63,6 +64,8 @@ class Made:
     source_top: str | None = None  # git: the top of the parent's worktree, and its branch
     source_branch: str | None = None
     carried: tuple[str, ...] = ()
+    databases: tuple[str, ...] = ()  # copy: SQLite databases copied as one consistent snapshot each
+    left_out: tuple[str, ...] = ()  # copy: the workspace's own database (and its side files), not copied
 
     def journal(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.path, "branch": self.branch, "carried": len(self.carried)}
@@ -71,12 +74,13 @@ class Made:
 # ---------------------------------------------------------------- making one
 
 
-def make(folder: str, name: str, carry: bool) -> Made:
-    """A worktree (or a copy) of ``folder`` for a fork called ``name``."""
+def make(folder: str, name: str, carry: bool, workspace: str) -> Made:
+    """A worktree (or a copy) of ``folder`` for a fork called ``name`` (``workspace``: the
+    workspace's own database file, which a copy never takes)."""
     if not os.path.isdir(folder):
         raise InvalidArgument(f"the session's folder {folder} does not exist: there is nothing to fork it from")
     found = gitrepo.repo(folder)
-    return _make_worktree(found, folder, name, carry) if found is not None else _make_copy(folder, name)
+    return _make_worktree(found, folder, name, carry) if found is not None else _make_copy(folder, name, workspace)
 
 
 def _make_worktree(found: gitrepo.Repo, folder: str, name: str, carry: bool) -> Made:
@@ -120,17 +124,18 @@ def _carry(top: str, into: str) -> None:
         shutil.copy2(Path(top) / rel, target, follow_symlinks=False)
 
 
-def _make_copy(folder: str, name: str) -> Made:
-    base = manifest(folder)
+def _make_copy(folder: str, name: str, workspace: str) -> Made:
     path = _free(Path(folder).parent / f"{Path(folder).name}.forks" / _slug(name))
     path.parent.mkdir(exist_ok=True)
-    made = Made("copy", str(path), str(path), folder, None, None, json.dumps(base, sort_keys=True))
+    made = Made("copy", str(path), str(path), folder, None, None, "{}")
     try:
-        copy_tree(folder, str(path))
+        databases, left_out = copy_tree(folder, str(path), leave=os.path.realpath(workspace))
+        base = manifest(str(path))  # what the copy holds, as made: the folder may change meanwhile
     except BaseException:
         undo(made)
         raise
-    return made
+    return dataclasses.replace(made, base=json.dumps(base, sort_keys=True), databases=tuple(databases),
+                               left_out=tuple(left_out))
 
 
 def undo(made: Made) -> None:
@@ -169,12 +174,32 @@ def named(paths: Sequence[str]) -> str:
 # ---------------------------------------------------------------- copies
 
 
-def copy_tree(source: str, target: str) -> None:
+def copy_tree(source: str, target: str, leave: str | None = None) -> tuple[list[str], list[str]]:
     """Copy a folder, symlinks as symlinks, each file a reflink where the file system allows
-    (the copy then shares the file's blocks until either side writes), else a plain copy."""
+    (the copy then shares the file's blocks until either side writes), else a plain copy. A
+    SQLite database is copied through SQLite (one consistent snapshot, never a file caught
+    mid-write), without its side files (``-wal``, ``-shm``, ``-journal``: the snapshot holds
+    what they held); the database ``leave`` (the workspace's own) is not copied at all.
+    Returns the databases copied and the paths left out, relative to ``source``."""
     cloning = [True]
+    databases: list[str] = []
+    left_out: list[str] = []
+
+    def skipped(here: str, names: list[str]) -> set[str]:
+        gone = set()
+        for name in names:
+            if os.path.realpath(os.path.join(here, name)) == leave:
+                gone |= {name, *(name + side for side in SQLITE_SIDES)}
+                left_out.append(os.path.relpath(os.path.join(here, name), source))
+            elif side_of_database(here, name, names):
+                gone.add(name)  # the database's snapshot holds what it held
+        return gone
 
     def clone(src: str, dst: str) -> None:
+        if is_sqlite(src):
+            snapshot_database(src, dst)
+            databases.append(os.path.relpath(src, source))
+            return
         if cloning[0]:
             try:
                 with open(src, "rb") as fin, open(dst, "wb") as fout:
@@ -187,7 +212,40 @@ def copy_tree(source: str, target: str) -> None:
                 cloning[0] = False  # this file system cannot: plain copies from now on
         shutil.copy2(src, dst)
 
-    shutil.copytree(source, target, symlinks=True, copy_function=clone)
+    shutil.copytree(source, target, symlinks=True, copy_function=clone, ignore=skipped)
+    return sorted(databases), sorted(left_out)
+
+
+#: The files SQLite keeps beside a database while it is open or mid-transaction.
+SQLITE_SIDES = ("-wal", "-shm", "-journal")
+
+
+def side_of_database(here: str, name: str, names: Sequence[str]) -> bool:
+    """Whether ``name`` is a side file of a database beside it (``app.db-wal`` by ``app.db``)."""
+    return any(name.endswith(side) and name[: -len(side)] in names and is_sqlite(os.path.join(here, name[: -len(side)]))
+               for side in SQLITE_SIDES)
+
+
+def is_sqlite(path: str) -> bool:
+    """Whether a regular file begins as every SQLite database does."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def snapshot_database(src: str, dst: str) -> None:
+    """One consistent copy of a SQLite database that may be in use (SQLite's backup: what was
+    committed when it ran, whatever a writer does meanwhile)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=10)) as fin, \
+                contextlib.closing(sqlite3.connect(dst)) as fout:
+            fin.backup(fout)
+    except sqlite3.Error as exc:
+        raise ProcessionError(f"could not copy the database {src} consistently ({exc}): nothing was forked") from None
 
 
 def gits_own(name: str) -> bool:
@@ -200,14 +258,14 @@ def gits_own(name: str) -> bool:
 
 def manifest(folder: str) -> dict[str, str]:
     """Every file and link under ``folder`` by its path there, with a digest of its content (a
-    link: where it points), but for the folders tools fill with churn and what git takes for
-    its own (``gits_own``): a fork's copy never brings those back."""
+    link: where it points), but for the folders tools fill with churn, what git takes for
+    its own (``gits_own``) and a database's side files: a fork's copy never brings those back."""
     found: dict[str, str] = {}
     for here, dirs, names in os.walk(folder):
         links = [d for d in dirs if os.path.islink(os.path.join(here, d))]  # listed, not walked into
         dirs[:] = [d for d in dirs if d not in IGNORED_DIRS and not gits_own(d) and d not in links]
         for name in [*names, *links]:
-            if gits_own(name):
+            if gits_own(name) or side_of_database(here, name, names):  # never a merge's to bring
                 continue
             path = os.path.join(here, name)
             rel = os.path.relpath(path, folder)

@@ -296,3 +296,47 @@ async def test_a_copys_merge_never_brings_git_s_own_files_nor_a_link_leading_out
     with pytest.raises(ProcessionError, match="symbolic links that lead out of"):
         await ws.merge(again.sid, parent)
     assert not (folder / "key").exists() and not (folder / "key").is_symlink()
+
+
+async def test_a_copy_takes_databases_as_sqlite_committed_them_and_never_the_workspaces_own(tmp_path):
+    """A project outside git holding the live workspace (``workspace.db`` with its WAL) and a
+    database its app writes: the fork's copy leaves the workspace's out, takes the app's as
+    one consistent snapshot (what was committed; a transaction in flight is not in it), and
+    no database's side files come along, nor are they ever merged back."""
+    import sqlite3
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.md").write_text("base\n")
+    app = sqlite3.connect(folder / "app.db")
+    app.execute("PRAGMA journal_mode=WAL")
+    app.execute("CREATE TABLE t (n)")
+    app.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(100)])
+    app.commit()
+    app.execute("INSERT INTO t VALUES (-1)")  # in flight when the fork is made
+    assert (folder / "app.db-wal").exists()
+    ws = await Workspace.open(folder / "workspace.db")
+    try:
+        parent = await session_in(ws, folder)
+        forked = await ws.fork(parent, worktree=True)
+        copy = Path(forked.worktree or "")
+        assert sorted(p.name for p in copy.iterdir()) == ["app.db", "notes.md"]
+        mine = sqlite3.connect(copy / "app.db")
+        assert mine.execute("SELECT count(*), min(n) FROM t").fetchone() == (100, 0)
+        mine.execute("PRAGMA journal_mode=WAL")
+        with mine:
+            mine.execute("INSERT INTO t VALUES (100)")  # the fork works on its copy: side files appear
+        assert (copy / "app.db-wal").exists()
+        mine.execute("PRAGMA wal_checkpoint")
+        said = [n.text for n in forked.notes]
+        assert "1 SQLite database copied as SQLite committed it (a consistent snapshot, without side files): app.db" in said
+        assert "left out of the copy: workspace.db (this workspace's own database)" in said
+        plan = await ws.merge_plan(forked.sid, parent)
+        # the parent's database is live (its file is not what the copy began as): a conflict to
+        # settle, never a live database overwritten unasked; no side file is ever a change
+        assert plan.files is not None and plan.files.changes == () and list(plan.files.conflicts) == ["app.db"]
+        mine.close()
+    finally:
+        app.rollback()
+        app.close()
+        await ws.close()
