@@ -380,7 +380,7 @@ class Engine:
         try:
             await live.flush()
             outcome, error = live.outcome(result)
-            last = live.reader.close()
+            last = await live.last_events()
             if isinstance(live.reader, agents.Reader):  # an agent CLI's: where its transcript is read to now
                 last.followed = await follow.settled(self.ledger, live.sid, last.agent_ref)
         except Exception as exc:  # noqa: BLE001 - whatever breaks here, the run is recorded

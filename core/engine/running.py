@@ -111,6 +111,7 @@ class LiveRun:
                 self._denials(tool["output"])
         self.problems += events.problems
         events.problems = []
+        self._logged_diagnostics(events)
         if events:
             try:
                 emitted = await self.ledger.emit(self.sid, self.run, events)
@@ -123,6 +124,18 @@ class LiveRun:
                 log.exception("run %d of session %d: its events could not be applied", self.run, self.sid)
                 self.problems.append(f"could not apply the step's events: {type(exc).__name__}: {exc}")
         await self._flush_log()
+
+    async def last_events(self) -> protocol.Events:
+        """What the step's output held at its end (its diagnostics logged, as all before)."""
+        last = self.reader.close()
+        self._logged_diagnostics(last)
+        await self._flush_log()
+        return last
+
+    def _logged_diagnostics(self, events: protocol.Events) -> None:
+        """An agent CLI's diagnostics go to the run's log, not to how the run ended."""
+        self._chunks += [("err", time.time(), f"{line}\n") for line in events.diagnostics]
+        events.diagnostics = []
 
     async def _flush_log(self) -> None:
         if not self._chunks:

@@ -131,6 +131,9 @@ class Events:
     calibrated: int = 0
     done: bool = False
     problems: list[str] = field(default_factory=list)
+    #: what an agent CLI says of itself that is not how the run ended (its warnings, its
+    #: diagnostics): the run's log keeps it, its reason does not
+    diagnostics: list[str] = field(default_factory=list)
     #: a reply that is not an event: a plain-text output, or what an HTTP step had received
     #: when it was stopped (it joins the history only if the run ended ok, interrupted or timed out)
     reply: str = ""
@@ -146,7 +149,7 @@ class Events:
     def __bool__(self) -> bool:
         return bool(self.messages or self.memory_set or self.memory_delete or self.sends or self.tokens_in
                     or self.tokens_out or self.cache_read or self.cache_write or self.done or self.problems
-                    or self.reply or self.agent_ref or self.context or self.status)
+                    or self.diagnostics or self.reply or self.agent_ref or self.context or self.status)
 
     def journal(self) -> dict[str, Any]:
         """What the journal keeps of a step's output: counts and keys, not contents."""
@@ -177,6 +180,7 @@ class Events:
         self.calibrated += later.calibrated
         self.done = self.done or later.done
         self.problems += later.problems
+        self.diagnostics += later.diagnostics
         self.agent_ref = later.agent_ref or self.agent_ref
         self.context = later.context or self.context
         self.followed = later.followed or self.followed

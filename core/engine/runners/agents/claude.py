@@ -126,9 +126,9 @@ class ClaudeReader(Reader):
         window = next((w for w in windows if isinstance(w, int) and w > 0), None)
         if self.tokens:
             self.context(self.tokens, window)
-        if event.get("is_error"):
-            errors = event.get("errors") or [event.get("result") or event.get("subtype")]
-            self.pending.problems += [f"Claude Code: {e}" for e in errors if e]
+        if event.get("is_error"):  # the reason is how it ended; what it says of it, the log's
+            self.pending.problems.append(f"Claude Code: {event.get('result') or event.get('subtype') or 'an error'}")
+            self.pending.diagnostics += [f"Claude Code: {e}" for e in event.get("errors") or [] if e]
 
     def closing(self) -> None:
         if not self.summed:  # no result (stopped): what the calls made so far read, as they reported it

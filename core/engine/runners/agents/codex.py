@@ -132,7 +132,8 @@ class CodexReader(Reader):
         elif kind == "turn.completed":
             self._usage(event.get("usage") or {})
         elif kind == "turn.failed":
-            self.pending.problems += self.errors + [f"Codex: {(event.get('error') or {}).get('message', 'the turn failed')}"]
+            self.pending.problems.append(f"Codex: {(event.get('error') or {}).get('message', 'the turn failed')}")
+            self.pending.diagnostics += self.errors  # what it said on the way: the log's
             self.errors = []
 
     def _item(self, item: dict[str, Any], done: bool) -> None:
@@ -193,5 +194,7 @@ class CodexReader(Reader):
                 self._usage({"input_tokens": total.get("input_tokens"),
                              "cached_input_tokens": total.get("cached_input_tokens"),
                              "output_tokens": total.get("output_tokens")})
-        if not self.counted:  # its error items are warnings when the turn completed
+        if not self.counted:  # no end of the turn: its error items are all that says why
             self.pending.problems += self.errors
+        else:  # the turn completed: its error items were warnings, the log's
+            self.pending.diagnostics += self.errors
