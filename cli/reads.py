@@ -16,6 +16,7 @@ from procession.calls.outside import Looker, marked
 from procession.calls.reads import PS_SORTS
 from procession.model.errors import InvalidArgument
 from procession.model.records import Message, SessionDetail, SessionInfo
+from procession.model.states import State
 from procession.present import lines, parse, words
 from procession.present.cells import COLUMNS
 
@@ -238,8 +239,12 @@ async def runs(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--stream", choices=("out", "err", "all"), default="all", help="only its stdout, or its stderr"),
 ])
 async def logs(ws: Workspace, args: argparse.Namespace) -> int:
-    """The log as the step printed it, made printable; with ``--json``, one chunk per line."""
+    """The log as the step printed it, made printable; with ``--json``, one chunk per line.
+    Following a session whose run is queued (``activate`` then ``logs -f``), the run it waits
+    for, once it starts."""
     after, run_id = 0, args.run
+    if args.follow and run_id is None:
+        run_id = await _queued_run(ws, args.sid)
     while True:
         run, chunks = await ws.run_log(args.sid, run_id, after=after)
         run_id = run.id
@@ -254,4 +259,17 @@ async def logs(ws: Workspace, args: argparse.Namespace) -> int:
         sys.stdout.flush()
         if not args.follow or run.ended is not None:
             return 0
+        await asyncio.sleep(FOLLOW_S)
+
+
+async def _queued_run(ws: Workspace, sid: int) -> int | None:
+    """The run a queued (ready) session is waiting for, once it starts; None (its last run)
+    once it is not ready."""
+    before = [r.id for r in await ws.runs(sid, limit=1)]
+    while True:
+        newest = [r.id for r in await ws.runs(sid, limit=1)]
+        if newest != before:
+            return newest[0]
+        if (await ws.info(sid)).state is not State.READY:
+            return None
         await asyncio.sleep(FOLLOW_S)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import engine_on, until
+from conftest import HANG_S, engine_on, until
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 from procession.store import sqlite as store_sqlite
@@ -84,7 +84,7 @@ async def test_a_finished_step_is_recorded_however_long_the_workspace_is_held(db
         await until(lambda: running_pid(live, sid))
         holder = hold_the_write_lock(db, 3.0)  # ...and the step ends while another holds the lock for 3 s
         await asyncio.to_thread(holder.join)
-        run = await until(lambda: finished(live, sid), timeout=20)
+        run = await until(lambda: finished(live, sid))
         assert run.outcome == "ok", run.error
         assert [m.content for m in await live.history(sid)] == ["the answer"]
     finally:
@@ -117,11 +117,11 @@ async def test_what_a_step_said_while_its_flush_waited_on_a_lock_is_kept_when_th
     task = asyncio.ensure_future(eng.serve(stop))
     try:
         await live.activate(sid)
-        await until(lambda: running_pid(live, sid), timeout=10)
+        await until(lambda: running_pid(live, sid))
         holder = hold_the_write_lock(db, 2.5)  # the step's flush will wait for it...
         go.touch()  # ...with the message taken from the step, while the step ends
         await asyncio.to_thread(holder.join)
-        run = await until(lambda: finished(live, sid), timeout=20)
+        run = await until(lambda: finished(live, sid))
         assert run.outcome == "ok", run.error
         assert [m.content for m in await live.history(sid)] == ["said while locked"]
     finally:
@@ -138,8 +138,8 @@ async def test_a_busy_engine_is_not_taken_over_and_its_step_lives(db, live):
     sid = (await live.spawn("long", "a", runner="builtin:sleep:60")).sid
     first = start_engine_process(db)
     try:
-        await until(lambda: live.activity(), timeout=10)
-        await until(lambda: _engine_pid(live), timeout=10)
+        await until(lambda: live.activity())
+        await until(lambda: _engine_pid(live))
         await live.activate(sid)
         pid = await until(lambda: running_pid(live, sid))
         first.send_signal(19)  # SIGSTOP: its loop and its heartbeat stand still, as a stalled engine's would
@@ -153,7 +153,7 @@ async def test_a_busy_engine_is_not_taken_over_and_its_step_lives(db, live):
         assert alive(pid) and await state_of(live, sid) is State.RUNNING
     finally:
         first.terminate()
-        first.wait(timeout=20)
+        first.wait(timeout=HANG_S)
 
 
 def _move(db: Path) -> str:
@@ -180,9 +180,9 @@ async def test_an_engine_whose_workspace_file_is_moved_replaced_or_loses_its_wal
     sid = (await live.spawn("long", "a", runner=f"command:echo $$ > {pidfile}; exec sleep 60")).sid
     engine = start_engine_process(db)
     try:
-        await until(lambda: _engine_pid(live), timeout=10)
+        await until(lambda: _engine_pid(live))
         await live.activate(sid)
-        pid = await until(lambda: pid_in(pidfile), timeout=10)
+        pid = await until(lambda: pid_in(pidfile))
         said = change(db)
         rc = await asyncio.to_thread(engine.wait, 20)
         stderr = engine.stderr.read() if engine.stderr else ""
@@ -190,7 +190,7 @@ async def test_an_engine_whose_workspace_file_is_moved_replaced_or_loses_its_wal
         last = stderr.strip().splitlines()[-1]
         assert last.startswith("procession: error: the engine stopped: ") and said in last, stderr
         assert "Traceback" not in stderr
-        await until(lambda: not alive(pid), timeout=10)  # its step did not go on alone
+        await until(lambda: not alive(pid))  # its step did not go on alone
     finally:
         if engine.poll() is None:
             engine.kill()
@@ -210,10 +210,10 @@ async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_
     step = f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & echo started"
     sid = (await live.spawn("leaves one behind", "a", runner=step)).sid
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid), timeout=10)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok" and run.ended - run.started < 5  # not held open by the grandchild's pipes
     grandchild = await until(lambda: pid_in(pidfile))
-    await until(lambda: not alive(grandchild), timeout=5)
+    await until(lambda: not alive(grandchild))
 
 
 async def test_an_orphan_that_cleared_its_environment_does_not_outlive_its_run(tracked, live, tmp_path):
@@ -223,10 +223,10 @@ async def test_an_orphan_that_cleared_its_environment_does_not_outlive_its_run(t
             f" start_new_session=True); open('{pidfile}', 'w').write(str(p.pid))\"")
     sid = (await live.spawn("clears its env", "a", runner=step)).sid
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid), timeout=10)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
     orphan = await until(lambda: pid_in(pidfile))
-    await until(lambda: not alive(orphan), timeout=5)
+    await until(lambda: not alive(orphan))
 
 
 async def test_suspend_stops_and_cancel_kills_every_process_of_the_tree(tracked, live, tmp_path):
@@ -241,11 +241,11 @@ async def test_suspend_stops_and_cancel_kills_every_process_of_the_tree(tracked,
     tree = await until(lambda: _tree(tracked, sid) if len(_tree(tracked, sid)) >= 4 else None)
     assert leader in tree and tool in tree
     await live.suspend(sid)
-    await until(lambda: all(proc_state(p) == "T" for p in tree), timeout=3)
+    await until(lambda: all(proc_state(p) == "T" for p in tree))
     await live.resume(sid)
-    await until(lambda: all(proc_state(p) in ("S", "R") for p in tree), timeout=3)
+    await until(lambda: all(proc_state(p) in ("S", "R") for p in tree))
     await live.cancel(sid)
-    await until(lambda: not any(alive(p) for p in tree), timeout=5)
+    await until(lambda: not any(alive(p) for p in tree))
     assert (await until(lambda: finished(live, sid))).outcome == "cancelled"
 
 
@@ -260,19 +260,19 @@ async def test_an_orphan_grandchild_of_a_dead_engine_is_killed_by_the_next(db, l
     sid = (await live.spawn("orphan maker", "a", runner=step)).sid
     first = start_engine_process(db)
     try:
-        await until(lambda: _engine_pid(live), timeout=10)
+        await until(lambda: _engine_pid(live))
         await live.activate(sid)
-        tool = await until(lambda: pid_in(pidfile), timeout=10)
+        tool = await until(lambda: pid_in(pidfile))
         first.kill()
         first.wait()
         assert alive(tool)  # escaped the dead engine's group: only the next engine can find it
         second = start_engine_process(db)
         try:
-            await until(lambda: not alive(tool), timeout=10)
+            await until(lambda: not alive(tool))
             assert (await until(lambda: finished(live, sid))).outcome == "lost"
         finally:
             second.terminate()
-            second.communicate(timeout=20)
+            second.communicate(timeout=HANG_S)
     finally:
         if first.poll() is None:
             first.kill()
@@ -295,7 +295,7 @@ async def test_a_process_whose_engine_stopped_is_an_ordinary_parent_again(db, li
     async with engine_on(db):
         assert _subreaper()
         await live.activate(sid)
-        assert (await until(lambda: finished(live, sid), timeout=10)).outcome == "ok"
+        assert (await until(lambda: finished(live, sid))).outcome == "ok"
         tool = await until(lambda: pid_in(pidfile))
     assert not _subreaper()
     time.sleep(2.5)  # the tool's own end, had it been left running
@@ -307,7 +307,7 @@ async def test_a_step_that_writes_before_it_reads_does_not_deadlock(live, engine
                             runner="command:head -c 2000000 /dev/zero | tr '\\0' x; cat > /dev/null; echo; echo END")).sid
     await live.send(sid, "y" * 3_000_000)  # a document far bigger than a pipe
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid), timeout=30)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok"
     assert (await live.history(sid))[-1].content.endswith("END")
 
@@ -328,9 +328,9 @@ async def test_a_suspended_step_gives_up_its_slot_and_resume_goes_on_at_once(db,
         await live.suspend(first)
         await until(lambda: proc_state(pid) == "T")
         await live.activate(second)  # the only slot is free: a stopped step does not hold it
-        await until(lambda: running_pid(live, second), timeout=5)
+        await until(lambda: running_pid(live, second))
         await live.resume(first)  # goes on at once, over the slot count...
-        await until(lambda: proc_state(pid) in ("S", "R"), timeout=3)
+        await until(lambda: proc_state(pid) in ("S", "R"))
         stats = await live.activity()
         assert stats["running"] == 2 and stats["engine"]["slots"] == 1  # ...and the header shows it
     finally:
@@ -346,7 +346,7 @@ async def test_the_timeout_counts_running_time_not_time_frozen(live, engine):
     await until(lambda: proc_state(pid) == "T")
     await asyncio.sleep(2.0)  # longer than the timeout, frozen
     await live.resume(sid)
-    run = await until(lambda: finished(live, sid), timeout=10)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
     assert [m.content for m in await live.history(sid)] == ["done"]
 
@@ -361,7 +361,7 @@ async def test_a_running_steps_events_are_in_the_store_while_it_runs(live, engin
     sid = (await live.spawn("slow talker", "a", runner=f'command:printf "{lines}\\n"; echo oops >&2; sleep 30')).sid
     await live.activate(sid)
     await until(lambda: running_pid(live, sid))
-    shown = await until(lambda: _has_context(cli, sid), timeout=5)
+    shown = await until(lambda: _has_context(cli, sid))
     assert [c["content"] for c in shown["context"]] == ["working on it"] and shown["memory"] == {"stage": "halfway"}
     assert shown["state"] == "running"
     runs = cli.json("runs", str(sid))
@@ -373,8 +373,26 @@ async def test_a_running_steps_events_are_in_the_store_while_it_runs(live, engin
     await asyncio.sleep(0.5)
     assert follow.poll() is None  # following a live run
     await live.interrupt(sid)
-    out, _ = await asyncio.to_thread(follow.communicate, timeout=10)  # the engine runs in this loop
+    out, _ = await asyncio.to_thread(follow.communicate, timeout=HANG_S)  # the engine runs in this loop
     assert out == "oops\n" and follow.returncode == 0
+
+
+async def test_logs_follow_after_activate_waits_for_the_queued_run(live, db, cli):
+    """``activate`` then ``logs -f`` said "no run yet" (or printed the run before and ended):
+    it follows the run the session is queued for, once an engine starts it."""
+    sid = (await live.spawn("counter", "a", runner='command:n=$(cat n 2>/dev/null || echo 0); n=$((n+1));'
+                            ' echo $n > n; echo run-$n')).sid
+    async with engine_on(db):
+        await live.activate(sid)
+        await until(lambda: finished(live, sid))
+    await live.activate(sid)  # queued: no engine runs now
+    follow = subprocess.Popen([sys.executable, "-m", "procession", "logs", str(sid), "-f"],
+                              stdout=subprocess.PIPE, text=True, env=cli.env())
+    await asyncio.sleep(1.0)
+    assert follow.poll() is None  # waiting for the queued run, not done with the one before
+    async with engine_on(db):
+        out, _ = await asyncio.to_thread(follow.communicate, timeout=HANG_S)
+    assert out == "run-2\n" and follow.returncode == 0
 
 
 def _has_context(cli, sid: int):
@@ -385,7 +403,7 @@ def _has_context(cli, sid: int):
 async def test_a_session_failing_run_after_run_is_suspended_and_its_triggers_back_off(live, engine, cli):
     sid = (await live.spawn("broken", "a", runner="builtin:fail")).sid
     await live.trigger_add(sid, "every", ["1s"])
-    run = await until(lambda: finished(live, sid), timeout=10)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "failed"
     assert cli.json("ps")[0]["last_outcome"] == "failed" and "failed" in cli("ps").stdout
     await asyncio.sleep(2.5)  # every 1s, but a failed trigger-fired run backs off (10 s)
@@ -393,10 +411,10 @@ async def test_a_session_failing_run_after_run_is_suspended_and_its_triggers_bac
     info = await live.info(sid)
     assert info.state is State.SLEEPING and any(t.pending for t in info.triggers)  # the wake is kept
     for n in (2, 3):  # by hand: no back-off
-        await until(lambda: _sleeping(live, sid), timeout=5)
+        await until(lambda: _sleeping(live, sid))
         await live.activate(sid)
-        await until(lambda: finished(live, sid, n), timeout=10)
-    info = await until(lambda: _failing(live, sid), timeout=5)
+        await until(lambda: finished(live, sid, n))
+    info = await until(lambda: _failing(live, sid))
     assert info.failures == 3 and info.last_outcome == "failed"
     journal = [e for e in await live.journal(sid) if e.actor == "engine" and e.call == "suspend"]
     assert journal and journal[-1].outcome == {"failures": 3, "fail_limit": 3}
