@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import agents, bounds, environ, sampling, transcripts
+from procession.model import agents, bounds, environ, limits, sampling, transcripts
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
@@ -419,7 +419,7 @@ async def _bind(ui: Calling, targets: Targets) -> None:
     t = targets[0]
     await ui.form_call(f"Bind a resource to {t.id}", [Field("kind", "Kind", "folder"), Field("uri", "Path or URI")],
                        lambda v: ui.ws.bind(t.id, v["kind"], parse.local_paths(v["kind"], [v["uri"]])[0]),
-                       help="kinds: file, folder, db (paths are read against this monitor's folder), mcp, tool, url")
+                       help=f"kinds: {', '.join(limits.RESOURCE_KINDS)} (paths are read against this monitor's folder)")
 
 
 async def _unbind(ui: Calling, targets: Targets) -> None:

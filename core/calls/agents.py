@@ -89,7 +89,7 @@ class AgentCalls(Calls):
                 marks = ",".join("?" * len(chunk))
                 found.update(p for (p,) in await tx.tuples(
                     f"SELECT cwd FROM sessions WHERE id IN ({marks}) UNION SELECT uri FROM resources"
-                    f" WHERE session_id IN ({marks}) AND kind IN ('folder', 'file', 'db', 'sqlite')", [*chunk, *chunk]))
+                    f" WHERE session_id IN ({marks}) AND kind IN ('folder', 'file', 'sqlite')", [*chunk, *chunk]))
         return sorted(found)
 
     async def wait(self, sid: int, timeout: float) -> Waited:

@@ -36,9 +36,8 @@ class BindingCalls(Calls):
 
     @syscall(Call.BIND)
     async def bind(self, act: Act, sid: int, kind: str, uri: str, *, mode: str = "rw") -> Bound:
-        """Bind a resource (file, folder, db or sqlite, mcp, tool, url); paths are stored absolute."""
-        if kind not in limits.RESOURCE_KINDS:
-            raise InvalidArgument(f"unknown resource kind {kind!r}; kinds are {', '.join(limits.RESOURCE_KINDS)}")
+        """Bind a resource (file, folder, sqlite, mcp, tool, url); paths are stored absolute."""
+        kind = limits.resource_kind(kind)
         if mode not in limits.RESOURCE_MODES:
             raise InvalidArgument("the mode must be ro or rw")
         if kind in limits.PATH_KINDS:  # resolved once, here: a link put in its place later is not followed

@@ -215,7 +215,7 @@ class FileCalls(Calls):
 
 
 #: The resource kinds whose URI is a path of this machine (``load --map`` moves them).
-LOCAL_KINDS = ("file", "folder", "db", "sqlite")
+LOCAL_KINDS = limits.PATH_KINDS
 
 
 def _mapping(mapping: dict[str, str] | None) -> dict[str, str]:

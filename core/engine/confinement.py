@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..model import bounds
+from ..model import bounds, limits
 from ..model.errors import InvalidArgument
 from . import landlock
 
@@ -124,7 +124,7 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     folder_bound = False
     for r in resources:
         kind, uri, rw = r["kind"], str(r["uri"]), r.get("mode", "rw") == "rw"
-        if kind not in ("file", "folder", "db", "sqlite"):
+        if kind not in limits.PATH_KINDS:
             continue
         folder_bound = folder_bound or kind == "folder"
         path = _real(uri)

@@ -34,10 +34,12 @@ WINDOW_MAX: Final = 1 << 31
 TEXT_MAX: Final = 64 * 1024 * 1024
 ROLES: Final = ("system", "user", "assistant", "tool")
 #: ``db`` and ``sqlite`` are alike: the ``openai:`` runner opens either as a SQLite database.
-RESOURCE_KINDS: Final = ("file", "folder", "db", "sqlite", "mcp", "tool", "url")
+RESOURCE_KINDS: Final = ("file", "folder", "sqlite", "mcp", "tool", "url")
+#: Names a kind had before (a script's, a snapshot's): taken as the kind they name now.
+KIND_ALIASES: Final = {"db": "sqlite"}
 RESOURCE_MODES: Final = ("ro", "rw")
 #: Resource kinds whose URI is a path on this machine (stored absolute).
-PATH_KINDS: Final = ("file", "folder", "db", "sqlite")
+PATH_KINDS: Final = ("file", "folder", "sqlite")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: The deepest nesting of lists and objects a JSON value may have (a scalar is depth 0).
 JSON_DEPTH: Final = 64
@@ -235,3 +237,11 @@ def _too_deep(what: str, depth: int, margin: int) -> InvalidArgument:
 
 def _bytes(n: int) -> str:
     return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n >> 10} KiB" if n % 1024 == 0 else f"{n:,} bytes"
+
+
+def resource_kind(kind: str) -> str:
+    """A resource kind by its one name (``db`` was ``sqlite``'s too: one file was bound twice)."""
+    kind = KIND_ALIASES.get(kind, kind)
+    if kind not in RESOURCE_KINDS:
+        raise InvalidArgument(f"unknown resource kind {kind!r}; kinds are {', '.join(RESOURCE_KINDS)}")
+    return kind

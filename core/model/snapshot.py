@@ -563,7 +563,8 @@ def _resources(resources: Any) -> list[dict[str, Any]]:
     for i, r in enumerate(resources, start=1):
         _need(isinstance(r, dict), f"resource {i} must be an object")
         _keys(r, {"kind", "uri", "mode"}, f"resource {i}")
-        _need(r.get("kind") in limits.RESOURCE_KINDS, f"resource {i} has a bad kind")
+        r["kind"] = limits.KIND_ALIASES.get(r.get("kind"), r.get("kind"))
+        _need(r["kind"] in limits.RESOURCE_KINDS, f"resource {i} has a bad kind")
         if r["kind"] in limits.PATH_KINDS:
             _need(isinstance(r.get("uri"), str) and r["uri"].startswith("/") and "/../" not in f"{r['uri']}/",
                   f"resource {i} must be an absolute path")

@@ -422,7 +422,7 @@ async def relocate(tx: Tx, sid: int, old: str, new: str) -> None:
     old, new = old.rstrip("/"), new.rstrip("/")
     await tx.execute(
         "UPDATE resources SET uri = ? || substr(uri, length(?) + 1) WHERE session_id = ?"
-        " AND kind IN ('file', 'folder', 'db') AND (uri = ? OR substr(uri, 1, length(?) + 1) = ? || '/')",
+        " AND kind IN ('file', 'folder', 'sqlite') AND (uri = ? OR substr(uri, 1, length(?) + 1) = ? || '/')",
         (new, old, sid, old, old, old))
 
 

@@ -355,6 +355,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE sessions ADD COLUMN confinement TEXT;
     ALTER TABLE runs ADD COLUMN confinement TEXT;
     """,
+    # 10: a database binding has one kind, sqlite (``db`` named it too: one file bound twice)
+    """
+    DELETE FROM resources WHERE kind = 'db' AND EXISTS (SELECT 1 FROM resources AS r WHERE
+        r.session_id = resources.session_id AND r.kind = 'sqlite' AND r.uri = resources.uri);
+    UPDATE resources SET kind = 'sqlite' WHERE kind = 'db';
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

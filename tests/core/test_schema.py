@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from procession import Workspace, WorkspaceError
+from procession import ProcessionError, Workspace, WorkspaceError
 from procession.store import schema
 
 TABLES = {"meta", "agents", "sessions", "messages", "folds", "memory", "resources", "triggers", "checkpoints",
@@ -259,3 +259,22 @@ async def test_a_workspace_of_the_first_schema_is_migrated_with_everything_in_it
     assert con.execute("PRAGMA foreign_key_check").fetchall() == []
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
+
+
+async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(tmp_path: Path) -> None:
+    """``db`` and ``sqlite`` were two kinds for one thing (one file bound twice): a workspace of
+    the schema before has them as one ``sqlite`` binding each; ``db`` is taken as ``sqlite``."""
+    path = tmp_path / "ws.db"
+    async with await Workspace.open(path) as ws:
+        one = (await ws.spawn("a", "x", cwd=str(tmp_path))).sid
+        two = (await ws.spawn("b", "x", cwd=str(tmp_path))).sid
+    with sqlite3.connect(path) as conn:  # as the schema before this one left them
+        conn.executemany("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, 'rw', 0)",
+                         [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
+        conn.execute(f"PRAGMA user_version = {schema.VERSION - 1}")
+    async with await Workspace.open(path) as ws:
+        assert [(r.kind, r.uri) for r in (await ws.show(one)).resources] == [("sqlite", "/x/a.db")]
+        assert [(r.kind, r.uri) for r in (await ws.show(two)).resources] == [("sqlite", "/x/b.db")]
+        assert (await ws.bind(one, "db", str(tmp_path / "c.db"))).resource.kind == "sqlite"
+        with pytest.raises(ProcessionError, match="already"):
+            await ws.bind(one, "sqlite", str(tmp_path / "c.db"))

@@ -162,7 +162,7 @@ async def opened(resources: list[dict[str, Any]], cwd: str, env: dict[str, str],
                 box.add(Path(uri).name, folder_tools(folder, rw))
             elif kind == "file":
                 box.add(Path(uri).name, file_tools(Path(uri), rw))
-            elif kind in ("db", "sqlite"):
+            elif kind == "sqlite":
                 box.add(Path(uri).name, db_tools(Path(uri), rw))
             elif kind == "tool":
                 name, command = command_tool(uri, cwd, env, wrap)
