@@ -139,7 +139,8 @@ class AdoptCalls(LifecycleCalls):
             runner_spec.parse(runner)
         except InvalidArgument:
             runner = f"{read.cli}:"
-        window = (read.context[1] if read.context and read.context[1] else None) or DEFAULT_WINDOW
+        window = ((read.context[1] if read.context and read.context[1] else None)
+                  or agents.CLIS[read.cli].window(read.model) or DEFAULT_WINDOW)
         why = unasked(read.cwd)  # a transcript says where it ran: a file anything may have written
         sid = await rows.insert_session(
             act.tx, 0, agent_id=await rows.agent_id(act.tx, limits.name(agent, "agent name")),

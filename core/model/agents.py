@@ -22,6 +22,12 @@ class AgentCli:
     title: str
     package: str  # on npm
     model_hint: str  # what the model part of the spec is
+    #: the context window of its default model, and of one named (None: its runs say, as they go)
+    windows: tuple[int | None, int | None] = (None, None)
+
+    def window(self, model: str) -> int | None:
+        """The window a session of this CLI has before a run reports one."""
+        return self.windows[1 if model else 0]
 
     @property
     def override(self) -> str:
@@ -33,7 +39,8 @@ class AgentCli:
 
 
 CLIS: Final = {
-    "claude": AgentCli("claude", "Claude Code", "@anthropic-ai/claude-code", "a Claude model (opus, sonnet, ...)"),
+    "claude": AgentCli("claude", "Claude Code", "@anthropic-ai/claude-code", "a Claude model (opus, sonnet, ...)",
+                       (1_000_000, 200_000)),
     "codex": AgentCli("codex", "Codex CLI", "@openai/codex", "a model of its provider"),
     "opencode": AgentCli("opencode", "opencode", "opencode-ai", "PROVIDER/MODEL"),
 }

@@ -27,20 +27,20 @@ from typing import Any
 import pyte
 import pytest
 
-from conftest import engine_on, until
+from conftest import HANG_S, engine_on, until
 from procession import State, Workspace
+from procession.model.agents import CLIS
 from procession.model.errors import InvalidArgument, NoneDone
 from support.agent_clis import AgentSandbox, ClaudeSandbox, OpencodeSandbox, session_env
 from support.models import ModelServer, say, shell
 
-RUN_S = 60.0
 TOOL = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}
 
 
 def use_directly(agent: AgentSandbox, prompt: str, resume: str | None = None) -> str:
     """One turn of the CLI run by hand (not by Procession); its session id."""
     args, stdin = agent.headless(prompt, resume)
-    run = agent.run(args, input=stdin, timeout=RUN_S)
+    run = agent.run(args, input=stdin)
     assert run.returncode == 0, run.stderr[-2000:]
     return agent.session_id(run)
 
@@ -95,7 +95,7 @@ async def test_adopt_a_session_follow_what_the_cli_adds_then_run_it(
     length = (await live.info(sid)).length
     model_server.script.add(say("Third, outside."))
     use_directly(agent, "one more, by hand", resume=ident)
-    await until(lambda: _length_over(live, sid, length), timeout=20)
+    await until(lambda: _length_over(live, sid, length))
     shown = (await live.show(sid)).to_json()
     assert said(shown)[-2:] == [("user", "one more, by hand"), ("assistant", "Third, outside.")]
     assert len(shown["context"]) == length + 2
@@ -106,7 +106,7 @@ async def test_adopt_a_session_follow_what_the_cli_adds_then_run_it(
     model_server.script.add(say("Ran by Procession."))
     await live.send(sid, "now through procession")
     await live.activate(sid)
-    await until(lambda: _ran(live, sid), timeout=RUN_S)
+    await until(lambda: _ran(live, sid))
     last = model_server.requests[-1]
     seen = " ".join(last.texts())
     assert "one more, by hand" in seen and "now through procession" in seen and "queued while away" in seen
@@ -184,8 +184,8 @@ class Terminal:
         """The screen now, spaces aside (a CLI may move its cursor instead of printing them)."""
         return "".join("".join(self.screen.display).split())
 
-    def read_until(self, words: str, timeout: float = 30.0) -> None:
-        """Wait until ``words`` show on the screen."""
+    def read_until(self, words: str, timeout: float = HANG_S) -> None:
+        """Wait until ``words`` show on the screen (or the process closes the terminal)."""
         wanted = "".join(words.split())
         deadline = time.monotonic() + timeout
         while wanted not in self.shown():
@@ -204,17 +204,29 @@ class Terminal:
     def type(self, text: str) -> None:
         os.write(self.fd, text.encode())
 
+    def exit_cli(self) -> None:
+        """Leave Claude Code with ``/exit``, its Enter typed once the CLI shows the command
+        as typed (its menu offers it): typed at once, it would arrive with the command and be
+        read as part of a paste."""
+        self.type("/exit")
+        self.read_until("/exit Exit the CLI")
+        self.type("\r")
+
     def close(self) -> int:
-        """The process's exit code; a process still running after 30 s (a test that failed
-        before telling it to quit) is killed with its group (code -9), so that no CLI outlives
-        the test and the test's own failure is the one reported."""
+        """The process's exit code, once it exits (`HANG_S` is the hang guard). Called in a
+        ``finally`` while the test's own failure propagates (it failed before telling the
+        process to quit), it kills the process with its group at once (code -9), so that no CLI
+        outlives the test and that failure is the one reported."""
         try:
-            return self.proc.wait(timeout=30)
+            if sys.exc_info()[0] is None:
+                return self.proc.wait(timeout=HANG_S)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait()
+            pass
         finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
             os.close(self.fd)
+        return self.proc.wait()
 
 
 def spoken(messages: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -227,13 +239,13 @@ async def _ran_again_if_locked(ws: Workspace, sid: int) -> None:
     """Wait for ``sid``'s run; one that opencode failed at its start with ``database is locked``
     is activated again, as a person would. (opencode sets its busy timeout only after its first
     statement, so its start can fail while another process reads its database: nothing was done.)"""
-    await until(lambda: _ran(ws, sid), timeout=RUN_S)
+    await until(lambda: _ran(ws, sid))
     for _ in range(3):
         runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]
         if runs[-1].outcome != "failed" or "database is locked" not in (runs[-1].error or ""):
             return
         await ws.activate(sid)
-        await until(lambda: _ran_n(ws, sid, len(runs) + 1), timeout=RUN_S)
+        await until(lambda: _ran_n(ws, sid, len(runs) + 1))
 
 
 async def _adopted_to_open(live: Workspace, agent: ClaudeSandbox, model_server: ModelServer,
@@ -278,9 +290,7 @@ async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_bac
         assert (await live.info(made.sid)).state is State.SUSPENDED  # held: no run may start meanwhile
         term.type("typed by a person\r")
         term.read_until("answered inside the cli")
-        term.type("/exit")
-        time.sleep(0.5)
-        term.type("\r")
+        term.exit_cli()
         term.read_until("synced from its agent's transcript")
     finally:
         code = term.close()
@@ -308,7 +318,7 @@ async def test_migrate_between_agent_clis_gives_each_the_conversation_so_far(
     model_server.script.add(say("Claude remembers the number 4417."))
     await live.send(sid, "remember 4417")
     await live.activate(sid)
-    await until(lambda: _ran(live, sid), timeout=RUN_S)
+    await until(lambda: _ran(live, sid))
     claude_ref = (await live.show(sid)).agent_ref
     assert claude_ref and claude_ref["cli"] == "claude"
 
@@ -317,7 +327,7 @@ async def test_migrate_between_agent_clis_gives_each_the_conversation_so_far(
     model_server.script.add(say("Codex sees 4417 too."))
     await live.send(sid, "which number?")
     await live.activate(sid)
-    await until(lambda: _ran_n(live, sid, 2), timeout=RUN_S)
+    await until(lambda: _ran_n(live, sid, 2))
     seen = " ".join(model_server.requests[-1].texts())
     assert "remember 4417" in seen and "Claude remembers the number 4417." in seen and "which number?" in seen
     assert (await live.show(sid)).agent_ref["id"] == moved.agent["id"]  # Codex's own thread, resumed
@@ -327,7 +337,7 @@ async def test_migrate_between_agent_clis_gives_each_the_conversation_so_far(
     model_server.script.add(say("Back in Claude."))
     await live.send(sid, "and now?")
     await live.activate(sid)
-    await until(lambda: _ran_n(live, sid, 3), timeout=RUN_S)
+    await until(lambda: _ran_n(live, sid, 3))
     seen = " ".join(model_server.requests[-1].texts())
     assert all(words in seen for words in ("remember 4417", "Codex sees 4417 too.", "and now?"))
     journal = [e for e in await live.journal(sid) if e.call == "migrate"]
@@ -363,7 +373,7 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
     async with engine_on(db, slots=1):
         await live.send(sid, "remember the word heron")
         await live.activate(sid)
-        await until(lambda: _ran(live, sid), timeout=RUN_S)
+        await until(lambda: _ran(live, sid))
     snap = tmp_path / "traveller.json"
     saved = await live.save(sid, file=str(snap))
     assert b"agent_session" in snap.read_bytes() and saved.sha256
@@ -382,7 +392,7 @@ async def test_save_carries_the_agents_own_session_and_load_map_resumes_it_on_an
         async with engine_on(other, slots=1):
             await ws.send(loaded.sid, "which word?")
             await ws.activate(loaded.sid)
-            await until(lambda: _ran(ws, loaded.sid), timeout=RUN_S)
+            await until(lambda: _ran(ws, loaded.sid))
         seen = " ".join(model_server.requests[-1].texts())
         assert "remember the word heron" in seen and "I will remember the word heron." in seen and "which word?" in seen
         assert (await ws.show(loaded.sid)).agent_ref["id"] == shown["agent_ref"]["id"]  # resumed, not forked
@@ -404,7 +414,7 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
     async with engine_on(db, slots=1):
         await live.send(sid, "remember the word heron")
         await live.activate(sid)
-        await until(lambda: _ran(live, sid), timeout=RUN_S)
+        await until(lambda: _ran(live, sid))
         own = (await live.show(sid)).agent_ref["id"]
         snap = tmp_path / "source.json"
         await live.save(sid, file=str(snap))
@@ -436,7 +446,7 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
     async with engine_on(db, slots=1):  # the source goes on: the snapshot is behind its CLI session now
         await live.send(sid, "and now?")
         await live.activate(sid)
-        await until(lambda: _ran_n(live, sid, 2), timeout=RUN_S)
+        await until(lambda: _ran_n(live, sid, 2))
         stale = await live.load(str(snap))
         assert (await live.show(stale.sid)).agent_ref is None
         assert any("with another history: its first run starts" in note.text for note in stale.notes)
@@ -518,7 +528,7 @@ async def test_fork_at_n_of_an_adopted_claude_session_cuts_the_clis_own_session_
     await give_env(live, child, claude_sandbox, monkeypatch)
     await live.send(child, "question two, asked otherwise")
     await live.activate(child)
-    await until(lambda: _ran(live, child), timeout=RUN_S)
+    await until(lambda: _ran(live, child))
     said = [i.text for i in model_server.turn_requests()[-1].items() if i.kind == "text"
             and i.role in ("user", "assistant")]
     assert "First answer." in said and "question two, asked otherwise" in said[-1]
@@ -540,16 +550,16 @@ async def test_a_transcript_rewound_in_claude_is_not_appended_the_session_keeps_
     first = (await live.history(made.sid))[1]
     assert first.content == "First answer."
     args, _ = claude_sandbox.headless("question two, otherwise", ident)
-    run = claude_sandbox.run([*args, "--resume-session-at", first.meta["agent_uuid"]], timeout=RUN_S)
+    run = claude_sandbox.run([*args, "--resume-session-at", first.meta["agent_uuid"]])
     assert run.returncode == 0, run.stderr[-2000:]
-    await until(lambda: _moved_off(live, made.sid, ident), timeout=20)  # the engine saw it, appended nothing
+    await until(lambda: _moved_off(live, made.sid, ident))  # the engine saw it, appended nothing
     assert [m.content for m in await live.history(made.sid)][-1] == "Second answer."
     again = await live.adopt("claude", ident, env=claude_sandbox.env)  # the new branch: a session of its own
     [branch] = again.results
     assert not branch.already and [m.content for m in await live.history(branch.sid)][-1] == "Rewound answer."
     await live.send(made.sid, "go on")
     await live.activate(made.sid)
-    await until(lambda: _ran(live, made.sid), timeout=RUN_S)
+    await until(lambda: _ran(live, made.sid))
     runs = [r for r in await live.runs(made.sid) if r.outcome != "outside"]
     assert runs[-1].outcome == "ok", runs[-1].error
     said = " ".join(model_server.turn_requests()[-1].texts())
@@ -574,9 +584,7 @@ async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
         term.read_until("said before the monitor")  # the CLI's own screen, over the monitor's
         term.type("typed via the monitor\r")
         term.read_until("answered in the cli, from the monitor")
-        term.type("/exit")
-        time.sleep(0.5)
-        term.type("\r")
+        term.exit_cli()
         term.read_until("messages synced from its agent's transcript")  # the monitor again, saying so
         term.type("q")
     finally:
@@ -585,3 +593,14 @@ async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
     shown = (await live.show(made.sid)).to_json()
     assert spoken(said(shown))[-2:] == [("user", "typed via the monitor"),
                                         ("assistant", "answered in the cli, from the monitor")]
+
+
+async def test_an_adopted_claude_session_has_its_models_window_before_any_run(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace) -> None:
+    """It showed 128,000 (a window of no CLI's) until its first run."""
+    model_server.script.add(say("Hello."))
+    ident = use_directly(claude_sandbox, "hi")
+    [made] = (await live.adopt("claude", ident, env=claude_sandbox.env)).results
+    info = await live.info(made.sid)
+    assert info.runner.startswith("claude:") and info.context_window == CLIS["claude"].window(info.runner.split(":", 1)[1])
+    assert info.context_window in (1_000_000, 200_000)

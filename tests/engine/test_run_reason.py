@@ -42,3 +42,16 @@ def test_a_codex_warning_in_a_turn_that_completed_is_the_logs_alone(tmp_path: Pa
     failed = {"type": "turn.failed", "error": {"message": "stream disconnected"}}
     assert fed(CodexReader(turn(tmp_path)), warning, failed) == (
         ["Codex: stream disconnected"], ["Codex: WARNING: proceeding, even though we could not create PATH aliases"])
+
+
+def test_claude_codes_window_is_its_turns_models_whatever_order_the_result_lists_models_in(tmp_path: Path) -> None:
+    """The window came and went (1,000,000, then 200,000) as the result listed the CLI's side
+    calls' model first: it is the window of the model the turn's own calls ran on."""
+    usage = {"claude-haiku-x": {"contextWindow": 200_000}, "claude-sonnet-x": {"contextWindow": 1_000_000}}
+    for order in (usage, dict(reversed(usage.items()))):
+        reader = ClaudeReader(turn(tmp_path))
+        reader.feed("".join(json.dumps(e) + "\n" for e in [
+            {"type": "assistant", "message": {"id": "m1", "model": "claude-sonnet-x", "content": [],
+                                              "usage": {"input_tokens": 900}}},
+            {"type": "result", "subtype": "success", "usage": {"input_tokens": 900}, "modelUsage": order}]).encode())
+        assert reader.close().context == (900, 1_000_000)

@@ -20,14 +20,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from ....model.agents import CLIS
 from ....model.transcripts.claude import home, transcript
 from .base import Invocation, Reader, Turn, text_of
 
 #: The tools a headless run may use without asking (no prompt can be answered).
 ALLOWED: Final = ("Bash", "Edit", "Read", "Write", "Glob", "Grep", "NotebookEdit", "TodoWrite")
-#: Its default model has a 1M window; any named one 200k, until the CLI says (``result``).
-DEFAULT_WINDOW: Final = 1_000_000
-NAMED_WINDOW: Final = 200_000
+#: Its default model's window, until the CLI says (``result``); a named one's, the CLI says.
+DEFAULT_WINDOW: Final = CLIS["claude"].window("")
 
 
 def invocation(exe: str, turn: Turn) -> Invocation:
@@ -83,6 +83,7 @@ class ClaudeReader(Reader):
         self.calls: dict[str, tuple[int, int, int]] = {}  # message id -> (input, cache read, cache write)
         self.summed = False
         self.tokens = 0
+        self.model = ""  # the model of the turn's own calls (not of the CLI's side calls: titles, summaries)
 
     def event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -110,6 +111,8 @@ class ClaudeReader(Reader):
         usage = message.get("usage") or {}
         call = (int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0),
                 int(usage.get("cache_creation_input_tokens") or 0))
+        if isinstance(message.get("model"), str):
+            self.model = message["model"]
         if message.get("id") and any(call):
             self.calls[str(message["id"])] = call
             self.tokens = sum(call)  # the whole prompt of this call: the agent's context now
@@ -122,8 +125,7 @@ class ClaudeReader(Reader):
         self.pending.cache_read += int(usage.get("cache_read_input_tokens") or 0)
         self.pending.cache_write += int(usage.get("cache_creation_input_tokens") or 0)
         self.summed = True
-        windows = [m.get("contextWindow") for m in (event.get("modelUsage") or {}).values() if isinstance(m, dict)]
-        window = next((w for w in windows if isinstance(w, int) and w > 0), None)
+        window = main_window(event.get("modelUsage"), self.model)
         if self.tokens:
             self.context(self.tokens, window)
         if event.get("is_error"):  # the reason is how it ended; what it says of it, the log's
@@ -136,3 +138,12 @@ class ClaudeReader(Reader):
                 self.pending.tokens_in += tokens_in
                 self.pending.cache_read += read
                 self.pending.cache_write += write
+
+
+def main_window(usage: Any, model: str) -> int | None:
+    """The window of the model the turn ran on, from a result's ``modelUsage`` (which lists the
+    CLI's side calls' models too, in no set order: the first one's window came and went)."""
+    models = {name: m for name, m in (usage if isinstance(usage, dict) else {}).items() if isinstance(m, dict)}
+    found = models.get(model) or (next(iter(models.values())) if len(models) == 1 else None)
+    window = (found or {}).get("contextWindow")
+    return window if isinstance(window, int) and window > 0 else None
