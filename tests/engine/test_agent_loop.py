@@ -201,6 +201,31 @@ async def test_interrupt_cancels_the_request_and_keeps_the_turns_done(live, engi
     assert [m.role for m in history] == ["user", "tool"] and history[1].meta["tool"]["output"] == "f"
 
 
+def test_a_reply_being_streamed_is_the_runs_status_while_it_streams():
+    """A long answer without tool calls showed no activity until it ended: its last words are
+    the run's status while it is written (a status event, as any step may print), at most every
+    ``STATUS_EVERY_S`` of the step's clock. The stream's own lines, fed as the server sends them."""
+    from procession.engine.runners import http
+    from procession.model.runner_spec import parse
+
+    step = http.HttpStep(parse("openai:m@http://127.0.0.1:9/v1"))
+    printed: list[tuple[str, bytes]] = []
+    step.sink = lambda stream, data: printed.append((stream, data))
+    now = [100.0]
+    step.clock = lambda: now[0]
+
+    def chunk(text: str) -> None:
+        step._line("data: " + json.dumps({"choices": [{"delta": {"content": text}}]}))
+        now[0] += 0.2
+
+    chunk("")  # the role's chunk: nothing said yet, nothing told
+    for word in ["The payroll ", "is computed ", "for everyone ", "on the first ", "of the month."]:
+        chunk(word)
+    told = [json.loads(data)["text"] for stream, data in printed if stream == "out"]
+    assert told == ["writing: The payroll", "writing: The payroll is computed for everyone on the first"]
+    assert b"".join(data for stream, data in printed if stream == "reply").decode().startswith("The payroll is")
+
+
 async def test_history_tool_calls_go_back_to_the_model_as_calls(live, engine, model, tmp_path):
     (tmp_path / "f.txt").write_text("f")
     sid = await session(live, model, tmp_path)

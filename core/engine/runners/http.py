@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,9 @@ _KEY = re.compile(r"[\x21-\x7e]+")
 HIDDEN = "[key hidden]"
 #: How much of a tool call's id and name (and of arguments refused) its record keeps.
 NAME_KEPT = 4096
+#: A reply being streamed is told as the run's status this often at most, by its last words.
+STATUS_EVERY_S = 0.5
+STATUS_TAIL = 150
 
 
 def api_key(variable: str) -> str | None:
@@ -170,6 +174,8 @@ class HttpStep:
         self._going = asyncio.Event()
         self._going.set()
         self._open_call: tuple[str, str, Any] | None = None
+        self.clock: Callable[[], float] = time.monotonic
+        self._told = -STATUS_EVERY_S  # when the reply under way was last told as the run's status
 
     @classmethod
     async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None,
@@ -315,15 +321,32 @@ class HttpStep:
             if not isinstance(delta, dict):
                 continue
             piece = delta.get("content")
-            if isinstance(piece, str):
+            if isinstance(piece, str) and piece:
                 self.reply.text.append(piece)
                 self.sink("reply", piece.encode("utf-8", "replace"))
+                self._writing()
             for part in delta.get("tool_calls") or []:
                 if isinstance(part, dict):
                     self._tool_piece(part)
         if isinstance(chunk.get("usage"), dict):
             self.reply.usage = chunk["usage"]
         return True
+
+    def _writing(self) -> None:
+        """A reply being streamed is what the run is doing: its last words are its status
+        (a long answer without tool calls showed nothing until it ended), told at most every
+        ``STATUS_EVERY_S``."""
+        now = self.clock()
+        if now - self._told < STATUS_EVERY_S:
+            return
+        self._told = now
+        tail, size = [], 0
+        for piece in reversed(self.reply.text):  # the last words, not the whole reply joined each time
+            tail.append(piece)
+            size += len(piece)
+            if size >= STATUS_TAIL:
+                break
+        self._event(type="status", text="writing: " + " ".join("".join(reversed(tail)).split())[-STATUS_TAIL:])
 
     def _tool_piece(self, part: dict[str, Any]) -> None:
         index = part.get("index", len(self.reply.calls))
