@@ -229,12 +229,6 @@ class Terminal:
         return self.proc.wait()
 
 
-def spoken(messages: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The conversation without the ``/exit`` typed to leave Claude Code: it may or may not
-    record that command (its ``<command-name>`` record and the command's output) before it quits."""
-    return [m for m in messages if not m[1].startswith(("<command-name>/exit", "<local-command-stdout>"))]
-
-
 async def _ran_again_if_locked(ws: Workspace, sid: int) -> None:
     """Wait for ``sid``'s run; one that opencode failed at its start with ``database is locked``
     is activated again, as a person would. (opencode sets its busy timeout only after its first
@@ -296,7 +290,7 @@ async def test_attach_opens_the_cli_on_the_session_and_brings_what_was_typed_bac
         code = term.close()
     assert code == 0
     shown = (await live.show(made.sid)).to_json()
-    assert spoken(said(shown))[-2:] == [("user", "typed by a person"), ("assistant", "answered inside the cli")]
+    assert said(shown)[-2:] == [("user", "typed by a person"), ("assistant", "answered inside the cli")]  # no /exit
     assert shown["state"] == "sleeping"
 
 
@@ -591,7 +585,7 @@ async def test_o_in_the_monitor_opens_the_cli_and_comes_back_to_the_table(
         code = term.close()
     assert code == 0
     shown = (await live.show(made.sid)).to_json()
-    assert spoken(said(shown))[-2:] == [("user", "typed via the monitor"),
+    assert said(shown)[-2:] == [("user", "typed via the monitor"),
                                         ("assistant", "answered in the cli, from the monitor")]
 
 

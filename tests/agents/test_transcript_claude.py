@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from conftest import until
+from conftest import HANG_S, until
 from procession.engine.runners.agents.base import Turn
 from procession.engine.runners.agents.claude import ClaudeReader
 from procession.model.errors import InvalidArgument
@@ -229,18 +229,17 @@ def sleeping(pid: int) -> bool:
 
 async def test_a_tool_still_running_is_left_for_the_read_after_it_returns(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer) -> None:
-    model_server.script.add(shell("sleep 30", text="Sleeping."), say("Stopped, then."))
+    model_server.script.add(shell("sleep 600", text="Sleeping."), say("Stopped, then."))
     args, _ = claude_sandbox.headless("sleep please")
     process = claude_sandbox.start(args)
     try:
         # the tool runs, and the CLI has written its call (it writes its records a little behind)
         running = await until(lambda: sleeping(process.pid) and next(
-            (f for f in FORMAT.discover(claude_sandbox.env) if b'"tool_use"' in Path(f.path).read_bytes()), None),
-            timeout=30)
+            (f for f in FORMAT.discover(claude_sandbox.env) if b'"tool_use"' in Path(f.path).read_bytes()), None))
         during = FORMAT.read(running)
         assert [(m.role, m.content) for m in during.messages] == [("user", "sleep please"), ("assistant", "Sleeping.")]
         process.send_signal(signal.SIGINT)  # the CLI kills the tool, and may exit before it writes the result
-        process.communicate(timeout=30)
+        process.communicate(timeout=HANG_S)
     finally:
         process.kill()
     assert claude_sandbox.prompt("go on", resume=running.id).returncode == 0
@@ -251,7 +250,7 @@ async def test_a_tool_still_running_is_left_for_the_read_after_it_returns(
     # call, leaving it off the conversation: the read follows the file either way.
     tools = [m.meta["tool"] for m in after.messages if m.role == "tool"]  # type: ignore[index]
     written = b'"tool_result"' in Path(running.path).read_bytes()
-    assert [(t["input"], t["is_error"]) for t in tools] == ([({"command": "sleep 30"}, True)] if written else [])
+    assert [(t["input"], t["is_error"]) for t in tools] == ([({"command": "sleep 600"}, True)] if written else [])
 
 
 def test_a_session_run_through_a_symbolic_link_is_found_where_the_cli_filed_it(
@@ -260,7 +259,7 @@ def test_a_session_run_through_a_symbolic_link_is_found_where_the_cli_filed_it(
     link.symlink_to(claude_sandbox.workdir)
     model_server.script.add(say("hi"))
     run = subprocess.run([str(claude_sandbox.cli.exe), "-p", "hello", "--output-format", "json"], cwd=link,
-                         env={**claude_sandbox.env, "PWD": str(link)}, capture_output=True, text=True, timeout=60)
+                         env={**claude_sandbox.env, "PWD": str(link)}, capture_output=True, text=True, timeout=HANG_S)
     assert run.returncode == 0, run.stderr
     sid = json.loads(run.stdout)["session_id"]
     assert Path(transcript(claude_sandbox.env, str(link), sid)).is_file()
@@ -411,6 +410,18 @@ def test_sidechains_meta_attachments_and_system_records_are_walked_through_never
     got = read(records)
     assert [(m.role, m.content) for m in got.messages] == [("user", "go"), ("assistant", "done")]
     assert got.tokens_in == 10  # msg_1 once; the sidechain's call is not this conversation's
+
+
+def test_the_clis_own_commands_typed_at_its_prompt_are_not_conversation(records: Records) -> None:
+    """Leaving an attached session with ``/exit`` added two user messages to its history on
+    every attach (``<command-name>/exit…``, ``<local-command-stdout>Goodbye!…``)."""
+    records.user("go")
+    records.assistant({"type": "text", "text": "done"})
+    records.user("<command-name>/exit</command-name>\n<command-message>exit</command-message>\n<command-args></command-args>")
+    records.user([{"type": "text", "text": "<local-command-stdout>Goodbye!</local-command-stdout>"}])
+    records.user("and one more")
+    assert [(m.role, m.content) for m in read(records).messages] == [("user", "go"), ("assistant", "done"),
+                                                                    ("user", "and one more")]
 
 
 def test_a_tool_use_waiting_for_its_result_ends_the_part_read(records: Records) -> None:

@@ -283,7 +283,21 @@ def _spoken(record: Mapping[str, Any]) -> bool:
     """A user record the agent was given: not the CLI's meta records, nor the summary it put
     in place of what it compacted (the conversation is read past the compaction)."""
     return record.get("type") == "user" and not (record.get("isMeta") or record.get("isCompactSummary")
-                                                 or record.get("isVisibleInTranscriptOnly"))
+                                                 or record.get("isVisibleInTranscriptOnly") or _local_command(record))
+
+
+#: How the CLI records a command of its own typed at its prompt (``/exit``, ``/clear``) and
+#: what it printed: kept in its transcript, never sent to the model, so not conversation.
+LOCAL_COMMAND: Final = ("<command-name>", "<command-message>", "<command-args>", "<local-command-stdout>",
+                        "<local-command-stderr>", "<local-command-caveat>")
+
+
+def _local_command(record: Mapping[str, Any]) -> bool:
+    content = _message(record).get("content")
+    if isinstance(content, list):  # text blocks: a local command's record is one
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        content = texts[0] if len(texts) == 1 and len(content) == 1 else None
+    return isinstance(content, str) and content.lstrip().startswith(LOCAL_COMMAND)
 
 
 def _filler(record: Mapping[str, Any]) -> bool:
