@@ -51,6 +51,11 @@ KEY_NAMES = {"space": "Space", "enter": "Enter", "escape": "Esc"}
 OUTSIDE_S = 3.0
 
 
+def _help_order(keys: list[str]) -> int:
+    """The help lists the F-keys first, by number, as htop's does; the rest keep their order after."""
+    return int(keys[0][1:]) if keys and re.fullmatch(r"F[0-9]{1,2}", keys[0]) else 100
+
+
 class CallCommands(Provider):
     """The command palette: every call of the registry, for the sessions the next call acts on;
     its title is the call's name and whom it acts on, its description the call's summary."""
@@ -385,8 +390,10 @@ class ProcessionApp(App[str]):
         """Every key with its alternates, as the keymap has them now (a remapped key shows as
         remapped); a call's row says what the call does in the core's words."""
         hidden = set(FLOWS) | {"nice_up", "nice_down"} if self.readonly else set()
-        rows = [(" ".join(keys), description, FLOWS[id_].summary if id_ in FLOWS else "")
-                for id_, (keys, description) in self.keys().items() if id_ not in hidden]
+        shown = [(keys, description, FLOWS[id_].summary if id_ in FLOWS else "")
+                 for id_, (keys, description) in self.keys().items() if id_ not in hidden]
+        shown.sort(key=lambda row: _help_order(row[0]))
+        rows = [(" ".join(keys), title, text) for keys, title, text in shown]
         rows += [("↑ ↓ PgUp PgDn", "Move the cursor", ""), ("Home End", "First, last row", ""),
                  ("← →", "Scroll the columns", "when they do not all fit (‹ › in the header say so)"),
                  ("Ctrl+P", "Command palette", "every call, searchable"),
@@ -422,7 +429,7 @@ class ProcessionApp(App[str]):
             return
         targets = screen.targets()
         keys = self.keys()
-        choices = [Choice(name, f"{' '.join(keys.get(name, ([], ''))[0]):<4} {flow.title:<10} {flow.summary}",
+        choices = [Choice(name, f"{' '.join(keys.get(name, ([], ''))[0]):<4} {flow.title} — {flow.summary}",
                           screen.applies(name)) for name, flow in FLOWS.items()]
         title = (f"Session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                  else f"{len(targets)} sessions" if targets else "No session selected")

@@ -1,8 +1,9 @@
 """Modal screens: forms and prompts, confirmations, the action menu, merge conflicts, setup, help.
 
 Every text in a dialog wraps to the dialog's width: nothing is cut, at 80x24 or wider. A
-form that a call refused is opened again with what was typed and the reason shown in it
-(``error``), so nothing typed is lost.
+dialog's hint (what saves it, what leaves it) stays at its bottom and a form's title and
+refusal at its top, in view while its fields scroll. A form that a call refused is opened
+again with what was typed and the reason shown in it (``error``), so nothing typed is lost.
 
 Titles, bodies, labels and choices quote session names, runners, paths and the core's
 refusals: each dialog makes them ``printable`` itself, so that no flow can forget to. A
@@ -61,7 +62,6 @@ class Form(ModalScreen[dict[str, str] | None]):
     """Ask for a few values. Enter in a one-line field submits, Tab moves on, Escape gives None."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "submit", "Submit", show=False)]
-    AUTO_FOCUS = "Input, TextArea"
 
     def __init__(self, title: str, fields: Sequence[Field], *, help: str = "", error: str = "") -> None:
         super().__init__()
@@ -75,9 +75,10 @@ class Form(ModalScreen[dict[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog"):
-            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
-            advice = [f"here, {flag} is the field “{f.label}”" for flag, f in self._flagged()]
-            yield _error_label("\n".join([self.error, *advice]) if self.error else "")
+            with Vertical(classes="dialog--head"):  # in view, however far the fields scroll
+                yield Static(printable(self.title_text), classes="dialog--title", markup=False)
+                advice = [f"here, {flag} is the field “{f.label}”" for flag, f in self._flagged()]
+                yield _error_label("\n".join([self.error, *advice]) if self.error else "")
             for f in self.fields:
                 if len(self.fields) > 1 or f.label:
                     yield Static(printable(f.label), classes="dialog--label", markup=False)
@@ -110,8 +111,13 @@ class Form(ModalScreen[dict[str, str] | None]):
         return out
 
     def on_mount(self) -> None:
-        for _, field in self._flagged()[:1]:
-            self.query_one(f"#field-{field.key}").focus()
+        """The cursor in the field a refusal names, scrolled into view; else in the first field,
+        the form shown from its top (the first field's label above it)."""
+        flagged = self._flagged()
+        if flagged:
+            self.query_one(f"#field-{flagged[0][1].key}").focus()
+        elif typed := self.query("Input, TextArea"):
+            typed.first().focus(scroll_visible=False)
 
     @on(Input.Submitted)
     def submitted(self) -> None:
@@ -300,7 +306,7 @@ class Conflicts(ModalScreen[dict[str, tuple[str, str]] | None]):
         options.highlighted = left[0]
         status = self.query_one("#status", Static)
         status.update(f"{plural(len(left), 'conflict')} not settled yet (marked ?): on each, o keeps ours, t takes"
-                      " theirs, e edits the value; then Enter merges · Esc cancels")
+                      " theirs, e edits a key's value; then Enter merges · Esc cancels")
         status.add_class("dialog--warning")
 
 

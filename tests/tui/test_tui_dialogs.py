@@ -117,7 +117,7 @@ async def test_every_dialog_fits_and_nothing_is_cut(db: Path, monitor: Any, size
         await check("f6")
         await on(PAYROLL)
         await check("k")
-        for key in ("n", "f", "w", "E", "P", "N", "g", "b", "B", "M", "T", "c"):
+        for key in ("n", "f", "w", "E", "V", "P", "N", "g", "b", "B", "M", "T", "c", "O"):
             await check(key)
         await check("S", then=("enter",))  # a checkpoint: its name
         await check("L")  # the checkpoint offered, or a file

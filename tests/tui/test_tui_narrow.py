@@ -1,6 +1,6 @@
-"""The monitor on an 80x24 terminal, read back from what the terminal gets: the columns that do
-not fit are reached by scrolling sideways, the header's clock is whole, and the help lists
-every key with its alternates.
+"""The monitor's header and help, read back from what the terminal gets, mostly at 80x24: the
+columns that do not fit are reached by scrolling sideways, the header's clock is whole and its
+token figure says who counted it, and the help lists every key with its alternates.
 """
 
 from __future__ import annotations
@@ -104,7 +104,6 @@ async def test_the_header_says_who_counted_the_tokens(tmp_path: Path, monitor: A
         with contextlib.closing(sqlite3.connect(db)) as conn, conn:
             conn.execute(f"UPDATE sessions SET agent_context = 500 WHERE {counted_by_agent}")
     app = await monitor(db)
-    async with app.run_test(size=(160, 45)) as pilot:
+    async with app.run_test(size=(160, 45)):
         await until(lambda: app.loaded and app.table.keys)
         await until(lambda: says in screen_text(app)[1])
-        await pilot.pause()
