@@ -149,6 +149,6 @@ async def test_the_team_example_still_runs_its_helpers_armed(db: Path, tmp_path:
         made = await ok(c, "spawn", name="helper", agent="research", runner="command:echo lead")
         await ok(c, "activate", sids=[made["sid"]])
     async with await Workspace.open(db) as ws, engine_on(db):
-        run = await until(lambda: finished(ws, made["sid"]), timeout=20)
+        run = await until(lambda: finished(ws, made["sid"]))
         assert run.outcome == "ok"
         assert json.dumps([m.content for m in await ws.history(made["sid"])]).count("lead") == 1

@@ -42,7 +42,7 @@ async def check_consistent(db: Path, since: int = 0) -> dict[str, int]:
     await engine.start()
     await engine.shutdown()
     for pid in orphans:
-        await until(lambda: proc_state(pid) in (None, "Z"), timeout=2)
+        await until(lambda: proc_state(pid) in (None, "Z"))
     ws = await Workspace.open(db)
     try:
         sessions = await ws.ps(all=True)

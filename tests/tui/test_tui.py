@@ -57,9 +57,10 @@ def make(db: Path, monitor: Any) -> Any:
     return make
 
 
-async def eventually(predicate: Any, timeout: float = 3.0) -> Any:
-    """A store or screen condition that a key's call makes true once its await is done."""
-    return await until(predicate, timeout=timeout, interval=0.01)
+async def eventually(predicate: Any) -> Any:
+    """A store or screen condition that a key's call makes true once its await is done (the
+    wait's ceiling is a hang guard: ``support.wait.HANG_S``)."""
+    return await until(predicate, interval=0.01)
 
 
 async def is_state(store: Workspace, sid: int, expected: State) -> bool:
@@ -196,23 +197,25 @@ async def test_search_moves_the_cursor_and_f3_finds_the_next_match(make) -> None
 async def test_filter_hides_other_rows_and_escape_clears_it(make) -> None:
     app = await make()
     async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.loaded and len(app.table.keys) == 8)
         await keys(pilot, "backslash")
         await pilot.press(*"quarterly")  # q, t, k... are typed, not taken as keys
         await settle(pilot)
-        assert keys_shown(app) == [AUDIT]
+        await eventually(lambda: keys_shown(app) == [AUDIT])
         assert app.is_running
         await keys(pilot, "escape")
-        assert len(app.table.keys) == 8 and app.feed.view.spec.filter == ""
+        await eventually(lambda: len(app.table.keys) == 8)
+        assert app.feed.view.spec.filter == ""
         await keys(pilot, "f4")
         await pilot.press(*"hr")
         await keys(pilot, "enter")  # kept
-        assert keys_shown(app) == [PAYROLL, SCREENING, FILING, AUDIT]
+        await eventually(lambda: keys_shown(app) == [PAYROLL, SCREENING, FILING, AUDIT])
         assert app.focused is app.table
         await keys(pilot, "escape")
-        assert len(app.table.keys) == 8
+        await eventually(lambda: len(app.table.keys) == 8)
         await keys(pilot, "backslash")
         await answer(pilot, app, "suspended")  # a state
-        assert keys_shown(app) == [FILING]
+        await eventually(lambda: keys_shown(app) == [FILING])
         assert "filter: suspended" in app.query_one("#meters").note
 
 
@@ -365,8 +368,10 @@ async def test_activate_suspend_resume_interrupt(make, store: Workspace) -> None
         await to(pilot, app, PAYROLL)
         await keys(pilot, "a")
         await eventually(lambda: is_state(store, PAYROLL, State.READY))
+        await eventually(lambda: " Q " in line_of(app, PAYROLL))  # as a person does: sees it, then presses
         await keys(pilot, "i")
         await eventually(lambda: is_state(store, PAYROLL, State.SLEEPING))
+        await eventually(lambda: " S " in line_of(app, PAYROLL))
         await keys(pilot, "z")
         await eventually(lambda: is_state(store, PAYROLL, State.SUSPENDED))
         await eventually(lambda: " T " in line_of(app, PAYROLL))
@@ -434,7 +439,7 @@ async def test_nice_keys_move_the_priority(make, store: Workspace) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await to(pilot, app, SCREENING)
         await keys(pilot, "right_square_bracket", "f7")
-        await eventually(lambda: store.info(SCREENING), timeout=1)
+        await eventually(lambda: app.feed.sessions[SCREENING].priority == 2)
         assert (await store.info(SCREENING)).priority == 2
         await keys(pilot, "left_square_bracket", "f8", "f8")
         await eventually(lambda: app.feed.sessions[SCREENING].priority == -1)
@@ -887,29 +892,27 @@ async def test_new_and_ending_sessions_are_highlighted_for_a_few_seconds(make, s
         assert new_bg is not None and list(app.table.render_line(app.table.index_of(sid)))[0].style.bgcolor != new_bg
 
 
-async def test_a_change_from_another_process_shows_within_a_second(make, db: Path, tmp_path: Path) -> None:
+async def test_a_change_from_another_process_shows_without_a_key(make, db: Path, tmp_path: Path) -> None:
+    """How soon is a benchmark's figure (bench/: a time here would fail on a loaded machine)."""
     app = await make()
 
-    async def cli(*args: str) -> float:
+    async def cli(*args: str) -> None:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "procession", "--db", str(db), *args, cwd=tmp_path,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         _, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
-        return time.monotonic()
 
     async with app.run_test(size=SIZE):
         await until(lambda: app.loaded and app.table.keys)
         assert " S " in line_of(app, PAYROLL)
-        done = await cli("suspend", str(PAYROLL))
-        await until(lambda: " T " in line_of(app, PAYROLL), timeout=1.0)
-        assert time.monotonic() - done < 1.0
+        await cli("suspend", str(PAYROLL))
+        await until(lambda: " T " in line_of(app, PAYROLL))
         messages = app.feed.sessions[APIDOCS].messages
-        done = await cli("send", str(APIDOCS), "hello from the shell")
-        await until(lambda: f" {messages + 1} " in line_of(app, APIDOCS), timeout=1.0)
-        assert time.monotonic() - done < 1.0
-        done = await cli("spawn", "from the shell", "--agent", "ops")
-        await until(lambda: 9 in app.table.keys and "from the shell" in line_of(app, 9), timeout=1.0)
+        await cli("send", str(APIDOCS), "hello from the shell")
+        await until(lambda: f" {messages + 1} " in line_of(app, APIDOCS))
+        await cli("spawn", "from the shell", "--agent", "ops")
+        await until(lambda: 9 in app.table.keys and "from the shell" in line_of(app, 9))
         assert app.table.cursor_key == PAYROLL
 
 
@@ -920,7 +923,7 @@ async def test_the_monitor_runs_the_engine_and_lets_it_go_on_quit(tmp_path: Path
         await ws.send(sid, "summarise this")
     app = await monitor(path, clock=time.time, engine=True)
     async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.query_one("#meters").engine.startswith("this process"), timeout=5)
+        await until(lambda: app.query_one("#meters").engine.startswith("this process"))
         await keys(pilot, "a")
         await until(lambda: app.feed.sessions[sid].messages == 2 and app.feed.sessions[sid].state is State.SLEEPING,
                     timeout=10)
@@ -1014,11 +1017,11 @@ async def test_editing_a_theme_file_reloads_it_live(make, tmp_path: Path) -> Non
         await until(lambda: app.loaded and app.table.keys)
         await asyncio.sleep(0.3)  # the watcher starts after the first refresh
         path.write_text('name = "mine"\nprimary = "#00aa00"\n')
-        await until(lambda: app.said("theme mine reloaded"), timeout=5)
+        await until(lambda: app.said("theme mine reloaded"))
         assert app.get_theme("mine").primary == "#00aa00"
         await until(lambda: app.table._style("table--cursor").bgcolor.triplet.hex.lower() == "#00aa00")
         path.write_text('name = "mine"\nprimary = 3\n')
-        await until(lambda: app.said("mine.toml", "primary", severity="warning"), timeout=5)
+        await until(lambda: app.said("mine.toml", "primary", severity="warning"))
         assert app.get_theme("mine").primary == "#00aa00"  # the broken edit is not applied
         assert app.is_running
 

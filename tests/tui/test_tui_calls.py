@@ -18,7 +18,7 @@ from support.monitor import answer
 
 
 async def choose(pilot: Any, app: Any, option: str) -> None:
-    await until(lambda: isinstance(app.screen, ActionMenu), timeout=3)
+    await until(lambda: isinstance(app.screen, ActionMenu))
     options = app.screen.query_one(OptionList)
     options.highlighted = [o.id for o in options._options].index(option)
     await pilot.press("enter")
@@ -42,7 +42,7 @@ async def test_every_call_of_the_table_is_reachable_by_key_menu_and_palette(tmp_
         for name in FLOWS:
             assert keys[name][0], f"{name} has no key"
         await pilot.press("k")
-        await until(lambda: isinstance(app.screen, ActionMenu), timeout=3)
+        await until(lambda: isinstance(app.screen, ActionMenu))
         assert {choice.id for choice in app.screen.choices} == set(FLOWS)
         await pilot.press("escape")
         from procession.tui.app import CallCommands
@@ -67,7 +67,7 @@ async def test_spawn_load_priority_memory_bind_and_trigger_from_the_menu(tmp_pat
             await until(lambda: app.loaded)
             await call(pilot, app, "spawn")
             await answer(pilot, app, "second", "docs", "builtin:echo", str(tmp_path))
-            await until(lambda: _named(ws, "second"), timeout=3)
+            await until(lambda: _named(ws, "second"))
             second = (await _named(ws, "second")).id
             assert (await ws.info(second)).agent == "docs" and app.table.cursor_key == second
             await call(pilot, app, "nice")
@@ -80,7 +80,7 @@ async def test_spawn_load_priority_memory_bind_and_trigger_from_the_menu(tmp_pat
             await call(pilot, app, "trigger")
             await choose(pilot, app, "add")
             await answer(pilot, app, 'cron "0 9 1 * *"')
-            await until(lambda: _has_trigger(ws, second), timeout=3)
+            await until(lambda: _has_trigger(ws, second))
             shown = await ws.show(second)
             assert shown.info.priority == 7 and shown.memory == {"month": "2026-11"}
             assert [r.uri for r in shown.resources] == [str(tmp_path)]
@@ -93,15 +93,15 @@ async def test_spawn_load_priority_memory_bind_and_trigger_from_the_menu(tmp_pat
             await choose(pilot, app, str(shown.resources[0].id))
             await call(pilot, app, "load")  # no checkpoint to offer: straight to the file
             await answer(pilot, app, "first.json")
-            await until(lambda: _count(ws, 3), timeout=3)
+            await until(lambda: _count(ws, 3))
             shown = await ws.show(second)
             assert shown.memory == {} and shown.info.triggers == () and shown.resources == ()
             loaded = max(s.id for s in await ws.ps())
             assert not (await ws.info(loaded)).armed
             await call(pilot, app, "set")  # settings after spawn: name, goal, system prompt, timeout, window
-            await until(lambda: isinstance(app.screen, Form), timeout=3)
+            await until(lambda: isinstance(app.screen, Form))
             await answer(pilot, app, "second, renamed", "a goal", "be brief", "30", "64000", "5")
-            await until(lambda: _named(ws, "second, renamed"), timeout=3)
+            await until(lambda: _named(ws, "second, renamed"))
             info = await ws.info(loaded)
             detail = await ws.show(loaded)
             assert (info.goal, detail.system, info.timeout, info.context_window) == ("a goal", "be brief", 30, 64000)
@@ -137,20 +137,20 @@ async def test_the_sampling_form_sets_what_set_does_on_the_command_line(tmp_path
         await pilot.pause()
         assert app.main.applies("sampling")
         await pilot.press("P")
-        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await until(lambda: isinstance(app.screen, Form))
         await answer(pilot, app, "0.3", "512", '{"top_p": 0.9, "seed": 7}')
-        await until(lambda: _sampled(db, sid), timeout=3)
+        await until(lambda: _sampled(db, sid))
         async with await Workspace.open(db) as ws:
             first = (await ws.show(sid)).env
         assert first == {"PROCESSION_SAMPLING": '{"max_tokens": 512, "seed": 7, "temperature": 0.3, "top_p": 0.9}'}
         await call(pilot, app, "sampling")  # shown as set; a field left out goes, one typed wrong is refused
-        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await until(lambda: isinstance(app.screen, Form))
         assert [i.value for i in app.screen.query("Input")] == ["0.3", "512", '{"seed": 7, "top_p": 0.9}']
         await answer(pilot, app, "hot", "512", '{"seed": 7}')
         await until(lambda: isinstance(app.screen, Form) and "the temperature is a number" in app.screen.error,
                     timeout=3)
         await answer(pilot, app, "", "512", '{"seed": 7}')
-        await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        await until(lambda: not isinstance(app.screen, Form))
     cli("set", str(twin), "--temperature", "0.3", "--max-tokens", "512", "--request", "top_p=0.9",
         "--request", "seed=7")
     async with await Workspace.open(db) as ws:
@@ -175,24 +175,24 @@ async def test_a_refusal_naming_a_flag_keeps_the_form_and_points_at_its_field(tm
     async with app.run_test(size=(80, 24)) as pilot:
         await until(lambda: app.loaded and sid in app.table.keys)
         await pilot.press("V")
-        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await until(lambda: isinstance(app.screen, Form))
         await answer(pilot, app, "API_KEY=sk-1")
-        await until(lambda: isinstance(app.screen, Form) and "--pass API_KEY" in app.screen.error, timeout=3)
+        await until(lambda: isinstance(app.screen, Form) and "--pass API_KEY" in app.screen.error)
         shown = str(app.screen.query_one("#error").render())
         assert "here, --pass is the field “Names passed from the engine's environment" in shown
         assert app.screen.query_one("#field-env", Input).value == "API_KEY=sk-1"  # what was typed stays
         assert app.focused is app.screen.query_one("#field-passed")  # where to put it
         await answer(pilot, app, "", "API_KEY")
-        await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        await until(lambda: not isinstance(app.screen, Form))
         async with await Workspace.open(db) as ws:
             assert list((await ws.show(sid)).passed) == ["API_KEY"]
 
         await pilot.press("c")  # a summary by a model, for a session whose runner is not one
         await choose(pilot, app, "model")
-        await until(lambda: isinstance(app.screen, Form), timeout=3)
+        await until(lambda: isinstance(app.screen, Form))
         await answer(pilot, app, "")
-        await until(lambda: isinstance(app.screen, Form) and "--with" in app.screen.error, timeout=3)
+        await until(lambda: isinstance(app.screen, Form) and "--with" in app.screen.error)
         assert "here, --with is the field “Model that writes it" in str(app.screen.query_one("#error").render())
         assert app.focused is app.screen.query_one("#field-model")
         await pilot.press("escape")
-        await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        await until(lambda: not isinstance(app.screen, Form))

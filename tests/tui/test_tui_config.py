@@ -28,7 +28,7 @@ async def test_a_remapped_key_makes_its_call_and_the_old_key_does_not(tmp_path: 
             assert (await witness.info(1)).state is State.SLEEPING
             await pilot.press("ctrl+z")
             await pilot.pause()
-            await until(lambda: _state(witness, 1, State.SUSPENDED), timeout=3)
+            await until(lambda: _state(witness, 1, State.SUSPENDED))
             await pilot.press("f1")  # the help shows the key as remapped
             await pilot.pause()
             rows = {title: keys for keys, title, _ in app.screen.rows}
@@ -63,7 +63,7 @@ async def test_quitting_with_steps_running_in_the_monitors_engine_asks_first(tmp
     app = await monitor(db, engine=True, clock=time.time)
     try:
         async with app.run_test(size=(160, 45)) as pilot:
-            await until(lambda: _state(ws, sid, State.RUNNING), timeout=10)
+            await until(lambda: _state(ws, sid, State.RUNNING))
             await pilot.press("q")
             await pilot.pause()
             assert isinstance(app.screen, Confirm) and "1 step running" in app.screen.title_text

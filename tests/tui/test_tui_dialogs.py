@@ -95,13 +95,13 @@ async def test_every_dialog_fits_and_nothing_is_cut(db: Path, monitor: Any, size
 
         async def check(*pressed: str, then: tuple[str, ...] = ()) -> None:
             await keys(pilot, *pressed)
-            await until(lambda: isinstance(app.screen, ModalScreen), timeout=3)
+            await until(lambda: isinstance(app.screen, ModalScreen))
             await pilot.pause()
             uncut(app)
             hint_shown(app)
             for key in then:  # into the next dialog of the flow
                 await keys(pilot, key)
-                await until(lambda: isinstance(app.screen, ModalScreen), timeout=3)
+                await until(lambda: isinstance(app.screen, ModalScreen))
                 await pilot.pause()
                 uncut(app)
                 hint_shown(app)

@@ -26,7 +26,7 @@ async def test_a_with_no_engine_anywhere_says_the_run_waits(tmp_path: Path, moni
     async with app.run_test(size=(160, 45)) as pilot:
         await to(pilot, app, sid)
         await keys(pilot, "a")
-        await until(lambda: app.said("no engine runs on this workspace", "waits in the queue"), timeout=3)
+        await until(lambda: app.said("no engine runs on this workspace", "waits in the queue"))
 
 
 async def test_the_monitor_runs_the_engine_when_the_one_it_watched_dies(tmp_path: Path, monitor: Any) -> None:
@@ -36,19 +36,19 @@ async def test_the_monitor_runs_the_engine_when_the_one_it_watched_dies(tmp_path
     other = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run"], stderr=subprocess.DEVNULL)
     try:
         async with await Workspace.open(db) as ws:
-            await until(lambda: _engine(ws), timeout=10)
+            await until(lambda: _engine(ws))
         app = await monitor(db, engine=True, clock=time.time)
         async with app.run_test(size=(160, 45)) as pilot:
             meters = app.main.query_one("#meters")
-            await until(lambda: meters.engine.startswith(f"pid {other.pid}"), timeout=10)
+            await until(lambda: meters.engine.startswith(f"pid {other.pid}"))
             other.kill()
             await asyncio.to_thread(other.wait)
-            await until(lambda: meters.engine.startswith("this process"), timeout=10)
+            await until(lambda: meters.engine.startswith("this process"))
             assert f"after the engine of pid {other.pid}" in meters.engine
             assert app.said(f"the engine of pid {other.pid}", "this monitor runs the engine now")
             await to(pilot, app, sid)
             await keys(pilot, "a")  # and it runs steps
-            await until(lambda: app.feed.sessions[sid].last_outcome == "ok", timeout=10)
+            await until(lambda: app.feed.sessions[sid].last_outcome == "ok")
     finally:
         if other.poll() is None:
             other.kill()
@@ -63,7 +63,7 @@ async def test_a_session_suspended_for_failing_is_told_and_marked(tmp_path: Path
     async with app.run_test(size=(160, 45)) as pilot:
         await to(pilot, app, sid)
         await keys(pilot, "a")
-        await until(lambda: app.said("is suspended: its last 1 run failed", severity="error"), timeout=10)
+        await until(lambda: app.said("is suspended: its last 1 run failed", severity="error"))
         info = app.feed.sessions[sid]
         assert info.state is State.SUSPENDED and info.reason == "failing"
         line = app.table.render_line(app.table.index_of(sid) - int(app.table.scroll_offset.y)).text
@@ -78,13 +78,13 @@ async def test_the_detail_view_shows_a_running_steps_log_as_it_comes(tmp_path: P
     async with app.run_test(size=(160, 45)) as pilot:
         await to(pilot, app, sid)
         await keys(pilot, "a")
-        await until(lambda: app.feed.sessions[sid].state is State.RUNNING, timeout=10)
+        await until(lambda: app.feed.sessions[sid].state is State.RUNNING)
         await keys(pilot, "enter")
         assert isinstance(app.screen, Detail)
         log = app.screen.query_one("#body-log", Log)
-        await until(lambda: "first" in "\n".join(log.lines), timeout=5)
+        await until(lambda: "first" in "\n".join(log.lines))
         assert "second" not in "\n".join(log.lines)
-        await until(lambda: "second" in "\n".join(log.lines), timeout=5)  # live, not at the end
+        await until(lambda: "second" in "\n".join(log.lines))  # live, not at the end
         assert "\\x1b[31mred" in "\n".join(log.lines) and "\x1b" not in "\n".join(log.lines)
         await keys(pilot, "i")
 
@@ -99,9 +99,9 @@ async def test_the_monitor_stops_and_says_why_when_its_workspace_file_is_moved(t
         await ws.spawn("s", "a")
     app = await monitor(db)
     async with app.run_test(size=(160, 45)) as pilot:
-        await until(lambda: app.table.keys, timeout=5)
+        await until(lambda: app.table.keys)
         db.rename(tmp_path / "elsewhere.db")
-        await until(lambda: app.return_value is not None, timeout=5)
+        await until(lambda: app.return_value is not None)
         await pilot.pause()
     assert app.return_value == f"the monitor stopped: {db} is gone: the workspace open here was moved or deleted"
     assert app.return_code == 1

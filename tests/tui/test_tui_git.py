@@ -23,9 +23,10 @@ SIZE = (160, 45)
 pytestmark = pytest.mark.usefixtures("git_identity")
 
 
-async def eventually(predicate: Any, timeout: float = 30.0) -> Any:
-    """Soon, on a quiet machine; git's own work (a checkout) can take seconds on a loaded one."""
-    return await until(predicate, timeout=timeout, interval=0.01)
+async def eventually(predicate: Any) -> Any:
+    """Soon, on a quiet machine; git's own work (a checkout) can take seconds on a loaded one
+    (the wait's ceiling is a hang guard: ``support.wait.HANG_S``)."""
+    return await until(predicate, interval=0.01)
 
 
 async def test_commit_trigger_fork_into_a_worktree_and_merge_its_files(monitor, tmp_path: Path) -> None:

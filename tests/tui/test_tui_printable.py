@@ -90,7 +90,7 @@ async def test_the_detail_view_shows_everything_visibly(db, tmp_path, cli, monit
 async def test_notifications_and_refusals_quoting_user_text_are_printable(db, tmp_path, cli, monitor):
     failing, loaded = await hostile_workspace(db, tmp_path, cli)
     app = await monitor(db)
-    async with app.run_test(size=(160, 45), notifications=True) as pilot:
+    async with app.run_test(size=(160, 45), notifications=True):
         await until(lambda: loaded in app.table.keys)
         await app.main.make(app.ws.unbind(loaded, f"{OSC}\x9b"))  # the core's refusal quotes what was asked
         await until(lambda: "has no resource" in drawn(app))
