@@ -893,7 +893,8 @@ async def test_new_and_ending_sessions_are_highlighted_for_a_few_seconds(make, s
 
 
 async def test_a_change_from_another_process_shows_without_a_key(make, db: Path, tmp_path: Path) -> None:
-    """How soon is a benchmark's figure (bench/: a time here would fail on a loaded machine)."""
+    """How soon is the refresh interval's and a benchmark's business (bench/monitor.py times the
+    tick that takes another process's change); a time asserted here failed on a loaded machine."""
     app = await make()
 
     async def cli(*args: str) -> None:
