@@ -26,11 +26,17 @@ def claude_session(home: Path, cwd: str) -> dict[str, str]:
     return ref
 
 
-async def test_save_carries_no_file_a_link_in_the_sessions_folder_points_to(
-        ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
+def in_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str = "work") -> tuple[Path, Path]:
+    """A home folder for the CLI's files and a project folder it worked in."""
+    home, work = tmp_path / "home", tmp_path / folder
     work.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    return home, work
+
+
+async def test_save_carries_no_file_a_link_in_the_sessions_folder_points_to(
+        ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home, work = in_home(tmp_path, monkeypatch)
     secret = tmp_path / "id_rsa"
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY----- TOP-SECRET")
     ref = claude_session(home, str(work))
@@ -48,9 +54,7 @@ async def test_save_carries_no_file_a_link_in_the_sessions_folder_points_to(
 
 async def test_a_transcript_that_is_a_link_is_not_read(ws: Workspace, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
-    work.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+    home, work = in_home(tmp_path, monkeypatch)
     ref = claude_session(home, str(work))
     [made] = (await ws.adopt("claude", ref["id"], env={"HOME": str(home)})).results
     decoy = tmp_path / "decoy.jsonl"
@@ -83,9 +87,7 @@ async def test_adopt_says_where_a_transcript_says_it_ran_and_holds_an_unsafe_fol
 
 async def test_adopt_of_a_project_folder_is_armed_and_says_the_folder(ws: Workspace, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    home, work = tmp_path / "home", tmp_path / "project"
-    work.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+    home, work = in_home(tmp_path, monkeypatch, "project")
     ref = claude_session(home, str(work))
     [made] = (await ws.adopt("claude", ref["id"], env={"HOME": str(home)})).results
     assert made.cwd == str(work) and not made.held and (await ws.info(made.sid)).armed
