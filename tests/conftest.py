@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from procession import Workspace
-from support.wait import until  # noqa: F401  (tests import it from here)
+from support.wait import HANG_S, slow_factor, until  # noqa: F401  (tests import them from here)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-timeout's per-test limit is a hang guard, as `HANG_S` is: scaled by the same
+    ``PROCESSION_TEST_SLOW`` factor (after pytest-timeout has read it)."""
+    if getattr(config, "_env_timeout", None):
+        config._env_timeout *= slow_factor()  # type: ignore[attr-defined]
 
 
 class Clock:
@@ -60,7 +68,7 @@ class Cli:
     def __call__(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = self.env()
         proc = subprocess.run([sys.executable, "-m", "procession", *args], capture_output=True, text=True,
-                              input=input, env=env, cwd=self.cwd, timeout=60)
+                              input=input, env=env, cwd=self.cwd, timeout=HANG_S)
         if check and proc.returncode != 0:
             raise AssertionError(f"procession {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc

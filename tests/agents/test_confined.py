@@ -4,7 +4,8 @@ and cannot leave it: write a key into its home's ``.ssh``, write ``/etc``, write
 beside its own, read a file it was not given. Nor does it see a variable the engine has and
 the session was not given. The CLIs' own sandboxes still let them run their tools (Codex's
 bubblewrap cannot start inside the kernel's confinement, so a confined Codex runs without
-it: the kernel holds its tools instead).
+it: the kernel holds its tools instead). That a confined CLI still uses its own state and
+resumes its session is test_runners' first test: every run there is confined by default.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from support.agent_clis import AgentSandbox
 from support.models import ModelServer, say, shell
 from support.runs import finished
 
-from test_runners import RUN_S, agent_session
+from test_runners import agent_session
 
 pytestmark = pytest.mark.skipif(confinement.kernel() < 1, reason="this kernel has no Landlock")
 
@@ -44,7 +45,7 @@ async def test_an_agent_cli_works_in_its_folder_and_nowhere_else(
     try:
         await live.send(sid, "try everything")
         await live.activate(sid)
-        run = await until(lambda: finished(live, sid), timeout=RUN_S)
+        run = await until(lambda: finished(live, sid))
         assert run.outcome == "ok", run.error
         [tool] = [c for c in (await live.show(sid)).context if c.role == "tool"]
         output = tool.meta["tool"]["output"]  # type: ignore[index]
@@ -56,23 +57,6 @@ async def test_an_agent_cli_works_in_its_folder_and_nowhere_else(
         assert (await live.info(sid)).confinement == f"landlock ABI {confinement.kernel()}"
     finally:
         etc.unlink(missing_ok=True)
-
-
-async def test_confined_agent_clis_still_use_their_state_and_resume(
-        agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI's own state folder is its to write: a second run resumes the session the first
-    made, as unconfined runs do."""
-    model_server.script.add(say("First."), say("Second."))
-    sid = await agent_session(live, agent_sandbox, monkeypatch)
-    for n, text in enumerate(("one", "two"), 1):
-        await live.send(sid, text)
-        await live.activate(sid)
-        run = await until(lambda n=n: finished(live, sid, n), timeout=RUN_S)
-        assert run.outcome == "ok", run.error
-    assert json.dumps([m.content for m in await live.history(sid)]).count("Second.") == 1
-    said = " ".join(model_server.turn_requests()[-1].texts())
-    assert "one" in said and "First." in said and "two" in said
 
 
 async def test_claude_codes_own_sandbox_turned_on_still_runs_its_tools_confined(
@@ -93,7 +77,7 @@ async def test_claude_codes_own_sandbox_turned_on_still_runs_its_tools_confined(
     sid = await agent_session(live, claude_sandbox, monkeypatch)
     await live.send(sid, "make it")
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
     [tool] = [c for c in (await live.show(sid)).context if c.role == "tool"]
     assert tool.meta["tool"]["is_error"] is False, tool.meta  # type: ignore[index]

@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 from support.models import ModelServer, Script, Usage, http_error, say, shell
+from support.wait import HANG_S
 
 TOOLS = [{"name": "Bash", "input_schema": {"type": "object"}}]
 
 
 def post(server: ModelServer, path: str, body: dict[str, Any]) -> tuple[int, Any]:
     host, port = server.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection = http.client.HTTPConnection(host, int(port), timeout=HANG_S)
     try:
         connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         response = connection.getresponse()

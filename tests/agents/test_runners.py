@@ -22,13 +22,13 @@ import pytest
 
 from conftest import until
 from procession import InvalidArgument, State, Workspace
+from procession.engine import confinement
 from support.agent_clis import AgentSandbox, OpencodeSandbox, session_env
 from support.models import Hold, ModelServer, Usage, mcp_call, say, shell
 from support.runs import finished, last_run
 
 MCP_CALC = Path(__file__).resolve().parents[1] / "support" / "mcp_calc.py"
 TOOL = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}
-RUN_S = 60.0
 
 
 async def agent_session(ws: Workspace, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch, name: str = "coder",
@@ -43,7 +43,7 @@ async def ask(ws: Workspace, sid: int, text: str, runs: int) -> Any:
     """Send ``text``, activate, and wait for run number ``runs`` of the session to end."""
     await ws.send(sid, text)
     await ws.activate(sid)
-    return await until(lambda: finished(ws, sid, runs), timeout=RUN_S)
+    return await until(lambda: finished(ws, sid, runs))
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -66,8 +66,27 @@ def gone(process: psutil.Process) -> bool:
         return True
 
 
-def sleeping_in(pid: int, seconds: str) -> bool:
-    return any(p.name() == "sleep" and seconds in p.cmdline() for p in tree(pid) if p.is_running())
+def sleeps_of(pid: int, seconds: str) -> list[psutil.Process]:
+    """The ``sleep SECONDS`` processes among ``pid``'s descendants."""
+    found = []
+    for p in tree(pid):
+        try:
+            if p.name() == "sleep" and seconds in p.cmdline():
+                found.append(p)
+        except psutil.Error:  # it went while being looked at
+            pass
+    return found
+
+
+def end_sleep(pid: int, seconds: str) -> None:
+    """End the tool's ``sleep SECONDS``; its shell goes on to the next command. The test, not
+    a clock, says when the tool is done: a sleep of fixed length could end before a slow
+    machine has looked at it. A stopped sleep only takes the signal once it is continued."""
+    for p in sleeps_of(pid, seconds):
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def transcript_state(agent: AgentSandbox, ref: dict[str, Any]) -> str:
@@ -100,6 +119,8 @@ async def test_a_run_lands_structured_and_the_next_run_resumes_the_agents_own_se
     run = await ask(live, sid, "write hi into file", 1)
     assert run.outcome == "ok", run.error
     assert (agent.workdir / "file").read_text() == "hi\n"
+    if confinement.kernel() >= 1:  # runs are confined by default: the resume below is a confined CLI's, on its own state
+        assert (await live.info(sid)).confinement == f"landlock ABI {confinement.kernel()}"
 
     shown = (await live.show(sid)).to_json()
     tools = [c for c in shown["context"] if c["role"] == "tool"]
@@ -129,20 +150,21 @@ async def test_a_run_lands_structured_and_the_next_run_resumes_the_agents_own_se
 async def test_suspend_stops_every_process_of_the_tree_and_resume_continues_them(
         agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    model_server.script.add(shell("sleep 3 && echo slept"), say("Slept."))
+    model_server.script.add(shell("sleep 600; echo slept"), say("Slept."))
     sid = await agent_session(live, agent_sandbox, monkeypatch)
     await live.send(sid, "sleep a little")
     await live.activate(sid)
-    pid = await until(lambda: step_pid(live, sid), timeout=RUN_S)
-    await until(lambda: sleeping_in(pid, "3"), timeout=RUN_S)
+    pid = await until(lambda: step_pid(live, sid))
+    await until(lambda: sleeps_of(pid, "600"))
     await live.suspend(sid)
-    await until(lambda: all(p.status() == psutil.STATUS_STOPPED for p in tree(pid)), timeout=5)
+    await until(lambda: all(p.status() == psutil.STATUS_STOPPED for p in tree(pid)))
     stopped = tree(pid)
     assert len(stopped) >= 3 and any(p.name() == "sleep" for p in stopped)  # the CLI, the tool's shell, its sleep
     await asyncio.sleep(0.5)
     assert all(p.status() == psutil.STATUS_STOPPED for p in stopped)
     await live.resume(sid)
-    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    end_sleep(pid, "600")  # taken only if resumed: else the run never ends
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
     tools = [c for c in (await live.show(sid)).context if c.role == "tool"]
     _, said = await live.run_log(sid)
@@ -152,16 +174,16 @@ async def test_suspend_stops_every_process_of_the_tree_and_resume_continues_them
 async def test_cancel_during_a_tool_leaves_no_process_of_the_tree_alive(
         agent_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    model_server.script.add(shell("sleep 30"))
+    model_server.script.add(shell("sleep 600"))
     sid = await agent_session(live, agent_sandbox, monkeypatch)
     await live.send(sid, "sleep long")
     await live.activate(sid)
-    pid = await until(lambda: step_pid(live, sid), timeout=RUN_S)
-    await until(lambda: sleeping_in(pid, "30"), timeout=RUN_S)
+    pid = await until(lambda: step_pid(live, sid))
+    await until(lambda: sleeps_of(pid, "600"))
     everyone = tree(pid)
     await live.cancel(sid)
-    await until(lambda: all(gone(p) for p in everyone), timeout=10)
-    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    await until(lambda: all(gone(p) for p in everyone))
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "cancelled"
 
 
@@ -173,9 +195,9 @@ async def test_an_interrupted_first_run_keeps_its_agent_reference_and_the_next_r
     sid = await agent_session(live, agent_sandbox, monkeypatch)
     await live.send(sid, "a question")
     await live.activate(sid)
-    await asyncio.to_thread(held.wait_reached, RUN_S)
+    await asyncio.to_thread(held.wait_reached)
     await live.interrupt(sid)
-    run = await until(lambda: finished(live, sid), timeout=RUN_S)
+    run = await until(lambda: finished(live, sid))
     held.release()
     assert run.outcome == "interrupted"
     ref = (await live.show(sid)).agent_ref
@@ -246,18 +268,21 @@ async def test_the_monitor_shows_what_a_running_agent_does_and_its_tool_calls(
 
     from support.monitor import keys, line_of, to
 
-    model_server.script.add(shell("sleep 2 && echo slept"), say("Slept well."))
+    model_server.script.add(shell("sleep 600; echo slept"), say("Slept well."))
     sid = await agent_session(live, claude_sandbox, monkeypatch)
     app = await monitor(db, clock=time.time)
     async with app.run_test(size=(160, 45)) as pilot:
         await live.send(sid, "sleep a little")
         await live.activate(sid)
-        await until(lambda: "coder  ▸ Bash: sleep 2 && echo slept" in line_of(app, sid), timeout=RUN_S)
-        await until(lambda: finished(live, sid), timeout=RUN_S)
+        await until(lambda: "coder  ▸ Bash: sleep 600; echo slept" in line_of(app, sid))  # while the tool runs
+        pid = await until(lambda: step_pid(live, sid))
+        await until(lambda: sleeps_of(pid, "600"))
+        end_sleep(pid, "600")
+        await until(lambda: finished(live, sid))
         await to(pilot, app, sid)
         await keys(pilot, "enter")
-        await until(lambda: "Bash: sleep 2 && echo slept" in "\n".join(
-            "".join(s.text for s in strip) for strip in app.screen._compositor.render_strips()), timeout=10)
+        await until(lambda: "Bash: sleep 600; echo slept" in "\n".join(
+            "".join(s.text for s in strip) for strip in app.screen._compositor.render_strips()))
 
 
 async def test_an_agent_bound_to_procession_forks_itself_and_sends_through_its_own_mcp_server(

@@ -17,6 +17,7 @@ import pytest
 
 from support.agent_clis import AgentSandbox, CliRun
 from support.models import Hold, ModelServer, Usage, mcp_call, read_file, say, shell
+from support.wait import HANG_S
 
 MCP_CALC = Path(__file__).resolve().parents[1] / "support" / "mcp_calc.py"
 
@@ -94,13 +95,13 @@ def test_a_held_reply_keeps_the_cli_waiting_until_released(agent_sandbox: AgentS
     model_server.script.add(say("Released.", hold=hold))
     process = agent_sandbox.start(*agent_sandbox.headless("Answer when you may"))
     try:
-        hold.wait_reached(timeout=60)
+        hold.wait_reached()
         [held] = model_server.wait_requests(1)
         assert held.turn == 0 and any("Answer when you may" in t for t in held.texts("user"))
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(timeout=1.0)
         hold.release()
-        out, err = process.communicate(timeout=60)
+        out, err = process.communicate(timeout=HANG_S)
     finally:
         hold.release()
         if process.poll() is None:

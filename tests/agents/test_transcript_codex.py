@@ -27,7 +27,7 @@ from procession.model.errors import InvalidArgument
 from procession.model.transcripts import Found, Position, Said, Transcript, format_of
 from procession.model.transcripts.codex import FORMAT, home, uuid7
 from procession.model.toolcalls import tool_message
-from conftest import until
+from conftest import HANG_S, until
 from support.agent_clis import CodexSandbox, require_cli
 from support.models import ModelServer, Usage, say, shell
 
@@ -202,15 +202,15 @@ def test_an_adopted_threads_first_run_counts_only_its_own_tokens(recorded: Recor
 
 async def test_a_read_during_a_tool_call_stops_before_it_and_the_next_read_has_the_interrupted_call(
         codex_sandbox: CodexSandbox, model_server: ModelServer) -> None:
-    model_server.script.add(shell("touch started && sleep 30"))
+    model_server.script.add(shell("touch started && sleep 600"))
     process = codex_sandbox.start(["exec", "--json", "--skip-git-repo-check", "wait for it"], input="")
     try:
-        await until(lambda: (codex_sandbox.workdir / "started").exists(), timeout=30)
+        await until(lambda: (codex_sandbox.workdir / "started").exists())
         found = next(FORMAT.discover(codex_sandbox.env))
         during = FORMAT.read(found)  # the command runs: its output is still to come
         assert said(during) == [("user", "wait for it")]
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 1
+        assert process.wait(timeout=HANG_S) == 1
     finally:
         if process.poll() is None:
             process.kill()
@@ -218,7 +218,7 @@ async def test_a_read_during_a_tool_call_stops_before_it_and_the_next_read_has_t
     after = FORMAT.read(found, during.position)
     [tool] = after.messages
     assert tool.meta is not None and tool.meta["tool"]["name"] == "exec_command" and after.problems == []
-    assert "sleep 30" in json.dumps(tool.meta["tool"]["input"])
+    assert "sleep 600" in json.dumps(tool.meta["tool"]["input"])
     # the CLI says it one of two ways: its output item alone ("aborted by user"), or also the
     # command's end (failed) when it writes that before it exits
     assert "aborted" in tool.meta["tool"]["output"] or tool.meta["tool"]["is_error"]

@@ -159,7 +159,7 @@ async def test_a_step_cut_short_by_a_kill_is_held_while_newest_and_passed_once_t
     args, stdin = agent.headless("hello")
     run = agent.start(args, stdin)
     hold.wait_reached()
-    found = await until(lambda: step_begun(agent), timeout=30)
+    found = await until(lambda: step_begun(agent))
     run.kill()
     run.wait()
     hold.release()

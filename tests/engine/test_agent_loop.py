@@ -279,11 +279,13 @@ async def test_an_mcp_server_over_http_and_one_that_does_not_start(live, engine,
         port = s.getsockname()[1]
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "procession", "mcp", "--db", str(live.path),
                                                 "--session", str(sid), "--http", f"127.0.0.1:{port}")
+    def accepting() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+        return False
+
     try:
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: accepting() or proc.returncode is not None)  # up (or gone: the run then says why)
         await live.bind(sid, "mcp", f"http://127.0.0.1:{port}/mcp")
         run, tools = await run_once(live, model, sid, tool_call("127_0_0_1_ps", {}), say("ok"))
     finally:

@@ -361,7 +361,7 @@ async def test_a_step_started_while_the_engine_reaps_orphans_is_not_killed(
         for sid in sids:
             await live.activate(sid)
         for sid in sids:
-            await until(lambda sid=sid: finished(live, sid), timeout=60)
+            await until(lambda sid=sid: finished(live, sid))
     runs = await live.runs(None, 100)
     assert [(r.outcome, r.exit_code) for r in runs if r.outcome != "ok"] == []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until as _until
+from conftest import until
 from procession import InvalidArgument, Workspace
 from procession.engine import Engine
 from procession.present.lines import trigger_kinds
@@ -22,11 +22,6 @@ from support.git import Repo, git_identity  # noqa: F401  (the fixture, used by 
 
 
 pytestmark = pytest.mark.usefixtures("git_identity")
-
-
-async def until(predicate, timeout: float = 30.0):
-    """A run or a look: ~0.15 s after a commit on a quiet machine, seconds on a loaded one."""
-    return await _until(predicate, timeout=timeout)
 
 
 async def ended_runs(ws: Workspace, sid: int, n: int):

@@ -4,7 +4,6 @@ open, and the engine says so once, not every second."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import subprocess
@@ -52,14 +51,14 @@ async def test_a_run_ending_on_a_full_disk_is_recorded_once_there_is_room(
         sid = (await ws.spawn("s", "a", runner=f"command:{step}", cwd=str(work))).sid
         async with engine_on(db):
             await ws.activate(sid)
-            await until(lambda: ws.info(sid), timeout=10)
-            await until(lambda: _running(ws, sid), timeout=10)
+            await until(lambda: ws.info(sid))
+            await until(lambda: _running(ws, sid))
             filler = fill(small_disk)
             (work / "go").touch()
-            await asyncio.sleep(4.0)  # the step is over; the engine could not record it meanwhile
-            assert not (await ws.runs(sid))[-1].ended
+            await until(lambda: any("not recorded yet" in r.getMessage() for r in caplog.records))  # the step is over
+            assert not (await ws.runs(sid))[-1].ended  # and the engine could not record it
             filler.unlink()
-            run = await until(lambda: finished(ws, sid), timeout=30)
+            run = await until(lambda: finished(ws, sid))
             assert run.outcome == "ok"
             assert (await ws.history(sid))[-1].content == "said while the disk was full"
     said = [r.getMessage() for r in caplog.records]

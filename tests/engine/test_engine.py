@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import proc_state, until
+from conftest import HANG_S, proc_state, until
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 
@@ -134,7 +134,7 @@ async def test_timeout(live, engine):
 async def test_output_is_bounded(live, engine):
     sid = (await live.spawn("flood", "a", runner="command:head -c 5000000 /dev/zero | tr '\\0' x; echo; echo END")).sid
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid), timeout=20)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok"
     content = (await live.history(sid))[-1].content
     assert len(content) < 1_100_000
@@ -169,11 +169,11 @@ async def _suspend_resume_interrupt(live):
     sid = (await live.spawn("sleeper", "a", runner="builtin:sleep:30")).sid
     await live.activate(sid)
     pid = await until(lambda: running_pid(live, sid))
-    await until(lambda: _said(live, sid, "started"), timeout=20)  # past its start: it handles SIGINT now
+    await until(lambda: _said(live, sid, "started"))  # past its start: it handles SIGINT now
     await live.suspend(sid)
-    await until(lambda: proc_state(pid) == "T", timeout=0.5)
+    await until(lambda: proc_state(pid) == "T")
     await live.resume(sid)
-    await until(lambda: proc_state(pid) in ("S", "R"), timeout=0.5)
+    await until(lambda: proc_state(pid) in ("S", "R"))
     await live.interrupt(sid)
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "interrupted" and run.exit_code == 130
@@ -206,7 +206,7 @@ async def test_cancel_kills_the_whole_group(live, engine, tmp_path):
     await live.cancel(sid)
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "cancelled"
-    await until(lambda: proc_state(child) in (None, "Z"), timeout=2)
+    await until(lambda: proc_state(child) in (None, "Z"))
     info = await live.info(sid)
     assert info.state is State.TERMINATED and info.reason == "cancelled"
 
@@ -218,7 +218,7 @@ async def test_children_that_outlive_the_step_are_cleaned_up(live, engine, tmp_p
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok"
     child = int(pids.read_text())
-    await until(lambda: proc_state(child) in (None, "Z"), timeout=2)
+    await until(lambda: proc_state(child) in (None, "Z"))
 
 
 async def test_priority_then_age_decides_who_runs_first(db, live, tmp_path):
@@ -267,7 +267,7 @@ async def test_ps_shows_pid_cpu_and_rss_of_a_running_step(live, engine, cli):
     sid = (await live.spawn("busy", "a", runner="command:while true; do :; done")).sid
     await live.activate(sid)
     pid = await until(lambda: running_pid(live, sid))
-    info = await until(lambda: _sampled(live, sid), timeout=5)
+    info = await until(lambda: _sampled(live, sid))
     assert info.pid == pid and info.rss > 0 and info.cpu > 10 and info.run_started
     row = next(r for r in cli.json("ps") if r["id"] == sid)
     assert row["pid"] == pid and row["rss"] > 0 and row["cpu"] is not None and row["run_started"]
@@ -302,7 +302,7 @@ async def test_killed_engine_is_replaced_and_its_step_is_reaped(db, live, tmp_pa
         assert proc_state(pid) not in (None, "Z")  # the orphaned step is still alive
         second = start_engine_process(db)
         try:
-            await until(lambda: proc_state(pid) in (None, "Z"), timeout=10)
+            await until(lambda: proc_state(pid) in (None, "Z"))
             run = await until(lambda: finished(live, sid))
             assert run.outcome == "lost"
             assert await state_of(live, sid) is State.SLEEPING
@@ -310,7 +310,7 @@ async def test_killed_engine_is_replaced_and_its_step_is_reaped(db, live, tmp_pa
             await until(lambda: running_pid(live, sid))
         finally:
             second.send_signal(signal.SIGTERM)
-            _, err = second.communicate(timeout=10)
+            _, err = second.communicate(timeout=HANG_S)
         assert second.returncode == 0
         assert "took over" in err and "recovered" in err
     finally:
@@ -334,13 +334,13 @@ async def test_cli_call_reaches_the_step_of_another_process_quickly(db, live, cl
         pid = await until(lambda: running_pid(live, sid))
         start = time.monotonic()
         cli("suspend", str(sid))
-        await until(lambda: proc_state(pid) == "T", timeout=2)
+        await until(lambda: proc_state(pid) == "T")
         assert time.monotonic() - start < 2
         cli("cancel", str(sid))
         await until(lambda: proc_state(pid) in (None, "Z"))
     finally:
         eng.send_signal(signal.SIGINT)
-        eng.communicate(timeout=10)
+        eng.communicate(timeout=HANG_S)
 
 
 def test_activate_now_runs_in_the_foreground_without_an_engine(cli):
@@ -366,7 +366,7 @@ async def test_steps_can_be_interrupted_even_if_the_engine_ignores_sigint(db, li
             sid = (await live.spawn("sleeper", "a", runner="builtin:sleep:30")).sid
             await live.activate(sid)
             await until(lambda: running_pid(live, sid))
-            await asyncio.sleep(0.3)
+            await until(lambda: _said(live, sid, "started"))  # past its start: it handles SIGINT now
             await live.interrupt(sid)
             run = await until(lambda: finished(live, sid))
             assert run.outcome == "interrupted" and run.exit_code == 130  # its own SIGINT handler ended it
@@ -382,7 +382,7 @@ def test_activate_now_runs_the_asked_session_even_behind_another_in_the_queue(cl
     second = cli("spawn", "second", "--agent", "a").stdout.strip()
     cli("activate", first)  # queued, no engine
     out = subprocess.run([sys.executable, "-m", "procession", "activate", "--now", second], capture_output=True,
-                         text=True, timeout=30, env={**os.environ, "PROCESSION_DB": str(cli.db)}, cwd=cli.cwd)
+                         text=True, timeout=HANG_S, env={**os.environ, "PROCESSION_DB": str(cli.db)}, cwd=cli.cwd)
     assert out.returncode == 0 and "run 1 ok" in out.stdout
     assert [s["state"] for s in cli.json("ps") if s["id"] == int(first)] == ["ready"]  # left for an engine
     assert "run 2 ok" in cli("activate", "--now", first).stdout  # already queued: --now runs it

@@ -20,6 +20,7 @@ import pytest
 
 from procession import Workspace
 from procession.engine.runners import http
+from support.wait import HANG_S
 
 PLANTED = "sk-planted-5e1d09c4"
 
@@ -74,7 +75,7 @@ def server() -> Iterator[Server]:
 def run_with_key(cli, key: str) -> dict:
     """``activate --now`` in a process whose ``$PAYROLL_KEY`` is ``key``; the run's record."""
     out = subprocess.run([sys.executable, "-m", "procession", "activate", "1", "--now"], capture_output=True,
-                         text=True, env={**os.environ, "PROCESSION_DB": str(cli.db), "PAYROLL_KEY": key}, timeout=60)
+                         text=True, env={**os.environ, "PROCESSION_DB": str(cli.db), "PAYROLL_KEY": key}, timeout=HANG_S)
     assert "Traceback" not in out.stderr, out.stderr
     return cli.json("runs", "1")[-1]
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from procession import State, Workspace
+from support.wait import HANG_S
 
 TEAM = Path(__file__).resolve().parents[2] / "examples" / "team"
 
@@ -21,7 +22,7 @@ async def test_a_coordinator_splits_the_task_waits_and_merges(live: Workspace, e
     await live.bind(lead, "mcp", "procession")
     await live.send(lead, task)
     await live.activate(lead)
-    woke = await live.wait(lead, 90)
+    woke = await live.wait(lead, HANG_S)  # a hang guard: it wakes when the run ends
     assert woke.woke == "run" and woke.run is not None and woke.run.outcome == "ok", woke
     helpers = [s for s in await live.ps(all=True) if s.id != lead]
     assert [(s.agent, s.state, s.merged_into) for s in helpers] == [

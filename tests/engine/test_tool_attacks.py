@@ -34,7 +34,7 @@ async def run_once(live: Workspace, model: ModelServer, sid: int, *turns: Any, r
     model.script.add(*turns)
     await live.send(sid, "go")
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid, runs), timeout=60)
+    run = await until(lambda: finished(live, sid, runs))
     return run, [m.meta["tool"] for m in await live.history(sid) if m.role == "tool"]
 
 
@@ -100,16 +100,20 @@ async def test_a_pattern_that_backtracks_forever_stalls_nothing(live: Workspace,
     async with engine_on(live.path, slots=3):
         await live.send(sid, "go")
         await live.activate(sid)
-        await until(lambda: _searching(live, sid), timeout=60)
+        await until(lambda: _searching(live, sid))
         await live.activate(other)
         await live.activate(victim)
-        await until(lambda: _running(live, victim), timeout=60)
+        await until(lambda: _running(live, victim))
         await live.cancel(victim)
-        beside = await until(lambda: finished(live, other), timeout=60)
-        cancelled = await until(lambda: finished(live, victim), timeout=60)
-        run = await until(lambda: finished(live, sid), timeout=60)
+        beside = await until(lambda: finished(live, other))
+        cancelled = await until(lambda: finished(live, victim))
+        run = await until(lambda: finished(live, sid))
     [tool] = [m for m in await live.history(sid) if m.role == "tool"]
-    assert run.outcome == "ok" and tool.meta["tool"]["is_error"] and "the search took over" in tool.meta["tool"]["output"]
+    output = tool.meta["tool"]["output"]
+    # answered at a limit: the search's own (a CPU budget), or, on a machine too busy to give it
+    # that much CPU, the tool's whole deadline; never a search left to run
+    assert run.outcome == "ok" and tool.meta["tool"]["is_error"]
+    assert "the search took over" in output or "the tool did not finish within" in output, output
     assert beside.outcome == "ok" and cancelled.outcome == "cancelled"
     assert beside.ended < tool.created and cancelled.ended < tool.created  # both while the search matched
 
@@ -218,7 +222,7 @@ async def test_a_procession_server_bound_to_a_confined_step_acts_in_its_scope(
     sid = (await live.spawn("step", "a", runner=f"command:{sys.executable} {script}", cwd=str(tmp_path))).sid
     await live.bind(sid, "mcp", "procession")
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid), timeout=30)
+    run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
     said = json.loads((await live.history(sid))[-1].content)
     assert said["other"] is True and first == 1  # out of its scope: refused

@@ -358,7 +358,7 @@ async def test_a_running_steps_events_are_in_the_store_while_it_runs(live, engin
     events = [{"type": "message", "role": "assistant", "content": "working on it"},
               {"type": "memory", "set": {"stage": "halfway"}}, {"type": "usage", "in": 120, "out": 7}]
     lines = "\\n".join(json.dumps(e).replace('"', '\\"') for e in events)
-    sid = (await live.spawn("slow talker", "a", runner=f'command:printf "{lines}\\n"; echo oops >&2; sleep 30')).sid
+    sid = (await live.spawn("slow talker", "a", runner=f'command:printf "{lines}\\n"; echo oops >&2; sleep 600')).sid
     await live.activate(sid)
     await until(lambda: running_pid(live, sid))
     shown = await until(lambda: _has_context(cli, sid))

@@ -33,6 +33,7 @@ import pytest
 import tomli_w
 
 from support.models import ModelServer
+from support.wait import HANG_S
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 INSTALL_HINT = 'run tests/agents/install and put the folder it prints on PATH (PATH="$(tests/agents/install):$PATH")'
@@ -107,7 +108,7 @@ def find_cli(name: str) -> AgentCli:
     command = locate(name)
     exe = codex_native(command) if name == "codex" else command
     try:
-        out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=30,
+        out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=HANG_S,
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise AgentCliMissing(f"{exe} --version failed ({error}): {INSTALL_HINT}") from error
@@ -182,8 +183,9 @@ class AgentSandbox:
         """Give the CLI a stdio MCP server, known as ``name``, whose tools it may call unasked."""
         raise NotImplementedError
 
-    def run(self, args: list[str], input: str | None = None, timeout: float = 60.0) -> CliRun:
-        """Run the CLI to its end in the working folder; stdin is closed (or ``input``)."""
+    def run(self, args: list[str], input: str | None = None, timeout: float = HANG_S) -> CliRun:
+        """Run the CLI to its end in the working folder; stdin is closed (or ``input``).
+        ``timeout`` is a hang guard (`HANG_S`): a slow start is waited for, however slow."""
         argv = [str(self.cli.exe), *args]
         started = time.monotonic()
         try:
@@ -211,7 +213,7 @@ class AgentSandbox:
                                     stdin=stdin if input is not None else subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-    def prompt(self, text: str, resume: str | None = None, timeout: float = 60.0) -> CliRun:
+    def prompt(self, text: str, resume: str | None = None, timeout: float = HANG_S) -> CliRun:
         """One headless turn: the CLI runs its agent loop against the script, then exits."""
         args, stdin = self.headless(text, resume)
         return self.run(args, stdin, timeout)

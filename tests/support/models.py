@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from support.wait import HANG_S
+
 # ---------------------------------------------------------------------------------------------
 # What a test writes
 
@@ -72,8 +74,8 @@ class Hold:
     def reached(self) -> bool:
         return self._reached.is_set()
 
-    def wait_reached(self, timeout: float = 30.0) -> None:
-        """Return once a request is held here; fail the test after ``timeout`` seconds."""
+    def wait_reached(self, timeout: float = HANG_S) -> None:
+        """Return once a request is held here; fail the test after ``timeout`` seconds (a hang guard)."""
         if not self._reached.wait(timeout):
             raise AssertionError(f"no request reached the hold within {timeout}s")
 
@@ -401,11 +403,15 @@ class Responses:
 
     Codex acts on each ``response.output_item.done`` and needs ``response.completed`` to end
     the turn; its local auto-compaction is an ordinary request whose last user message starts
-    with `COMPACTION`.
+    with `COMPACTION`. A shell call asks Codex to wait for the command as long as it may
+    (`YIELD_MS`, its maximum): by default it answers after 10 s of wall time with "Process
+    running" and asks the model again, so a command's result would depend on the machine's
+    speed (and on how long a test keeps it suspended).
     """
 
     name = "responses"
     COMPACTION = "You are performing a CONTEXT CHECKPOINT COMPACTION"
+    YIELD_MS = 30_000
 
     def classify(self, body: Mapping[str, Any]) -> str:
         user = [i for i in body.get("input", []) if i.get("type") == "message" and i.get("role") == "user"]
@@ -427,9 +433,10 @@ class Responses:
         a = call.args
         match call.action:
             case "shell":
-                return ToolUse(new_id("call_"), "exec_command", {"cmd": a["command"]})
+                return ToolUse(new_id("call_"), "exec_command", {"cmd": a["command"], "yield_time_ms": self.YIELD_MS})
             case "read":
-                return ToolUse(new_id("call_"), "exec_command", {"cmd": f"cat {shlex.quote(a['path'])}"})
+                return ToolUse(new_id("call_"), "exec_command", {"cmd": f"cat {shlex.quote(a['path'])}",
+                                                                 "yield_time_ms": self.YIELD_MS})
             case "mcp":
                 return ToolUse(new_id("call_"), a["tool"], a["arguments"], f"mcp__{a['server']}")
         return ToolUse(new_id("call_"), a["name"], a["input"], a["namespace"])
@@ -625,7 +632,7 @@ class ModelServer:
     def unserved(self) -> list[Request]:
         return [r for r in self.turn_requests() if r.turn is None]
 
-    def wait_requests(self, count: int, kind: str = "turn", timeout: float = 30.0) -> list[Request]:
+    def wait_requests(self, count: int, kind: str = "turn", timeout: float = HANG_S) -> list[Request]:
         """Wait until ``count`` requests of ``kind`` have arrived; return them all."""
         deadline = time.monotonic() + timeout
         with self._changed:
