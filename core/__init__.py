@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # what a type checker reads (``__getattr__`` is Any to it); `
     from .model.calls import Call as Call
     from .model.errors import (
         ContextTooLarge as ContextTooLarge, EngineBusy as EngineBusy, IllegalTransition as IllegalTransition,
-        InvalidArgument as InvalidArgument, MergeConflict as MergeConflict, NotFound as NotFound,
-        ProcessionError as ProcessionError, SessionNotFound as SessionNotFound, SnapshotError as SnapshotError,
+        InvalidArgument as InvalidArgument, MergeConflict as MergeConflict, NoneDone as NoneDone,
+        NotFound as NotFound, ProcessionError as ProcessionError, SessionNotFound as SessionNotFound, SnapshotError as SnapshotError,
         StoreBusy as StoreBusy, StoreFull as StoreFull, WorkspaceError as WorkspaceError,
     )
     from .model.states import Reason as Reason, State as State
@@ -38,7 +38,7 @@ _EXPORTS = {
     "State": "model.states",
     "Reason": "model.states",
     **{name: "model.errors" for name in (
-        "ContextTooLarge", "EngineBusy", "IllegalTransition", "InvalidArgument", "MergeConflict", "NotFound",
+        "ContextTooLarge", "EngineBusy", "IllegalTransition", "InvalidArgument", "MergeConflict", "NoneDone", "NotFound",
         "ProcessionError", "SessionNotFound", "SnapshotError", "StoreBusy", "StoreFull", "WorkspaceError",
     )},
 }

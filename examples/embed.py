@@ -51,7 +51,7 @@ async def main(path: Path) -> None:
             waited = await ws.wait(spawned.sid, 60)
         finally:
             stop.set()
-            await serving  # the engine's steps stopped, its lease released
+            await serving  # the engine stops: a step still running is interrupted, the lease released
         show("waited", waited)
 
         try:

@@ -196,7 +196,7 @@ class Engine:
             with contextlib.suppress(ProcessionError):
                 await self.ledger.release(self.token)
         finally:
-            await self.ledger.close()  # an open aiosqlite connection would keep the process from exiting
+            await self.ledger.close()  # gives back the lease and checkpoints the WAL
             self.ledger = None
             if reaper.let_go():
                 await asyncio.to_thread(reaper.collect)

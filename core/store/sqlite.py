@@ -499,14 +499,15 @@ class Store:
 async def _connect(path: Path) -> aiosqlite.Connection:
     """An aiosqlite connection whose thread does not keep the interpreter alive.
 
-    aiosqlite (0.22 and after) runs each connection on a non-daemon thread that ends only when
-    the connection is closed: a program that raises (or simply ends) between ``Workspace.open``
-    and ``close`` would never exit, the interpreter waiting on that idle thread forever. Made a
-    daemon, the thread dies with the program. Nothing accepted is lost: every call commits its
-    own transaction before it returns, and SQLite's journal rolls back, at the next opening, any
-    transaction a program died in the middle of (which no caller was told had happened)."""
+    aiosqlite runs each connection on a non-daemon thread that ends only when the connection is
+    closed: a program that raises (or simply ends) between ``Workspace.open`` and ``close`` would
+    never exit, the interpreter waiting on that idle thread forever. Made a daemon, the thread
+    dies with the program. Nothing accepted is lost: every call commits its own transaction
+    before it returns, and SQLite's journal rolls back, at the next opening, any transaction a
+    program died in the middle of (which no caller was told had happened)."""
     connecting = aiosqlite.connect(path, isolation_level=None)
-    connecting._thread.daemon = True  # before awaiting: awaiting starts the thread
+    # before awaiting, which starts the thread; up to aiosqlite 0.21 the connection is the thread
+    cast(threading.Thread, getattr(connecting, "_thread", connecting)).daemon = True
     return await connecting
 
 

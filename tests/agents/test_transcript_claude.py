@@ -333,8 +333,8 @@ def test_a_compacted_session_reads_whole_and_carries_the_long_output_the_cli_sav
     said = [(m.role, m.content) for m in read.messages if m.role == "assistant" or "<" not in m.content]
     assert said == [("user", "print many lines"), ("assistant", "Many lines."), ("user", "go on"),
                     ("assistant", "After compaction.")]  # the summary the CLI put in their place is not said
-    assert [m.content for m in read.messages if m.role == "user" and "<" in m.content][0].startswith(
-        "<command-name>/compact</command-name>")
+    # the CLI's own command is never conversation (it may exit before it records it at all)
+    assert not any(m.content.startswith("<command-name>") for m in read.messages)
     tool = read.messages[1].meta["tool"]  # type: ignore[index]
     old_folder = read.path[:-len(".jsonl")]
     assert f"Full output saved to: {old_folder}/tool-results/" in tool["output"]

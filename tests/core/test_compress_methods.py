@@ -46,7 +46,7 @@ async def test_mask_tools_stubs_older_outputs_and_expand_restores_them(ws):
     assert done.context_tokens < tokens // 3 and done.context_tokens == (await ws.info(sid)).context_tokens
     assert [i.role for i in after[-6:]] == ["user", "tool", "assistant"] * 2  # the last ones untouched
     undone = await ws.expand(sid)
-    assert undone.folds == 18 and undone.context_tokens == tokens
+    assert undone.undone == 18 and undone.in_force == 0 and undone.context_tokens == tokens
     assert shape(await ws.context(sid)) == shape(before)
 
 
