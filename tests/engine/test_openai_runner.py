@@ -120,7 +120,7 @@ async def test_interrupt_keeps_the_partial_reply(live, engine, server):
     sid = (await live.spawn("slow", "a", runner=f"openai:m@{server.url}")).sid
     await live.activate(sid)
     await until(lambda: len(server.requests) == 1)
-    time.sleep(0.1)
+    await until(lambda: _replied(live, sid))  # the reply has begun: part of it is in the run's log
     await live.interrupt(sid)
     run = (await until(lambda: finished_runs(live, sid)))[0]
     assert run.outcome == "interrupted"
@@ -138,3 +138,8 @@ async def test_suspend_lets_the_request_under_way_finish_whole(live, engine, ser
     assert run.outcome == "ok" and len(server.requests) == 1
     assert (await live.history(sid))[-1].content == "The payroll for November is ready."
     assert (await live.info(sid)).state is State.SUSPENDED
+
+
+async def _replied(ws, sid: int) -> bool:
+    _, chunks = await ws.run_log(sid)
+    return any(c.stream == "reply" for c in chunks)

@@ -339,12 +339,13 @@ async def test_a_suspended_step_gives_up_its_slot_and_resume_goes_on_at_once(db,
 
 
 async def test_the_timeout_counts_running_time_not_time_frozen(live, engine):
-    sid = (await live.spawn("paused", "a", runner="command:sleep 0.4; echo done", timeout=1.5)).sid
+    # about time itself: 6 s of running time leaves a loaded machine room for a 0.4 s step
+    sid = (await live.spawn("paused", "a", runner="command:sleep 0.4; echo done", timeout=6)).sid
     await live.activate(sid)
     pid = await until(lambda: running_pid(live, sid))
     await live.suspend(sid)
     await until(lambda: proc_state(pid) == "T")
-    await asyncio.sleep(2.0)  # longer than the timeout, frozen
+    await asyncio.sleep(7.0)  # longer than the timeout, frozen
     await live.resume(sid)
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
