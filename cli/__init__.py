@@ -64,15 +64,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # rows of ps --json are millions of objects: a tenth of its time went to that)
     gc.freeze()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # told with the command's own usage, as argparse's top level would not
+        told: argparse.ArgumentParser = getattr(args, "parser_", parser)
+        told.error(f"unrecognized arguments: {' '.join(extra)}")
     args.json = getattr(args, "json", False)
     try:
         if args.command is None:
             return asyncio.run(monitor.monitor(args))
         return asyncio.run(run(args.command_, args))
     except (UsageError, Malformed) as exc:
-        told: argparse.ArgumentParser = getattr(args, "parser_", parser)  # the command's own usage
-        told.error(printable(str(exc), lines=False))
+        failed: argparse.ArgumentParser = getattr(args, "parser_", parser)  # the command's own usage
+        failed.error(printable(str(exc), lines=False))
     except ProcessionError as exc:
         error(str(exc))
         return exc.exit_code
