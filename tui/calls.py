@@ -60,9 +60,11 @@ def _who(targets: Targets) -> str:
 
 
 async def _each(ui: Calling, call: Call, targets: Targets) -> None:
-    """A call on every target the lifecycle table allows it on (like kill on several pids); an
-    agent's sessions, or more than one, are confirmed first when the call ends something."""
-    fit = [t for t in targets if allowed(call, t.state)] or targets
+    """A call on every target, all or none (``Workspace.each``: one the lifecycle table refuses
+    is named, and nothing is done). An agent's row stands for its live sessions the call
+    applies to (as kill on a process group), confirmed first; more than one target is
+    confirmed when the call ends something."""
+    fit = [t for t in targets if allowed(call, t.state)] if ui.targets_are_agent() else list(targets)
     if (len(fit) > 1 and INFO[call].confirm) or (ui.targets_are_agent() and len(fit) > 0):
         body = [f"{t.id} {printable(t.name)} ({t.state})" for t in fit]
         if not await ui.confirm(f"{call.capitalize()} {_who(fit)}?", body):

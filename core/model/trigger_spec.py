@@ -25,7 +25,7 @@ TAKES: Final = {
     "every": "DURATION (30s, 5m, 1h30m, 2d)",
     "inbox": "nothing (a message arrived)",
     "after": "SID (that session ended its run)",
-    "commit": "[REPO] (a new commit; default: the repository here)",
+    "commit": "[REPO] (a new commit; default: the session's folder's repository)",
 }
 DEFAULT_DEBOUNCE_MS: Final = 500
 #: A commit trigger's debounce: the ref updates of one pull, rebase or burst of commits land

@@ -229,14 +229,15 @@ class Terminal:
         return self.proc.wait()
 
 
-async def _ran_again_if_locked(ws: Workspace, sid: int) -> None:
-    """Wait for ``sid``'s run; one that opencode failed at its start with ``database is locked``
-    is activated again, as a person would. (opencode sets its busy timeout only after its first
-    statement, so its start can fail while another process reads its database: nothing was done.)"""
-    await until(lambda: _ran(ws, sid))
+async def _ran_again_if_locked(ws: Workspace, sid: int, n: int = 1) -> None:
+    """Wait for ``sid``'s ``n``-th run; one that opencode failed at its start with ``database is
+    locked`` is activated again, as a person would. (opencode sets its busy timeout only after
+    its first statement, so its start can fail while another process reads its database:
+    nothing was done.)"""
+    await until(lambda: _ran_n(ws, sid, n))
     for _ in range(3):
-        runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]
-        if runs[-1].outcome != "failed" or "database is locked" not in (runs[-1].error or ""):
+        runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]  # the newest first
+        if runs[0].outcome != "failed" or "database is locked" not in (runs[0].error or ""):
             return
         await ws.activate(sid)
         await until(lambda: _ran_n(ws, sid, len(runs) + 1))
@@ -440,7 +441,7 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
     async with engine_on(db, slots=1):  # the source goes on: the snapshot is behind its CLI session now
         await live.send(sid, "and now?")
         await live.activate(sid)
-        await until(lambda: _ran_n(live, sid, 2))
+        await _ran_again_if_locked(live, sid, 2)
         stale = await live.load(str(snap))
         assert (await live.show(stale.sid)).agent_ref is None
         assert any("with another history: its first run starts" in note.text for note in stale.notes)

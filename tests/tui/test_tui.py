@@ -397,6 +397,20 @@ async def test_z_on_tagged_sessions_suspends_them_all(make, store: Workspace) ->
         assert await is_state(store, PAYROLL, State.SLEEPING)
 
 
+async def test_a_call_on_tagged_sessions_one_refused_does_nothing_and_says_so(make, store: Workspace) -> None:
+    """All or none, as the CLI's: a terminated one tagged with a sleeping one, and z suspends
+    neither (it once skipped the refused one without a word and suspended the other)."""
+    await store.cancel(SCREENING)
+    app = await make()
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await to(pilot, app, PAYROLL)
+        await eventually(lambda: " Z " in line_of(app, SCREENING))
+        await keys(pilot, "space", "space")  # tags 1 and 2
+        await keys(pilot, "z")
+        await eventually(lambda: app.said("cannot suspend session 2", "nothing was done", severity="error"))
+        assert await is_state(store, PAYROLL, State.SLEEPING)
+
+
 async def test_refusals_say_why_in_one_line(make, store: Workspace) -> None:
     app = await make()
     async with app.run_test(size=SIZE) as pilot:

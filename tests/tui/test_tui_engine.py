@@ -73,7 +73,9 @@ async def test_a_session_suspended_for_failing_is_told_and_marked(tmp_path: Path
 async def test_the_detail_view_shows_a_running_steps_log_as_it_comes(tmp_path: Path, monitor: Any) -> None:
     db = tmp_path / "ws.db"
     async with await Workspace.open(db) as ws:
-        sid = (await ws.spawn("talker", "a", runner="command:echo first; sleep 1; echo 'second \x1b[31mred'; sleep 30")).sid
+        go = tmp_path / "go"  # the step says its second line once the test has seen the first
+        sid = (await ws.spawn("talker", "a", cwd=str(tmp_path), runner=f"command:echo first; while [ ! -e {go} ];"
+                              " do sleep 0.05; done; echo 'second \x1b[31mred'; sleep 300")).sid
     app = await monitor(db, engine=True, clock=time.time)
     async with app.run_test(size=(160, 45)) as pilot:
         await to(pilot, app, sid)
@@ -84,6 +86,7 @@ async def test_the_detail_view_shows_a_running_steps_log_as_it_comes(tmp_path: P
         log = app.screen.query_one("#body-log", Log)
         await until(lambda: "first" in "\n".join(log.lines))
         assert "second" not in "\n".join(log.lines)
+        go.touch()
         await until(lambda: "second" in "\n".join(log.lines))  # live, not at the end
         assert "\\x1b[31mred" in "\n".join(log.lines) and "\x1b" not in "\n".join(log.lines)
         await keys(pilot, "i")
