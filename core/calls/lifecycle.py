@@ -219,6 +219,9 @@ class LifecycleCalls(Calls):
                 cols["env"] = json.dumps(env)
                 changed += [k for k, v in (("max_turns", max_turns), ("temperature", temperature),
                                            ("max_tokens", max_tokens), ("request", fields or None)) if v is not None]
+                if runner_spec.parse(row["runner"]).kind != "openai":
+                    act.note(f"sampling settings are the openai: runner's; this session runs {row['runner']}:"
+                             " they are kept, and apply once it is migrated to an openai: model", Call.MIGRATE, sid)
         scale = row["token_scale"]
         if tokenizer is not None:
             kept = await counting.recount(act.tx, {**{k: row[k] for k in row.keys()}, **cols},

@@ -567,12 +567,14 @@ def test_set_changes_settings_after_spawn(cli: Any, tmp_path: Path) -> None:
                "--request", "top_p=0.9", "--tokenizer", "none").stdout.strip()
     assert said == "1: changed name, max_turns, temperature, max_tokens, request"  # none: the counter it had
     shown = cli.json("show", "1")
+    assert "they are kept, and apply once it is migrated to an openai: model" in cli(
+        "set", "1", "--max-turns", "6").stderr  # this session's runner is not openai's: said
     assert shown["name"] == "n2" and shown["env"]["PROCESSION_MAX_TURNS"] == "5"
     assert json.loads(shown["env"]["PROCESSION_SAMPLING"]) == {"max_tokens": 40, "temperature": 0.3, "top_p": 0.9}
     before = dump(cli.db)
     refused(cli("set", "1", "--name", "n3", "--temperature", "9", check=False))  # one refused: none changed
     assert dump(cli.db) == before
-    assert [e["call"] for e in cli.json("log", "1")].count("set") == 3
+    assert [e["call"] for e in cli.json("log", "1")].count("set") == 4
 
 
 def test_history_prints_whole_messages_and_short_clips_them(cli: Any) -> None:
