@@ -141,9 +141,11 @@ def test_fuzzed_snapshots_load_exactly_or_are_refused_leaving_the_store_unchange
         assert result and "\n" not in result and "Traceback" not in result
         return
     # accepted: it must be exactly what the file holds (tokens are recounted, never trusted)
-    loaded = json.loads(result)
-    sent = json.loads(mutated)
-    assert payload_of(loaded) == payload_of(sent)
+    loaded, sent = payload_of(json.loads(result)), payload_of(json.loads(mutated))
+    for fold, given in zip(loaded.get("folds") or [], sent.get("folds") or []):
+        if isinstance(given, dict) and "created" not in given:  # a fold from a file that left it out: stamped
+            fold.pop("created", None)
+    assert loaded == sent
 
 
 async def test_loaded_sessions_are_disarmed_until_approved(tmp_path, source):
