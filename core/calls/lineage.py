@@ -277,7 +277,8 @@ async def _settle(act: Act, child: int, made: worktrees.Made) -> None:
         act.note(f"{plural(len(made.databases), 'SQLite database')} copied as SQLite committed {'it' if len(made.databases) == 1 else 'them'}"
                  f" (a consistent snapshot, without side files): {worktrees.named(made.databases)}")
     if made.left_out:
-        act.note(f"left out of the copy: {worktrees.named(made.left_out)} (this workspace's own database)")
+        act.note(f"left out of the copy: {worktrees.named(made.left_out)} (this workspace's own database and what"
+                 " is not a regular file, a FIFO or a device, are never copied)")
     if moved:
         act.note(f"{plural(moved, 'trigger')} of the fork now watch{'es' if moved == 1 else ''} its own folder"
                  + (" and branch" if made.kind == "git" else ""))

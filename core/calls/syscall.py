@@ -57,8 +57,8 @@ async def all_or_none(store: Store, calls: Sequence[Callable[[], Awaitable[T]]],
     """``calls`` (each a system call made as ``@syscall`` makes it) in one transaction: all of
     them, or none. One raises a refusal and the others are still made, to be said too, then
     the transaction rolls back: ``NoneDone`` names each refusal (with ``refused``, found before,
-    first); for a ``single`` session, its own refusal is raised as it is. What the calls asked to do outside
-    the store (``Act.after``) is done once it commits."""
+    first); for a ``single`` session, its own refusal is raised as it is. What the calls asked
+    to do outside the store (``Act.after``) is done once it commits."""
     async def body(tx: Tx) -> tuple[list[T], list[Callable[[], None]]]:
         after: list[Callable[[], None]] = []
         token = BATCH.set((tx, after))

@@ -196,6 +196,9 @@ def copy_tree(source: str, target: str, leave: str | None = None) -> tuple[list[
         return gone
 
     def clone(src: str, dst: str) -> None:
+        if not stat.S_ISREG(os.lstat(src).st_mode):  # a FIFO would block the copy, a device is no file
+            left_out.append(os.path.relpath(src, source))
+            return
         if is_sqlite(src):
             snapshot_database(src, dst)
             databases.append(os.path.relpath(src, source))
@@ -227,12 +230,14 @@ def side_of_database(here: str, name: str, names: Sequence[str]) -> bool:
 
 
 def is_sqlite(path: str) -> bool:
-    """Whether a regular file begins as every SQLite database does."""
+    """Whether ``path`` is a regular file (not a link, a FIFO that would block the read, a
+    device) that begins as every SQLite database does."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as fh:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and fh.read(16) == b"SQLite format 3\x00"
 
 
 def snapshot_database(src: str, dst: str) -> None:

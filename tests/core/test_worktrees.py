@@ -4,6 +4,7 @@ while they hold work that would be lost. Real repositories in temporary folders.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -330,7 +331,8 @@ async def test_a_copy_takes_databases_as_sqlite_committed_them_and_never_the_wor
         mine.execute("PRAGMA wal_checkpoint")
         said = [n.text for n in forked.notes]
         assert "1 SQLite database copied as SQLite committed it (a consistent snapshot, without side files): app.db" in said
-        assert "left out of the copy: workspace.db (this workspace's own database)" in said
+        assert ("left out of the copy: workspace.db (this workspace's own database and what is not a regular"
+                " file, a FIFO or a device, are never copied)") in said
         plan = await ws.merge_plan(forked.sid, parent)
         # the parent's database is live (its file is not what the copy began as): a conflict to
         # settle, never a live database overwritten unasked; no side file is ever a change
@@ -340,3 +342,19 @@ async def test_a_copy_takes_databases_as_sqlite_committed_them_and_never_the_wor
         app.rollback()
         app.close()
         await ws.close()
+
+
+async def test_a_fifo_in_the_folder_is_left_out_of_a_copy_and_never_blocks_it(ws, tmp_path):
+    """A FIFO (a hostile or a tool's) in a folder forked outside git: opening it to copy, or to
+    see whether it is a database, would block the fork for ever; it is left out, and said."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "notes.md").write_text("base\n")
+    os.mkfifo(folder / "pipe")
+    os.mkfifo(folder / "trap.db")
+    os.symlink("pipe", folder / "link.db")  # a link is copied as a link, never opened
+    parent = await session_in(ws, folder)
+    forked = await asyncio.wait_for(ws.fork(parent, worktree=True), 60)
+    copy = Path(forked.worktree or "")
+    assert sorted(p.name for p in copy.iterdir()) == ["link.db", "notes.md"]
+    assert any(n.text.startswith("left out of the copy: pipe, trap.db") for n in forked.notes)
