@@ -35,11 +35,15 @@ ENV_ARGS = [
 CONFINE_HELP = ("how the kernel holds its runs to its bindings: bound (confined where the kernel can; the"
                 " default), strict (never run unconfined), off")
 NET_HELP = "where its runs may connect: any (the default), none, or model (its model's and MCP servers' ports)"
+PERMISSIONS_HELP = ("what its agent may do unasked: ask (read only), bound (what its bindings and confinement allow;"
+                    " the default), all; anything else waits for you (procession pending)")
 
 
 def bounds_args(defaults: bool) -> list[Arg]:
     return [arg("--confine", choices=bounds.CONFINES, default=bounds.BOUND if defaults else None, help=CONFINE_HELP),
-            arg("--net", choices=bounds.NETS, default=bounds.ANY if defaults else None, help=NET_HELP)]
+            arg("--net", choices=bounds.NETS, default=bounds.ANY if defaults else None, help=NET_HELP),
+            arg("--permissions", choices=bounds.PERMISSIONS, default=bounds.BOUND if defaults else None,
+                help=PERMISSIONS_HELP)]
 
 
 def settings(pairs: list[str]) -> dict[str, str]:
@@ -65,7 +69,8 @@ async def spawn(ws: Workspace, args: argparse.Namespace) -> int:
     outcome = await ws.spawn(args.name, args.agent, system=args.system, goal=args.goal, priority=args.priority,
                              runner=args.runner, window=args.window, timeout=args.timeout,
                              cwd=str(Path(args.cwd).resolve()) if args.cwd else None,
-                             env=settings(args.env), passed=args.passed, confine=args.confine, net=args.net)
+                             env=settings(args.env), passed=args.passed, confine=args.confine, net=args.net,
+                             permissions=args.permissions)
     return done(args, outcome, str(outcome.sid))
 
 
@@ -104,7 +109,7 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     fields = {key: json.loads(value) for key, value in (parse.key_json(pair, "--request") for pair in args.request)}
     return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
                                    window=args.window, fail_limit=args.fail_limit, confine=args.confine,
-                                   net=args.net, max_turns=args.max_turns, temperature=args.temperature,
+                                   net=args.net, permissions=args.permissions, max_turns=args.max_turns, temperature=args.temperature,
                                    max_tokens=args.max_tokens, fields=fields or None, tokenizer=args.tokenizer))
 
 

@@ -35,6 +35,7 @@ from procession.present.words import plural, printable
 
 from . import config as config_mod
 from . import themes as themes_mod
+from .attention import Attention
 from .calling import Calling
 from .calls import FLOWS
 from .detail import Detail
@@ -100,6 +101,7 @@ class ProcessionApp(App[str]):
         Binding("f1,question_mark", "help", "Help", key_display="F1", id="help"),
         Binding("f2", "setup", "Setup", key_display="F2", id="setup"),
         Binding("f9,k", "actions", "Actions", key_display="F9", id="actions"),
+        Binding("W", "attention", "Needs you", show=False, id="attention"),
         Binding("f10,q", "quit", "Quit", key_display="F10", id="quit"),
     ]
 
@@ -176,7 +178,13 @@ class ProcessionApp(App[str]):
         self.main.table.move_to(sid)
 
     def open_detail(self, sid: int) -> None:
+        self.feed.seen(sid)
         self.push_screen(Detail(sid))
+
+    def action_attention(self) -> None:
+        """The attention queue: what waits for you, what fails, what finished."""
+        if not isinstance(self.screen, Attention):
+            self.push_screen(Attention())
 
     # ------------------------------------------------------------------ life
 
@@ -337,8 +345,15 @@ class ProcessionApp(App[str]):
             self.main.follow()
         while self.feed.failing:
             self.notify(results.failing(self.feed.failing.pop(0)), severity="error", timeout=12)
+        if self.feed.asking:
+            self.bell()
+        while self.feed.asking:
+            self.notify(results.asking(self.feed.asking.pop(0), self.how(Call.ALLOW, None)), severity="warning",
+                        timeout=12)
         await self.refresh_header()
         if isinstance(self.screen, Detail) and self.screen.sid in before:
+            await self.screen.reload()
+        if isinstance(self.screen, Attention) and before:
             await self.screen.reload()
 
     def _expire_highlights(self) -> None:

@@ -39,6 +39,10 @@ class Calling(Screen[Any]):
     def targets(self) -> list[SessionInfo]:
         raise NotImplementedError
 
+    def chosen_request(self) -> int | None:
+        """The request the screen points at (the queue view's cursor), for allow and deny."""
+        return None
+
     def targets_are_agent(self) -> bool:
         """Whether the targets are an agent's sessions picked by its row (calls then confirm)."""
         return False

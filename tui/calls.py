@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import agents, bounds, environ, limits, sampling, transcripts
+from procession.model import agents, bounds, environ, limits, requests, sampling, transcripts
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
-from procession.model.records import SessionInfo
+from procession.model.records import Request, SessionInfo
 from procession.model.states import State, allowed
 from procession.calls.merge import Resolution
 from procession.present import lines, parse, results
@@ -435,6 +435,60 @@ async def _unbind(ui: Calling, targets: Targets) -> None:
         await ui.make(ui.ws.unbind(t.id, picked))
 
 
+async def _request(ui: Calling, targets: Targets) -> Request | None:
+    """The request a flow answers: the one the screen points at (the queue view's), else the
+    session's only one, else the one picked from its list."""
+    chosen = ui.chosen_request()
+    if chosen is not None:
+        try:
+            return await ui.ws.request(chosen)
+        except ProcessionError as exc:
+            ui.monitor.notify(str(exc), severity="error", timeout=8)
+            return None
+    t = targets[0]
+    found = await ui.ws.pending([t.id])
+    if not found:
+        ui.monitor.notify(f"session {t.id} waits for no answer", severity="warning")
+        return None
+    if len(found) == 1:
+        return found[0]
+    picked = await ui.choose(f"What {_who(targets)} asks", [Choice(str(r.id), lines.request_line(r, width=70))
+                                                             for r in found])
+    return next((r for r in found if str(r.id) == picked), None)
+
+
+async def _allow(ui: Calling, targets: Targets) -> None:
+    r = await _request(ui, targets)
+    if r is None:
+        return
+    how = await ui.choose(f"Allow request {r.id} of session {r.sid}?", [
+        Choice("once", f"Allow once: {requests.summary(r.tool, r.input)[:60]}"),
+        Choice("always", f"Allow {requests.rule_name(r.tool, r.subject)} from now on, for this session")],
+        help="\n".join(lines.request_text(r)))
+    if how is not None:
+        await ui.make(ui.ws.allow(r.id, always=how == "always"))
+
+
+async def _deny(ui: Calling, targets: Targets) -> None:
+    r = await _request(ui, targets)
+    if r is None:
+        return
+    await ui.form_call(f"Deny request {r.id} of session {r.sid}", [Field("why", "Why (the agent is told)")],
+                       lambda v: ui.ws.deny(r.id, why=v["why"]), help="\n".join(lines.request_text(r)))
+
+
+async def _forget(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    found = await ui.ws.rules(t.id)
+    if not found:
+        ui.monitor.notify(f"session {t.id} has no rules (allow --always makes them)", severity="warning")
+        return
+    picked = await ui.choose(f"Forget a rule of {_who(targets)}: its calls ask again",
+                             [Choice(str(r.id), lines.rule_line(r)) for r in found])
+    if picked is not None:
+        await ui.make(ui.ws.forget(int(picked)))
+
+
 async def _trigger(ui: Calling, targets: Targets) -> None:
     t = targets[0]
     choices = [Choice("add", "Add a trigger…")] + [Choice(str(x.id), f"Remove {lines.trigger_line(x)}")
@@ -539,6 +593,9 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
     Call.BIND: ("b", _bind, None),
     Call.UNBIND: ("B", _unbind, lambda s: allowed(Call.UNBIND, s.state)),
     Call.TRIGGER: ("T", _trigger, None),
+    Call.ALLOW: ("Y", _allow, None),
+    Call.DENY: ("D", _deny, None),
+    Call.FORGET: ("R", _forget, None),
 }
 _missing = [c for c in USER_CALLS if c not in _FLOWS]
 if _missing:

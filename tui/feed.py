@@ -26,6 +26,8 @@ FIRST_PAGE = 200
 PAGE = 5_000
 HIGHLIGHT_S = 3.0
 Before = dict[int, SessionInfo | None]
+#: The states of a session whose run is under way: leaving them, its run finished.
+ACTIVE = (State.RUNNING, State.WAITING)
 
 
 @dataclass(slots=True)
@@ -58,6 +60,10 @@ class Feed:
     highlights: dict[int, tuple[str, float]] = field(default_factory=dict)
     #: sessions the engine has just suspended for failing, to tell the user of
     failing: list[SessionInfo] = field(default_factory=list)
+    #: sessions that have just begun to wait for a person (W), to ring and tell the user of
+    asking: list[SessionInfo] = field(default_factory=list)
+    #: sid -> when: sessions whose run ended since the monitor opened, not looked at since
+    finished: dict[int, float] = field(default_factory=dict)
     #: sessions an agent CLI runs outside Procession (``look_outside``), and the looker
     outside: dict[int, Live] = field(default_factory=dict)
     looker: Looker = field(default_factory=Looker)
@@ -104,6 +110,10 @@ class Feed:
                     self.highlights[info.id] = ("ended", now + HIGHLIGHT_S)
                 if highlight and info.reason == Reason.FAILING and (old.state, old.reason) != (info.state, info.reason):
                     self.failing.append(info)
+                if highlight and info.state is State.WAITING and old.state is not State.WAITING:
+                    self.asking.append(info)
+                if highlight and old.state in ACTIVE and info.state in (State.SLEEPING, State.TERMINATED):
+                    self.finished[info.id] = now
             elif highlight:
                 self.highlights[info.id] = ("new", now + HIGHLIGHT_S)
             info = self._marked(info)
@@ -145,6 +155,21 @@ class Feed:
         stats = await self.ws.activity()
         return Header(dict(self.by_state), self.tokens, self.windows, stats["fired"], stats["running"],
                       stats["engine"], {k: n for k, n in self.counted.items() if n})
+
+    def attention(self) -> tuple[list[SessionInfo], list[SessionInfo]]:
+        """What needs a look besides the requests: sessions failing (suspended by the engine for
+        it, or whose last run failed), and those whose run finished since the monitor opened
+        and nobody looked at (``seen``), newest first."""
+        failing = [s for s in self.sessions.values()
+                   if s.reason == Reason.FAILING or s.state is State.SLEEPING and s.failures
+                   and s.last_outcome in ("failed", "timeout")]
+        finished = [self.sessions[sid] for sid, _ in sorted(self.finished.items(), key=lambda kv: -kv[1])
+                    if sid in self.sessions and self.sessions[sid] not in failing]
+        return sorted(failing, key=lambda s: s.id), finished
+
+    def seen(self, sid: int) -> None:
+        """The user looked at session ``sid``: its finished run is read."""
+        self.finished.pop(sid, None)
 
     def agent_sessions(self, agent: str) -> list[SessionInfo]:
         """The live sessions of an agent (a tree heading's), in SID order."""

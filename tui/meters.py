@@ -14,7 +14,8 @@ from procession.present.cells import bar
 
 from .feed import Header
 
-STATES = (("R", "running"), ("Q", "ready"), ("S", "sleeping"), ("T", "suspended"), ("Z", "terminated"))
+STATES = (("R", "running"), ("W", "waiting"), ("Q", "ready"), ("S", "sleeping"), ("T", "suspended"),
+          ("Z", "terminated"))
 
 
 class Meters(Widget):
@@ -22,7 +23,7 @@ class Meters(Widget):
 
     DEFAULT_CSS = "Meters { height: 2; }"
     COMPONENT_CLASSES = {"meter--label", "meter--value", "meter--paused",
-                         "state--R", "state--Q", "state--S", "state--T", "state--Z",
+                         "state--R", "state--W", "state--Q", "state--S", "state--T", "state--Z",
                          "bar--low", "bar--mid", "bar--high", "bar--empty"}
 
     def __init__(self, **kwargs: Any) -> None:
@@ -63,7 +64,8 @@ class Meters(Widget):
         first = Text()
         first.append("Sessions[", label)
         for i, (letter, name) in enumerate(STATES):
-            first.append(f"{letter} ", self.get_component_rich_style(f"state--{letter}"))
+            quiet = letter == "W" and not states.get(name)  # it calls for attention only when someone waits
+            first.append(f"{letter} ", label if quiet else self.get_component_rich_style(f"state--{letter}"))
             first.append(f"{states.get(name, 0)}" + ("  " if i < len(STATES) - 1 else ""), value)
         first.append("]  ", label)
         running = stats.running

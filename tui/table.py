@@ -148,7 +148,7 @@ class SessionTable(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = {
         "table--cursor", "table--tagged", "table--agent", "row--new", "row--ended",
-        "state--R", "state--Q", "state--S", "state--T", "state--Z",
+        "state--R", "state--W", "state--Q", "state--S", "state--T", "state--Z",
         "bar--low", "bar--mid", "bar--high", "bar--empty", "cell--muted", "cell--agent", "cell--warning",
         "outcome--ok", "outcome--bad", "outcome--stopped",
     }

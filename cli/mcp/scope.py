@@ -9,8 +9,9 @@ agent would be reached by nobody). One started with neither acts for the person 
 started it, on every session. ``send`` reaches any session: it is how an agent talks to
 another agent's sessions (a user message; another role only in reach). A scoped server
 spawns only into the folders its scope reaches, and what it brings that no person approved
-(a new runner, settings, looser bounds) arrives disarmed; a trigger it adds watches only the
-session's own folders. ``--allow`` narrows the tools offered, ``--readonly`` leaves the
+(a new runner, settings, looser bounds or permissions) arrives disarmed; a trigger it adds
+watches only the session's own folders. It answers what the sessions in reach ask
+(``check_answer``), never what its own session asked. ``--allow`` narrows the tools offered, ``--readonly`` leaves the
 reads; a refusal is a ``NotAllowed`` with one line saying why.
 """
 
@@ -66,7 +67,7 @@ class Scope:
         return None if self.everything else await ws.reach(agent=self.agent, session=self.session)
 
     async def check_spawn(self, ws: Workspace, agent: str, cwd: str, *, runner: str, env: dict[str, str],
-                          passed: list[str], confine: str, net: str) -> bool:
+                          passed: list[str], confine: str, net: str, permissions: str) -> bool:
         """A spawn for ``agent`` working in ``cwd``: refused out of scope (an agent's server
         spawns for its own agent only, and only into the folders its scope reaches); True when
         it brings nothing a person has not approved, so that it may run at once: a runner
@@ -86,9 +87,26 @@ class Scope:
         armed = {s.runner for s in await ws.ps(all=True) if s.id in reach and s.armed}
         own = await ws.info(self.session) if self.session is not None else None
         looser = (CONFINE_ORDER.index(confine) > CONFINE_ORDER.index(own.confine if own else bounds.BOUND)
-                  or NET_ORDER.index(net) > NET_ORDER.index(own.net if own else bounds.ANY))
+                  or NET_ORDER.index(net) > NET_ORDER.index(own.net if own else bounds.ANY)
+                  or bounds.PERMISSIONS.index(permissions) > bounds.PERMISSIONS.index(own.permissions if own
+                                                                                     else bounds.BOUND))
         known = runner_spec.parse(runner).kind == "builtin" or runner in armed
         return known and not env and not passed and not looser
+
+    async def check_answer(self, ws: Workspace, sid: int, *, allow: bool) -> None:
+        """An answer to what session ``sid``'s agent asked: in reach, never the scope's own
+        session (an agent does not answer itself), and an allow from a session's server only
+        when that session may do anything unasked (an agent does not grant, through a session
+        it spawned, what it could not do itself)."""
+        await self.check(ws, sid)
+        if self.session is None:
+            return
+        if sid == self.session:
+            raise NotAllowed(f"session {sid} asked this: a person (or a supervisor in reach of it) answers it,"
+                             " not the session itself")
+        if allow and (await ws.info(self.session)).permissions != bounds.ALL:
+            raise NotAllowed(f"{self.who} may not allow what session {sid} asked: it could not do it unasked itself"
+                             " (its --permissions are not all); deny it, or leave it to a person")
 
     async def check_send(self, ws: Workspace, sid: int, role: str) -> None:
         """``send`` reaches any session, as the scope's own words (a user message from it);

@@ -143,10 +143,11 @@ async def spawn(s: Served, a: dict[str, Any]) -> Json:
     settings = dict(environ.setting(pair) for pair in a["env"] or [])
     passed = list(a["passed"] or [])
     armed = await s.scope.check_spawn(s.ws, agent, cwd, runner=a["runner"], env=settings, passed=passed,
-                                      confine=a["confine"], net=a["net"])
+                                      confine=a["confine"], net=a["net"], permissions=a["permissions"])
     return _data(await s.ws.spawn(a["name"], agent, system=a["system"], goal=a["goal"], priority=a["priority"],
                                   runner=a["runner"], window=a["window"], timeout=a["timeout"], cwd=cwd, env=settings,
-                                  passed=passed, confine=a["confine"], net=a["net"], armed=armed))
+                                  passed=passed, confine=a["confine"], net=a["net"], permissions=a["permissions"],
+                                  armed=armed))
 
 
 async def send(s: Served, a: dict[str, Any]) -> Json:
@@ -262,7 +263,29 @@ async def wait(s: Served, a: dict[str, Any]) -> Json:
     return (await s.ws.wait(a["sid"], a["timeout"])).to_json()
 
 
+async def pending(s: Served, a: dict[str, Any]) -> Json:
+    reach = await s.scope.reach(s.ws)
+    if a["request"] is not None:
+        found = await s.ws.request(a["request"])
+        await s.scope.check(s.ws, found.sid)
+        return found.to_json()
+    sids = [sid for sid in a["sids"] or [] if reach is None or sid in reach] if a["sids"] else None
+    return [r.to_json() for r in await s.ws.pending(sids) if reach is None or r.sid in reach]
+
+
+async def allow(s: Served, a: dict[str, Any]) -> Json:
+    await s.scope.check_answer(s.ws, (await s.ws.request(a["request"])).sid, allow=True)
+    return _data(await s.ws.allow(a["request"], always=a["always"]))
+
+
+async def deny(s: Served, a: dict[str, Any]) -> Json:
+    await s.scope.check_answer(s.ws, (await s.ws.request(a["request"])).sid, allow=False)
+    return _data(await s.ws.deny(a["request"], why=a["why"]))
+
+
 _LIFECYCLE = "the sessions in reach, each SID given: all of them, or (one refused) none"
+_ANSWERS = ("the requests of the sessions in reach, never the server's own session's; a session's server allows only"
+            " when its own session may do anything unasked (--permissions all)")
 
 #: The tools, in the order they are listed.
 TOOLS: dict[str, Tool] = {t.name: t for t in [
@@ -289,6 +312,9 @@ TOOLS: dict[str, Tool] = {t.name: t for t in [
     Tool("trigger_add", "trigger", trigger_add, op="add"),
     Tool("trigger_remove", "trigger", trigger_remove, op="rm"),
     Tool("wait", "wait", wait, reads=True),
+    Tool("pending", "pending", pending, reads=True, reach="the requests of the sessions in reach"),
+    Tool("allow", "allow", allow, reach=_ANSWERS),
+    Tool("deny", "deny", deny, reach=_ANSWERS),
 ]}
 
 #: What ``--allow`` also takes: a call's name for all of its tools.

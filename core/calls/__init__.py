@@ -4,7 +4,7 @@
 its calls act on: ``reads`` (what faces show), ``context`` (messages, memory, compress),
 ``lifecycle`` (birth, settings, the lifecycle moves), ``lineage`` (fork, merge), ``files``
 (save, load), ``bindings`` (resources, triggers, approval), ``adopt`` (the agent CLIs' own
-sessions: adopt, sync, attach) and ``agents`` (what an agent
+sessions: adopt, sync, attach), ``permissions`` (what an agent asks a person) and ``agents`` (what an agent
 acting as a session reaches, and waiting for an answer). Every changing call is one
 ``BEGIN IMMEDIATE`` transaction made by ``@syscall``: it checks the lifecycle table, runs
 the call, writes its journal row, and commits; a refusal raises a ``ProcessionError`` and
@@ -21,11 +21,12 @@ from .context import ContextCalls
 from .files import FileCalls
 from .lifecycle import LifecycleCalls
 from .lineage import LineageCalls
+from .permissions import PermissionCalls
 from .reads import ReadCalls
 
 
 class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, BindingCalls,
-                AgentCalls):
+                AgentCalls, PermissionCalls):
     """An open workspace and every call that acts on it, on behalf of one actor.
 
     ``async with await Workspace.open(path) as ws: await ws.spawn("payroll", "hr")``

@@ -184,6 +184,7 @@ class FileCalls(Calls):
             env=json.dumps(settings) if settings else None,
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
             confine=s.get("confine", bounds.BOUND), net=s.get("net", bounds.ANY),
+            permissions=s.get("permissions", bounds.BOUND),
             agent_ref=(ref := await _agent_ref(act, s, cwd, paths)),
             agent_seen=s.get("agent_seen", 0) if ref else 0,
         )
@@ -308,7 +309,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             # settings, not secrets: a passed name travels, its value never does
             "env": json.loads(row["env"]) if row["env"] else {},
             "passed": json.loads(row["pass_env"]) if row["pass_env"] else [],
-            "confine": row["confine"], "net": row["net"],
+            "confine": row["confine"], "net": row["net"], "permissions": row["permissions"],
             "agent_ref": native.agent_ref(row),
             "agent_seen": row["agent_seen"],
             "cwd": row["cwd"],

@@ -26,7 +26,7 @@ from .syscall import Act, all_or_none, syscall
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
-SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit", "confine", "net")
+SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit", "confine", "net", "permissions")
 #: The most failed runs in a row a session may be set to bear before it is suspended.
 FAIL_LIMIT_MAX = 1000
 #: How ``migrate`` may compress a context that does not fit (``compress``'s ways, but the user's own).
@@ -94,11 +94,12 @@ class LifecycleCalls(Calls):
         self, act: Act, name: str, agent: str, *, system: str = "", goal: str = "", priority: int = 0,
         runner: str = runner_spec.DEFAULT, window: int = DEFAULT_WINDOW, timeout: float | None = None,
         cwd: str | None = None, env: dict[str, str] | None = None, passed: list[str] | None = None,
-        confine: str = bounds.BOUND, net: str = bounds.ANY, armed: bool = True,
+        confine: str = bounds.BOUND, net: str = bounds.ANY, permissions: str = bounds.BOUND, armed: bool = True,
     ) -> Spawned:
         """A new sleeping session for ``agent`` (made on first use), working in ``cwd``, with
-        its own environment (``env`` stored, ``passed`` names handed over at run time) and its
-        bounds (``confine``, ``net``: ``model.bounds``); ``armed`` false: its runner waits for
+        its own environment (``env`` stored, ``passed`` names handed over at run time), its
+        bounds (``confine``, ``net``: ``model.bounds``) and what its agent may do unasked
+        (``permissions``); ``armed`` false: its runner waits for
         ``approve`` (a scoped MCP client spawned it with what a person has not approved)."""
         require_cli(runner_spec.parse(runner))
         settings, names = environ.merged({}, [], set={k: environ.setting(f"{k}={v}")[1] for k, v in (env or {}).items()},
@@ -117,6 +118,7 @@ class LifecycleCalls(Calls):
             timeout=limits.positive(timeout, "timeout"), cwd=folder,
             env=json.dumps(settings) if settings else None, pass_env=json.dumps(names) if names else None,
             spawned_by=self.acting, confine=bounds.confine(confine), net=bounds.net(net), armed=int(armed),
+            permissions=bounds.permissions(permissions),
         )
         if confine != bounds.OFF:
             why = bounds.too_wide(os.path.realpath(folder), os.path.realpath(os.path.expanduser("~")), write=True)
@@ -174,11 +176,12 @@ class LifecycleCalls(Calls):
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
                   system: str | None = None, timeout: float | None = None, window: int | None = None,
                   fail_limit: int | None = None, confine: str | None = None, net: str | None = None,
-                  max_turns: int | None = None, temperature: float | None = None, max_tokens: int | None = None,
+                  permissions: str | None = None, max_turns: int | None = None, temperature: float | None = None, max_tokens: int | None = None,
                   fields: dict[str, Any] | None = None, tokenizer: str | None = None) -> Updated:
         """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it;
         ``fail_limit`` failed runs in a row suspend the session, 0: never; ``confine`` and
-        ``net``: how the kernel holds its runs, ``model.bounds``; the ``openai:`` runner's
+        ``net``: how the kernel holds its runs, ``permissions``: what its agent may do unasked,
+        ``model.bounds``; the ``openai:`` runner's
         ``max_turns``, ``temperature``, ``max_tokens`` and request ``fields``, as ``sampling``;
         ``tokenizer``, as ``set_tokenizer``), all in one call: it names every one that changed.
 
@@ -209,6 +212,8 @@ class LifecycleCalls(Calls):
             cols["confine"] = bounds.confine(confine)
         if net is not None:
             cols["net"] = bounds.net(net)
+        if permissions is not None:
+            cols["permissions"] = bounds.permissions(permissions)
         changed = [k for k in SETTINGS if k in cols and cols[k] != row[k]]
         current, names = environment(row)
         settings = sampling.changed(current, turns=max_turns, temperature=temperature, max_tokens=max_tokens,
@@ -240,9 +245,9 @@ class LifecycleCalls(Calls):
             _over_note(act, sid, context, new_window)
         if not changed:
             raise InvalidArgument(f"nothing to change in session {sid}: give a new name, goal, system prompt,"
-                                  " timeout, window, failure limit, confinement, network, sampling or tokenizer")
+                                  " timeout, window, failure limit, confinement, network, permissions, sampling or tokenizer")
         await rows.update_session(act.tx, sid, **cols)
-        if State(row["state"]) is State.RUNNING:
+        if State(row["state"]) in (State.RUNNING, State.WAITING):
             act.note("the running step goes on as it started; its next run sees the change")
         return Updated(sid, tuple(changed))
 
@@ -278,6 +283,7 @@ class LifecycleCalls(Calls):
     async def interrupt(self, act: Act, sid: int) -> Moved:
         """Stop the current step (or take the session off the queue); it goes back to sleep."""
         await rows.update_session(act.tx, sid, state=act.target.value, queued_at=None, causes=None)
+        await rows.withdraw(act.tx, session=sid)
         return Moved(sid, act.target)
 
     async def cancel(self, sid: int, *, clean: bool = False) -> Moved:
@@ -293,6 +299,7 @@ class LifecycleCalls(Calls):
     async def _cancel(self, act: Act, sid: int, clean: bool = False) -> Moved:
         await rows.update_session(act.tx, sid, state=act.target.value, reason=Reason.CANCELLED.value,
                                   resume_to=None, queued_at=None, causes=None)
+        await rows.withdraw(act.tx, session=sid)
         record = await rows.worktree(act.tx, sid)
         if record is not None and not clean:
             how = f"git worktree remove {record['path']}" if record["kind"] == "git" else f"rm -r {record['path']}"

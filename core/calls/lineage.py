@@ -321,7 +321,8 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
         context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
         context_count=at - sum(f.archived_count - 1 for f in inherited),
         env=row["env"], pass_env=row["pass_env"], tokenizer=row["tokenizer"], token_scale=row["token_scale"],
-        token_samples=row["token_samples"], confine=row["confine"], net=row["net"], **agent,
+        token_samples=row["token_samples"], confine=row["confine"], net=row["net"],
+        permissions=row["permissions"], **agent,
     )
     if memory is not None:
         await rows.put_memory(tx, child, memory)

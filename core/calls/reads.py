@@ -44,7 +44,7 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
                        tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30],
-                       bool(r[31]), r[32], r[33], r[34], worktree)
+                       bool(r[31]), r[32], r[33], r[34], r[35], worktree)
 
 
 #: Sessions read from SQLite at a time by ``ps``.

@@ -28,7 +28,7 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..model import environ, mcp_binding, runner_spec
+from ..model import bounds, environ, mcp_binding, runner_spec
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
@@ -249,8 +249,9 @@ class Engine:
     # ------------------------------------------------------------------ scheduling
 
     def busy(self) -> int:
-        """Slots in use: running steps; a suspended one gives its slot up."""
-        return sum(1 for live in self.live.values() if not live.step.frozen)
+        """Slots in use: running steps; a suspended one gives its slot up, as does one waiting
+        for a person (a process blocked on input uses no CPU)."""
+        return sum(1 for live in self.live.values() if not live.step.frozen and not live.waiting)
 
     async def _schedule(self) -> None:
         assert self.ledger is not None
@@ -291,19 +292,24 @@ class Engine:
         try:
             env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
                                                         "PROCESSION_DB": str(self.ledger.path), "PWD": cwd})
-            if spec.kind != "openai" and any(mcp_binding.is_procession(r["kind"], r["uri"]) for r in resources):
+            asks = agents.asks(spec.kind)
+            if spec.kind != "openai" and (asks or any(mcp_binding.is_procession(r["kind"], r["uri"])
+                                                      for r in resources)):
                 own = OwnServers(str(self.ledger.path), sid, tmp, env)
                 env.update(await own.open(resources))
             held, exe = run_bounds(row, spec, cwd, resources, env, tmp)
             if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
+                turn.ask = own.asking() if own is not None and asks else None
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
                 tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")
                 step = await HttpStep.start(spec, cwd, tracker.environ(env), count=self.ledger.store.count_tokens,
                                             wrap=held.wrap)
+                if row["permissions"] == bounds.ASK:  # its tools run in the engine: it asks the engine
+                    step.ask = self._asker(sid)
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
                 self.launching.add(tracker)  # its processes are owned from the start, not once it is claimed
@@ -348,6 +354,16 @@ class Engine:
         live.task = asyncio.ensure_future(self._supervise(live, document))
         log.info("run %d of session %d started (%s, pid %s, %s)", start.run, sid, row["runner"], step.pid, held.said)
         return True
+
+    def _asker(self, sid: int) -> Callable[[str, dict[str, Any]], Awaitable[tuple[bool, str]]]:
+        """How an ``openai:`` run of ``sid`` asks a person whether a tool call may run."""
+        assert self.ledger is not None
+        agent = self.ledger.as_actor("agent")
+
+        async def ask(tool: str, input: dict[str, Any]) -> tuple[bool, str]:
+            return await agent.decide(sid, tool, input)
+
+        return ask
 
     async def _fail_to_start(self, row: Any, error: str) -> None:
         """Record a run that could not even start, so the user sees why."""
@@ -421,10 +437,15 @@ class Engine:
         states = {r["id"]: State(r["state"]) for r in found}
         for sid, live in list(self.live.items()):
             state = states.get(sid, State.TERMINATED)
-            if state is State.RUNNING:
+            if state in (State.RUNNING, State.WAITING):
                 if live.step.frozen:  # resumed: on at once, even if that uses more slots than there are
                     live.step.thaw()
                     live.thawed(lambda live=live: self._interrupt(live, "timeout"))
+                if state is State.WAITING:  # its clock stops while a person is asked: no timeout meanwhile
+                    live.frozen()
+                elif live.waiting:
+                    live.thawed(lambda live=live: self._interrupt(live, "timeout"))
+                live.waiting = state is State.WAITING
             elif state is State.SUSPENDED:
                 if live.step.freezable:
                     if not live.step.frozen:

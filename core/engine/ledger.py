@@ -150,7 +150,7 @@ class Ledger(Workspace):
         async with self.store.snapshot() as tx:
             return await tx.all(
                 f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
-                " COALESCE(agent_window, window) AS window, env, pass_env, confine, net FROM sessions s"
+                " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions FROM sessions s"
                 f" WHERE state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
                 (limit,),
@@ -200,11 +200,11 @@ class Ledger(Workspace):
             parts.append(unseen[0].content)
         else:
             parts += [f"[{m.role} from {m.author}]\n{m.content}" for m in unseen]
-        woken = [cause_text(c) for c in causes if c.get("kind") not in (None, "manual", "resume")]
+        woken = [cause_text(c) for c in causes if c.get("kind") not in (None, "manual", "resume", "answer")]
         if woken:
             parts.append("(" + "; ".join(woken) + ")")
         return Turn(sid, "\n\n".join(parts) or "Continue.", row["length"], row["system"], spec.target, cwd, ref,
-                    mcp, env)
+                    mcp, env, permissions=row["permissions"], net=row["net"])
 
     @syscall(Call.START)
     async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, pid: int | None,
@@ -249,7 +249,8 @@ class Ledger(Workspace):
 
     @syscall(Call.FINISH, check=None)
     async def finish_run(self, act: Act, sid: int, run: int, outcome: str, *, exit_code: int | None,
-                         events: Events, error: str = "", requeue: bool = False, frozen_s: float = 0.0) -> Finish:
+                         events: Events, error: str = "", requeue: bool = False, frozen_s: float = 0.0,
+                         stopping: bool = False) -> Finish:
         """Record how a run ended, with the last of what its step said (``events``).
 
         What the step said and did while it ran is already in the store (``emit``); the last
@@ -260,13 +261,20 @@ class Ledger(Workspace):
         frozen, so suspending it interrupted it, and its partial reply stayed out of the
         context). A failed or timed-out run counts against the session: after ``fail_limit``
         of them in a row it is suspended with reason ``failing``, and its trigger-fired runs
-        back off meanwhile.
+        back off meanwhile. What the run asked a person and is still unanswered is withdrawn;
+        but when the engine is ``stopping`` under a run that waits, the session waits on, its
+        requests open (``permissions``: the answer goes to a new run).
         """
         tx = act.tx
         if not await rows.live_run(tx, sid, run):
             raise NotFound(f"run {run} of session {sid} is not live")
         row = await rows.session(tx, sid)
         state = State(row["state"])
+        waits = stopping and (state is State.WAITING or state is State.SUSPENDED and row["resume_to"] == State.WAITING)
+        if not waits:
+            await rows.withdraw(tx, run=run)
+        if state is State.WAITING and not waits:
+            state = State.RUNNING  # nothing waits any more: it ends as a running one does
         ended = state is State.TERMINATED
         problems = list(events.problems)
         if not ended:
@@ -298,14 +306,14 @@ class Ledger(Workspace):
                 counts.update(reason=Reason.FAILING.value, resume_to=State.SLEEPING.value, queued_at=None, causes=None)
                 tx.follow("engine", Call.SUSPEND, sid, {"sid": sid, "why": "failing"},
                           {"failures": failures, "fail_limit": row["fail_limit"]})
-        if state is State.READY and row["state"] == State.RUNNING:
+        if state is State.READY and row["state"] in (State.RUNNING, State.WAITING):
             await rows.update_session(tx, sid, **counts)
             await waking.queue(tx, await rows.session(tx, sid), [{"kind": "resume", "run": run}])
         else:
             changes: dict[str, Any] = {"state": state.value, **counts}
-            if state is State.TERMINATED and row["state"] == State.RUNNING:
+            if state is State.TERMINATED and row["state"] in (State.RUNNING, State.WAITING):
                 changes["reason"] = Reason.DONE.value
-            if state is State.SUSPENDED and "resume_to" not in changes:
+            if state is State.SUSPENDED and "resume_to" not in changes and not waits:
                 changes["resume_to"] = State.READY.value if requeue else State.SLEEPING.value
             await rows.update_session(tx, sid, **changes)
         await waking.release_pending(tx, sid)
@@ -412,7 +420,8 @@ class Ledger(Workspace):
 
     @syscall(Call.RECOVER, session=None, check=None)
     async def recover(self, act: Act, token: str) -> Recovered:
-        """Close the runs of a dead engine as ``lost`` and put their sessions back to sleep."""
+        """Close the runs of a dead engine as ``lost`` and put their sessions back to sleep; a
+        session waiting for a person waits on (its answer goes to a new run)."""
         tx = act.tx
         found = await tx.all(
             "SELECT id, session_id FROM runs WHERE ended IS NULL AND (engine IS NULL OR engine != ?)", (token,)

@@ -39,18 +39,25 @@ class OwnServers:
     async def open(self, resources: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         """Listen for each ``mcp procession`` binding; the variables a step gets to reach them
         (``mcp_binding.RELAYS``: each binding's URI and the relay command for it)."""
-        relays: dict[str, list[str]] = {}
-        for n, r in enumerate(r for r in resources if mcp_binding.is_procession(r["kind"], r["uri"])):
-            path = os.path.join(self.tmp, f"mcp-{n}.sock")
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(path)
-            os.chmod(path, 0o600)
-            listener.listen()
-            listener.setblocking(False)
-            argv = mcp_binding.server_command(self.db, self.sid, uri=r["uri"], mode=r["mode"], direct=True)
-            self.accepting.append(asyncio.ensure_future(self._accept(listener, argv)))
-            relays[r["uri"]] = [sys.executable, "-I", "-S", RELAY, path]
+        relays = {r["uri"]: self._listen(f"mcp-{n}", mcp_binding.server_command(self.db, self.sid, uri=r["uri"],
+                                                                                 mode=r["mode"], direct=True))
+                  for n, r in enumerate(r for r in resources if mcp_binding.is_procession(r["kind"], r["uri"]))}
         return {mcp_binding.RELAYS: json.dumps(relays)} if relays else {}
+
+    def asking(self) -> list[str]:
+        """Listen for the run's agent CLI asking a person (``procession mcp --ask``); the relay
+        command its CLI starts as that MCP server."""
+        return self._listen("ask", mcp_binding.ask_command(self.db, self.sid))
+
+    def _listen(self, name: str, argv: list[str]) -> list[str]:
+        path = os.path.join(self.tmp, f"{name}.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        os.chmod(path, 0o600)
+        listener.listen()
+        listener.setblocking(False)
+        self.accepting.append(asyncio.ensure_future(self._accept(listener, argv)))
+        return [sys.executable, "-I", "-S", RELAY, path]
 
     async def _accept(self, listener: socket.socket, argv: list[str]) -> None:
         """Serve each connection with a server whose standard input and output are the socket

@@ -64,6 +64,7 @@ class LiveRun:
     tmp: str | None = None  # its temporary folder (its TMPDIR), removed with all it holds when it ends
     own: OwnServers | None = None  # Procession's own MCP servers it reaches (closed when it ends)
     confined: bool = False  # the kernel holds it to its bounds: what it was denied is said in its record
+    waiting: bool = False  # its agent waits for a person's answer (its session is W): no slot, no clock
     denied: list[str] = field(default_factory=list)  # what its processes said the kernel refused them
     problems: list[str] = field(default_factory=list)
     done: bool = False
@@ -237,7 +238,7 @@ class LiveRun:
             try:
                 await self.ledger.finish_run(self.sid, self.run, outcome, exit_code=exit_code, events=events,
                                              error=error, requeue=self.intent == "suspend",
-                                             frozen_s=self.frozen_s)
+                                             frozen_s=self.frozen_s, stopping=self.intent == "shutdown")
                 if said:
                     log.info("run %d of session %d recorded after all", self.run, self.sid)
                 return

@@ -25,6 +25,11 @@ STRICT, BOUND, OFF = "strict", "bound", "off"
 CONFINES: Final = (STRICT, BOUND, OFF)
 ANY, NONE, MODEL = "any", "none", "model"
 NETS: Final = (ANY, NONE, MODEL)
+#: What a session's agent may do unasked (``permissions``): ``ask`` only read inside its bounds,
+#: ``bound`` (the default) whatever its bindings and confinement already allow, ``all`` anything
+#: its agent asks for. Anything else waits for a person (``model.requests``).
+ASK, ALL = "ask", "all"
+PERMISSIONS: Final = (ASK, BOUND, ALL)
 
 #: The system's own folders: read and executed by every run, written by none.
 SYSTEM: Final = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys",
@@ -56,6 +61,10 @@ def confine(value: str) -> str:
 
 def net(value: str) -> str:
     return _one_of(value, NETS, "--net")
+
+
+def permissions(value: str) -> str:
+    return _one_of(value, PERMISSIONS, "--permissions")
 
 
 def _one_of(value: str, values: tuple[str, ...], flag: str) -> str:

@@ -50,11 +50,16 @@ class Call(StrEnum):
     BIND = "bind"
     UNBIND = "unbind"
     TRIGGER = "trigger"
+    # what an agent asks a person
+    ALLOW = "allow"
+    DENY = "deny"
+    FORGET = "forget"
     # the engine's own
     START = "start"
     EMIT = "emit"
     FINISH = "finish"
     RECOVER = "recover"
+    ASK = "ask"
     LEASE = "lease"
     WAKE = "wake"
 
@@ -100,9 +105,13 @@ INFO: Final[dict[Call, CallInfo]] = {
     Call.BIND: CallInfo("bind a resource: file, folder, db, mcp, tool, url"),
     Call.UNBIND: CallInfo("unbind a resource"),
     Call.TRIGGER: CallInfo("what wakes a session: add or remove a trigger"),
+    Call.ALLOW: CallInfo("let what a waiting session's agent asked for run (--always: and its like, from now on)"),
+    Call.DENY: CallInfo("refuse what a waiting session's agent asked for; the reason goes back to it"),
+    Call.FORGET: CallInfo("remove a rule allow --always made"),
 }
 
 #: The calls people and agents make, in the order faces list them.
 USER_CALLS: Final[tuple[Call, ...]] = tuple(INFO)
 #: The calls only the engine makes.
-ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE)
+ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE,
+                                         Call.ASK)

@@ -41,6 +41,11 @@ class IllegalTransition(ProcessionError):
         self.call, self.sid, self.state = call, sid, state
 
 
+class Answered(ProcessionError):
+    """A request was answered already (by another face, a rule, or its run ending): each is
+    answered once."""
+
+
 class NotAllowed(ProcessionError):
     """The caller may not make this call here: an agent's server is scoped to the sessions its
     agent owns and spawned, and to the calls the user allowed it."""

@@ -277,3 +277,36 @@ class TriggerAdded(Outcome):
 @dataclass(slots=True, frozen=True)
 class TriggerRemoved(Outcome):
     trigger: TriggerInfo
+
+
+@dataclass(slots=True, frozen=True)
+class Asked(Outcome):
+    """``ask``: the request made, and its answer when one was given at once (by the session's
+    permissions, a rule, or an answer carried over from a run that ended waiting)."""
+
+    request: int
+    answer: str | None
+    why: str | None = None
+    by: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Answered(Outcome):
+    """``allow`` or ``deny``: the request, the answer, the rule ``--always`` made, the other
+    requests it answered too, and the state the session is in now (still waiting while it
+    has other requests open; ready when the run that asked is gone and goes on in a new one)."""
+
+    request: int
+    answer: str
+    state: State
+    rule: int | None = None
+    also: tuple[int, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class Forgot(Outcome):
+    """``forget``: the rule removed."""
+
+    rule: int
+    tool: str
+    subject: str

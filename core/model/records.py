@@ -127,6 +127,7 @@ class SessionInfo:
     confine: str = "bound"  # how the kernel holds its runs (``model.bounds``): strict, bound, off
     net: str = "any"  # where its runs may connect: any, none, model
     confinement: str | None = None  # what held its last run ("landlock ABI 7", "none: ...", "off: ..."); None: no run yet
+    permissions: str = "bound"  # what its agent may do unasked: ask, bound, all
     worktree: Worktree | None = None  # its own folder, when it was forked with one
     #: the agent CLI's own process running this session outside Procession right now (found by
     #: the monitor, never stored): its pid; then ``cpu`` and ``rss`` are that process's
@@ -306,6 +307,45 @@ class Waited:
                 "run": self.run.to_json() if self.run else None,
                 "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "author": m.author}
                              for m in self.messages]}
+
+
+@dataclass(slots=True, frozen=True)
+class Request:
+    """What an agent asked a person (``model.requests``): the tool and its input as the agent
+    gave them, the session and run that asked, since when; its answer once it has one."""
+
+    id: int
+    sid: int
+    session: str
+    agent: str
+    run: int | None
+    tool: str
+    input: Any
+    subject: str
+    asked: float
+    answer: str | None = None
+    why: str | None = None
+    answered: float | None = None
+    answered_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_of(self)
+
+
+@dataclass(slots=True, frozen=True)
+class Rule:
+    """What ``allow --always`` made: the session's agent may call ``tool`` on ``subject``
+    ('' : any) unasked."""
+
+    id: int
+    sid: int
+    tool: str
+    subject: str
+    made: float
+    request: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_of(self)
 
 
 @dataclass(slots=True, frozen=True)

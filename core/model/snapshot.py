@@ -429,7 +429,8 @@ def _need(cond: bool, what: str) -> None:
 
 
 #: Keys of a session that files written before agent sessions (and before bounds) do not have.
-AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen", "cwd", "agent_session", "confine", "net"})
+AGENT_KEYS: Final = frozenset({"env", "passed", "agent_ref", "agent_seen", "cwd", "agent_session", "confine", "net",
+                                  "permissions"})
 
 
 def _keys(obj: dict[str, Any], keys: set[str], what: str, optional: frozenset[str] = frozenset()) -> None:
@@ -492,6 +493,8 @@ def _session(s: Any) -> dict[str, Any]:
           "session.cwd must be an absolute path")
     _need(s.get("confine", bounds.BOUND) in bounds.CONFINES, f"session.confine must be one of {', '.join(bounds.CONFINES)}")
     _need(s.get("net", bounds.ANY) in bounds.NETS, f"session.net must be one of {', '.join(bounds.NETS)}")
+    _need(s.get("permissions", bounds.BOUND) in bounds.PERMISSIONS,
+          f"session.permissions must be one of {', '.join(bounds.PERMISSIONS)}")
     for key in ("name", "agent"):
         _text(s.get(key), f"session.{key}", empty=False)
     for key in ("goal", "system", "runner", "uuid"):
@@ -563,7 +566,8 @@ def _resources(resources: Any) -> list[dict[str, Any]]:
     for i, r in enumerate(resources, start=1):
         _need(isinstance(r, dict), f"resource {i} must be an object")
         _keys(r, {"kind", "uri", "mode"}, f"resource {i}")
-        r["kind"] = limits.KIND_ALIASES.get(r.get("kind"), r.get("kind"))
+        _need(isinstance(r.get("kind"), str), f"resource {i} kind must be a string")
+        r["kind"] = limits.KIND_ALIASES.get(r["kind"], r["kind"])
         _need(r["kind"] in limits.RESOURCE_KINDS, f"resource {i} has a bad kind")
         if r["kind"] in limits.PATH_KINDS:
             _need(isinstance(r.get("uri"), str) and r["uri"].startswith("/") and "/../" not in f"{r['uri']}/",

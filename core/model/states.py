@@ -20,17 +20,20 @@ class State(StrEnum):
     SLEEPING = "sleeping"
     READY = "ready"
     RUNNING = "running"
+    WAITING = "waiting"
     SUSPENDED = "suspended"
     TERMINATED = "terminated"
 
     @property
     def letter(self) -> str:
-        """htop-style one-letter code: R running, Q queued, S sleeping, T stopped, Z ended."""
+        """htop-style one-letter code: R running, W waiting for a person, Q queued, S sleeping,
+        T stopped, Z ended."""
         return _LETTERS[self]
 
 
 _LETTERS: Final = {
     State.RUNNING: "R",
+    State.WAITING: "W",
     State.READY: "Q",
     State.SLEEPING: "S",
     State.SUSPENDED: "T",
@@ -54,8 +57,8 @@ class Reason(StrEnum):
 SAME: Final = "same"
 PRIOR: Final = "prior"
 
-S, Q, R, T, Z = State.SLEEPING, State.READY, State.RUNNING, State.SUSPENDED, State.TERMINATED
-LIVE: Final = (S, Q, R, T)
+S, Q, R, W, T, Z = State.SLEEPING, State.READY, State.RUNNING, State.WAITING, State.SUSPENDED, State.TERMINATED
+LIVE: Final = (S, Q, R, W, T)
 IDLE: Final = (S, Q, T)
 
 #: call -> {state it is legal in: state it leads to}. A call that changes a second session
@@ -63,23 +66,27 @@ IDLE: Final = (S, Q, T)
 TABLE: Final[dict[Call, dict[State, State | str]]] = {
     # user calls that move the state
     Call.ACTIVATE: {S: Q},
-    Call.SUSPEND: {S: T, Q: T, R: T},
+    Call.SUSPEND: {S: T, Q: T, R: T, W: T},
     Call.RESUME: {T: PRIOR},
-    Call.INTERRUPT: {R: S, Q: S},
-    Call.CANCEL: {S: Z, Q: Z, R: Z, T: Z},
+    Call.INTERRUPT: {R: S, Q: S, W: S},
+    Call.CANCEL: {S: Z, Q: Z, R: Z, W: Z, T: Z},
+    # a person's answer to what its agent asked: on with its run (or, the run gone, queued again)
+    Call.ALLOW: {W: R},
+    Call.DENY: {W: R},
     Call.MERGE: {S: Z, Q: Z, T: Z},  # the source of a merge ends merged
     Call.ATTACH: {S: T, Q: T, T: SAME},  # held while the agent's own CLI is open on it
     Call.SYNC: {S: SAME, Q: SAME, T: SAME},
     # user calls that keep the state
     **{call: {s: SAME for s in LIVE} for call in (Call.SEND, Call.MEMORY, Call.NICE, Call.BIND, Call.UNBIND,
                                                   Call.TRIGGER, Call.APPROVE, Call.SET,
-                                                  Call.ENV)},
+                                                  Call.ENV, Call.FORGET)},
     **{call: {s: SAME for s in IDLE} for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE)},
     # any session, even an ended one, can be forked, saved, or loaded again from a checkpoint
     **{call: {s: SAME for s in State} for call in (Call.FORK, Call.SAVE, Call.LOAD)},
     # the engine's own moves
     Call.START: {Q: R},
-    Call.FINISH: {R: S},
+    Call.ASK: {R: W, W: SAME},
+    Call.FINISH: {R: S, W: S},
     Call.RECOVER: {R: S},
 }
 SECOND: Final[dict[Call, dict[State, State | str]]] = {
@@ -96,10 +103,14 @@ HINTS: Final[dict[tuple[Call, State], str]] = {
     (Call.RESUME, Q): "it is ready, not suspended",
     (Call.RESUME, R): "it is running, not suspended",
     (Call.INTERRUPT, S): "it is sleeping: no step is running",
+    **{(call, s): f"it is {s}: nothing it asked waits for an answer" for call in (Call.ALLOW, Call.DENY)
+       for s in (S, Q, R)},
+    **{(call, T): "it is suspended: resume it first" for call in (Call.ALLOW, Call.DENY)},
     (Call.INTERRUPT, T): "it is suspended: resume it first, or cancel it",
     (Call.SYNC, R): "a step of it is running: what the agent does arrives through the run",
-    **{(call, R): "it is running: interrupt it or wait for the step to finish"
-       for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MERGE, Call.ATTACH)},
+    **{(call, s): f"it is {s}: interrupt it or wait for the step to finish"
+       for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MERGE, Call.ATTACH) for s in (R, W)},
+    (Call.SYNC, W): "a step of it is waiting for an answer: allow or deny it (procession pending)",
 }
 
 

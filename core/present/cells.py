@@ -21,7 +21,8 @@ from .lines import open_outside, trigger_kinds
 from .words import printable
 
 Parts = list[tuple[str, str]]
-STATE_ORDER = {State.RUNNING: 0, State.READY: 1, State.SUSPENDED: 2, State.SLEEPING: 3, State.TERMINATED: 4}
+STATE_ORDER = {State.WAITING: 0, State.RUNNING: 1, State.READY: 2, State.SUSPENDED: 3, State.SLEEPING: 4,
+               State.TERMINATED: 5}
 BAR_CELLS = 6
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 

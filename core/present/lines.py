@@ -17,15 +17,17 @@ from ..model.records import (
     JournalEntry,
     MergePlan,
     Message,
+    Request,
     Resource,
     RunInfo,
+    Rule,
     SessionDetail,
     SessionInfo,
     TriggerInfo,
     Waited,
     Worktree,
 )
-from ..model import bounds, toolcalls
+from ..model import bounds, requests, toolcalls
 from . import words
 from .words import one_line, printable
 
@@ -161,6 +163,10 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
     return out
 
 
+#: What each ``--permissions`` lets an agent do unasked, as ``show`` says it.
+PERMITS = {bounds.ASK: "only reads", bounds.BOUND: "what its bounds allow", bounds.ALL: "anything"}
+
+
 def bounds_text(s: SessionInfo) -> str:
     """How the kernel holds its runs, and what held its last one: ``bound, net any; its last
     run confined (landlock ABI 7)``, or ``...; confinement: none (this kernel has no Landlock)``."""
@@ -168,12 +174,38 @@ def bounds_text(s: SessionInfo) -> str:
         said = f"off: its runs have your own reach (--confine off), net {s.net}"
     else:
         said = f"{s.confine} (its bindings), net {s.net}"
+    said += f"; its agent may do {PERMITS[s.permissions]} unasked (--permissions {s.permissions})"
     held = s.confinement or ""
     if held.startswith("landlock"):
         said += f"; its last run was confined ({held})"
     elif held.startswith("none"):
         said += f"; confinement: none ({held.partition(': ')[2]})"
     return printable(said)
+
+
+def request_line(r: Request, now: float | None = None, width: int = 100) -> str:
+    """``  4  12 coder (dev)      3m  Bash: git push origin main``: one request waiting."""
+    what = one_line(f"{r.tool}: {requests.summary(r.tool, r.input)}", max(20, width - 42))
+    return printable(f"{r.id:>4} {r.sid:>4} {one_line(f'{r.session} ({r.agent})', 24):<24} {words.age(r.asked, now):>4}"
+                     f"  {what}")
+
+
+def request_text(r: Request) -> list[str]:
+    """One request whole: who asked, when, the tool, its input as the agent gave it, its answer."""
+    out = [f"request {r.id}: session {r.sid} {r.session} ({r.agent}), run {r.run or '-'}, asked {words.clock(r.asked)}",
+           f"tool: {r.tool}" + (f" (a rule of it: {requests.rule_name(r.tool, r.subject)})" if r.subject else ""),
+           "input:", json.dumps(r.input, indent=2, ensure_ascii=False, sort_keys=True)]
+    if r.answer:
+        out.append(f"answer: {r.answer}" + (f" ({r.why})" if r.why else "")
+                   + (f" by {r.answered_by}" if r.answered_by else "")
+                   + (f" at {words.clock(r.answered)}" if r.answered else ""))
+    return [printable(line) for line in out]
+
+
+def rule_line(r: Rule, now: float | None = None) -> str:
+    """``   3  12  Bash(git)  made 2h ago (request 4)``."""
+    return printable(f"{r.id:>4} {r.sid:>4}  {requests.rule_name(r.tool, r.subject)}  made {words.ago(r.made, now)}"
+                     + (f" (request {r.request})" if r.request else ""))
 
 
 def worktree_text(w: Worktree) -> str:

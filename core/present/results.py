@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model import agents
+from ..model.requests import rule_name
 from ..model.calls import Call
 from ..model.outcomes import (
     Adopted,
     Adoption,
+    Answered,
+    Asked,
+    Forgot,
     Attached,
     Synced,
     Approved,
@@ -91,6 +95,15 @@ def describe(o: Outcome) -> str:
                     f" context {o.context_tokens} tokens; {plural(o.in_force, 'compressed range')} left")
         case Updated():
             return f"{o.sid}: changed {', '.join(o.changed)}"
+        case Answered():
+            return (f"request {o.request} {'allowed' if o.answer == 'allow' else 'denied'}"
+                    + (f", and {plural(len(o.also), 'other')} like it" if o.also else "")
+                    + (f"; rule {o.rule} allows its like from now on" if o.rule else "")
+                    + f"; session {o.sid} is {o.state}")
+        case Asked():
+            return f"request {o.request} of session {o.sid}: " + (f"{o.answer} by {o.by}" if o.answer else "waiting")
+        case Forgot():
+            return f"rule {o.rule} of session {o.sid} removed: {printable(rule_name(o.tool, o.subject))} asks again"
         case Recounted():
             return f"{o.sid}: context {o.context_tokens}/{o.window} tokens, by {printable(o.tokenizer)}"
         case Niced():
@@ -146,6 +159,12 @@ def failing(s: SessionInfo) -> str:
     """Why the engine suspended a session by itself."""
     return (f"session {s.id} ({printable(s.name)}) is suspended: its last {plural(s.failures, 'run')} failed"
             f" ({s.last_outcome}); see its runs, then resume it")
+
+
+def asking(s: SessionInfo, how: str) -> str:
+    """A session that has begun to wait for a person."""
+    return (f"session {s.id} ({printable(s.name)}) waits for you: its agent asks to do what it may not unasked"
+            f" — W lists what waits; allow with {how}")
 
 
 def note(n: Note, how: How) -> str:

@@ -42,7 +42,7 @@ PS_COLUMNS = (
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
     " s.agent_context IS NOT NULL, r.status, s.spawned_by,"
     " CASE WHEN s.agent_ref IS NOT NULL THEN json_extract(s.agent_ref, '$.adopted') IS NOT NULL ELSE 0 END,"
-    " s.confine, s.net, s.confinement"
+    " s.confine, s.net, s.confinement, s.permissions"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
@@ -449,6 +449,13 @@ async def insert_run(tx: Tx, sid: int, causes: list[dict[str, Any]], pid: int | 
 
 async def live_run(tx: Tx, sid: int, run: int) -> bool:
     return await tx.one("SELECT id FROM runs WHERE id = ? AND session_id = ? AND ended IS NULL", (run, sid)) is not None
+
+
+async def withdraw(tx: Tx, *, run: int | None = None, session: int | None = None) -> None:
+    """Withdraw what a run (or any run of a session) asked and nobody answered: it ended first."""
+    column, value = ("run_id", run) if run is not None else ("session_id", session)
+    await tx.execute(f"UPDATE requests SET answer = 'withdrawn', answered = ?, answered_by = 'its run ended'"
+                     f" WHERE {column} = ? AND answer IS NULL", (tx.now, value))
 
 
 async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, error: str | None = None,

@@ -361,6 +361,40 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         r.session_id = resources.session_id AND r.kind = 'sqlite' AND r.uri = resources.uri);
     UPDATE resources SET kind = 'sqlite' WHERE kind = 'db';
     """,
+    # 11: what a session's agent may do unasked (``permissions``: ``model.bounds``), what it
+    # asked a person (``requests``: the tool and its input as the agent gave them, ``subject``
+    # what a rule of it matches, ``key`` the agent's own id of the call; ``answer`` allow or
+    # deny, once, or ``withdrawn`` when the run that asked ended otherwise; ``carried``: an
+    # answer its run did not live to hear, for the next run) and the rules ``allow --always``
+    # made (a tool, for one session; ``subject`` '' is any call of it).
+    """
+    ALTER TABLE sessions ADD COLUMN permissions TEXT NOT NULL DEFAULT 'bound';
+    CREATE TABLE requests (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        run_id      INTEGER REFERENCES runs(id),
+        tool        TEXT NOT NULL,
+        input       TEXT NOT NULL,
+        subject     TEXT NOT NULL DEFAULT '',
+        key         TEXT,
+        asked       REAL NOT NULL,
+        answer      TEXT,
+        why         TEXT,
+        answered    REAL,
+        answered_by TEXT,
+        carried     INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX requests_open ON requests(session_id) WHERE answer IS NULL;
+    CREATE TABLE rules (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        tool        TEXT NOT NULL,
+        subject     TEXT NOT NULL DEFAULT '',
+        made        REAL NOT NULL,
+        request_id  INTEGER REFERENCES requests(id),
+        UNIQUE (session_id, tool, subject)
+    );
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -24,7 +24,7 @@ from procession.cli.mcp.tools import TOOLS
 from procession.cli.registry import COMMANDS
 from procession.model import mcp_binding
 
-READS = ["ps", "show", "history", "memory_get", "wait"]
+READS = ["ps", "show", "history", "memory_get", "wait", "pending"]
 
 
 @contextlib.asynccontextmanager
@@ -74,7 +74,7 @@ async def test_tools_and_their_schemas_are_the_cli_s(db: Path, tmp_path: Path) -
     assert [t.name for t in listed] == list(TOOLS) == [
         "ps", "show", "history", "spawn", "send", "fork", "merge", "memory_get", "memory_set", "memory_delete",
         "activate", "suspend", "resume", "interrupt", "cancel", "compress", "expand", "save", "trigger_add",
-        "trigger_remove", "wait"]
+        "trigger_remove", "wait", "pending", "allow", "deny"]
     for t in listed:
         tool = TOOLS[t.name]
         assert t.input_schema == tool.input_schema()

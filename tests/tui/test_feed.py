@@ -31,7 +31,8 @@ async def test_the_feed_reads_pages_then_only_what_changed_and_keeps_totals_by_d
         before, moved = await feed.refresh()
         assert set(before) == {sids[0], sids[1], new} and before[new] is None
         assert moved  # a new row
-        assert feed.by_state == {"sleeping": 10, "ready": 0, "running": 0, "suspended": 0, "terminated": 1}
+        assert feed.by_state == {"sleeping": 10, "ready": 0, "running": 0, "waiting": 0, "suspended": 0,
+                                 "terminated": 1}
         tokens = sum(s.context_tokens for s in feed.sessions.values() if s.state is not State.TERMINATED)
         assert feed.tokens == tokens and feed.windows == 10_000 + 128_000 - 1000
         assert feed.highlights == {new: ("new", 103.0), sids[1]: ("ended", 103.0)}

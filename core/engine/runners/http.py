@@ -176,6 +176,7 @@ class HttpStep:
         self._open_call: tuple[str, str, Any] | None = None
         self.clock: Callable[[], float] = time.monotonic
         self._told = -STATUS_EVERY_S  # when the reply under way was last told as the run's status
+        self.ask: toolbox.Ask | None = None  # set when a person must allow each tool call that is not a read
 
     @classmethod
     async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: object = None,
@@ -278,7 +279,7 @@ class HttpStep:
             shown = args
             self._open_call = (ident, name, shown)
             self._event(type="status", text=f"{name}: {fn['arguments'][:150]}")
-            output, is_error = await box.call(fn["name"], args)
+            output, is_error = await box.call(fn["name"], args, self.ask)
             self._open_call = None
         self._event(type="tool", id=ident, name=name, input=shown, output=output, is_error=is_error)
         return {"role": "tool", "tool_call_id": call["id"], "content": output}

@@ -56,6 +56,8 @@ SEARCH_DEADLINE_S: Final = 10.0
 ARGUMENTS_MAX: Final = 1024 * 1024
 
 Run = Callable[[dict[str, Any]], Awaitable[str]]
+#: Asks a person whether a tool call may run: whether it may, and else why not.
+Ask = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, str]]]
 #: How a process of the run's tools is started within its bounds: the argv it runs instead.
 Wrap = Callable[[list[str]], list[str]]
 
@@ -70,6 +72,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     run: Run
+    reads: bool = False  # changes nothing and runs nothing: a session whose permissions are ``ask`` calls it unasked
 
     def spec(self) -> dict[str, Any]:
         """The tool as a chat-completions request offers it."""
@@ -130,16 +133,21 @@ class Toolbox:
             slug = f"{_slug(prefix)}{n}"
         for tool in tools:
             name = f"{slug}_{tool.name}" if tool.name else slug
-            self.tools[name] = Tool(name, tool.description, tool.parameters, tool.run)
+            self.tools[name] = Tool(name, tool.description, tool.parameters, tool.run, tool.reads)
 
     def specs(self) -> list[dict[str, Any]]:
         return [t.spec() for t in self.tools.values()]
 
-    async def call(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
-        """Run tool ``name`` with ``args`` (as ``arguments`` checked them)."""
+    async def call(self, name: str, args: dict[str, Any], ask: Ask | None = None) -> tuple[str, bool]:
+        """Run tool ``name`` with ``args`` (as ``arguments`` checked them); with ``ask``, a tool
+        that is not a read runs only once a person allows it (a no is the tool's answer)."""
         tool = self.tools.get(name)
         if tool is None:
             return f"no tool named {name!r}; the tools are {', '.join(self.tools) or 'none'}", True
+        if ask is not None and not tool.reads:
+            ok, why = await ask(name, args)
+            if not ok:
+                return why, True
         try:
             return bounded(await tool.run(args)), False
         except (Refused, ProcessionError) as exc:
@@ -334,11 +342,11 @@ def folder_tools(folder: beneath.Folder, rw: bool) -> list[Tool]:
 
     path = {"type": "string", "description": "relative to the folder"}
     tools = [
-        Tool("list", f"List a folder {where}.", _schema(path=path), list_tool),
+        Tool("list", f"List a folder {where}.", _schema(path=path), list_tool, reads=True),
         Tool("read", f"Read a file {where}, whole or lines start..end (1-based, inclusive).",
-             _schema(("path",), path=path, start=_INT, end=_INT), read_tool),
+             _schema(("path",), path=path, start=_INT, end=_INT), read_tool, reads=True),
         Tool("search", f"Search the files {where} for a regular expression; answers path:line: text.",
-             _schema(("pattern",), pattern=_STR, path=path), search_tool),
+             _schema(("pattern",), pattern=_STR, path=path), search_tool, reads=True),
     ]
     if rw:
         tools += [
@@ -376,7 +384,7 @@ def file_tools(path: Path, rw: bool) -> list[Tool]:
         return await _off_loop(write, _text(a, "content"))
 
     tools = [Tool("read", f"Read the bound file {path}, whole or lines start..end (1-based, inclusive).",
-                  _schema(start=_INT, end=_INT), read_tool)]
+                  _schema(start=_INT, end=_INT), read_tool, reads=True)]
     if rw:
         tools.append(Tool("write", f"Replace the content of the bound file {path}.",
                           _schema(("content",), content=_STR), write_tool))
@@ -481,9 +489,9 @@ def db_tools(path: Path, rw: bool) -> list[Tool]:
         return await _off_loop(query, _text(a, "sql"), params)
 
     kind = "any SQL statement" if rw else "a reading SQL statement (the database is bound read-only)"
-    return [Tool("schema", f"The tables of the SQLite database {path.name}.", _schema(), schema_),
+    return [Tool("schema", f"The tables of the SQLite database {path.name}.", _schema(), schema_, reads=True),
             Tool("query", f"Run {kind} on {path.name}; answers tab-separated rows.",
-                 _schema(("sql",), sql=_STR, params={"type": "array", "items": {}}), query_)]
+                 _schema(("sql",), sql=_STR, params={"type": "array", "items": {}}), query_, reads=not rw)]
 
 
 # ---------------------------------------------------------------------------------------------- commands

@@ -18,7 +18,8 @@ from ....model.outcomes import Attached
 from . import claude, codex, opencode
 from .base import Invocation, McpServer, Reader, Turn
 
-__all__ = ["Invocation", "McpServer", "Reader", "Turn", "endpoints", "interactive", "locate", "prepare", "state"]
+__all__ = ["Invocation", "McpServer", "Reader", "Turn", "asks", "endpoints", "interactive", "locate", "prepare",
+           "state"]
 
 @dataclass(slots=True, frozen=True)
 class _Cli:
@@ -29,10 +30,11 @@ class _Cli:
     reader: type[Reader]
     state: Callable[[dict[str, str]], tuple[list[str], list[str]]]
     endpoints: Callable[[dict[str, str]], list[str]]
+    asks: bool = False  # it asks a person through Procession's MCP server (``procession mcp --ask``)
 
 
 _KINDS: Final[dict[str, _Cli]] = {
-    "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints),
+    "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints, asks=True),
     "codex": _Cli(codex.invocation, codex.CodexReader, codex.state, codex.endpoints),
     "opencode": _Cli(opencode.invocation, opencode.OpencodeReader, opencode.state, opencode.endpoints),
 }
@@ -49,6 +51,11 @@ def prepare(kind: str, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
     and the reader of its events."""
     cli = _cli(kind)
     return cli.invocation(exe, turn), cli.reader(turn)
+
+
+def asks(kind: str) -> bool:
+    """Whether a run of runner kind ``kind`` asks a person through ``procession mcp --ask``."""
+    return kind in _KINDS and _KINDS[kind].asks
 
 
 def locate(kind: str, env: dict[str, str]) -> str:

@@ -67,6 +67,9 @@ class Turn:
     env: dict[str, str] = field(default_factory=dict)  # the run's environment (``environ.session_environment``)
     tmp: str | None = None  # the run's own temporary folder: the files made for the CLI go there
     confined: bool = False  # the kernel holds the run to its bounds (the CLI's own sandbox cannot nest in it)
+    permissions: str = "bound"  # what its agent may do unasked (``model.bounds``)
+    net: str = "any"  # where the run may connect
+    ask: list[str] | None = None  # the command of the MCP server its CLI asks a person through, if it can
 
     @property
     def extra_args(self) -> list[str]:

@@ -6,8 +6,12 @@ Its events: ``system/init`` (the session id, before any model request: announced
 ``user`` (tool results), ``result`` (usage summed over the run, the model's context window).
 Resume is ``--resume ID``; a fork's first run is ``--resume PARENT --fork-session``, cut at
 a message with ``--resume-session-at UUID`` (the uuid of the agent's record that message came
-from), so the parent's transcript is never touched. Permissions: ``--allowedTools`` (running
-as root, the bypass modes are refused); ``PROCESSION_AGENT_ARGS`` adds or overrides flags. A
+from), so the parent's transcript is never touched. Permissions: ``--allowedTools`` by the
+session's permissions (``allowed``), anything else asked of Procession's own MCP server through
+``--permission-prompt-tool`` (``procession mcp --ask``; measured on 2.1.197: it calls the tool
+with ``tool_name``, ``input`` and ``tool_use_id``, and takes ``{"behavior": "allow",
+"updatedInput": ...}`` or ``{"behavior": "deny", "message": ...}`` as its text, the message
+reaching the model as the tool's error); ``PROCESSION_AGENT_ARGS`` adds or overrides flags. A
 confined run turns its own sandbox off (bubblewrap cannot mount inside the kernel's
 confinement, and its Bash tool would fail there): the kernel holds its tools instead.
 """
@@ -20,12 +24,26 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from ....model import bounds
 from ....model.agents import CLIS
 from ....model.transcripts.claude import home, transcript
 from .base import Invocation, Reader, Turn, text_of
 
-#: The tools a headless run may use without asking (no prompt can be answered).
-ALLOWED: Final = ("Bash", "Edit", "Read", "Write", "Glob", "Grep", "NotebookEdit", "TodoWrite")
+#: What Claude Code may do unasked, by its session's permissions (``model.bounds``): ``ask`` reads
+#: (inside its bounds: the kernel holds them), ``bound`` also writes (Claude Code itself keeps them
+#: to its folder, and asks for any other), its bound MCP servers' tools, and what its confinement
+#: holds (the shell, when the kernel confines the run; the web, when its network is any); ``all``
+#: everything. Anything else it asks Procession (``--permission-prompt-tool``): the session's
+#: permissions, rules and a person answer.
+READS: Final = ("Read", "Glob", "Grep", "TodoWrite")
+WRITES: Final = ("Edit", "Write", "NotebookEdit")
+WEB: Final = ("WebFetch", "WebSearch")
+#: The server and tool it asks through, as Claude Code names an MCP tool.
+ASK_SERVER: Final = "procession_ask"
+ASK_TOOL: Final = f"mcp__{ASK_SERVER}__ask"
+#: How long Claude Code waits for an MCP tool (ms): a person answering may be away for days
+#: (Node's longest timer; a longer one fires at once).
+TOOL_WAIT_MS: Final = 2_147_483_647
 #: Its default model's window, until the CLI says (``result``); a named one's, the CLI says.
 DEFAULT_WINDOW: Final = CLIS["claude"].window("")
 
@@ -34,8 +52,9 @@ def invocation(exe: str, turn: Turn) -> Invocation:
     argv = [exe, "-p", "--output-format", "stream-json", "--verbose"]
     if turn.model:
         argv += ["--model", turn.model]
-    allowed = list(ALLOWED) + [f"mcp__{server.name}" for server in turn.mcp]
-    argv += ["--allowedTools", " ".join(allowed)]
+    argv += ["--allowedTools", " ".join(allowed(turn))]
+    if turn.ask:
+        argv += ["--permission-prompt-tool", ASK_TOOL]
     if turn.system:
         argv += ["--append-system-prompt", turn.system]
     if turn.confined:  # its own sandbox (bubblewrap) cannot mount inside the kernel's: the kernel holds its tools
@@ -47,9 +66,12 @@ def invocation(exe: str, turn: Turn) -> Invocation:
             if turn.ref.get("at"):
                 argv += ["--resume-session-at", turn.ref["at"]]
     made = Invocation(argv, {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"})
-    if turn.mcp:
+    if turn.mcp or turn.ask:
         servers = {s.name: ({"type": "stdio", "command": s.command[0], "args": list(s.command[1:])} if s.command
                             else {"type": "http", "url": s.url}) for s in turn.mcp}
+        if turn.ask:
+            servers[ASK_SERVER] = {"type": "stdio", "command": turn.ask[0], "args": list(turn.ask[1:])}
+            made.env["MCP_TOOL_TIMEOUT"] = str(TOOL_WAIT_MS)
         fd, path = tempfile.mkstemp(prefix="procession-mcp-", suffix=".json", dir=turn.tmp)
         with os.fdopen(fd, "w") as out:
             json.dump({"mcpServers": servers}, out)
@@ -59,6 +81,16 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         made.env.update(MCP_CONNECTION_NONBLOCKING="0", MCP_CONNECT_TIMEOUT_MS="30000")
     argv += turn.extra_args
     return made
+
+
+def allowed(turn: Turn) -> list[str]:
+    """The tools the turn's agent may use unasked (``READS``...)."""
+    mcp = [f"mcp__{server.name}" for server in turn.mcp]
+    if turn.permissions == bounds.ALL:
+        return [*READS, *WRITES, "Bash", *WEB, *mcp]
+    if turn.permissions == bounds.ASK:
+        return list(READS)
+    return [*READS, *WRITES, *mcp, *(["Bash"] if turn.confined else []), *(WEB if turn.net == bounds.ANY else ())]
 
 
 def state(env: dict[str, str]) -> tuple[list[str], list[str]]:

@@ -1,0 +1,233 @@
+"""What a session's agent asks a person, and the answers: ``ask`` (made for a run that needs
+a person), ``allow``, ``deny`` and ``forget``; ``pending`` and ``rules`` read them.
+
+A run that asks blocks; its session is ``waiting`` (W) until every request of it is answered.
+Each request is answered once, in one transaction: two faces answering at once, one wins and
+the other is told it was answered. A request outlives its run only when the engine stopped
+under it (its shutdown, or its death): the session stays waiting, and the answer, when it
+comes, is carried into a new run, queued at once, which the agent is told of in a message (the
+same call, asked again, gets the same answer without asking). When its run ends any other way
+(interrupted, cancelled, failed), the request is withdrawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from ..model import bounds, limits, requests
+from ..model.calls import Call
+from ..model.errors import Answered as AlreadyAnswered
+from ..model.errors import NotFound, ProcessionError
+from ..model.outcomes import Answered, Asked, Forgot
+from ..model.records import Request, Rule
+from ..model.states import State
+from ..store import rows
+from ..store.sqlite import Tx
+from . import waking
+from .agents import WAIT_FORCED, WAIT_POLL_S
+from .base import Calls
+from .syscall import Act, syscall, transition
+
+#: The sender of the message that tells an agent an answer its ended run waited for.
+SENDER = "procession"
+
+
+class PermissionCalls(Calls):
+    @syscall(Call.ASK)
+    async def ask(self, act: Act, sid: int, tool: str, input: Any, *, key: str | None = None) -> Asked:
+        """What the agent of ``sid``'s running step asks to do: ``tool`` with ``input``. Answered
+        at once when the session's permissions allow anything, a rule of it matches, or a run
+        that ended waiting for the same call had it answered; else the session waits (W)."""
+        tool = limits.name(tool, "tool name")
+        subject = requests.subject(tool, input)
+        text = json.dumps(input, ensure_ascii=False, sort_keys=True)
+        run = await act.tx.value("SELECT id FROM runs WHERE session_id = ? AND ended IS NULL ORDER BY id DESC"
+                                 " LIMIT 1", (sid,))
+        answer: tuple[str, str | None, str] | None = None
+        if act.row["permissions"] == bounds.ALL:
+            answer = (requests.ALLOW, None, "its permissions (all)")
+        else:
+            rule = await act.tx.value("SELECT id FROM rules WHERE session_id = ? AND tool = ? AND subject IN ('', ?)"
+                                      " ORDER BY subject DESC LIMIT 1", (sid, tool, subject))
+            if rule is not None:
+                answer = (requests.ALLOW, None, f"rule {rule}")
+            else:
+                carried = await act.tx.one("SELECT id, answer, why FROM requests WHERE session_id = ? AND carried = 1"
+                                           " AND tool = ? AND input = ? ORDER BY id LIMIT 1", (sid, tool, text))
+                if carried is not None:
+                    await act.tx.execute("UPDATE requests SET carried = 0 WHERE id = ?", (carried["id"],))
+                    answer = (carried["answer"], carried["why"], f"request {carried['id']}")
+        cursor = await act.tx.execute(
+            "INSERT INTO requests (session_id, run_id, tool, input, subject, key, asked, answer, why, answered,"
+            " answered_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sid, run, tool, text, subject, key, act.now, *(answer[:2] if answer else (None, None)),
+             act.now if answer else None, answer[2] if answer else None))
+        request = int(cursor.lastrowid or 0)
+        if answer is None:
+            await rows.update_session(act.tx, sid, state=act.target.value)
+            return Asked(sid, request, None)
+        return Asked(sid, request, answer[0], answer[1], answer[2])
+
+    @syscall(Call.ALLOW, session="result", check=None)
+    async def allow(self, act: Act, request: int, *, always: bool = False) -> Answered:
+        """Let the call ``request`` asked for run; ``always``: and every call of its tool on its
+        subject, for its session from now on (a rule, ``forget`` removes it), answering the
+        session's other open requests the rule matches too."""
+        asked = await _open(act, request)
+        rule: int | None = None
+        also: list[int] = []
+        if always:
+            await act.tx.execute("INSERT OR IGNORE INTO rules (session_id, tool, subject, made, request_id)"
+                                 " VALUES (?, ?, ?, ?, ?)", (asked["session_id"], asked["tool"], asked["subject"],
+                                                             act.now, request))
+            rule = await act.tx.value("SELECT id FROM rules WHERE session_id = ? AND tool = ? AND subject = ?",
+                                      (asked["session_id"], asked["tool"], asked["subject"]))
+            also = [r for (r,) in await act.tx.tuples(
+                "SELECT id FROM requests WHERE session_id = ? AND answer IS NULL AND id != ? AND tool = ?"
+                " AND (? = '' OR subject = ?)", (asked["session_id"], request, asked["tool"], asked["subject"],
+                                                 asked["subject"]))]
+        state = await _answer(act, asked, [request, *also], requests.ALLOW, None, self.store.count_tokens)
+        return Answered(asked["session_id"], request, requests.ALLOW, state, rule, tuple(also))
+
+    @syscall(Call.DENY, session="result", check=None)
+    async def deny(self, act: Act, request: int, *, why: str = "") -> Answered:
+        """Refuse the call ``request`` asked for; ``why`` goes back to the agent as the tool's
+        refusal (it goes on with its turn, knowing)."""
+        asked = await _open(act, request)
+        why = limits.text(why, "reason")[:requests.WHY_MAX] or "the user denied it"
+        state = await _answer(act, asked, [request], requests.DENY, why, self.store.count_tokens)
+        return Answered(asked["session_id"], request, requests.DENY, state)
+
+    @syscall(Call.FORGET, session="result", check=None)
+    async def forget(self, act: Act, rule: int) -> Forgot:
+        """Remove the rule ``rule``: its calls ask again."""
+        found = await act.tx.one("SELECT * FROM rules WHERE id = ?", (rule,))
+        if found is None:
+            raise NotFound(f"no rule {rule} (procession rules lists them)")
+        act.row = await rows.session(act.tx, found["session_id"])
+        transition(act.row, Call.FORGET)
+        await act.tx.execute("DELETE FROM rules WHERE id = ?", (rule,))
+        await act.tx.touch(found["session_id"])
+        return Forgot(found["session_id"], rule, found["tool"], found["subject"])
+
+    # ------------------------------------------------------------------ reads
+
+    async def pending(self, sids: list[int] | None = None) -> list[Request]:
+        """The requests waiting for an answer, oldest first (of ``sids`` only, when given)."""
+        where = "r.answer IS NULL"
+        args: list[Any] = []
+        if sids is not None:
+            where += f" AND r.session_id IN ({','.join('?' * len(sids))})"
+            args += sids
+        async with self.store.snapshot() as tx:
+            found = await tx.all(f"{_REQUEST} WHERE {where} ORDER BY r.id", args)
+        return [_request(r) for r in found]
+
+    async def request(self, request: int) -> Request:
+        """One request, answered or not (``NotFound``)."""
+        async with self.store.snapshot() as tx:
+            found = await tx.one(f"{_REQUEST} WHERE r.id = ?", (request,))
+        if found is None:
+            raise NotFound(f"no request {request} (procession pending lists those waiting)")
+        return _request(found)
+
+    async def decide(self, sid: int, tool: str, input: Any, *, key: str | None = None) -> tuple[bool, str]:
+        """``ask``, then wait for the answer: whether the call may run, and else why not (the
+        text the agent is given). A refused ``ask`` (the session was stopped meanwhile) and a
+        withdrawn request are a no that says so."""
+        try:
+            asked = await self.ask(sid, tool, input, key=key)
+            answer, why = asked.answer, asked.why
+            if answer is None:
+                found = await self.answer(asked.request)
+                answer, why = found.answer, found.why
+        except ProcessionError as exc:
+            return False, f"Procession: {exc}"
+        if answer == requests.ALLOW:
+            return True, ""
+        if answer == requests.WITHDRAWN:
+            return False, "Procession: the request was withdrawn (the run is stopping)"
+        return False, why or "the user denied it"
+
+    async def answer(self, request: int) -> Request:
+        """The request once it is answered (or withdrawn), however long that takes: a person may
+        be away. Holds no lock while it waits; looks when the workspace changed."""
+        version, looks = None, 0
+        while True:
+            now_version = await self.store.data_version()
+            if now_version != version or looks % WAIT_FORCED == 0:
+                version = now_version
+                found = await self.request(request)
+                if found.answer is not None:
+                    return found
+            looks += 1
+            await asyncio.sleep(WAIT_POLL_S)
+
+    async def rules(self, sid: int | None = None) -> list[Rule]:
+        """The rules ``allow --always`` made (of session ``sid``, when given)."""
+        async with self.store.snapshot() as tx:
+            if sid is not None:
+                await rows.session(tx, sid)
+            found = await tx.all("SELECT * FROM rules" + (" WHERE session_id = ?" if sid is not None else "")
+                                 + " ORDER BY id", (sid,) if sid is not None else ())
+        return [Rule(r["id"], r["session_id"], r["tool"], r["subject"], r["made"], r["request_id"]) for r in found]
+
+
+_REQUEST = ("SELECT r.*, s.name AS session_name, a.name AS agent_name FROM requests r"
+            " JOIN sessions s ON s.id = r.session_id JOIN agents a ON a.id = s.agent_id")
+
+
+def _request(r: sqlite3.Row) -> Request:
+    return Request(r["id"], r["session_id"], r["session_name"], r["agent_name"], r["run_id"], r["tool"],
+                   json.loads(r["input"]), r["subject"], r["asked"], r["answer"], r["why"], r["answered"],
+                   r["answered_by"])
+
+
+async def _open(act: Act, request: int) -> sqlite3.Row:
+    """The request, still open, and its session checked for an answer (``act.row``)."""
+    asked = await act.tx.one("SELECT * FROM requests WHERE id = ?", (request,))
+    if asked is None:
+        raise NotFound(f"no request {request} (procession pending lists those waiting)")
+    if asked["answer"] is not None:
+        how = {requests.ALLOW: "allowed", requests.DENY: "denied"}.get(asked["answer"], asked["answer"])
+        by = f" by {asked['answered_by']}" if asked["answered_by"] else ""
+        raise AlreadyAnswered(f"request {request} was answered already: {how}{by}")
+    act.row = await rows.session(act.tx, asked["session_id"])
+    act.target = transition(act.row, act.call)
+    return asked
+
+
+async def _answer(act: Act, asked: sqlite3.Row, ids: list[int], answer: str, why: str | None,
+                  count: Callable[[str], int]) -> State:
+    """Answer ``ids`` (requests of one session); the session runs on once nothing of it waits.
+    A request whose run is gone has its answer carried into a new run, queued now."""
+    tx, sid = act.tx, asked["session_id"]
+    run_live = asked["run_id"] is not None and await rows.live_run(tx, sid, asked["run_id"])
+    marks = ",".join("?" * len(ids))
+    await tx.execute(f"UPDATE requests SET answer = ?, why = ?, answered = ?, answered_by = ?, carried = ?"
+                     f" WHERE id IN ({marks})", (answer, why, act.now, act.actor, int(not run_live), *ids))
+    if await tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,)):
+        await tx.touch(sid)
+        return State.WAITING
+    if run_live:
+        await rows.update_session(tx, sid, state=State.RUNNING.value)
+        return State.RUNNING
+    await _tell(tx, act, asked, answer, why, count)
+    await waking.queue(tx, await rows.session(tx, sid), [{"kind": "answer", "request": asked["id"]}])
+    return State.READY
+
+
+async def _tell(tx: Tx, act: Act, asked: sqlite3.Row, answer: str, why: str | None,
+                count: Callable[[str], int]) -> None:
+    """The message that tells an agent what was answered while no run of it was there to hear."""
+    call = requests.summary(asked["tool"], json.loads(asked["input"]))
+    if answer == requests.ALLOW:
+        text = (f"Your run stopped while it waited for permission to use {asked['tool']} ({call}). It is allowed"
+                " now: make that call again.")
+    else:
+        text = f"Your run stopped while it waited for permission to use {asked['tool']} ({call}). It was denied: {why}"
+    await rows.append(tx, act.row, [("user", text, SENDER, False, {"request": asked["id"]})], count)

@@ -1,0 +1,89 @@
+"""A session that needs a person: what its agent may not do unasked waits (W) for an answer.
+
+The real Claude Code against the scripted model server: a tool call outside the session's
+permissions reaches Procession through Claude Code's ``--permission-prompt-tool`` (a per-run
+MCP server of Procession's), the session waits, ``pending`` lists it, and the answer goes back
+to the same run: allowed, the tool runs and its output reaches the model; denied, the reason
+reaches the model as the tool's refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import until
+from procession import State, Workspace
+from procession.model.errors import Answered
+from support.agent_clis import AgentSandbox
+from support.models import ModelServer, say, shell
+from support.runs import finished, state_of
+
+from test_runners import agent_session
+
+
+async def waiting(ws: Workspace, sid: int) -> Any:
+    """The session's open request once it waits for one."""
+    found = await ws.pending([sid])
+    return found[0] if found and await state_of(ws, sid) is State.WAITING else None
+
+
+async def ask_for_shell(ws: Workspace, agent: AgentSandbox, model_server: ModelServer,
+                        monkeypatch: pytest.MonkeyPatch, command: str) -> tuple[int, Any]:
+    model_server.script.add(shell(command), say("Done."))
+    sid = await agent_session(ws, agent, monkeypatch)
+    await ws.set(sid, permissions="ask")
+    await ws.send(sid, "write the file")
+    await ws.activate(sid)
+    return sid, await until(lambda: waiting(ws, sid))
+
+
+async def test_a_claude_tool_call_outside_its_permissions_waits_and_allow_runs_it_in_the_same_run(
+        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sid, request = await ask_for_shell(live, claude_sandbox, model_server, monkeypatch, "echo hi > asked.txt")
+    assert (request.tool, request.input, request.subject) == ("Bash", {"command": "echo hi > asked.txt"},
+                                                               "=echo hi > asked.txt")  # a redirection: itself only
+    assert not (claude_sandbox.workdir / "asked.txt").exists()  # nothing ran before the answer
+    run = (await live.runs(sid))[-1]
+    answered = await live.allow(request.id)
+    assert answered.state is State.RUNNING
+    done = await until(lambda: finished(live, sid, 1))
+    assert done.outcome == "ok", done.error
+    assert done.id == run.id  # the same run went on
+    assert (claude_sandbox.workdir / "asked.txt").read_text() == "hi\n"
+    result = model_server.requests[-1].results()
+    assert list(result.values()) and "denied" not in " ".join(result.values()).lower()
+    assert (await live.request(request.id)).answer == "allow"
+
+
+async def test_deny_sends_its_reason_to_the_agent_as_the_tools_refusal(
+        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sid, request = await ask_for_shell(live, claude_sandbox, model_server, monkeypatch, "echo hi > denied.txt")
+    await live.deny(request.id, why="not on a Friday")
+    done = await until(lambda: finished(live, sid, 1))
+    assert done.outcome == "ok", done.error
+    assert not (claude_sandbox.workdir / "denied.txt").exists()
+    assert "not on a Friday" in " ".join(model_server.requests[-1].results().values())
+
+
+async def test_two_faces_answering_at_once_one_wins_and_the_other_is_told(
+        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sid, request = await ask_for_shell(live, claude_sandbox, model_server, monkeypatch, "echo hi > raced.txt")
+    other = await Workspace.open(db, actor="tui")
+    try:
+        results = await asyncio.gather(live.allow(request.id), other.deny(request.id, why="no"),
+                                       return_exceptions=True)
+    finally:
+        await other.close()
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(refused) == 1 and isinstance(refused[0], Answered), results
+    assert "answered already" in str(refused[0])
+    await until(lambda: finished(live, sid, 1))
+    won = (await live.request(request.id)).answer
+    assert (claude_sandbox.workdir / "raced.txt").exists() is (won == "allow")
