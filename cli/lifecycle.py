@@ -16,7 +16,7 @@ from procession.model import bounds, environ, runner_spec
 from procession.model.calls import Call
 from procession.model.errors import ProcessionError
 from procession.model.outcomes import Moved
-from procession.model.states import State
+from procession.model.states import Restart, State
 from procession.present import parse
 from procession.present.words import printable
 
@@ -35,6 +35,8 @@ ENV_ARGS = [
 CONFINE_HELP = ("how the kernel holds its runs to its bindings: bound (confined where the kernel can; the"
                 " default), strict (never run unconfined), off")
 NET_HELP = "where its runs may connect: any (the default), none, or model (its model's and MCP servers' ports)"
+RESTART_HELP = ("whether a run that did not finish runs again: no (the default), on-failure (lost when its engine"
+                " died, failed, timed out), always (also stopped with its engine)")
 PERMISSIONS_HELP = ("what its agent may do unasked: ask (read only), bound (what its bindings and confinement allow;"
                     " the default), all; anything else waits for you (procession pending)")
 
@@ -63,14 +65,15 @@ def settings(pairs: list[str]) -> dict[str, str]:
     arg("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens"),
     arg("--timeout", type=float, help="seconds a run may take"),
     arg("--cwd", help="the session's working folder (default: here)"),
-    *ENV_ARGS, *bounds_args(defaults=True),
+    *ENV_ARGS, *bounds_args(defaults=True), arg("--restart", choices=list(Restart), default=Restart.NO.value,
+                                                 help=RESTART_HELP),
 ])
 async def spawn(ws: Workspace, args: argparse.Namespace) -> int:
     outcome = await ws.spawn(args.name, args.agent, system=args.system, goal=args.goal, priority=args.priority,
                              runner=args.runner, window=args.window, timeout=args.timeout,
                              cwd=str(Path(args.cwd).resolve()) if args.cwd else None,
                              env=settings(args.env), passed=args.passed, confine=args.confine, net=args.net,
-                             permissions=args.permissions)
+                             permissions=args.permissions, restart=args.restart)
     return done(args, outcome, str(outcome.sid))
 
 
@@ -91,6 +94,8 @@ async def env(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--timeout", type=float, help="seconds a run may take (0: no limit)"),
     arg("--window", type=int, help="context window in tokens (the context must fit it)"),
     arg("--fail-limit", type=int, metavar="N", help="failed runs in a row that suspend it (0: never; default 3)"),
+    arg("--restart", choices=list(Restart), help=RESTART_HELP),
+    arg("--quiet", choices=("on", "off"), help="on: it sends no notifications (the [notify] command of the config)"),
     arg("--max-turns", type=int, metavar="N", help="model requests an openai: run makes at most (default 20)"),
     arg("--temperature", type=float, help="the openai: runner's sampling temperature"),
     arg("--max-tokens", type=int, metavar="N", help="the most tokens an openai: reply may have"),
@@ -109,7 +114,9 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
     fields = {key: json.loads(value) for key, value in (parse.key_json(pair, "--request") for pair in args.request)}
     return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
                                    window=args.window, fail_limit=args.fail_limit, confine=args.confine,
-                                   net=args.net, permissions=args.permissions, max_turns=args.max_turns, temperature=args.temperature,
+                                   net=args.net, permissions=args.permissions, restart=args.restart,
+                                   quiet=None if args.quiet is None else args.quiet == "on",
+                                   max_turns=args.max_turns, temperature=args.temperature,
                                    max_tokens=args.max_tokens, fields=fields or None, tokenizer=args.tokenizer))
 
 

@@ -91,14 +91,16 @@ async def live(db: Path) -> AsyncIterator[Workspace]:
 
 
 @contextlib.asynccontextmanager
-async def engine_on(path: Path, slots: int = 2):
+async def engine_on(path: Path, slots: int = 2, notify: Any = None):
     """A real engine on the workspace at ``path``, in this event loop (short grace period),
-    serving until the block ends."""
+    serving until the block ends; it sends notifications only where ``notify`` says (never
+    to the command of the config file of whoever runs the tests)."""
     import asyncio
 
     from procession.engine import Engine
+    from procession.engine.notify import Settings
 
-    eng = Engine(path, slots=slots, grace=0.3)
+    eng = Engine(path, slots=slots, grace=0.3, notify=notify or Settings())
     await eng.start()
     stop = asyncio.Event()
     task = asyncio.ensure_future(eng.serve(stop))

@@ -3,7 +3,7 @@
 ``theme``, ``interval`` (seconds between refreshes), ``columns`` (keys, in order) and a
 ``[keys]`` table remapping bindings by id (``"suspend" = "z,ctrl+z"``). A bad value is
 reported and replaced by its default; the file is rewritten only when the user changes a
-setting in the monitor.
+setting in the monitor, keeping what else it holds (the engine's ``[notify]``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ class Config:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data: dict[str, Any] = {"theme": self.theme, "interval": self.interval, "columns": self.columns}
+        try:  # what the monitor does not set (the engine's [notify]) stays as the user wrote it
+            data: dict[str, Any] = tomllib.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            data = {}
+        data.update(theme=self.theme, interval=self.interval, columns=self.columns)
+        data.pop("keys", None)
         if self.keys:
             data["keys"] = self.keys
         tmp = self.path.with_suffix(".tmp")

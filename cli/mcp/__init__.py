@@ -36,17 +36,8 @@ async def scope_of(ws: Workspace, args: argparse.Namespace) -> Scope:
     arg("--allow", metavar="CALLS", help="offer only these tools, comma-separated (memory, trigger: all of theirs)"),
     arg("--readonly", action="store_true", help="offer the reads only (ps, show, history, memory_get, wait)"),
     arg("--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp (loopback only)"),
-    arg("--ask", action="store_true", help="serve the one tool the session's agent CLI asks a person through (the"
-                                          " engine starts it for each run)"),
 ])
 async def mcp(ws: Workspace, args: argparse.Namespace) -> int:
-    if args.ask:
-        if args.session is None:
-            raise InvalidArgument("mcp --ask serves one session's agent: give --session SID")
-        from .asking import serve as serve_asking
-
-        await ws.info(args.session)
-        return await serve_asking(ws.as_actor("agent"), args.session)
     scope = await scope_of(ws, args)
     from .server import loopback, serve
 

@@ -94,7 +94,8 @@ class AgentCalls(Calls):
 
     async def wait(self, sid: int, timeout: float) -> Waited:
         """Wait until a run of ``sid`` ends (the one running now, or the next), a message
-        arrives in its inbox (a ``send``), or it is terminated; at most ``timeout`` seconds.
+        arrives in its inbox (a ``send``), it waits for a person's answer (``pending``), or it
+        is terminated; at most ``timeout`` seconds.
         Returns at once for a terminated session. Holds no lock while it waits."""
         if not 0 <= timeout <= WAIT_MAX:
             raise InvalidArgument(f"a wait's timeout must be 0 to {WAIT_MAX:.0f} seconds")
@@ -131,6 +132,8 @@ async def _woken(tx: Tx, sid: int, mark: int, ended: int, length: int, *, final:
         woke = "message"
     elif row["state"] == State.TERMINATED:
         woke = "ended"
+    elif row["state"] == State.WAITING:  # its run goes on only once a person answers: say so now
+        woke = "waiting"
     elif final:
         woke = "timeout"
     else:

@@ -15,7 +15,7 @@ from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
 from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Outcome, Recounted, Spawned, Updated
 from ..model.records import Fold
-from ..model.states import Reason, State
+from ..model.states import Reason, Restart, State
 from ..store import rows, tokens
 from . import counting, native, waking, worktrees
 from .base import Calls
@@ -26,7 +26,8 @@ from .syscall import Act, all_or_none, syscall
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
-SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit", "confine", "net", "permissions")
+SETTINGS = ("name", "goal", "system", "timeout", "window", "fail_limit", "restart", "quiet", "confine", "net",
+            "permissions")
 #: The most failed runs in a row a session may be set to bear before it is suspended.
 FAIL_LIMIT_MAX = 1000
 #: How ``migrate`` may compress a context that does not fit (``compress``'s ways, but the user's own).
@@ -94,7 +95,8 @@ class LifecycleCalls(Calls):
         self, act: Act, name: str, agent: str, *, system: str = "", goal: str = "", priority: int = 0,
         runner: str = runner_spec.DEFAULT, window: int = DEFAULT_WINDOW, timeout: float | None = None,
         cwd: str | None = None, env: dict[str, str] | None = None, passed: list[str] | None = None,
-        confine: str = bounds.BOUND, net: str = bounds.ANY, permissions: str = bounds.BOUND, armed: bool = True,
+        confine: str = bounds.BOUND, net: str = bounds.ANY, permissions: str = bounds.BOUND,
+        restart: str = Restart.NO, armed: bool = True,
     ) -> Spawned:
         """A new sleeping session for ``agent`` (made on first use), working in ``cwd``, with
         its own environment (``env`` stored, ``passed`` names handed over at run time), its
@@ -118,7 +120,7 @@ class LifecycleCalls(Calls):
             timeout=limits.positive(timeout, "timeout"), cwd=folder,
             env=json.dumps(settings) if settings else None, pass_env=json.dumps(names) if names else None,
             spawned_by=self.acting, confine=bounds.confine(confine), net=bounds.net(net), armed=int(armed),
-            permissions=bounds.permissions(permissions),
+            permissions=bounds.permissions(permissions), restart=_restart(restart),
         )
         if confine != bounds.OFF:
             why = bounds.too_wide(os.path.realpath(folder), os.path.realpath(os.path.expanduser("~")), write=True)
@@ -176,10 +178,13 @@ class LifecycleCalls(Calls):
     async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
                   system: str | None = None, timeout: float | None = None, window: int | None = None,
                   fail_limit: int | None = None, confine: str | None = None, net: str | None = None,
-                  permissions: str | None = None, max_turns: int | None = None, temperature: float | None = None, max_tokens: int | None = None,
+                  permissions: str | None = None, restart: str | None = None, quiet: bool | None = None,
+                  max_turns: int | None = None, temperature: float | None = None, max_tokens: int | None = None,
                   fields: dict[str, Any] | None = None, tokenizer: str | None = None) -> Updated:
         """Change settings given (``None`` leaves one as it is; a ``timeout`` of 0 removes it;
-        ``fail_limit`` failed runs in a row suspend the session, 0: never; ``confine`` and
+        ``fail_limit`` failed runs in a row suspend the session, 0: never; ``restart``: whether a
+        run that ended unfinished runs again (``states.Restart``); ``quiet``: it sends no
+        notifications (``engine.notify``); ``confine`` and
         ``net``: how the kernel holds its runs, ``permissions``: what its agent may do unasked,
         ``model.bounds``; the ``openai:`` runner's
         ``max_turns``, ``temperature``, ``max_tokens`` and request ``fields``, as ``sampling``;
@@ -214,6 +219,10 @@ class LifecycleCalls(Calls):
             cols["net"] = bounds.net(net)
         if permissions is not None:
             cols["permissions"] = bounds.permissions(permissions)
+        if restart is not None:
+            cols["restart"] = _restart(restart)
+        if quiet is not None:
+            cols["quiet"] = int(quiet)
         changed = [k for k in SETTINGS if k in cols and cols[k] != row[k]]
         current, names = environment(row)
         settings = sampling.changed(current, turns=max_turns, temperature=temperature, max_tokens=max_tokens,
@@ -245,7 +254,8 @@ class LifecycleCalls(Calls):
             _over_note(act, sid, context, new_window)
         if not changed:
             raise InvalidArgument(f"nothing to change in session {sid}: give a new name, goal, system prompt,"
-                                  " timeout, window, failure limit, confinement, network, permissions, sampling or tokenizer")
+                                  " timeout, window, failure limit, restart policy, quiet, confinement, network, permissions,"
+                                  " sampling or tokenizer")
         await rows.update_session(act.tx, sid, **cols)
         if State(row["state"]) in (State.RUNNING, State.WAITING):
             act.note("the running step goes on as it started; its next run sees the change")
@@ -443,3 +453,9 @@ def _syscall_of(cls: type, name: str) -> Any:
         if getattr(method, "call", None) is not None:
             return method
     raise ValueError(f"no system call named {name}")
+
+
+def _restart(value: str) -> str:
+    if value not in tuple(Restart):
+        raise InvalidArgument(f"--restart takes {', '.join(Restart)}, not {value!r}")
+    return str(value)

@@ -214,9 +214,9 @@ class ReadCalls(Calls):
 
     async def _detail(self, tx: Tx, sid: int, in_force: Sequence[Fold], items: Sequence[ContextItem]) -> SessionDetail:
         info = await _ps_info(tx, sid)
-        system, fail_limit, env, passed, ref, tokenizer, scale, samples = (await tx.tuples(
-            "SELECT system, fail_limit, env, pass_env, agent_ref, tokenizer, token_scale, token_samples FROM sessions"
-            " WHERE id = ?", (sid,)))[0]
+        system, fail_limit, restart, quiet, env, passed, ref, tokenizer, scale, samples = (await tx.tuples(
+            "SELECT system, fail_limit, restart, quiet, env, pass_env, agent_ref, tokenizer, token_scale, token_samples"
+            " FROM sessions WHERE id = ?", (sid,)))[0]
         memory = await rows.memory(tx, sid)
         res = await rows.resources(tx, sid)
         cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
@@ -231,6 +231,8 @@ class ReadCalls(Calls):
             tokenizer=tokens.describe(self.tokenizer, tokenizer, scale, samples),
             token_scale=scale,
             fail_limit=fail_limit,
+            restart=restart,
+            quiet=bool(quiet),
             env=json.loads(env) if env else {},
             passed=tuple(json.loads(passed)) if passed else (),
             agent_ref=json.loads(ref) if ref else None,

@@ -56,14 +56,14 @@ async def wake(tx: Tx, row: sqlite3.Row, trig: sqlite3.Row, cause: dict[str, Any
 
 
 async def release_pending(tx: Tx, sid: int) -> None:
-    """Deliver causes kept while the session ran or was suspended, if it is idle now; a
-    session still running (resumed with its step), or held back after failed runs, keeps
-    them for later."""
+    """Deliver causes kept while the session ran or was suspended (and a sleeping session's
+    own restart), if it is idle now; a session still running (resumed with its step), or held
+    back after failed runs, keeps them for later."""
     row = await rows.session(tx, sid)
     if row["state"] not in (State.SLEEPING, State.READY):
         return
     if row["not_before"] is not None and row["not_before"] > tx.now:
         return
     causes = await rows.take_pending(tx, sid)
-    if causes:
+    if causes or row["causes"] and row["state"] == State.SLEEPING:  # its own: a restart held back after a failure
         await queue(tx, row, causes)

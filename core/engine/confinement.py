@@ -106,16 +106,22 @@ def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
 
 def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping[str, Any]], env: Mapping[str, str],
             tmp: str, program: str | None = None, state: Iterable[str] = (), reads: Iterable[str] = (),
-            endpoints: Iterable[str] = (), commands: Iterable[str] = (), writes: bool = True) -> Bounds:
+            endpoints: Iterable[str] = (), commands: Iterable[str] = (), writes: bool = True,
+            read_only: str = "") -> Bounds:
     """The bounds of a run: ``workdir`` (where it runs), the session's ``resources`` (its
     bindings), its environment (``PATH``, ``HOME``), its temporary folder, the agent CLI's
     ``program``, ``state`` folders and configuration files (``reads``), the URLs of its
     model (``endpoints``, for ``--net model``), and the command lines a person gave it (its
     ``command:`` runner's): the programs they name by path are read and run, as are those of
     its bound commands and MCP servers; ``writes`` false: the step writes no folder of its own
-    (a ``builtin:`` one), so its folder is neither granted nor checked. ``InvalidArgument``
-    when the run may not start: a bound that is too wide, or ``strict`` on a kernel that
-    cannot hold it."""
+    (a ``builtin:`` one), so its folder is neither granted nor checked; ``read_only`` (why):
+    its folder and bindings are read, never written (its runner cannot ask a person, and its
+    session's permissions let it do nothing unasked but read), and a run the kernel cannot hold
+    so does not start. ``InvalidArgument`` when the run may not start: a bound that is too
+    wide, or ``strict`` on a kernel that cannot hold it."""
+    if read_only and (confine == bounds.OFF or kernel() < 1):
+        raise InvalidArgument(f"{read_only}, so the kernel must hold its run to reading its bounds, and "
+                              + ("it runs with --confine off" if confine == bounds.OFF else "this kernel has no Landlock"))
     if confine == bounds.OFF:
         return unconfined(confine, net)
     home = _real(env.get("HOME") or os.path.expanduser("~"))
@@ -132,14 +138,14 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
         if why:
             raise InvalidArgument(f"its binding {uri} cannot be a bound: {why} (bind a project folder, or run it"
                                   " with --confine off)")
-        (write if rw else read).append(path)
+        (write if rw and not read_only else read).append(path)
     if not folder_bound and writes:
         path = _real(workdir)
-        why = bounds.too_wide(path, home, write=True)
+        why = bounds.too_wide(path, home, write=not read_only)
         if why:
             raise InvalidArgument(f"its folder {workdir} cannot be a bound: {why} (bind a project folder with"
                                   " procession bind SID folder DIR, or run it with --confine off)")
-        write.append(path)
+        (read if read_only else write).append(path)
     write += [_real(p) for p in state]
     lines = [*commands, *(_command_line(r) for r in resources if r["kind"] in ("tool", "mcp"))]
     read += [f for line in lines for f in _named(line, home)]
@@ -160,7 +166,7 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     notes = [what for need, what in ((3, "truncating a file is not limited"),
                                      (4, "its network is not limited" if net != bounds.ANY else ""),
                                      (6, "signals to other processes are not limited")) if abi < need and what]
-    said = f"landlock ABI {abi}" + "".join(f"; {n} (ABI {abi})" for n in notes)
+    said = f"landlock ABI {abi}" + "".join(f"; {n} (ABI {abi})" for n in notes) + ("; read only" if read_only else "")
     return Bounds(confine, net, policy, said)
 
 

@@ -35,6 +35,8 @@ from ..model.text import plural
 from ..store.sqlite import Store
 from . import confinement, follow, reaper
 from .lease import Heartbeat
+from .notify import Notifier, Settings
+from .notify import load as load_notify
 from .own_mcp import OwnServers
 from .ledger import FAILED, Ledger, Orphan
 from .running import LiveRun, Reader
@@ -91,11 +93,12 @@ class Engine:
     """Runs a workspace. ``await serve(stop)`` until ``stop`` is set.
 
     ``tracker`` says how a run's processes are followed: ``auto`` (a cgroup where one can be
-    made here, else the environment marker), ``cgroup`` or ``marker``."""
+    made here, else the environment marker), ``cgroup`` or ``marker``; ``notify``: where
+    notifications go (default: the user's config file, ``notify.load``)."""
 
     def __init__(self, path: Path | str | None = None, *, slots: int = DEFAULT_SLOTS,
                  grace: float = DEFAULT_GRACE_S, only: set[int] | None = None, triggers: bool = True,
-                 tracker: str = "auto") -> None:
+                 tracker: str = "auto", notify: Settings | None = None) -> None:
         if slots < 1:
             raise ProcessionError("an engine needs at least one run slot")
         self.path = path
@@ -104,6 +107,8 @@ class Engine:
         self.only = only
         self.with_triggers = triggers
         self.tracker_mode = tracker
+        self.notify = notify  # None: the user's config file says (``notify.load``)
+        self.notifier: Notifier | None = None
         self.token = uuid.uuid4().hex
         self.ledger: Ledger | None = None
         self.live: dict[int, LiveRun] = {}
@@ -139,6 +144,8 @@ class Engine:
             if took.took_over:
                 log.info("took over from engine pid %s", took.took_over["pid"])
             await _patiently(self._recover)
+            self.notifier = Notifier(store, self.notify if self.notify is not None else load_notify())
+            await _patiently(self.notifier.start)
             if self.with_triggers:
                 triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None,
                                                     kick=self.kick.set)
@@ -191,6 +198,9 @@ class Engine:
                 await self.triggers.close()
             if self.follower:
                 await self.follower.close()
+            if self.notifier is not None:
+                await self.notifier.poll()  # what the shutdown itself caused
+                await self.notifier.close()
             if self.heartbeat is not None:
                 self.heartbeat.stop()
             with contextlib.suppress(ProcessionError):
@@ -220,6 +230,8 @@ class Engine:
                         if self.follower:
                             await self.follower.refresh()
                         await self._schedule()
+                        if self.notifier is not None:
+                            await self.notifier.poll()
                     if self.triggers and await self.triggers.fire_due(self.only):
                         self.kick.set()
                 except ProcessionError as exc:  # the workspace held by another process too long: try again
@@ -301,7 +313,7 @@ class Engine:
             if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
-                turn.ask = own.asking() if own is not None and asks else None
+                turn.ask = own.asking(self.ledger.as_actor("agent")) if own is not None and asks else None
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
@@ -557,9 +569,12 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
         exe = agents.locate(spec.kind, env)
         state, configs = agents.state(spec.kind, env)
         urls = agents.endpoints(spec.kind, env)
+    asks = spec.kind in ("openai", "builtin") or agents.asks(spec.kind)
     held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
                                tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
-                               commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin")
+                               commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin",
+                               read_only="" if row["permissions"] != bounds.ASK or asks else
+                               f"its {spec.kind} runner cannot ask a person and its permissions are ask")
     return held, exe
 
 

@@ -23,7 +23,7 @@ from ..calls.syscall import Act, syscall
 from ..model.calls import Call
 from ..model.errors import EngineBusy, IllegalTransition, NotFound, SessionNotFound
 from ..model.records import Holder
-from ..model.states import Reason, State
+from ..model.states import Reason, Restart, State
 from ..store import rows
 from ..store.tokens import calibrate
 from ..store.sqlite import Tx
@@ -157,11 +157,12 @@ class Ledger(Workspace):
             )
 
     async def held(self) -> float | None:
-        """When the next session held back after failed runs may take the wakes it was kept."""
+        """When the next session held back after failed runs may take the wakes it was kept (its
+        triggers', or its own restart)."""
         async with self.store.snapshot() as tx:
             found = await tx.value("SELECT min(not_before) FROM sessions WHERE state = 'sleeping' AND not_before"
-                                   " IS NOT NULL AND EXISTS (SELECT 1 FROM triggers t WHERE t.session_id = sessions.id"
-                                   " AND t.pending IS NOT NULL)")
+                                   " IS NOT NULL AND (causes IS NOT NULL OR EXISTS (SELECT 1 FROM triggers t"
+                                   " WHERE t.session_id = sessions.id AND t.pending IS NOT NULL))")
         return None if found is None else float(found)
 
     @syscall(Call.WAKE, session=None, check=None)
@@ -306,9 +307,15 @@ class Ledger(Workspace):
                 counts.update(reason=Reason.FAILING.value, resume_to=State.SLEEPING.value, queued_at=None, causes=None)
                 tx.follow("engine", Call.SUSPEND, sid, {"sid": sid, "why": "failing"},
                           {"failures": failures, "fail_limit": row["fail_limit"]})
+        restart = state is State.SLEEPING and _restarts(row["restart"], outcome, stopping)
+        if restart and outcome in (FAILED, TIMEOUT):  # after the back-off (``release_held`` queues it)
+            counts["causes"] = json.dumps([{"kind": "restart", "run": run, "why": outcome}])
+        elif restart:
+            state = State.READY
         if state is State.READY and row["state"] in (State.RUNNING, State.WAITING):
             await rows.update_session(tx, sid, **counts)
-            await waking.queue(tx, await rows.session(tx, sid), [{"kind": "resume", "run": run}])
+            cause = {"kind": "restart", "run": run, "why": outcome} if restart else {"kind": "resume", "run": run}
+            await waking.queue(tx, await rows.session(tx, sid), [cause])
         else:
             changes: dict[str, Any] = {"state": state.value, **counts}
             if state is State.TERMINATED and row["state"] in (State.RUNNING, State.WAITING):
@@ -420,8 +427,9 @@ class Ledger(Workspace):
 
     @syscall(Call.RECOVER, session=None, check=None)
     async def recover(self, act: Act, token: str) -> Recovered:
-        """Close the runs of a dead engine as ``lost`` and put their sessions back to sleep; a
-        session waiting for a person waits on (its answer goes to a new run)."""
+        """Close the runs of a dead engine as ``lost`` and put their sessions back to sleep, or
+        queue them again if their restart policy says so; a session waiting for a person waits
+        on (its answer goes to a new run)."""
         tx = act.tx
         found = await tx.all(
             "SELECT id, session_id FROM runs WHERE ended IS NULL AND (engine IS NULL OR engine != ?)", (token,)
@@ -431,7 +439,13 @@ class Ledger(Workspace):
             await rows.end_run(tx, run["id"], LOST)
             row = await rows.session(tx, run["session_id"])
             state = State(row["state"])
-            if state is State.RUNNING:
+            if state is State.RUNNING and _restarts(row["restart"], LOST, False):
+                await rows.update_session(tx, row["id"], state=State.SLEEPING.value)
+                await waking.queue(tx, await rows.session(tx, row["id"]), [{"kind": "restart", "run": run["id"],
+                                                                            "why": LOST}])
+                tx.follow("engine", Call.ACTIVATE, row["id"], {"sid": row["id"], "why": "restart"},
+                          {"run": run["id"], "policy": row["restart"]})
+            elif state is State.RUNNING:
                 await rows.update_session(tx, row["id"], state=State.SLEEPING.value)
                 await waking.release_pending(tx, row["id"])
             elif state is State.SUSPENDED and row["resume_to"] == State.RUNNING:
@@ -447,6 +461,16 @@ class Ledger(Workspace):
         return Recovered([r["id"] for r in found], sessions)
 
 
+def _restarts(policy: str, outcome: str, stopping: bool) -> bool:
+    """Whether a run that ended ``outcome`` runs again under restart ``policy`` (``stopping``:
+    the engine stopped under it)."""
+    if policy == Restart.NO:
+        return False
+    if outcome in (LOST, FAILED, TIMEOUT):
+        return True
+    return policy == Restart.ALWAYS and stopping and outcome == INTERRUPTED
+
+
 def cause_text(cause: dict[str, Any]) -> str:
     """Why a trigger woke the session, in words an agent reads in its prompt."""
     match cause.get("kind"):
@@ -459,6 +483,10 @@ def cause_text(cause: dict[str, Any]) -> str:
             return "woken because a message arrived"
         case "after":
             return f"woken because session {cause.get('session')} finished a run ({cause.get('outcome')})"
+        case "restart":
+            how = {"lost": "the engine running it stopped (a crash or a restart)", "interrupted": "the engine"
+                   " stopped", "failed": "it failed", "timeout": "it ran out of time"}.get(str(cause.get("why")), "")
+            return f"run again: your last run did not finish ({how})" if how else "run again: your last run did not finish"
     return f"woken by {cause.get('kind')}"
 
 

@@ -7,7 +7,8 @@ through a unix socket in its own temporary folder, by a relay (``mcp_relay``: st
 and output to the socket, nothing else) that the agent CLI starts as its stdio server, or a
 step as ``mcp_binding.server_command`` says (``RELAYS`` in its environment). Each connection
 is served by a new server process, scoped as the binding says (its mode, its ``allow``), a
-process of the run: it ends with it.
+process of the run: it ends with it. The server an agent CLI asks a person through
+(``asking``) is served by the engine itself, the same way reached.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..calls import Workspace
 from ..model import mcp_binding
 from . import mcp_relay
 
@@ -35,6 +37,7 @@ class OwnServers:
         self.db, self.sid, self.tmp, self.env = db, sid, tmp, dict(env)
         self.accepting: list[asyncio.Task[None]] = []
         self.serving: set[asyncio.subprocess.Process] = set()
+        self.talking: set[socket.socket] = set()  # connections served here (``asking``)
 
     async def open(self, resources: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         """Listen for each ``mcp procession`` binding; the variables a step gets to reach them
@@ -44,20 +47,45 @@ class OwnServers:
                   for n, r in enumerate(r for r in resources if mcp_binding.is_procession(r["kind"], r["uri"]))}
         return {mcp_binding.RELAYS: json.dumps(relays)} if relays else {}
 
-    def asking(self) -> list[str]:
-        """Listen for the run's agent CLI asking a person (``procession mcp --ask``); the relay
-        command its CLI starts as that MCP server."""
-        return self._listen("ask", mcp_binding.ask_command(self.db, self.sid))
+    def asking(self, ws: Workspace) -> list[str]:
+        """Listen for the run's agent CLI asking a person, served here (``asking``, answered by
+        ``ws``); the relay command its CLI starts as that MCP server."""
+        listener, relay = self._listener("ask")
+        self.accepting.append(asyncio.ensure_future(self._ask(listener, ws)))
+        return relay
 
     def _listen(self, name: str, argv: list[str]) -> list[str]:
+        listener, relay = self._listener(name)
+        self.accepting.append(asyncio.ensure_future(self._accept(listener, argv)))
+        return relay
+
+    def _listener(self, name: str) -> tuple[socket.socket, list[str]]:
         path = os.path.join(self.tmp, f"{name}.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
         os.chmod(path, 0o600)
         listener.listen()
         listener.setblocking(False)
-        self.accepting.append(asyncio.ensure_future(self._accept(listener, argv)))
-        return [sys.executable, "-I", "-S", RELAY, path]
+        return listener, [sys.executable, "-I", "-S", RELAY, path]
+
+    async def _ask(self, listener: socket.socket, ws: Workspace) -> None:
+        """Serve each connection in the engine (its answers wait on the store, never block)."""
+        from . import asking  # the MCP SDK: imported by the first run that asks
+
+        loop = asyncio.get_running_loop()
+        with listener:
+            while True:
+                conn, _ = await loop.sock_accept(listener)
+                conn.setblocking(True)  # read by a worker thread
+                self.talking.add(conn)
+                self.accepting.append(asyncio.ensure_future(self._talk(asking.serve(conn, ws, self.sid), conn)))
+
+    async def _talk(self, serving: Awaitable[None], conn: socket.socket) -> None:
+        try:
+            await serving
+        finally:
+            self.talking.discard(conn)
+            conn.close()
 
     async def _accept(self, listener: socket.socket, argv: list[str]) -> None:
         """Serve each connection with a server whose standard input and output are the socket
@@ -82,6 +110,9 @@ class OwnServers:
 
     async def close(self) -> None:
         """Stop listening, and end the servers still serving (the run is over)."""
+        for conn in list(self.talking):  # a worker thread reading it sees its end
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         for task in self.accepting:
             task.cancel()
         await asyncio.gather(*self.accepting, return_exceptions=True)

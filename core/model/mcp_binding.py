@@ -57,12 +57,6 @@ def server_command(db: Path | str, sid: int, *, uri: str = NAME, mode: str = "rw
             *(["--readonly"] if mode == "ro" else []), *(["--allow", ",".join(allow)] if allow else [])]
 
 
-def ask_command(db: Path | str, sid: int, *, python: str = sys.executable) -> list[str]:
-    """The command line of the server an agent CLI of session ``sid`` asks a person through
-    (Claude Code's ``--permission-prompt-tool``), as the engine starts it."""
-    return [python, "-m", "procession", "mcp", "--db", str(db), "--session", str(sid), "--ask"]
-
-
 def client_config(db: Path | str, sid: int, *, uri: str = NAME, mode: str = "rw",
                   python: str = sys.executable) -> dict[str, Any]:
     """The server as MCP clients configure a stdio server: ``{"command", "args"}`` (Claude

@@ -293,7 +293,8 @@ class LogChunk:
 @dataclass(slots=True, frozen=True)
 class Waited:
     """What ended a wait on a session: ``woke`` is ``run`` (a run of it ended), ``message`` (a
-    message arrived in its inbox), ``ended`` (it is terminated) or ``timeout``; with the run
+    message arrived in its inbox), ``waiting`` (it waits for a person's answer), ``ended`` (it
+    is terminated) or ``timeout``; with the run
     that ended, if one did, and the messages its history gained during the wait."""
 
     sid: int
@@ -377,6 +378,8 @@ class SessionDetail:
     #: what the stored count is multiplied by to give that figure
     token_scale: float = 1.0
     fail_limit: int = 3
+    restart: str = "no"  # whether a run that did not finish runs again (``states.Restart``)
+    quiet: bool = False  # it sends no notifications
     env: dict[str, str] = field(default_factory=dict)  # settings stored with the session
     passed: tuple[str, ...] = ()  # names whose engine value a run is given
     #: the agent CLI's own session: {"cli", "id", "cwd", "transcript", ...}; None until it announced one
@@ -394,6 +397,8 @@ class SessionDetail:
             tokenizer=self.tokenizer,
             token_scale=self.token_scale,
             fail_limit=self.fail_limit,
+            restart=self.restart,
+            quiet=self.quiet,
             env=self.env,
             passed=list(self.passed),
             agent_ref=self.agent_ref,

@@ -54,6 +54,18 @@ class Reason(StrEnum):
     ATTACHED = "attached"
 
 
+class Restart(StrEnum):
+    """Whether a session's run is run again when it ended without finishing, like a service
+    manager's restart policy: ``NO``; ``ON_FAILURE`` when it was lost (its engine died: a crash,
+    a power cut), failed or timed out (after the back-off of failed runs; ``fail_limit`` still
+    suspends it); ``ALWAYS`` also when its engine stopped under it (a reboot, ``procession run``
+    stopped). An agent CLI resumes its own session."""
+
+    NO = "no"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"
+
+
 SAME: Final = "same"
 PRIOR: Final = "prior"
 

@@ -142,6 +142,10 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
     ]
     if s.timeout:
         out.append(("timeout", f"{s.timeout:g} s a run"))
+    if d.restart != "no":
+        out.append(("restart", f"{d.restart}: a run that did not finish runs again"))
+    if d.quiet:
+        out.append(("notify", "none: it is quiet (set --quiet off)"))
     if s.goal:
         out.append(("goal", printable(s.goal)))
     if s.parent:
@@ -341,7 +345,7 @@ def run_line(r: RunInfo, now: float | None = None) -> str:
 
 #: What ended a wait, in words.
 WOKE = {"run": "a run ended", "message": "a message arrived", "ended": "it is terminated",
-        "timeout": "timed out: nothing happened"}
+        "waiting": "it waits for your answer (procession pending)", "timeout": "timed out: nothing happened"}
 
 
 def waited(w: Waited) -> str:

@@ -366,9 +366,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # what a rule of it matches, ``key`` the agent's own id of the call; ``answer`` allow or
     # deny, once, or ``withdrawn`` when the run that asked ended otherwise; ``carried``: an
     # answer its run did not live to hear, for the next run) and the rules ``allow --always``
-    # made (a tool, for one session; ``subject`` '' is any call of it).
+    # made (a tool, for one session; ``subject`` '' is any call of it); and whether a session's
+    # run is run again when it was lost, failed or stopped (``restart``: ``model.states.Restart``),
+    # and whether it sends notifications (``quiet``: none; ``engine.notify``).
     """
     ALTER TABLE sessions ADD COLUMN permissions TEXT NOT NULL DEFAULT 'bound';
+    ALTER TABLE sessions ADD COLUMN restart TEXT NOT NULL DEFAULT 'no';
+    ALTER TABLE sessions ADD COLUMN quiet INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE requests (
         id          INTEGER PRIMARY KEY,
         session_id  INTEGER NOT NULL REFERENCES sessions(id),

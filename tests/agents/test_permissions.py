@@ -87,3 +87,24 @@ async def test_two_faces_answering_at_once_one_wins_and_the_other_is_told(
     await until(lambda: finished(live, sid, 1))
     won = (await live.request(request.id)).answer
     assert (claude_sandbox.workdir / "raced.txt").exists() is (won == "allow")
+
+
+@pytest.mark.parametrize("cli", ["codex", "opencode"])
+async def test_codex_and_opencode_cannot_ask_and_run_held_to_reading_under_ask(
+        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Their headless runs have no way to ask a person that Procession drives yet: under ``ask``
+    the kernel holds them to reading, so what they may not do unasked fails, and the agent is told."""
+    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
+    model_server.script.add(shell("echo hi > held.txt"), say("It was refused."))
+    sid = await agent_session(live, agent, monkeypatch)
+    await live.set(sid, permissions="ask")
+    await live.send(sid, "write the file")
+    await live.activate(sid)
+    done = await until(lambda: finished(live, sid, 1))
+    assert not (agent.workdir / "held.txt").exists()
+    assert await live.pending() == []
+    assert "read only" in ((await live.info(sid)).confinement or "")
+    assert done.outcome == "ok", done.error
+    told = " ".join(model_server.requests[-1].results().values())
+    assert "held.txt: Permission denied" in told, told  # the kernel refused it; the agent was told

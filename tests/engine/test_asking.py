@@ -73,6 +73,7 @@ async def test_deny_is_the_tools_answer_and_the_run_goes_on(live, engine, model,
     request = await until(lambda: waiting(live, sid))
     with pytest.raises(IllegalTransition):
         await live.activate(sid)
+    assert (await live.wait(sid, 60)).woke == "waiting"  # a script's wait says so, at once
     await live.deny(request.id, why="read only today")
     run = (await until(lambda: ended(live, sid)))[0]
     assert run.outcome == "ok" and not (data / "b.txt").exists()
@@ -109,3 +110,21 @@ async def test_a_request_outlives_its_engine_and_its_answer_goes_to_a_new_run(li
     assert await live.pending() == []  # the same call asked again took the answer given
     told = [m.content for m in await live.history(sid) if m.author == "procession"]
     assert told and "It is allowed now" in told[0]
+
+
+async def test_a_runner_that_cannot_ask_is_held_to_reading_under_ask(live, engine, tmp_path):
+    """A ``command:`` step (as Codex and opencode) cannot ask: under ``--permissions ask`` the
+    kernel holds it to reading its folder; with ``--confine off`` nothing could, and it does not
+    start."""
+    (tmp_path / "kept.txt").write_text("kept")
+    sid = (await live.spawn("reader", "a", runner="command:sh -c 'cat kept.txt; echo x > made.txt'",
+                            cwd=str(tmp_path), permissions="ask")).sid
+    await live.activate(sid)
+    run = (await until(lambda: ended(live, sid)))[0]
+    assert run.outcome == "failed" and not (tmp_path / "made.txt").exists()
+    assert "its bounds denied" in run.error and "read only" in (await live.info(sid)).confinement
+    await live.set(sid, confine="off")
+    await live.activate(sid)
+    run = (await until(lambda: ended(live, sid, 2)))[-1]
+    assert run.outcome == "failed" and "cannot ask a person" in run.error and "--confine off" in run.error
+    assert not (tmp_path / "made.txt").exists()

@@ -27,6 +27,7 @@ from textual.widgets import Input, OptionList, RadioButton, SelectionList
 from conftest import FIXED, until
 from procession import State, Workspace
 from procession.cli import demo
+from procession.engine import notify
 from procession.tui import config as config_mod
 from procession.tui.detail import Detail
 from procession.tui.dialogs import ActionMenu, Confirm, Conflicts, Form, Help, Prompt, Setup
@@ -115,6 +116,7 @@ async def test_quit_with_f10_and_q(make) -> None:
 
 async def test_setup_saves_columns_theme_and_interval_to_the_config(make, tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
+    path.write_text('[notify]\ncommand = ["notify-send", "procession"]\n')  # the engine's: kept as written
     app = await make(config=config_mod.load(path))
     async with app.run_test(size=SIZE) as pilot:
         await keys(pilot, "f2")
@@ -135,6 +137,7 @@ async def test_setup_saves_columns_theme_and_interval_to_the_config(make, tmp_pa
     assert saved.theme == "paper" and saved.interval == 2.5
     assert "runner" not in saved.columns and "rss" not in saved.columns and "sid" in saved.columns
     assert saved.problems == []
+    assert notify.load(path).command == ("notify-send", "procession")
 
 
 async def test_setup_cancel_keeps_the_previous_theme_and_writes_nothing(make, tmp_path: Path) -> None:

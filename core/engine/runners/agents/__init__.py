@@ -30,7 +30,7 @@ class _Cli:
     reader: type[Reader]
     state: Callable[[dict[str, str]], tuple[list[str], list[str]]]
     endpoints: Callable[[dict[str, str]], list[str]]
-    asks: bool = False  # it asks a person through Procession's MCP server (``procession mcp --ask``)
+    asks: bool = False  # it asks a person through the engine's MCP server (``engine.asking``)
 
 
 _KINDS: Final[dict[str, _Cli]] = {
@@ -54,7 +54,7 @@ def prepare(kind: str, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
 
 
 def asks(kind: str) -> bool:
-    """Whether a run of runner kind ``kind`` asks a person through ``procession mcp --ask``."""
+    """Whether a run of runner kind ``kind`` asks a person through ``engine.asking``."""
     return kind in _KINDS and _KINDS[kind].asks
 
 

@@ -8,7 +8,7 @@ Resume is ``--resume ID``; a fork's first run is ``--resume PARENT --fork-sessio
 a message with ``--resume-session-at UUID`` (the uuid of the agent's record that message came
 from), so the parent's transcript is never touched. Permissions: ``--allowedTools`` by the
 session's permissions (``allowed``), anything else asked of Procession's own MCP server through
-``--permission-prompt-tool`` (``procession mcp --ask``; measured on 2.1.197: it calls the tool
+``--permission-prompt-tool`` (``engine.asking``; measured on 2.1.197: it calls the tool
 with ``tool_name``, ``input`` and ``tool_use_id``, and takes ``{"behavior": "allow",
 "updatedInput": ...}`` or ``{"behavior": "deny", "message": ...}`` as its text, the message
 reaching the model as the tool's error); ``PROCESSION_AGENT_ARGS`` adds or overrides flags. A

@@ -1,0 +1,170 @@
+"""Notifications by reason, not by turn: a session that needs you (it waits for an answer), one
+whose run failed (or that the engine suspended for failing), one whose run finished.
+
+The engine reads what happened from the journal (the calls ``ask`` and ``finish`` since it
+last looked), so a notification is sent once per event, whichever process made the
+call (an agent's asking server, a CLI, the engine itself), and none is sent for what happened
+before the engine started. Each goes to the user's command, ``[notify]`` in the config file
+(``~/.config/procession/config.toml``)::
+
+    [notify]
+    command = ["notify-send", "procession"]   # or one string, split as a shell would
+    reasons = ["waiting", "failed", "finished"]
+
+run with the session, the reason and the text in its environment (``PROCESSION_SID``,
+``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,
+``PROCESSION_TEXT``) and the text as its last argument; never waited for by the engine's loop
+(it runs in the background, killed after ``COMMAND_TIMEOUT_S``). A session set ``--quiet``
+sends none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ..model import requests
+from ..store.sqlite import Store
+
+log = logging.getLogger("procession.notify")
+
+WAITING, FAILED, FINISHED = "waiting", "failed", "finished"
+REASONS: Final = (WAITING, FAILED, FINISHED)
+COMMAND_TIMEOUT_S: Final = 30.0
+
+
+@dataclass(slots=True, frozen=True)
+class Settings:
+    """``[notify]``: the command (none: no notifications) and the reasons it is sent for."""
+
+    command: tuple[str, ...] = ()
+    reasons: frozenset[str] = frozenset(REASONS)
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class Notice:
+    sid: int
+    name: str
+    agent: str
+    reason: str
+    text: str
+
+
+def config_path() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("procession")) / "config.toml"
+
+
+def load(path: Path | None = None) -> Settings:
+    """``[notify]`` of the config file; a mistake in it is said (``problems``) and sends nothing."""
+    path = path or config_path()
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("notify")
+    except FileNotFoundError:
+        return Settings()
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return Settings(problems=(f"config {path}: {exc}; no notifications",))
+    if table is None:
+        return Settings()
+    command, reasons = table.get("command"), table.get("reasons", list(REASONS))
+    if isinstance(command, str):
+        command = shlex.split(command)
+    bad = (not isinstance(table, dict) or not isinstance(command, list) or not command
+           or not all(isinstance(w, str) for w in command) or not isinstance(reasons, list)
+           or not set(reasons) <= set(REASONS))
+    if bad:
+        return Settings(problems=(f"config {path}: [notify] takes command (a list of words, or one line) and"
+                                  f" reasons (of {', '.join(REASONS)}); no notifications",))
+    return Settings(tuple(command), frozenset(reasons))
+
+
+@dataclass(slots=True)
+class Notifier:
+    """Turns journal rows into notices and sends them (``poll``, from the engine's loop)."""
+
+    store: Store
+    settings: Settings
+    seen: int = 0
+    running: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def start(self) -> None:
+        """From now on: what happened before the engine started was the last engine's to say."""
+        for problem in self.settings.problems:
+            log.warning("%s", problem)
+        async with self.store.snapshot() as tx:
+            self.seen = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
+
+    async def poll(self) -> list[Notice]:
+        """Send what happened since the last look; returns what was sent."""
+        if not self.settings.command:
+            return []
+        async with self.store.snapshot() as tx:
+            found = await tx.all(
+                "SELECT j.id, j.call, j.session_id, j.args, j.outcome, s.name, a.name AS agent, s.quiet"
+                " FROM journal j JOIN sessions s ON s.id = j.session_id JOIN agents a ON a.id = s.agent_id"
+                " WHERE j.id > ? AND j.call IN ('ask', 'finish') ORDER BY j.id", (self.seen,))
+        notices = []
+        for row in found:
+            self.seen = max(self.seen, row["id"])
+            notice = _notice(row)
+            if notice is not None and notice.reason in self.settings.reasons and not row["quiet"]:
+                notices.append(notice)
+                self._send(notice)
+        return notices
+
+    def _send(self, notice: Notice) -> None:
+        task = asyncio.ensure_future(self._run(notice))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    async def _run(self, n: Notice) -> None:
+        env = {**os.environ, "PROCESSION_SID": str(n.sid), "PROCESSION_SESSION_NAME": n.name,
+               "PROCESSION_AGENT": n.agent, "PROCESSION_REASON": n.reason, "PROCESSION_TEXT": n.text}
+        try:
+            proc = await asyncio.create_subprocess_exec(*self.settings.command, n.text, env=env,
+                                                        stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.DEVNULL,
+                                                        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            log.warning("the notify command %s cannot start: %s", self.settings.command[0], exc)
+            return
+        try:
+            await asyncio.wait_for(proc.wait(), COMMAND_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            log.warning("the notify command ran over %g s; killed", COMMAND_TIMEOUT_S)
+
+    async def close(self) -> None:
+        if self.running:
+            await asyncio.wait(list(self.running), timeout=COMMAND_TIMEOUT_S + 1)
+
+
+def _notice(row: Any) -> Notice | None:
+    """The notice a journal row stands for, if any."""
+    args, outcome = json.loads(row["args"] or "{}"), json.loads(row["outcome"] or "null")
+    sid, name, agent = row["session_id"], row["name"], row["agent"]
+    if row["call"] == "ask" and isinstance(outcome, dict) and outcome.get("answer") is None:
+        tool = str(args.get("tool", ""))
+        return Notice(sid, name, agent, WAITING, f"session {sid} ({name}) waits for you: its agent asks to use {tool}"
+                                                 f" ({requests.summary(tool, args.get('input'))[:200]})")
+    if row["call"] == "finish":
+        ran = args.get("outcome")
+        if ran in ("failed", "timeout"):
+            held = isinstance(outcome, dict) and outcome.get("state") == "suspended"
+            return Notice(sid, name, agent, FAILED, f"session {sid} ({name}): its run {ran}"
+                                                    + ("; it is suspended: its runs keep failing" if held else ""))
+        if ran == "ok":
+            return Notice(sid, name, agent, FINISHED, f"session {sid} ({name}) finished a run")
+    return None
