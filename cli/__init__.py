@@ -26,7 +26,7 @@ from procession.present.parse import Malformed
 from procession.present.words import printable
 from procession.store import default_path, workspace_path
 
-from . import agents, bindings, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads  # noqa: F401  (they register)
+from . import agents, bindings, budgets, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads  # noqa: F401  (they register)
 from .registry import Command, build_parser
 from .terminal import UsageError, error
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from procession.model import agents, bounds, environ, limits, requests, sampling, transcripts
+from procession.model import agents, bounds, budgets, environ, limits, requests, sampling, transcripts
 from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
@@ -489,6 +489,32 @@ async def _forget(ui: Calling, targets: Targets) -> None:
         await ui.make(ui.ws.forget(int(picked)))
 
 
+async def _limit(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+    found = [b for b in await ui.ws.budgets(t.id) if b.scope == "session"]
+    caps = found[0].caps if found else {}
+
+    def shown(key: str) -> str:
+        value = caps.get(key)
+        return "" if value is None else f"{value:g}"
+
+    async def made(v: dict[str, str]) -> Outcome:
+        given = {k: v[k].strip() for k in ("tokens", "cost", "time", "runs")}
+        return await ui.ws.limit(
+            t.id, tokens=budgets.amount(given["tokens"], "tokens") if given["tokens"] else None,
+            cost=budgets.amount(given["cost"], "cost") if given["cost"] else None,
+            seconds=budgets.seconds(given["time"]) if given["time"] else None,
+            runs=int(budgets.amount(given["runs"], "runs")) if given["runs"] else None, per=v["per"] or None)
+
+    await ui.form_call(f"Budget of {_who(targets)}", [
+        Field("tokens", "Tokens (500k, 2M)", shown("tokens")), Field("cost", "Cost (US$)", shown("cost")),
+        Field("time", "Running time (90m, 2h)", f"{caps['seconds']:g}s" if "seconds" in caps else ""),
+        Field("runs", "Runs", shown("runs")),
+        Field("per", "Per", found[0].per if found else "day", choices=tuple((p, p) for p in budgets.PERIODS))],
+        made, help="\n".join([*(lines.budget_line(b) for b in await ui.ws.budgets(t.id)),
+                               "a cap left empty is kept; procession limit SID --clear removes the limit"]))
+
+
 async def _trigger(ui: Calling, targets: Targets) -> None:
     t = targets[0]
     choices = [Choice("add", "Add a trigger…")] + [Choice(str(x.id), f"Remove {lines.trigger_line(x)}")
@@ -596,6 +622,7 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
     Call.ALLOW: ("Y", _allow, None),
     Call.DENY: ("D", _deny, None),
     Call.FORGET: ("R", _forget, None),
+    Call.LIMIT: ("dollar_sign", _limit, None),
 }
 _missing = [c for c in USER_CALLS if c not in _FLOWS]
 if _missing:

@@ -147,7 +147,7 @@ async def spawn(s: Served, a: dict[str, Any]) -> Json:
     return _data(await s.ws.spawn(a["name"], agent, system=a["system"], goal=a["goal"], priority=a["priority"],
                                   runner=a["runner"], window=a["window"], timeout=a["timeout"], cwd=cwd, env=settings,
                                   passed=passed, confine=a["confine"], net=a["net"], permissions=a["permissions"],
-                                  armed=armed))
+                                  restart=a["restart"], armed=armed))
 
 
 async def send(s: Served, a: dict[str, Any]) -> Json:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from .adopt import AdoptCalls
 from .agents import AgentCalls
 from .bindings import BindingCalls
+from .budgets import BudgetCalls
 from .context import ContextCalls
 from .files import FileCalls
 from .lifecycle import LifecycleCalls
@@ -26,7 +27,7 @@ from .reads import ReadCalls
 
 
 class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, BindingCalls,
-                AgentCalls, PermissionCalls):
+                AgentCalls, PermissionCalls, BudgetCalls):
     """An open workspace and every call that acts on it, on behalf of one actor.
 
     ``async with await Workspace.open(path) as ws: await ws.spawn("payroll", "hr")``

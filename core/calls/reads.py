@@ -32,6 +32,7 @@ from ..store import rows, tokens
 from ..store.sqlite import Tx
 from . import history
 from .base import Calls
+from .budgets import spent as budget_reads
 
 #: A lease heartbeat older than this means no engine is running.
 ENGINE_STALE_S = 5.0
@@ -233,6 +234,7 @@ class ReadCalls(Calls):
             fail_limit=fail_limit,
             restart=restart,
             quiet=bool(quiet),
+            budgets=tuple(await budget_reads(tx, sid, None, tx.now)),
             env=json.loads(env) if env else {},
             passed=tuple(json.loads(passed)) if passed else (),
             agent_ref=json.loads(ref) if ref else None,

@@ -271,6 +271,8 @@ class Engine:
             return
         if self.backoff_until is not None and self.backoff_until <= time.time():
             await self.ledger.release_held()
+        if await self.ledger.budget_held():
+            await self.ledger.release_budgets()
         self.backoff_until = await self.ledger.held()
         free = self.slots - self.busy()
         if free <= 0:
@@ -280,6 +282,8 @@ class Engine:
                 break
             if row["id"] in self.live:
                 continue
+            if await self._over_budget(row["id"]):
+                continue
             if row["context_tokens"] > row["window"]:
                 await self._fail_to_start(
                     row, f"its context ({row['context_tokens']} tokens) is over its window ({row['window']}):"
@@ -287,6 +291,19 @@ class Engine:
                 continue
             if await self._launch(row):
                 free -= 1
+
+    async def _over_budget(self, sid: int) -> bool:
+        """Suspend ``sid`` (reason ``budget``) instead of starting it, if a run would go over a
+        budget of it; tell once a period what passed 80%."""
+        assert self.ledger is not None
+        verdict = await self.ledger.budget(sid)
+        if verdict.warn:
+            await self.ledger.warn_budget(sid, verdict.warn)
+        if verdict.over is None:
+            return False
+        await self.ledger.hold_over_budget(sid, verdict.over)
+        log.info("session %d suspended: %s", sid, verdict.over)
+        return True
 
     async def _launch(self, row: Any) -> bool:
         assert self.ledger is not None

@@ -15,13 +15,16 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..calls import Workspace, history, native, waking
+from ..calls import Workspace, budgets, history, native, waking
+from ..calls.budgets import Verdict
 from ..calls.context import deliver
 from ..calls.merge import canonical
 from ..calls.reads import live_holder
 from ..calls.syscall import Act, syscall
 from ..model.calls import Call
 from ..model.errors import EngineBusy, IllegalTransition, NotFound, SessionNotFound
+from ..model import budgets as budget_model
+from ..model.outcomes import Moved
 from ..model.records import Holder
 from ..model.states import Reason, Restart, State
 from ..store import rows
@@ -87,6 +90,23 @@ class Finish:
 
     def journal(self) -> dict[str, Any]:
         return {"state": self.state.value}
+
+
+@dataclass(slots=True, frozen=True)
+class Warned:
+    sid: int
+    warned: list[str]
+
+    def journal(self) -> dict[str, Any]:
+        return {"warned": self.warned}
+
+
+@dataclass(slots=True, frozen=True)
+class Resumed:
+    sessions: list[int]
+
+    def journal(self) -> dict[str, Any]:
+        return {"sessions": self.sessions}
 
 
 @dataclass(slots=True, frozen=True)
@@ -173,6 +193,42 @@ class Ledger(Workspace):
             await rows.update_session(act.tx, r["id"], not_before=None)
             await waking.release_pending(act.tx, r["id"])
         return Released()
+
+    # ------------------------------------------------------------------ budgets
+
+    async def budget(self, sid: int) -> Verdict:
+        async with self.store.snapshot() as tx:
+            return await budgets.verdict(tx, sid, tx.now)
+
+    @syscall(Call.SUSPEND, check=None)
+    async def hold_over_budget(self, act: Act, sid: int, why: str) -> Moved:
+        """Suspend a session a run would take over its budget; its queued run runs on resume."""
+        row = await rows.session(act.tx, sid)
+        if row["state"] != State.READY:
+            raise IllegalTransition(Call.SUSPEND, sid, State(row["state"]), "it is not waiting for a slot")
+        await rows.update_session(act.tx, sid, state=State.SUSPENDED.value, reason=Reason.BUDGET.value,
+                                  resume_to=State.READY.value)
+        act.note(f"over {why}: raise its limit (procession limit) or wait for the next period")
+        return Moved(sid, State.SUSPENDED)
+
+    @syscall(Call.LIMIT, check=None)
+    async def warn_budget(self, act: Act, sid: int, warned: list[tuple[int, str]]) -> Warned:
+        """Tell once a period that a session's spend passed 80% of a cap."""
+        for limit_id, _ in warned:
+            per = await act.tx.value("SELECT per FROM limits WHERE id = ?", (limit_id,))
+            await act.tx.execute("UPDATE limits SET warned = ? WHERE id = ?",
+                                 (budget_model.period_start(str(per), act.now), limit_id))
+        return Warned(sid, [text for _, text in warned])
+
+    async def budget_held(self) -> bool:
+        async with self.store.snapshot() as tx:
+            return bool(await tx.value("SELECT 1 FROM sessions WHERE state = 'suspended' AND reason = ? LIMIT 1",
+                                       (Reason.BUDGET.value,)))
+
+    @syscall(Call.RESUME, session=None, check=None)
+    async def release_budgets(self, act: Act) -> Resumed:
+        """Resume the sessions under their budgets again (a new period, a raised limit)."""
+        return Resumed(await budgets.release(act.tx))
 
     async def workdir(self, sid: int) -> tuple[str, list[dict[str, Any]]]:
         """Where a step runs (the first bound folder, else the folder the session was spawned
@@ -516,8 +572,9 @@ async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any)
     if events.messages:
         await rows.append(tx, row, [(role, text, "runner", False, {"run": run, **(meta or {})})
                                     for role, text, meta in events.messages], count)
-    if events.tokens_in or events.tokens_out or events.cache_read or events.cache_write:
-        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write)
+    if events.tokens_in or events.tokens_out or events.cache_read or events.cache_write or events.cost:
+        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write,
+                             events.cost)
     if events.calibrated:  # the server said what it was sent: the context figure follows it
         scale, samples = calibrate(row["token_scale"], row["token_samples"], events.reported, events.counted,
                                    events.calibrated)

@@ -36,8 +36,8 @@ from ..store.sqlite import Store
 
 log = logging.getLogger("procession.notify")
 
-WAITING, FAILED, FINISHED = "waiting", "failed", "finished"
-REASONS: Final = (WAITING, FAILED, FINISHED)
+WAITING, FAILED, FINISHED, BUDGET = "waiting", "failed", "finished", "budget"
+REASONS: Final = (WAITING, FAILED, FINISHED, BUDGET)
 COMMAND_TIMEOUT_S: Final = 30.0
 
 
@@ -110,9 +110,9 @@ class Notifier:
             return []
         async with self.store.snapshot() as tx:
             found = await tx.all(
-                "SELECT j.id, j.call, j.session_id, j.args, j.outcome, s.name, a.name AS agent, s.quiet"
+                "SELECT j.id, j.call, j.actor, j.session_id, j.args, j.outcome, s.name, a.name AS agent, s.quiet"
                 " FROM journal j JOIN sessions s ON s.id = j.session_id JOIN agents a ON a.id = s.agent_id"
-                " WHERE j.id > ? AND j.call IN ('ask', 'finish') ORDER BY j.id", (self.seen,))
+                " WHERE j.id > ? AND j.call IN ('ask', 'finish', 'suspend', 'limit') ORDER BY j.id", (self.seen,))
         notices = []
         for row in found:
             self.seen = max(self.seen, row["id"])
@@ -167,4 +167,8 @@ def _notice(row: Any) -> Notice | None:
                                                     + ("; it is suspended: its runs keep failing" if held else ""))
         if ran == "ok":
             return Notice(sid, name, agent, FINISHED, f"session {sid} ({name}) finished a run")
+    if row["call"] == "suspend" and row["actor"] == "engine" and "budget" in str(args.get("why", "")):
+        return Notice(sid, name, agent, BUDGET, f"session {sid} ({name}) is suspended: over {args['why']}")
+    if row["call"] == "limit" and row["actor"] == "engine" and isinstance(outcome, dict) and outcome.get("warned"):
+        return Notice(sid, name, agent, BUDGET, f"session {sid} ({name}) has spent {'; '.join(outcome['warned'])}")
     return None

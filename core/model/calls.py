@@ -54,6 +54,8 @@ class Call(StrEnum):
     ALLOW = "allow"
     DENY = "deny"
     FORGET = "forget"
+    # what it may spend
+    LIMIT = "limit"
     # the engine's own
     START = "start"
     EMIT = "emit"
@@ -108,6 +110,7 @@ INFO: Final[dict[Call, CallInfo]] = {
     Call.ALLOW: CallInfo("let what a waiting session's agent asked for run (--always: and its like, from now on)"),
     Call.DENY: CallInfo("refuse what a waiting session's agent asked for; the reason goes back to it"),
     Call.FORGET: CallInfo("remove a rule allow --always made"),
+    Call.LIMIT: CallInfo("a budget, like an rlimit: tokens, cost, run time, runs per day, week, month or in total"),
 }
 
 #: The calls people and agents make, in the order faces list them.

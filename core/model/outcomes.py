@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .calls import Call
-from .records import Checkpoint, Fold, Resource, TriggerInfo
+from .records import Budget, Checkpoint, Fold, Resource, TriggerInfo
 from .states import State
 
 
@@ -310,3 +310,14 @@ class Forgot(Outcome):
     rule: int
     tool: str
     subject: str
+
+
+@dataclass(slots=True, frozen=True)
+class Limited(Outcome):
+    """``limit``: the budgets over the session (or the agent) now, and the sessions a raised
+    limit resumed. ``sid`` 0: an agent's limit."""
+
+    agent: str | None
+    budgets: tuple[Budget, ...]
+    resumed: tuple[int, ...] = ()
+    cleared: bool = False

@@ -350,6 +350,26 @@ class Rule:
 
 
 @dataclass(slots=True, frozen=True)
+class Budget:
+    """A limit (``model.budgets``) and what was spent in its period: ``scope`` session or agent,
+    ``name`` its SID or the agent's name, ``caps`` and ``spend`` by figure (tokens, cost,
+    seconds, runs), ``used`` each capped figure's part of its cap, ``ends`` when the period does."""
+
+    id: int
+    scope: str
+    name: str
+    per: str
+    caps: dict[str, float]
+    spend: dict[str, float]
+    used: dict[str, float]
+    warned: float | None
+    ends: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return fields_of(self)
+
+
+@dataclass(slots=True, frozen=True)
 class Holder:
     """The engine holding a workspace's lease."""
 
@@ -380,6 +400,7 @@ class SessionDetail:
     fail_limit: int = 3
     restart: str = "no"  # whether a run that did not finish runs again (``states.Restart``)
     quiet: bool = False  # it sends no notifications
+    budgets: tuple[Budget, ...] = ()  # its limits (its own, its agent's) and what was spent
     env: dict[str, str] = field(default_factory=dict)  # settings stored with the session
     passed: tuple[str, ...] = ()  # names whose engine value a run is given
     #: the agent CLI's own session: {"cli", "id", "cwd", "transcript", ...}; None until it announced one
@@ -399,6 +420,7 @@ class SessionDetail:
             fail_limit=self.fail_limit,
             restart=self.restart,
             quiet=self.quiet,
+            budgets=[b.to_json() for b in self.budgets],
             env=self.env,
             passed=list(self.passed),
             agent_ref=self.agent_ref,

@@ -44,7 +44,8 @@ _LETTERS: Final = {
 class Reason(StrEnum):
     """Why a session is terminated; or why it is suspended by something other than a person:
     ``FAILING`` (the engine: its runs keep failing), ``ATTACHED`` (its agent's own CLI is open
-    on it, ``attach``: no run may start meanwhile)."""
+    on it, ``attach``: no run may start meanwhile), ``BUDGET`` (the engine: a run would go over
+    its budget, ``model.budgets``; resumed by a raised limit or a new period)."""
 
     DONE = "done"
     CANCELLED = "cancelled"
@@ -52,6 +53,7 @@ class Reason(StrEnum):
     MERGED = "merged"
     FAILING = "failing"
     ATTACHED = "attached"
+    BUDGET = "budget"
 
 
 class Restart(StrEnum):
@@ -91,7 +93,7 @@ TABLE: Final[dict[Call, dict[State, State | str]]] = {
     # user calls that keep the state
     **{call: {s: SAME for s in LIVE} for call in (Call.SEND, Call.MEMORY, Call.NICE, Call.BIND, Call.UNBIND,
                                                   Call.TRIGGER, Call.APPROVE, Call.SET,
-                                                  Call.ENV, Call.FORGET)},
+                                                  Call.ENV, Call.FORGET, Call.LIMIT)},
     **{call: {s: SAME for s in IDLE} for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE)},
     # any session, even an ended one, can be forked, saved, or loaded again from a checkpoint
     **{call: {s: SAME for s in State} for call in (Call.FORK, Call.SAVE, Call.LOAD)},

@@ -17,6 +17,7 @@ from ..model.records import (
     JournalEntry,
     MergePlan,
     Message,
+    Budget,
     Request,
     Resource,
     RunInfo,
@@ -146,6 +147,7 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         out.append(("restart", f"{d.restart}: a run that did not finish runs again"))
     if d.quiet:
         out.append(("notify", "none: it is quiet (set --quiet off)"))
+    out += [("budget", budget_line(b, now)) for b in d.budgets]
     if s.goal:
         out.append(("goal", printable(s.goal)))
     if s.parent:
@@ -210,6 +212,23 @@ def rule_line(r: Rule, now: float | None = None) -> str:
     """``   3  12  Bash(git)  made 2h ago (request 4)``."""
     return printable(f"{r.id:>4} {r.sid:>4}  {requests.rule_name(r.tool, r.subject)}  made {words.ago(r.made, now)}"
                      + (f" (request {r.request})" if r.request else ""))
+
+
+def budget_line(b: Budget, now: float | None = None) -> str:
+    """``session 3, per day: tokens 1.2M of 2M (60%), cost $1.20 of $5.00 (24%); until 00:00``."""
+    parts = [f"{name} {_figure(name, b.spend[name])} of {_figure(name, cap)} ({int(b.used.get(name, 1) * 100)}%)"
+             for name, cap in b.caps.items()]
+    until = f"; until {time.strftime('%a %H:%M', time.localtime(b.ends))}" if b.ends else ""
+    period = "in total" if b.per == "total" else f"per {b.per}"
+    return printable(f"{b.scope} {b.name}, {period}: {', '.join(parts)}{until}")
+
+
+def _figure(name: str, value: float) -> str:
+    if name == "cost":
+        return f"${value:.2f}"
+    if name == "seconds":
+        return words.duration(value)
+    return words.count(value)
 
 
 def worktree_text(w: Worktree) -> str:

@@ -19,6 +19,7 @@ from ..model.outcomes import (
     Answered,
     Asked,
     Forgot,
+    Limited,
     Attached,
     Synced,
     Approved,
@@ -45,7 +46,7 @@ from ..model.outcomes import (
     EnvChanged,
 )
 from ..model.records import SessionInfo
-from .lines import resource_line, trigger_label
+from .lines import budget_line, resource_line, trigger_label
 from .words import plural, printable, size
 
 How = Callable[[Call, "int | None"], str]
@@ -95,6 +96,10 @@ def describe(o: Outcome) -> str:
                     f" context {o.context_tokens} tokens; {plural(o.in_force, 'compressed range')} left")
         case Updated():
             return f"{o.sid}: changed {', '.join(o.changed)}"
+        case Limited(cleared=True):
+            return f"{'session ' + str(o.sid) if o.sid else 'agent ' + str(o.agent)}: limit removed" + _resumed(o)
+        case Limited():
+            return "\n".join([budget_line(b) for b in o.budgets] or ["no limits"]) + _resumed(o)
         case Answered():
             return (f"request {o.request} {'allowed' if o.answer == 'allow' else 'denied'}"
                     + (f", and {plural(len(o.also), 'other')} like it" if o.also else "")
@@ -159,6 +164,10 @@ def failing(s: SessionInfo) -> str:
     """Why the engine suspended a session by itself."""
     return (f"session {s.id} ({printable(s.name)}) is suspended: its last {plural(s.failures, 'run')} failed"
             f" ({s.last_outcome}); see its runs, then resume it")
+
+
+def _resumed(o: Limited) -> str:
+    return f"; resumed {', '.join(map(str, o.resumed))} (under budget again)" if o.resumed else ""
 
 
 def asking(s: SessionInfo, how: str) -> str:

@@ -23,6 +23,18 @@ def count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def duration(seconds: float) -> str:
+    """``45s``, ``12m``, ``3h05m``, ``2d04h``."""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 def size(n: float) -> str:
     """Bytes as ``512B``, ``3.2K``, ``41M`` (binary units, as htop shows memory)."""
     n = float(n)

@@ -467,10 +467,11 @@ async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, 
 
 
 async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int, cache_read: int = 0,
-                    cache_write: int = 0) -> None:
+                    cache_write: int = 0, cost: float = 0.0) -> None:
     await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
-                     " cache_read = cache_read + ?, cache_write = cache_write + ? WHERE id = ?",
-                     (tokens_in, tokens_out, cache_read, cache_write, run))
+                     " cache_read = cache_read + ?, cache_write = cache_write + ?,"
+                     " cost = CASE WHEN ? > 0 THEN COALESCE(cost, 0) + ? ELSE cost END WHERE id = ?",
+                     (tokens_in, tokens_out, cache_read, cache_write, cost, cost, run))
 
 
 async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, usage: tuple[int, int, int, int]) -> int:

@@ -368,11 +368,26 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # answer its run did not live to hear, for the next run) and the rules ``allow --always``
     # made (a tool, for one session; ``subject`` '' is any call of it); and whether a session's
     # run is run again when it was lost, failed or stopped (``restart``: ``model.states.Restart``),
-    # and whether it sends notifications (``quiet``: none; ``engine.notify``).
+    # and whether it sends notifications (``quiet``: none; ``engine.notify``); a run's cost as its
+    # CLI reported it, and budgets (``limits``: a session's, or an agent's sessions' together;
+    # ``warned``: the start of the period whose 80% was told; ``model.budgets``).
     """
     ALTER TABLE sessions ADD COLUMN permissions TEXT NOT NULL DEFAULT 'bound';
     ALTER TABLE sessions ADD COLUMN restart TEXT NOT NULL DEFAULT 'no';
     ALTER TABLE sessions ADD COLUMN quiet INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN cost REAL;
+    CREATE TABLE limits (
+        id          INTEGER PRIMARY KEY,
+        session_id  INTEGER UNIQUE REFERENCES sessions(id),
+        agent_id    INTEGER UNIQUE REFERENCES agents(id),
+        tokens      INTEGER,
+        cost        REAL,
+        seconds     REAL,
+        runs        INTEGER,
+        per         TEXT NOT NULL,
+        made        REAL NOT NULL,
+        warned      REAL
+    );
     CREATE TABLE requests (
         id          INTEGER PRIMARY KEY,
         session_id  INTEGER NOT NULL REFERENCES sessions(id),

@@ -272,8 +272,9 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
         conn.executemany("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, 'rw', 0)",
                          [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
         # and without what came after it (11: permissions and requests)
-        conn.executescript("ALTER TABLE sessions DROP COLUMN permissions; DROP TABLE rules; DROP TABLE requests;"
-                           " PRAGMA user_version = 9")
+        conn.executescript("ALTER TABLE sessions DROP COLUMN permissions; ALTER TABLE sessions DROP COLUMN restart;"
+                           " ALTER TABLE sessions DROP COLUMN quiet; ALTER TABLE runs DROP COLUMN cost;"
+                           " DROP TABLE rules; DROP TABLE requests; DROP TABLE limits; PRAGMA user_version = 9")
     async with await Workspace.open(path) as ws:
         assert [(r.kind, r.uri) for r in (await ws.show(one)).resources] == [("sqlite", "/x/a.db")]
         assert [(r.kind, r.uri) for r in (await ws.show(two)).resources] == [("sqlite", "/x/b.db")]

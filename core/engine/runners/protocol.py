@@ -124,6 +124,7 @@ class Events:
     tokens_out: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    cost: float = 0.0  # US dollars, as an agent CLI reported its run's cost (0: it did not)
     #: prompt tokens the server reported and Procession counted, summed over the requests
     #: (``calibrated``) whose usage said both: they calibrate the session's context figure
     reported: int = 0
@@ -148,7 +149,7 @@ class Events:
 
     def __bool__(self) -> bool:
         return bool(self.messages or self.memory_set or self.memory_delete or self.sends or self.tokens_in
-                    or self.tokens_out or self.cache_read or self.cache_write or self.done or self.problems
+                    or self.tokens_out or self.cost or self.cache_read or self.cache_write or self.done or self.problems
                     or self.diagnostics or self.reply or self.agent_ref or self.context or self.status)
 
     def journal(self) -> dict[str, Any]:
@@ -173,6 +174,7 @@ class Events:
         self.sends += later.sends
         self.tokens_in += later.tokens_in
         self.tokens_out += later.tokens_out
+        self.cost += later.cost
         self.cache_read += later.cache_read
         self.cache_write += later.cache_write
         self.reported += later.reported

@@ -156,6 +156,8 @@ class ClaudeReader(Reader):
         self.pending.tokens_out += int(usage.get("output_tokens") or 0)
         self.pending.cache_read += int(usage.get("cache_read_input_tokens") or 0)
         self.pending.cache_write += int(usage.get("cache_creation_input_tokens") or 0)
+        cost = event.get("total_cost_usd")
+        self.pending.cost += float(cost) if isinstance(cost, (int, float)) and cost > 0 else 0.0
         self.summed = True
         window = main_window(event.get("modelUsage"), self.model)
         if self.tokens:

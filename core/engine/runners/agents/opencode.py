@@ -123,6 +123,8 @@ class OpencodeReader(Reader):
             self.pending.tokens_out += tokens_out
             self.pending.cache_read += cache_read
             self.pending.cache_write += cache_write
+            cost = part.get("cost")
+            self.pending.cost += float(cost) if isinstance(cost, (int, float)) and cost > 0 else 0.0
             if total:
                 self.context(total, self.window)
         elif kind == "error":
