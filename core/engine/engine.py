@@ -55,6 +55,8 @@ SAMPLE_S = 1.0
 DEFAULT_SLOTS = 2
 DEFAULT_GRACE_S = 2.0
 DEFAULT_TIMEOUT_S = 1800.0
+#: How often sessions a budget suspended are looked at again (a new period resumes them).
+BUDGET_LOOK_S = 60.0
 
 
 def proc_start(pid: int | None) -> float | None:
@@ -119,6 +121,7 @@ class Engine:
         self.heartbeat: Heartbeat | None = None
         self.lost: str = ""  # why the engine stopped on its own (the lease taken, the file gone)
         self.backoff_until: float | None = None
+        self.budget_look: float | None = None  # when to look again at sessions a budget holds
         self._background: list[asyncio.Task[None]] = []
         self.launching: set[reaper.Tracker] = set()  # trackers of steps started, not yet claimed
         self._stop: asyncio.Event | None = None
@@ -220,7 +223,8 @@ class Engine:
             while not stop.is_set():
                 try:
                     version = await self.ledger.store.data_version()
-                    due = self.backoff_until is not None and self.backoff_until <= time.time()
+                    due = any(when is not None and when <= time.time() for when in (self.backoff_until,
+                                                                                    self.budget_look))
                     if version != seen or self.kick.is_set() or due:
                         self.kick.clear()
                         seen = version
@@ -238,7 +242,7 @@ class Engine:
                     log.warning("engine loop: %s", exc)
                     seen = None
                 wait = POLL_S
-                for when in (self.triggers.next() if self.triggers else None, self.backoff_until):
+                for when in (self.triggers.next() if self.triggers else None, self.backoff_until, self.budget_look):
                     if when is not None:
                         wait = max(0.0, min(wait, when - time.time()))
                 kicked = asyncio.ensure_future(self.kick.wait())
@@ -273,6 +277,9 @@ class Engine:
             await self.ledger.release_held()
         if await self.ledger.budget_held():
             await self.ledger.release_budgets()
+            self.budget_look = time.time() + BUDGET_LOOK_S  # a new period resumes them: look again then
+        else:
+            self.budget_look = None
         self.backoff_until = await self.ledger.held()
         free = self.slots - self.busy()
         if free <= 0:

@@ -1,15 +1,16 @@
 """Notifications by reason, not by turn: a session that needs you (it waits for an answer), one
-whose run failed (or that the engine suspended for failing), one whose run finished.
+whose run failed (or that the engine suspended for failing), one whose run finished, one past
+80% of a budget or suspended by it.
 
-The engine reads what happened from the journal (the calls ``ask`` and ``finish`` since it
-last looked), so a notification is sent once per event, whichever process made the
+The engine reads what happened from the journal (the calls ``ask``, ``finish``, and the
+engine's ``suspend`` and ``limit``, since it last looked), so a notification is sent once per event, whichever process made the
 call (an agent's asking server, a CLI, the engine itself), and none is sent for what happened
 before the engine started. Each goes to the user's command, ``[notify]`` in the config file
 (``~/.config/procession/config.toml``)::
 
     [notify]
     command = ["notify-send", "procession"]   # or one string, split as a shell would
-    reasons = ["waiting", "failed", "finished"]
+    reasons = ["waiting", "failed", "finished", "budget"]
 
 run with the session, the reason and the text in its environment (``PROCESSION_SID``,
 ``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,

@@ -128,3 +128,30 @@ async def test_a_runner_that_cannot_ask_is_held_to_reading_under_ask(live, engin
     run = (await until(lambda: ended(live, sid, 2)))[-1]
     assert run.outcome == "failed" and "cannot ask a person" in run.error and "--confine off" in run.error
     assert not (tmp_path / "made.txt").exists()
+
+
+async def test_a_request_survives_its_engine_killed_and_a_new_engine_carries_the_answer(live, db, model, tmp_path):
+    """SIGKILL, not a clean stop: the engine's process dies with the run waiting; the next
+    engine records the run lost, the session still waits, and ``allow`` goes on in a new run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    sid, data = await asking_session(live, model, tmp_path, tool_call("data_write", {"path": "b.txt", "content": "b"}))
+    engine = subprocess.Popen([sys.executable, "-m", "procession", "run"], env={**os.environ, "PROCESSION_DB": str(db)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        request = await until(lambda: waiting(live, sid))
+    finally:
+        engine.send_signal(signal.SIGKILL)
+        engine.wait()
+    model.script.add(tool_call("data_write", {"path": "b.txt", "content": "b"}), say("written"))
+    async with engine_on(db):
+        await until(lambda: ended(live, sid))  # the killed engine's run, recorded lost by this one
+        assert [r.outcome for r in await live.runs(sid)] == ["lost"]
+        assert (await live.info(sid)).state is State.WAITING
+        assert [r.id for r in await live.pending()] == [request.id]
+        await live.allow(request.id)
+        runs = await until(lambda: ended(live, sid, 2))
+    assert runs[-1].outcome == "ok" and (data / "b.txt").read_text() == "b"
