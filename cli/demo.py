@@ -9,7 +9,8 @@ folder beside the workspace, the API docs in a git repository made there: touch
 ``rates.csv``, or commit a change under ``src/``, and the session wakes. Nothing needs an
 API key. Without git, the API-docs session watches ``src/`` instead. While ``procession demo``
 runs, a "payroll questions" session is an ``openai:`` agent loop on the demo's own scripted
-model (``demo_model``): activate it to watch it read its two bound tables and answer.
+model (``demo_model``): activate it to watch it read its two bound tables, then wait for you
+(W: its permissions are ``ask``) before it writes its answer into ``answer.md``.
 """
 
 from __future__ import annotations
@@ -206,12 +207,14 @@ async def with_model(db: Path, url: str) -> int:
                     await ws.migrate(found[0].id, runner)
             return found[0].id
         sid = (await ws.spawn(
-            QUESTIONS, "hr", window=4_000, cwd=str(folder), runner=runner,
+            QUESTIONS, "hr", window=4_000, cwd=str(folder), runner=runner, permissions="ask",
             system="You answer questions about the payroll from its tables. Read them; never guess a number.",
             goal="Answer from the tables, with the tool calls to show for it.",
         )).sid
         await ws.bind(sid, "file", str(folder / "rates.csv"), mode="ro")
         await ws.bind(sid, "file", str(folder / "employees.csv"), mode="ro")
+        (folder / "answer.md").touch()
+        await ws.bind(sid, "file", str(folder / "answer.md"), mode="rw")
         await ws.send(sid, "Which grade has the highest hourly rate, and who is on it?")
         return sid
     finally:

@@ -2,8 +2,9 @@
 
 ``procession demo`` starts it (a thread, a free port) for as long as the monitor is open, so
 that the demo's ``openai:`` session shows the agent loop with no API key and no network: asked
-a question, it calls every file-reading tool it is offered, then answers from what the files
-said (the grade with the highest hourly rate, and who is on it). It speaks streamed Chat
+a question, it calls every file-reading tool it is offered, then writes its answer with the
+first file-writing tool it is offered (once), and answers from what the files said (the grade
+with the highest hourly rate, and who is on it). It speaks streamed Chat
 Completions with tool calls and usage, as a real server does; it is not a model.
 """
 
@@ -31,12 +32,16 @@ def reply(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                 {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}
                 for i, name in enumerate(reads)]
         return "I have no table to read: bind one to this session.", []
-    results = []
-    for message in reversed(messages):
-        if message.get("role") != "tool":
-            break
-        results.append(str(message.get("content") or ""))
-    return answer(results), []
+    results = [str(m.get("content") or "") for m in messages if m.get("role") == "tool"]
+    text = answer(results)
+    writes = [t["function"]["name"] for t in body.get("tools") or [] if t["function"]["name"].endswith("_write")]
+    written = any(c["function"]["name"].endswith("_write") for m in messages if m.get("role") == "assistant"
+                  for c in m.get("tool_calls") or [])
+    if writes and not written:  # a bound answer file: the answer goes there too (a write: asked, under ask)
+        return "I'll write the answer down.", [
+            {"id": "call_write", "type": "function",
+             "function": {"name": writes[0], "arguments": json.dumps({"content": text + "\n"})}}]
+    return text, []
 
 
 def answer(tables: list[str]) -> str:

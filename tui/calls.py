@@ -26,7 +26,7 @@ from procession.model.records import Request, SessionInfo
 from procession.model.states import State, allowed
 from procession.calls.merge import Resolution
 from procession.present import lines, parse, results
-from procession.present.words import plural, printable
+from procession.present.words import one_line, plural, printable
 
 from .calling import Calling
 from .dialogs import FILE, Choice, Conflicts, Field
@@ -462,7 +462,7 @@ async def _allow(ui: Calling, targets: Targets) -> None:
     if r is None:
         return
     how = await ui.choose(f"Allow request {r.id} of session {r.sid}?", [
-        Choice("once", f"Allow once: {requests.summary(r.tool, r.input)[:60]}"),
+        Choice("once", f"Allow once: {one_line(requests.summary(r.tool, r.input), 50)}"),
         Choice("always", f"Allow {requests.rule_name(r.tool, r.subject)} from now on, for this session")],
         help="\n".join(lines.request_text(r)))
     if how is not None:

@@ -320,14 +320,19 @@ async def test_the_demo_session_reads_its_tables_and_answers_with_no_key(tmp_pat
         try:
             async with await Workspace.open(made.db) as ws:
                 await ws.activate(sid)
+                request = (await until(lambda: ws.pending([sid])))[0]  # it reads unasked, then asks to write
+                assert request.tool == "answer_md_write"
+                await ws.allow(request.id)
                 run = (await until(lambda: ended(ws, sid)))[0]
                 history = await ws.history(sid)
         finally:
             stop.set()
             await task
-    assert run.outcome == "ok" and [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
-    assert [m.meta["tool"]["name"] for m in history[2:4]] == ["rates_csv_read", "employees_csv_read"]
-    assert history[-1].content == "Grade A has the highest hourly rate, 42.00 EUR: Aiko Tanaka (160 hours this month)."
+    said = "Grade A has the highest hourly rate, 42.00 EUR: Aiko Tanaka (160 hours this month)."
+    assert run.outcome == "ok" and [m.role for m in history] == [
+        "user", "assistant", "tool", "tool", "tool", "assistant", "tool", "assistant"]
+    assert [m.meta["tool"]["name"] for m in history[2:5]] == ["rates_csv_read", "employees_csv_read", "answer_md_read"]
+    assert history[-1].content == said and (made.folder / "payroll" / "answer.md").read_text() == said + "\n"
 
 
 async def test_interrupt_in_a_tool_call_kills_it_and_stores_the_call_without_result(live, engine, model, tmp_path):
