@@ -33,11 +33,12 @@ for _name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
 from procession import Workspace  # noqa: E402
 from procession.cli import demo  # noqa: E402
 from procession.tui.app import ProcessionApp  # noqa: E402
+from procession.tui.attention import Attention  # noqa: E402
 from procession.tui.config import Config  # noqa: E402
 from procession.tui.detail import Detail  # noqa: E402
 from procession.tui.dialogs import Conflicts, Form  # noqa: E402
 
-REVIEW, STRICT, SCREENING, APIDOCS = 6, 7, 2, 5
+PAYROLL, SCREENING, APIDOCS, REVIEW, STRICT = 1, 2, 5, 6, 7
 Steps = Callable[[Any, ProcessionApp], Awaitable[None]]
 
 
@@ -79,12 +80,32 @@ async def light(pilot: Any, app: ProcessionApp) -> None:
     app.table.move_to(REVIEW)
 
 
+async def attention(pilot: Any, app: ProcessionApp) -> None:
+    """Two sessions whose agents ask (a run started as the engine starts one, its agent asking
+    as an agent does), then the queue of what needs you."""
+    from procession.engine.ledger import Ledger
+
+    ledger = Ledger(app.ws.store, actor="engine")
+    await ledger.acquire("screenshots", 1, None)
+    for sid, tool, call in ((PAYROLL, "Bash", {"command": "git push origin main"}),
+                            (SCREENING, "WebFetch", {"url": "https://jobs.example.com/applicants.csv"})):
+        await ledger.activate(sid)
+        await ledger.start_run(sid, runner=(await ledger.info(sid)).runner, engine="screenshots", pid=None,
+                               proc_start=None)
+        await ledger.as_actor("agent").ask(sid, tool, call)
+    await ledger.release("screenshots")
+    await app.refresh_data()
+    await pilot.press("W")
+    await _until(pilot, lambda: isinstance(app.screen, Attention))
+
+
 VIEWS: dict[str, tuple[Steps, dict[str, Any]]] = {
     "table": (table, {}),
     "tree": (tree, {}),
     "detail": (detail, {}),
     "merge-conflict": (merge, {}),
     "light-theme": (light, {"theme": "paper"}),
+    "attention": (attention, {}),  # last: it leaves two sessions waiting
 }
 
 

@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 
 from procession.model.records import Request, SessionInfo
 from procession.present import lines
+from procession.present.words import plural
 
 from .calling import Calling, call_bindings
 
@@ -36,7 +37,9 @@ class Attention(Calling):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="attention"):
-            yield Static("Needs you", classes="dialog--title")
+            yield Static("Needs you", classes="dialog--title", id="attention-title")
+            yield Static(f"{' ' * (len(HEADS['req']) + 2)} REQ  SID session                  age  what it asks",
+                         id="attention-head", markup=False)
             yield OptionList(id="queue")
             yield Static("Y allow  D deny  Enter open  z suspend  i interrupt  C cancel  Esc back",
                          classes="dialog--help")
@@ -56,6 +59,9 @@ class Attention(Calling):
         options += [Option(HEADS["req"] + lines.request_line(r, width=width), id=f"req:{r.id}") for r in waiting]
         options += [Option(HEADS["fail"] + _session(s), id=f"fail:{s.id}") for s in failing]
         options += [Option(HEADS["done"] + _session(s), id=f"done:{s.id}") for s in finished]
+        self.query_one("#attention-title", Static).update(
+            f"Needs you: {plural(len(waiting), 'request')} waiting, {len(failing)} failing,"
+            f" {plural(len(finished), 'run')} finished since you looked")
         queue = self.query_one(OptionList)
         at = queue.highlighted_option.id if queue.highlighted_option is not None else None
         queue.clear_options()
