@@ -8,6 +8,7 @@ it (its input whole); on a session, opens its detail view, which marks a finishe
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,7 +18,7 @@ from textual.widgets.option_list import Option
 
 from procession.model.records import Request, SessionInfo
 from procession.present import lines
-from procession.present.words import plural
+from procession.present.words import plural, printable
 
 from .calling import Calling, call_bindings
 
@@ -56,9 +57,10 @@ class Attention(Calling):
         self.requests = {r.id: r for r in waiting}
         width = max(40, self.size.width - len(HEADS["req"]) - 4)  # its border and scroll bar
         options: list[Option] = []
-        options += [Option(HEADS["req"] + lines.request_line(r, width=width), id=f"req:{r.id}") for r in waiting]
-        options += [Option(HEADS["fail"] + _session(s), id=f"fail:{s.id}") for s in failing]
-        options += [Option(HEADS["done"] + _session(s), id=f"done:{s.id}") for s in finished]
+        # as text, never markup: what an agent asks is its own words ("[/x]" would break, or hide, the row)
+        options += [Option(Text(HEADS["req"] + lines.request_line(r, width=width)), id=f"req:{r.id}") for r in waiting]
+        options += [Option(Text(HEADS["fail"] + _session(s)), id=f"fail:{s.id}") for s in failing]
+        options += [Option(Text(HEADS["done"] + _session(s)), id=f"done:{s.id}") for s in finished]
         self.query_one("#attention-title", Static).update(
             f"Needs you: {plural(len(waiting), 'request')} waiting, {len(failing)} failing,"
             f" {plural(len(finished), 'run')} finished since you looked")
@@ -104,4 +106,5 @@ class Attention(Calling):
 
 
 def _session(s: SessionInfo) -> str:
-    return f"{s.id:>4} {s.name} ({s.agent}): {s.state}" + (f", last run {s.last_outcome}" if s.last_outcome else "")
+    return printable(f"{s.id:>4} {s.name} ({s.agent}): {s.state}" + (f", last run {s.last_outcome}" if s.last_outcome
+                                                                     else ""))

@@ -95,18 +95,24 @@ class Scope:
 
     async def check_answer(self, ws: Workspace, sid: int, *, allow: bool) -> None:
         """An answer to what session ``sid``'s agent asked: in reach, never the scope's own
-        session (an agent does not answer itself), and an allow from a session's server only
-        when that session may do anything unasked (an agent does not grant, through a session
-        it spawned, what it could not do itself)."""
+        session (an agent does not answer itself). A session's server allows only what a session
+        it spawned asked (or a fork of one), and only when its own session may do anything
+        unasked: an agent does not grant, through a sibling, a fork or a session it spawned,
+        what it could not do itself."""
         await self.check(ws, sid)
         if self.session is None:
             return
         if sid == self.session:
             raise NotAllowed(f"session {sid} asked this: a person (or a supervisor in reach of it) answers it,"
                              " not the session itself")
-        if allow and (await ws.info(self.session)).permissions != bounds.ALL:
+        if not allow:
+            return
+        if (await ws.info(self.session)).permissions != bounds.ALL:
             raise NotAllowed(f"{self.who} may not allow what session {sid} asked: it could not do it unasked itself"
                              " (its --permissions are not all); deny it, or leave it to a person")
+        if not await ws.spawned_by(sid, self.session):
+            raise NotAllowed(f"{self.who} may allow only what the sessions it spawned ask; session {sid} was not"
+                             " spawned by it: deny it, or leave it to a person")
 
     async def check_send(self, ws: Workspace, sid: int, role: str) -> None:
         """``send`` reaches any session, as the scope's own words (a user message from it);

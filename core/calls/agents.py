@@ -80,6 +80,21 @@ class AgentCalls(Calls):
                 frontier = down
         return found
 
+    async def spawned_by(self, sid: int, session: int) -> bool:
+        """Whether ``sid``, or a session it was forked from, was spawned by ``session``."""
+        async with self.store.snapshot() as tx:
+            node: int | None = sid
+            seen: set[int] = set()
+            while node is not None and node not in seen:
+                seen.add(node)
+                row = await tx.one("SELECT parent_id, spawned_by FROM sessions WHERE id = ?", (node,))
+                if row is None:
+                    return False
+                if row["spawned_by"] == session:
+                    return True
+                node = row["parent_id"]
+        return False
+
     async def folders(self, sids: set[int]) -> list[str]:
         """The folders sessions ``sids`` work in: each one's own and every file or folder bound
         to it (what a scoped MCP client may spawn into, or watch)."""

@@ -29,7 +29,7 @@ _SPEND = ("SELECT COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(cost), 
 
 
 class BudgetCalls(Calls):
-    @syscall(Call.LIMIT, session="result", check=None)
+    @syscall(Call.LIMIT, session="sid", check=None)
     async def limit(self, act: Act, sid: int | None = None, *, agent: str | None = None, tokens: float | None = None,
                     cost: float | None = None, seconds: float | None = None, runs: int | None = None,
                     per: str | None = None, clear: bool = False) -> Limited:

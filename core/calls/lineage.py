@@ -169,6 +169,7 @@ class LineageCalls(Calls):
         added = await rows.copy_resources(tx, source, target, outside=files.worktree if files else None)
         await rows.update_session(tx, source, state=State.TERMINATED.value, reason=Reason.MERGED.value,
                                   merged_into=target, resume_to=None, queued_at=None, causes=None)
+        await rows.withdraw(tx, session=source)  # what it asked, from a run its engine left, ends with it
         await tx.touch(target)
         act.note(f"session {source} ends: merged into {target}")
         if ancestor.session is None:

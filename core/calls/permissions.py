@@ -30,6 +30,7 @@ from ..store.sqlite import Tx
 from . import waking
 from .agents import WAIT_FORCED, WAIT_POLL_S
 from .base import Calls
+from .reads import live_holder
 from .syscall import Act, syscall, transition
 
 #: The sender of the message that tells an agent an answer its ended run waited for.
@@ -102,6 +103,23 @@ class PermissionCalls(Calls):
         state = await _answer(act, asked, [request], requests.DENY, why, self.store.count_tokens)
         return Answered(asked["session_id"], request, requests.DENY, state)
 
+    @syscall(Call.ASK, session="result", check=None)
+    async def unask(self, act: Act, request: int) -> Asked:
+        """Withdraw a request whose asker stopped waiting; its session runs on if nothing else
+        of it waits (an answer given meanwhile stays)."""
+        asked = await act.tx.one("SELECT * FROM requests WHERE id = ?", (request,))
+        if asked is None:
+            raise NotFound(f"no request {request}")
+        sid = asked["session_id"]
+        if asked["answer"] is None:
+            await act.tx.execute("UPDATE requests SET answer = ?, answered = ?, answered_by = 'its asker left'"
+                                 " WHERE id = ?", (requests.WITHDRAWN, act.now, request))
+            still = await act.tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,))
+            row = await rows.session(act.tx, sid)
+            if not still and row["state"] == State.WAITING:
+                await rows.update_session(act.tx, sid, state=State.RUNNING.value)
+        return Asked(sid, request, requests.WITHDRAWN)
+
     @syscall(Call.FORGET, session="result", check=None)
     async def forget(self, act: Act, rule: int) -> Forgot:
         """Remove the rule ``rule``: its calls ask again."""
@@ -135,15 +153,23 @@ class PermissionCalls(Calls):
             raise NotFound(f"no request {request} (procession pending lists those waiting)")
         return _request(found)
 
-    async def decide(self, sid: int, tool: str, input: Any, *, key: str | None = None) -> tuple[bool, str]:
+    async def decide(self, sid: int, tool: str, input: Any, *, key: str | None = None,
+                     keep: Callable[[], bool] = lambda: False) -> tuple[bool, str]:
         """``ask``, then wait for the answer: whether the call may run, and else why not (the
         text the agent is given). A refused ``ask`` (the session was stopped meanwhile) and a
-        withdrawn request are a no that says so."""
+        withdrawn request are a no that says so. Cancelled while it waits (its asker hung up),
+        the request is withdrawn, unless ``keep()`` (the engine is stopping under the run: the
+        request outlives it)."""
         try:
             asked = await self.ask(sid, tool, input, key=key)
             answer, why = asked.answer, asked.why
             if answer is None:
-                found = await self.answer(asked.request)
+                try:
+                    found = await self.answer(asked.request)
+                except asyncio.CancelledError:  # the asker hung up (its CLI, its relay): nothing waits
+                    if not keep():
+                        await asyncio.shield(self.unask(asked.request))
+                    raise
                 answer, why = found.answer, found.why
         except ProcessionError as exc:
             return False, f"Procession: {exc}"
@@ -206,7 +232,7 @@ async def _answer(act: Act, asked: sqlite3.Row, ids: list[int], answer: str, why
     """Answer ``ids`` (requests of one session); the session runs on once nothing of it waits.
     A request whose run is gone has its answer carried into a new run, queued now."""
     tx, sid = act.tx, asked["session_id"]
-    run_live = asked["run_id"] is not None and await rows.live_run(tx, sid, asked["run_id"])
+    run_live = asked["run_id"] is not None and await _listening(tx, sid, asked["run_id"])
     marks = ",".join("?" * len(ids))
     await tx.execute(f"UPDATE requests SET answer = ?, why = ?, answered = ?, answered_by = ?, carried = ?"
                      f" WHERE id IN ({marks})", (answer, why, act.now, act.actor, int(not run_live), *ids))
@@ -219,6 +245,15 @@ async def _answer(act: Act, asked: sqlite3.Row, ids: list[int], answer: str, why
     await _tell(tx, act, asked, answer, why, count)
     await waking.queue(tx, await rows.session(tx, sid), [{"kind": "answer", "request": asked["id"]}])
     return State.READY
+
+
+async def _listening(tx: Tx, sid: int, run: int) -> bool:
+    """Whether run ``run`` is there to hear an answer: open, and its engine alive (an engine
+    killed under it leaves it open until the next one records it lost)."""
+    if not await rows.live_run(tx, sid, run):
+        return False
+    holder = await live_holder(tx)
+    return holder is not None and holder.token == await tx.value("SELECT engine FROM runs WHERE id = ?", (run,))
 
 
 async def _tell(tx: Tx, act: Act, asked: sqlite3.Row, answer: str, why: str | None,

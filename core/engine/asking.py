@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -31,8 +32,9 @@ TOOL = types.Tool(
                   "required": ["tool_name", "input"]})
 
 
-def server(ws: Workspace, sid: int) -> Server[Any]:
-    """The server for session ``sid``'s runs: one tool, answered by ``ws.decide``."""
+def server(ws: Workspace, sid: int, keep: Callable[[], bool]) -> Server[Any]:
+    """The server for session ``sid``'s runs: one tool, answered by ``ws.decide`` (``keep``:
+    a request whose asker hangs up outlives it, the engine stopping)."""
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[TOOL])
@@ -40,17 +42,20 @@ def server(ws: Workspace, sid: int) -> Server[Any]:
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         given = params.arguments or {}
         input = given.get("input") or {}
-        ok, why = await ws.decide(sid, str(given.get("tool_name") or ""), input, key=given.get("tool_use_id"))
+        ok, why = await ws.decide(sid, str(given.get("tool_name") or ""), input, key=given.get("tool_use_id"),
+                                  keep=keep)
         answer = {"behavior": "allow", "updatedInput": input} if ok else {"behavior": "deny", "message": why}
         return types.CallToolResult(content=[types.TextContent(text=json.dumps(answer))])
 
     return Server("procession_ask", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve(conn: socket.socket, ws: Workspace, sid: int) -> None:
+async def serve(conn: socket.socket, ws: Workspace, sid: int, keep: Callable[[], bool]) -> None:
     """Serve one connection (the relay of one CLI) until it hangs up."""
-    asking = server(ws, sid)
-    reading = anyio.wrap_file(conn.makefile("r", encoding="utf-8", errors="replace"))
-    writing = anyio.wrap_file(conn.makefile("w", encoding="utf-8"))
+    asking = server(ws, sid, keep)
+    # each with a thread of its own, never from the shared pool: a reader blocked for days
+    # holds it, and forty waiting runs would hold them all
+    reading = anyio.wrap_file(conn.makefile("r", encoding="utf-8", errors="replace"), limiter=anyio.CapacityLimiter(1))
+    writing = anyio.wrap_file(conn.makefile("w", encoding="utf-8"), limiter=anyio.CapacityLimiter(1))
     async with reading, writing, stdio_server(reading, writing) as (read, write):
         await asking.run(read, write, asking.create_initialization_options())

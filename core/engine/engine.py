@@ -275,8 +275,9 @@ class Engine:
             return
         if self.backoff_until is not None and self.backoff_until <= time.time():
             await self.ledger.release_held()
-        if await self.ledger.budget_held():
-            await self.ledger.release_budgets()
+        if held := await self.ledger.budget_held():
+            if await self.ledger.budget_releasable(held):
+                await self.ledger.release_budgets()
             self.budget_look = time.time() + BUDGET_LOOK_S  # a new period resumes them: look again then
         else:
             self.budget_look = None
@@ -337,7 +338,8 @@ class Engine:
             if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
-                turn.ask = own.asking(self.ledger.as_actor("agent")) if own is not None and asks else None
+                turn.ask = (own.asking(self.ledger.as_actor("agent"), lambda: self.stopping)
+                            if own is not None and asks else None)
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
@@ -397,7 +399,7 @@ class Engine:
         agent = self.ledger.as_actor("agent")
 
         async def ask(tool: str, input: dict[str, Any]) -> tuple[bool, str]:
-            return await agent.decide(sid, tool, input)
+            return await agent.decide(sid, tool, input, keep=lambda: self.stopping)
 
         return ask
 

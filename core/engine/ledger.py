@@ -220,10 +220,19 @@ class Ledger(Workspace):
                                  (budget_model.period_start(str(per), act.now), limit_id))
         return Warned(sid, [text for _, text in warned])
 
-    async def budget_held(self) -> bool:
+    async def budget_held(self) -> list[int]:
+        """The sessions a budget holds suspended."""
         async with self.store.snapshot() as tx:
-            return bool(await tx.value("SELECT 1 FROM sessions WHERE state = 'suspended' AND reason = ? LIMIT 1",
-                                       (Reason.BUDGET.value,)))
+            return [sid for (sid,) in await tx.tuples("SELECT id FROM sessions WHERE state = 'suspended' AND reason = ?",
+                                                       (Reason.BUDGET.value,))]
+
+    async def budget_releasable(self, held: list[int]) -> bool:
+        """Whether one of ``held`` is under its budgets again (then, and only then, a call)."""
+        async with self.store.snapshot() as tx:
+            for sid in held:
+                if (await budgets.verdict(tx, sid, tx.now)).over is None:
+                    return True
+        return False
 
     @syscall(Call.RESUME, session=None, check=None)
     async def release_budgets(self, act: Act) -> Resumed:
@@ -330,6 +339,9 @@ class Ledger(Workspace):
         waits = stopping and (state is State.WAITING or state is State.SUSPENDED and row["resume_to"] == State.WAITING)
         if not waits:
             await rows.withdraw(tx, run=run)
+        # an answer carried to this run and not asked for again is not kept for later ones
+        await tx.execute("UPDATE requests SET carried = 0 WHERE session_id = ? AND carried = 1 AND answered <"
+                         " (SELECT started FROM runs WHERE id = ?)", (sid, run))
         if state is State.WAITING and not waits:
             state = State.RUNNING  # nothing waits any more: it ends as a running one does
         ended = state is State.TERMINATED
@@ -496,11 +508,19 @@ class Ledger(Workspace):
             row = await rows.session(tx, run["session_id"])
             state = State(row["state"])
             if state is State.RUNNING and _restarts(row["restart"], LOST, False):
-                await rows.update_session(tx, row["id"], state=State.SLEEPING.value)
-                await waking.queue(tx, await rows.session(tx, row["id"]), [{"kind": "restart", "run": run["id"],
-                                                                            "why": LOST}])
-                tx.follow("engine", Call.ACTIVATE, row["id"], {"sid": row["id"], "why": "restart"},
-                          {"run": run["id"], "policy": row["restart"]})
+                # a lost run counts as a failure: a run that takes its engine down is not run for ever
+                failures = row["failures"] + 1
+                if row["fail_limit"] and failures >= row["fail_limit"]:
+                    await rows.update_session(tx, row["id"], state=State.SUSPENDED.value, reason=Reason.FAILING.value,
+                                              resume_to=State.SLEEPING.value, failures=failures)
+                    tx.follow("engine", Call.SUSPEND, row["id"], {"sid": row["id"], "why": "failing"},
+                              {"failures": failures, "fail_limit": row["fail_limit"], "lost": run["id"]})
+                else:
+                    await rows.update_session(tx, row["id"], state=State.SLEEPING.value, failures=failures)
+                    await waking.queue(tx, await rows.session(tx, row["id"]), [{"kind": "restart", "run": run["id"],
+                                                                                "why": LOST}])
+                    tx.follow("engine", Call.ACTIVATE, row["id"], {"sid": row["id"], "why": "restart"},
+                              {"run": run["id"], "policy": row["restart"]})
             elif state is State.RUNNING:
                 await rows.update_session(tx, row["id"], state=State.SLEEPING.value)
                 await waking.release_pending(tx, row["id"])

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..model import requests
+from ..model.text import printable
 from ..store.sqlite import Store
 
 log = logging.getLogger("procession.notify")
@@ -129,14 +130,16 @@ class Notifier:
         task.add_done_callback(self.running.discard)
 
     async def _run(self, n: Notice) -> None:
-        env = {**os.environ, "PROCESSION_SID": str(n.sid), "PROCESSION_SESSION_NAME": n.name,
-               "PROCESSION_AGENT": n.agent, "PROCESSION_REASON": n.reason, "PROCESSION_TEXT": n.text}
+        # printable: names and what an agent asked are others' words, with no escape sequence
+        env = {**os.environ, "PROCESSION_SID": str(n.sid), "PROCESSION_SESSION_NAME": printable(n.name),
+               "PROCESSION_AGENT": printable(n.agent), "PROCESSION_REASON": n.reason,
+               "PROCESSION_TEXT": printable(n.text)}
         try:
-            proc = await asyncio.create_subprocess_exec(*self.settings.command, n.text, env=env,
+            proc = await asyncio.create_subprocess_exec(*self.settings.command, env["PROCESSION_TEXT"], env=env,
                                                         stdin=asyncio.subprocess.DEVNULL,
                                                         stdout=asyncio.subprocess.DEVNULL,
                                                         stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in what an agent asked
             log.warning("the notify command %s cannot start: %s", self.settings.command[0], exc)
             return
         try:

@@ -19,7 +19,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from ..model import mcp_binding
 from . import mcp_relay
 
 RELAY = str(Path(mcp_relay.__file__).resolve())
+#: The most connections a run's asking server serves at once (its agent CLI needs one).
+ASK_CONNECTIONS = 4
 
 
 class OwnServers:
@@ -47,11 +49,12 @@ class OwnServers:
                   for n, r in enumerate(r for r in resources if mcp_binding.is_procession(r["kind"], r["uri"]))}
         return {mcp_binding.RELAYS: json.dumps(relays)} if relays else {}
 
-    def asking(self, ws: Workspace) -> list[str]:
+    def asking(self, ws: Workspace, keep: Callable[[], bool]) -> list[str]:
         """Listen for the run's agent CLI asking a person, served here (``asking``, answered by
-        ``ws``); the relay command its CLI starts as that MCP server."""
+        ``ws``; ``keep``: the engine is stopping, what is asked outlives it); the relay command
+        its CLI starts as that MCP server."""
         listener, relay = self._listener("ask")
-        self.accepting.append(asyncio.ensure_future(self._ask(listener, ws)))
+        self.accepting.append(asyncio.ensure_future(self._ask(listener, ws, keep)))
         return relay
 
     def _listen(self, name: str, argv: list[str]) -> list[str]:
@@ -68,7 +71,7 @@ class OwnServers:
         listener.setblocking(False)
         return listener, [sys.executable, "-I", "-S", RELAY, path]
 
-    async def _ask(self, listener: socket.socket, ws: Workspace) -> None:
+    async def _ask(self, listener: socket.socket, ws: Workspace, keep: Callable[[], bool]) -> None:
         """Serve each connection in the engine (its answers wait on the store, never block)."""
         from . import asking  # the MCP SDK: imported by the first run that asks
 
@@ -76,9 +79,12 @@ class OwnServers:
         with listener:
             while True:
                 conn, _ = await loop.sock_accept(listener)
+                if len(self.talking) >= ASK_CONNECTIONS:  # a CLI needs one: more is a run hoarding threads
+                    conn.close()
+                    continue
                 conn.setblocking(True)  # read by a worker thread
                 self.talking.add(conn)
-                self.accepting.append(asyncio.ensure_future(self._talk(asking.serve(conn, ws, self.sid), conn)))
+                self.accepting.append(asyncio.ensure_future(self._talk(asking.serve(conn, ws, self.sid, keep), conn)))
 
     async def _talk(self, serving: Awaitable[None], conn: socket.socket) -> None:
         try:

@@ -187,8 +187,11 @@ class LiveRun:
         self._timer = asyncio.get_running_loop().call_later(max(left, 0.0), on_timeout)
 
     def running_s(self) -> float:
-        frozen = self.frozen_s + (time.monotonic() - self._frozen_at if self._frozen_at is not None else 0.0)
-        return time.monotonic() - self._started - frozen
+        return time.monotonic() - self._started - self.stopped_s()
+
+    def stopped_s(self) -> float:
+        """How long it has not run: suspended, or waiting for a person (the span under way too)."""
+        return self.frozen_s + (time.monotonic() - self._frozen_at if self._frozen_at is not None else 0.0)
 
     def frozen(self) -> None:
         if self._frozen_at is None:
@@ -238,7 +241,7 @@ class LiveRun:
             try:
                 await self.ledger.finish_run(self.sid, self.run, outcome, exit_code=exit_code, events=events,
                                              error=error, requeue=self.intent == "suspend",
-                                             frozen_s=self.frozen_s, stopping=self.intent == "shutdown")
+                                             frozen_s=self.stopped_s(), stopping=self.intent == "shutdown")
                 if said:
                     log.info("run %d of session %d recorded after all", self.run, self.sid)
                 return

@@ -82,5 +82,6 @@ class Spend:
     runs: int
 
     def used(self, caps: dict[str, Any]) -> dict[str, float]:
-        """Each capped figure's part of its cap (1.0: the cap reached)."""
-        return {k: getattr(self, k) / caps[k] for k in CAPS if caps.get(k) is not None and caps[k] > 0}
+        """Each capped figure's part of its cap (1.0: the cap reached; a cap of 0 is always reached)."""
+        return {k: getattr(self, k) / caps[k] if caps[k] > 0 else float("inf") for k in CAPS
+                if caps.get(k) is not None}

@@ -27,7 +27,9 @@ WHY_MAX: Final = 2000
 
 def subject(tool: str, input: Any) -> str:
     """What a rule made from this call matches besides its tool: a simple shell command's
-    program, as written (``git``; ``/usr/bin/make`` is not ``make``), with any arguments; a command line that is more than one simple
+    program, as written (``git``; ``/usr/bin/make`` is not ``make``), with any arguments; an
+    empty command, one that begins with an assignment or with a program that runs another
+    (``WRAPPERS``: ``env``, ``sudo``, ``bash``...), and a command line that is more than one simple
     command (``git status; rm -rf ~``, a pipe, a redirection, a substitution) matches only
     itself, whole (``EXACT`` before it): a rule for ``git`` never lets another program ride
     along. Any other tool: '' (any call of it)."""
@@ -38,16 +40,24 @@ def subject(tool: str, input: Any) -> str:
         words = [str(w) for w in command]
         if len(words) >= 3 and os.path.basename(words[0]) in ("bash", "sh", "zsh") and words[1] in ("-c", "-lc"):
             line = words[2]
+        elif words and "=" not in words[0] and os.path.basename(words[0]) not in WRAPPERS:
+            return words[0]
         else:
-            return words[0] if words else ""
+            return EXACT + shlex.join(words)
     else:
-        line = str(command or "")
+        line = command if isinstance(command, str) else ""
     simple = _simple(line)
-    if simple is None:
-        return EXACT + line
-    return simple[0] if simple else ""
+    if not simple or "=" in simple[0] or os.path.basename(simple[0]) in WRAPPERS:
+        return EXACT + line  # empty, an assignment first, or a program that runs another: itself only
+    return simple[0]
 
 
+#: Programs whose work is to run another program (a shell, ``env``, ``sudo``, ``xargs``...): a
+#: rule for one of them would allow anything, so a command line they begin is its own subject.
+WRAPPERS: Final = frozenset({
+    "sh", "bash", "dash", "zsh", "ksh", "fish", "env", "sudo", "doas", "su", "xargs", "eval", "exec", "command",
+    "builtin", "source", ".", "timeout", "nice", "nohup", "time", "stdbuf", "setsid", "chroot", "unshare", "nsenter",
+    "flock", "watch", "parallel", "strace", "ltrace", "script", "expect", "busybox"})
 #: Marks a subject that is a whole command line, matched exactly.
 EXACT: Final = "="
 #: What makes a command line more than one simple command, to a shell.

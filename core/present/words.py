@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import time
 
-from ..model.text import plural
+from ..model.text import plural, printable
 
 __all__ = ["age", "ago", "clock", "count", "one_line", "plural", "printable", "size"]
-
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_UNSAFE_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def count(n: float) -> str:
@@ -68,14 +64,6 @@ def ago(then: float | None, now: float | None = None) -> str:
 
 def clock(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-def printable(text: str, *, lines: bool = True) -> str:
-    """Session content made safe for a terminal: control characters (escape sequences, C1
-    controls included) are shown as ``\\xNN`` instead of reaching the terminal; newlines and
-    tabs stay, unless ``lines`` is False (a refusal, a notification title: one line whatever
-    user text it quotes). Applying it twice changes nothing more."""
-    return (_UNSAFE if lines else _UNSAFE_IN_A_LINE).sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def one_line(text: str, width: int) -> str:

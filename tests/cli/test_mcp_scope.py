@@ -152,3 +152,32 @@ async def test_the_team_example_still_runs_its_helpers_armed(db: Path, tmp_path:
         run = await until(lambda: finished(ws, made["sid"]))
         assert run.outcome == "ok"
         assert json.dumps([m.content for m in await ws.history(made["sid"])]).count("lead") == 1
+
+
+async def test_an_agent_answers_only_what_the_sessions_it_spawned_ask_never_itself_or_a_sibling(
+        db: Path, tmp_path: Path) -> None:
+    """A session's server allows what a session it spawned asked (and only when it may do
+    anything unasked itself); never its own request, nor a sibling's, nor through a fork."""
+    from procession.engine.ledger import Ledger
+
+    async with await Workspace.open(db) as ws:
+        lead = (await ws.spawn("lead", "dev", runner="builtin:echo", cwd=str(tmp_path), permissions="all")).sid
+        sibling = (await ws.spawn("sibling", "dev", runner="builtin:echo", cwd=str(tmp_path))).sid
+        child = (await ws.as_actor("mcp", lead).spawn("child", "dev", runner="builtin:echo", cwd=str(tmp_path))).sid
+        ledger = Ledger(ws.store, actor="engine")
+        await ledger.acquire("test", 1, None)
+        asked = {}
+        for sid in (lead, sibling, child):
+            await ledger.activate(sid)
+            await ledger.start_run(sid, runner="builtin:echo", engine="test", pid=None, proc_start=None)
+            asked[sid] = (await ledger.as_actor("agent").ask(sid, "Bash", {"command": "git push"})).request
+    async with served(db, "--session", str(lead)) as c:
+        assert "not the session itself" in await refused(c, "allow", request=asked[lead])
+        assert "was not spawned by it" in await refused(c, "allow", request=asked[sibling])
+        assert (await ok(c, "allow", request=asked[child]))["answer"] == "allow"
+        assert (await ok(c, "deny", request=asked[sibling], why="not yours"))["answer"] == "deny"
+        assert await ok(c, "pending") == []
+    async with await Workspace.open(db) as ws:
+        assert (await ws.request(asked[lead])).answered_by == "its permissions (all)"  # it asked nobody
+    async with served(db, "--session", str(sibling)) as c:
+        assert "could not do it unasked itself" in await refused(c, "allow", request=asked[lead])

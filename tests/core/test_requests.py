@@ -43,3 +43,12 @@ def test_how_a_request_and_a_rule_read() -> None:
     assert summary("Write", {"file_path": "/a/b", "content": "x"}) == "/a/b"
     assert summary("exec_command", {"command": ["git", "diff", "a b"]}) == "git diff 'a b'"
     assert summary("custom", {"b": 1, "a": [2]}) == '{"a": [2], "b": 1}'
+
+
+@pytest.mark.parametrize("command", ["", "   ", None, "FOO=1 npm test", "bash -c 'curl x | sh'", "env rm -rf /",
+                                     "sudo ls", "xargs rm", "eval ls", ". ./evil.sh"])
+def test_an_empty_command_an_assignment_or_a_wrapper_is_never_a_rule_for_any_command(command: object) -> None:
+    found = subject("Bash", {"command": command})
+    assert found.startswith(EXACT) and found != "", found
+    assert subject("Bash", {"cmd": "ls"}) == EXACT  # a shell call whose command is not where it is read
+    assert subject("exec_command", {"command": ["bash", "--norc", "-c", "x"]}).startswith(EXACT)
