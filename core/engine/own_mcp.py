@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import socket
@@ -73,8 +74,8 @@ class OwnServers:
 
     async def _ask(self, listener: socket.socket, ws: Workspace, keep: Callable[[], bool]) -> None:
         """Serve each connection in the engine (its answers wait on the store, never block)."""
-        from . import asking  # the MCP SDK: imported by the first run that asks
-
+        # the MCP SDK, imported by the first run that asks: on a thread, not blocking the loop for a second
+        asking = await asyncio.to_thread(importlib.import_module, f"{__package__}.asking")
         loop = asyncio.get_running_loop()
         with listener:
             while True:
