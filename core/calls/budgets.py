@@ -121,6 +121,29 @@ async def release(tx: Tx) -> list[int]:
     return resumed
 
 
+async def spends(tx: Tx, sids: list[int]) -> dict[int, float]:
+    """Each of ``sids``' largest part of a cap spent, of its budgets (its own, its agent's);
+    sessions with none are left out. One read when no limit exists at all (most workspaces)."""
+    found = await tx.all("SELECT * FROM limits")
+    if not found or not sids:
+        return {}
+    marks = ",".join("?" * len(sids))
+    agents = {sid: agent for sid, agent in await tx.tuples(f"SELECT id, agent_id FROM sessions WHERE id IN ({marks})",
+                                                            sids)}
+    by_session = {r["session_id"]: r for r in found if r["session_id"] is not None}
+    by_agent = {r["agent_id"]: r for r in found if r["agent_id"] is not None}
+    parts: dict[int, float] = {}
+    out = {}
+    for sid in sids:
+        over = [r for r in (by_session.get(sid), by_agent.get(agents.get(sid))) if r is not None]
+        for r in over:
+            if r["id"] not in parts:
+                parts[r["id"]] = max((await _budget(tx, r, tx.now)).used.values(), default=0.0)
+        if over:
+            out[sid] = max(parts[r["id"]] for r in over)
+    return out
+
+
 async def spent(tx: Tx, sid: int | None, owner: tuple[str, int] | None, now: float) -> list[Budget]:
     """The limits over session ``sid`` (its own, its agent's), or ``owner``'s, or all; each
     with what was spent in its period."""

@@ -32,6 +32,7 @@ from ..store import rows, tokens
 from ..store.sqlite import Tx
 from . import history
 from .base import Calls
+from .budgets import spends
 from .budgets import spent as budget_reads
 
 #: A lease heartbeat older than this means no engine is running.
@@ -39,13 +40,14 @@ ENGINE_STALE_S = 5.0
 _STATES = {s.value: s for s in State}
 
 
-def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None) -> SessionInfo:
+def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None,
+          spend: float | None = None) -> SessionInfo:
     """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
                        tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30],
-                       bool(r[31]), r[32], r[33], r[34], r[35], worktree)
+                       bool(r[31]), r[32], r[33], r[34], r[35], worktree, spend=spend)
 
 
 #: Sessions read from SQLite at a time by ``ps``.
@@ -64,7 +66,7 @@ _LAST = SessionInfo.__slots__[30:]  # after context_source: the rest of the row,
 
 
 def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
-               worktree: Worktree | None = None) -> dict[str, Any]:
+               worktree: Worktree | None = None, spend: float | None = None) -> dict[str, Any]:
     """``_info(r, trigs, worktree).to_json()``, in a third of the time (the state is stored as
     its value)."""
     data = dict(zip(_HEAD, r))
@@ -76,6 +78,7 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
     data["adopted"] = bool(r[31])
     data["worktree"] = worktree.to_json() if worktree else None
     data["outside"] = None
+    data["spend"] = spend
     return data
 
 
@@ -94,8 +97,8 @@ class ReadCalls(Calls):
         SQL: memory flat in the number of sessions, and the cost of ``--limit 50`` that of 50
         rows plus the sort. Each batch reads the triggers of its own sessions only."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs, wts in pages:
-                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
+            async for found, trigs, wts, spends in pages:
+                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0])) for r in found]
 
     async def ps_json_batches(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                               sort: str | None = None, reverse: bool = False, limit: int | None = None,
@@ -103,13 +106,13 @@ class ReadCalls(Calls):
         """``ps_batches`` as ``SessionInfo.to_json`` dicts, made from the rows directly (no
         record in between): what ``ps --json`` prints for 100,000 sessions."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs, wts in pages:
-                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
+            async for found, trigs, wts, spends in pages:
+                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0])) for r in found]
 
     async def _ps_rows(self, all: bool, agent: str | None, state: str | None, sort: str | None, reverse: bool,
                        limit: int | None, size: int,
                        ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]],
-                                             dict[int, Worktree]], None]:
+                                             dict[int, Worktree], dict[int, float]], None]:
         where: list[str] = []
         params: list[Any] = []
         if not all and state != State.TERMINATED:
@@ -143,7 +146,7 @@ class ReadCalls(Calls):
                     wts = rows.worktree_infos(await tx.tuples(
                         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
                         f" ({marks})", ids))
-                    yield found, trigs, wts
+                    yield found, trigs, wts, await spends(tx, ids)
             finally:
                 await cursor.close()
 
@@ -164,7 +167,8 @@ class ReadCalls(Calls):
                 f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
                 " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?)",
                 (since, after, limit))) if found else {}
-        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0])) for r in found]
+            spent = await spends(tx, [r[0] for r in found])
+        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0])) for r in found]
 
     async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
         """What a monitor's header shows besides its own rows: recent firings, live runs, the engine."""
@@ -351,7 +355,7 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
         f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
     wts = rows.worktree_infos(await tx.tuples(
         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
-    return _info(found[0], trigs.get(sid, ()), wts.get(sid))
+    return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid))
 
 
 async def live_holder(tx: Tx) -> Holder | None:

@@ -132,6 +132,8 @@ class SessionInfo:
     #: the agent CLI's own process running this session outside Procession right now (found by
     #: the monitor, never stored): its pid; then ``cpu`` and ``rss`` are that process's
     outside: int | None = None
+    #: the largest part of a cap it has spent, of its budgets (its own, its agent's); None: no limit
+    spend: float | None = None
 
     @property
     def last_fired(self) -> float | None:

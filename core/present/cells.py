@@ -98,6 +98,12 @@ def _last(s: SessionInfo, now: float) -> Parts:
     return [(text, style)]
 
 
+def _spend(s: SessionInfo, now: float) -> list[tuple[str, str]]:
+    if s.spend is None:
+        return [("-", "cell--muted")]
+    return [(f"{min(s.spend, 9.99) * 100:.0f}%", "bar--high" if s.spend >= 1 else "bar--mid" if s.spend >= 0.8 else "")]
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
@@ -106,13 +112,15 @@ COLUMNS: tuple[Column, ...] = (
            "session name (and what a running agent is doing)"),
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
            lambda s, n: [(s.state.letter, f"state--{s.state.letter}")],
-           "state: R running, Q ready, S sleeping, T suspended, Z terminated"),
+           "state: R running, W waiting for you, Q ready, S sleeping, T suspended, Z terminated"),
     Column("last", "LAST", 9, False, lambda s: (s.failures, s.last_outcome or "", s.id), _last,
            "how the last run ended (×N: failed N times in a row)"),
     Column("priority", "PRI", 4, True, lambda s: (s.priority, s.id), lambda s, n: [(str(s.priority), "")],
            "priority (higher runs first)"),
     Column("context", "CONTEXT", 6 + 1 + BAR_CELLS, False, lambda s: (s.context_tokens, s.id), _context,
            "active-context tokens, and a bar against the window"),
+    Column("spend", "SPEND", 5, True, lambda s: (s.spend if s.spend is not None else -1.0, s.id), _spend,
+           "the largest part of a cap its budgets (its own, its agent's) have spent this period"),
     Column("messages", "MSGS", 6, True, lambda s: (s.messages, s.id), lambda s, n: [(str(s.messages), "")],
            "items in the active context"),
     Column("triggers", "TRIGGERS", 16, False,

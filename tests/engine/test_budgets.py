@@ -47,6 +47,8 @@ async def test_over_its_token_budget_a_session_waits_suspended_until_the_limit_i
         assert len(await live.runs(sid)) == 3  # the fourth did not start
         [budget] = await live.budgets(sid)
         assert budget.spend["tokens"] == 2100 and budget.used["tokens"] == pytest.approx(2100 / 1500)
+        assert (await live.info(sid)).spend == pytest.approx(2100 / 1500)  # ps and the monitor's SPEND
+        assert [s.spend for s in await live.ps()] == [pytest.approx(2100 / 1500)]
         await until(lambda: log.exists() and "budget" in log.read_text() and "suspended" in log.read_text())
         raised = await live.limit(sid, tokens=5000)
         assert raised.resumed == (sid,)
