@@ -329,7 +329,7 @@ class SessionTable(ScrollView, can_focus=True):
         if isinstance(key, str):
             heading = self.headings[key]
             flags = (index == self.cursor, False, "")
-            cache_key: tuple[object, ...] = (key, heading.count, heading.tokens, width, flags)
+            cache_key: tuple[object, ...] = (key, heading.count, heading.tokens, heading.spend, width, flags)
         else:
             session = self.sessions[key]
             flags = (index == self.cursor, key in self.tags, self.highlights.get(key, ""))
@@ -374,7 +374,8 @@ class SessionTable(ScrollView, can_focus=True):
         base = self._base(cursor, tagged, highlight)
         if isinstance(key, str):
             h = self.headings[key]
-            text = f"{printable(h.agent)}  ({words.plural(h.count, 'session')}, {words.count(h.tokens)} tokens)"
+            spend = "" if h.spend is None else f", spent {min(h.spend, 9.99) * 100:.0f}% of a budget's cap"
+            text = f"{printable(h.agent)}  ({words.plural(h.count, 'session')}, {words.count(h.tokens)} tokens{spend})"
             style = self._part(base, "table--agent", cursor)
             return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
         session = self.sessions[key]

@@ -41,6 +41,13 @@ class Heading:
     agent: str
     count: int
     tokens: int
+    #: its sessions' parts of a cap spent (of those with a budget: ``SessionInfo.spend``)
+    spends: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def spend(self) -> float | None:
+        """The largest part of a cap its sessions have spent (an agent's budget counts in each)."""
+        return max(self.spends.values()) if self.spends else None
 
 
 def matches(session: SessionInfo, query: str) -> bool:
@@ -143,6 +150,11 @@ class View:
         heading = self.headings.get(f"agent:{session.agent}")
         if heading is not None and before is not None:
             heading.tokens += session.context_tokens - before.context_tokens
+        if heading is not None:
+            if session.spend is None:
+                heading.spends.pop(session.id, None)
+            else:
+                heading.spends[session.id] = session.spend
 
     def _tree(self, sessions: Mapping[int, SessionInfo], shown: list[SessionInfo]) -> None:
         """Agents, their sessions, forks under their parents and sessions under the session of
@@ -165,7 +177,8 @@ class View:
         for agent in sorted(by_agent):
             members = by_agent[agent]
             key = f"agent:{agent}"
-            self.headings[key] = Heading(agent, len(members), sum(s.context_tokens for s in members))
+            self.headings[key] = Heading(agent, len(members), sum(s.context_tokens for s in members),
+                                         {s.id: s.spend for s in members if s.spend is not None})
             self.keys.append(key)
             tops = roots.get(agent, [])
             for i, root in enumerate(tops):

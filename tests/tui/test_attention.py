@@ -113,3 +113,18 @@ async def test_deny_in_the_queue_asks_why_and_the_reason_is_kept(monitor, db, st
             str(o.prompt) for o in app.screen.query_one("#queue").options))  # type: ignore[attr-defined]
         await keys(pilot, "escape")
         assert not isinstance(app.screen, Attention)
+
+
+async def test_an_agents_tree_row_and_its_sessions_show_what_their_budgets_spent(monitor, db, store) -> None:
+    await store.limit(agent="hr", runs=4, per="total")
+    await store.limit(SCREENING, runs=0, per="total")  # nothing may run: already at its cap
+    app: Monitor = await monitor(db)
+    async with app.run_test(size=SIZES[0]) as pilot:
+        await until(lambda: app.loaded and app.table.keys)
+        await to(pilot, app, PAYROLL)
+        assert " 0% " in f" {line_of(app, PAYROLL)} "  # hr's budget: no run yet
+        assert "999%" in line_of(app, SCREENING)
+        await keys(pilot, "t")
+        await until(lambda: "agent:hr" in app.table.keys)
+        heading = app.table.render_line(app.table.keys.index("agent:hr") - int(app.table.scroll_offset.y)).text
+        assert "spent 999% of a budget's cap" in heading
