@@ -44,6 +44,7 @@ class PermissionCalls(Calls):
         at once when the session's permissions allow anything, a rule of it matches, or a run
         that ended waiting for the same call had it answered; else the session waits (W)."""
         tool = limits.name(tool, "tool name")
+        limits.json_shape(input, "the tool's input")  # an agent's words: nested a million deep is refused
         subject = requests.subject(tool, input)
         text = json.dumps(input, ensure_ascii=False, sort_keys=True)
         run = await act.tx.value("SELECT id FROM runs WHERE session_id = ? AND ended IS NULL ORDER BY id DESC"

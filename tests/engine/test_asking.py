@@ -155,3 +155,25 @@ async def test_a_request_survives_its_engine_killed_and_a_new_engine_carries_the
         await live.allow(request.id)
         runs = await until(lambda: ended(live, sid, 2))
     assert runs[-1].outcome == "ok" and (data / "b.txt").read_text() == "b"
+
+
+async def test_what_an_agent_asks_is_checked_before_anything_is_written(live, tmp_path):
+    """An agent's tool call is its own words: a name with control characters, an input nested
+    deeper than JSON is read here, are refused in one line, and no request is made."""
+    from procession.engine.ledger import Ledger
+    from procession.model.errors import ProcessionError
+
+    sid = (await live.spawn("s", "a", runner="builtin:echo", cwd=str(tmp_path), permissions="ask")).sid
+    ledger = Ledger(live.store, actor="engine")
+    await ledger.acquire("test", 1, None)
+    await ledger.activate(sid)
+    await ledger.start_run(sid, runner="builtin:echo", engine="test", pid=None, proc_start=None)
+    deep: Any = "x"
+    for _ in range(100_000):
+        deep = [deep]
+    for tool, given in (("Bash\x1b]0;pwned\x07", {"command": "ls"}), ("Bash", {"command": deep})):
+        with pytest.raises(ProcessionError):
+            await ledger.ask(sid, tool, given)
+    ok, why = await ledger.decide(sid, "Bash", {"command": deep})
+    assert not ok and why.startswith("Procession:")
+    assert await live.pending() == [] and (await live.info(sid)).state is State.RUNNING

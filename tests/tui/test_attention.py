@@ -100,9 +100,11 @@ async def test_deny_in_the_queue_asks_why_and_the_reason_is_kept(monitor, db, st
     app: Monitor = await monitor(db)
     async with app.run_test(size=size) as pilot:
         await until(lambda: app.loaded and app.table.keys)
-        [request] = await asking(db, SCREENING, "rm -rf build")
+        [request] = await asking(db, SCREENING, "rm -rf build [/x] [b]")  # markup in its words stays text
         await until(lambda: app.said("waits for you"))
         await keys(pilot, "W")
+        shown = "\n".join(str(o.prompt) for o in app.screen.query_one("#queue").options)  # type: ignore[attr-defined]
+        assert "Bash: rm -rf build [/x] [b]" in shown
         await keys(pilot, "D")
         assert isinstance(app.screen, Form)
         await answer(pilot, app, "not the build folder")
