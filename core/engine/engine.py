@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..model import bounds, environ, mcp_binding, runner_spec
@@ -325,12 +325,13 @@ class Engine:
         turn: agents.Turn | None = None
         invocation = agents.Invocation([])
         reader: Reader = protocol.Reader()
+        talk: AsyncIterator[bytes] | None = None  # what an agent CLI driven over its stdin is told
         own: OwnServers | None = None
         try:
             env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
                                                         "PROCESSION_DB": str(self.ledger.path), "PWD": cwd})
             asks = agents.asks(spec.kind)
-            if spec.kind != "openai" and (asks or any(mcp_binding.is_procession(r["kind"], r["uri"])
+            if spec.kind != "openai" and (asks == "mcp" or any(mcp_binding.is_procession(r["kind"], r["uri"])
                                                       for r in resources)):
                 own = OwnServers(str(self.ledger.path), sid, tmp, env)
                 env.update(await own.open(resources))
@@ -339,8 +340,11 @@ class Engine:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
                 turn.ask = (own.asking(self.ledger.as_actor("agent"), lambda: self.stopping)
-                            if own is not None and asks else None)
+                            if own is not None and asks == "mcp" else None)
+                if asks == "talk" and row["permissions"] == bounds.ASK:
+                    turn.decide = self._asker(sid)
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
+                talk = reader.talk.lines() if reader.talk is not None else None
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
                 tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")
@@ -351,7 +355,8 @@ class Engine:
             else:
                 tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
                 self.launching.add(tracker)  # its processes are owned from the start, not once it is claimed
-                step = await ProcessStep.start(spec, cwd, env, tracker, command=held.wrap(invocation.argv or argv(spec)))
+                step = await ProcessStep.start(spec, cwd, env, tracker, command=held.wrap(invocation.argv or argv(spec)),
+                                               talk=talk)
         except (OSError, InvalidArgument) as exc:
             if tracker is not None:
                 self.launching.discard(tracker)
@@ -595,7 +600,7 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
         exe = agents.locate(spec.kind, env)
         state, configs = agents.state(spec.kind, env)
         urls = agents.endpoints(spec.kind, env)
-    asks = spec.kind in ("openai", "builtin") or agents.asks(spec.kind)
+    asks = spec.kind in ("openai", "builtin") or bool(agents.asks(spec.kind))
     held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
                                tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
                                commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin",

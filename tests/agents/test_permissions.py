@@ -1,10 +1,11 @@
 """A session that needs a person: what its agent may not do unasked waits (W) for an answer.
 
-The real Claude Code against the scripted model server: a tool call outside the session's
-permissions reaches Procession through Claude Code's ``--permission-prompt-tool`` (a per-run
-MCP server of Procession's), the session waits, ``pending`` lists it, and the answer goes back
-to the same run: allowed, the tool runs and its output reaches the model; denied, the reason
-reaches the model as the tool's refusal.
+The real agent CLIs against the scripted model server: a tool call outside the session's
+permissions reaches Procession (Claude Code through its ``--permission-prompt-tool``, a per-run
+MCP server of Procession's; Codex as an approval request of ``codex app-server``), the session
+waits, ``pending`` lists it, and the answer goes back to the same run: allowed, the tool runs
+and its output reaches the model; denied, the reason reaches the model (Claude Code: as the
+tool's refusal; Codex: the call is declined and the reason follows as a message of the turn).
 """
 
 from __future__ import annotations
@@ -41,34 +42,44 @@ async def ask_for_shell(ws: Workspace, agent: AgentSandbox, model_server: ModelS
     return sid, await until(lambda: waiting(ws, sid))
 
 
-async def test_a_claude_tool_call_outside_its_permissions_waits_and_allow_runs_it_in_the_same_run(
-        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+#: The CLIs that ask, and the name of their shell tool.
+ASKING = {"claude": "Bash", "codex": "exec_command"}
+
+
+@pytest.mark.parametrize("cli", list(ASKING))
+async def test_a_tool_call_outside_its_permissions_waits_and_allow_runs_it_in_the_same_run(
+        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    sid, request = await ask_for_shell(live, claude_sandbox, model_server, monkeypatch, "echo hi > asked.txt")
-    assert (request.tool, request.input, request.subject) == ("Bash", {"command": "echo hi > asked.txt"},
-                                                               "=echo hi > asked.txt")  # a redirection: itself only
-    assert not (claude_sandbox.workdir / "asked.txt").exists()  # nothing ran before the answer
+    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
+    sid, asked = await ask_for_shell(live, agent, model_server, monkeypatch, "echo hi > asked.txt")
+    assert (asked.tool, asked.input, asked.subject) == (ASKING[cli], {"command": "echo hi > asked.txt"},
+                                                        "=echo hi > asked.txt")  # a redirection: itself only
+    assert not (agent.workdir / "asked.txt").exists()  # nothing ran before the answer
     run = (await live.runs(sid))[-1]
-    answered = await live.allow(request.id)
+    answered = await live.allow(asked.id)
     assert answered.state is State.RUNNING
     done = await until(lambda: finished(live, sid, 1))
     assert done.outcome == "ok", done.error
     assert done.id == run.id  # the same run went on
-    assert (claude_sandbox.workdir / "asked.txt").read_text() == "hi\n"
+    assert (agent.workdir / "asked.txt").read_text() == "hi\n"
     result = model_server.requests[-1].results()
     assert list(result.values()) and "denied" not in " ".join(result.values()).lower()
-    assert (await live.request(request.id)).answer == "allow"
+    assert (await live.request(asked.id)).answer == "allow"
+    assert (await live.history(sid))[-1].content == "Done."
 
 
-async def test_deny_sends_its_reason_to_the_agent_as_the_tools_refusal(
-        claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+@pytest.mark.parametrize("cli", list(ASKING))
+async def test_deny_sends_its_reason_to_the_agent(
+        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    sid, request = await ask_for_shell(live, claude_sandbox, model_server, monkeypatch, "echo hi > denied.txt")
-    await live.deny(request.id, why="not on a Friday")
+    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
+    sid, asked = await ask_for_shell(live, agent, model_server, monkeypatch, "echo hi > denied.txt")
+    await live.deny(asked.id, why="not on a Friday")
     done = await until(lambda: finished(live, sid, 1))
     assert done.outcome == "ok", done.error
-    assert not (claude_sandbox.workdir / "denied.txt").exists()
-    assert "not on a Friday" in " ".join(model_server.requests[-1].results().values())
+    assert not (agent.workdir / "denied.txt").exists()
+    last = model_server.requests[-1]
+    assert "not on a Friday" in " ".join([*last.results().values(), *last.texts("user")])
 
 
 async def test_two_faces_answering_at_once_one_wins_and_the_other_is_told(
@@ -89,12 +100,12 @@ async def test_two_faces_answering_at_once_one_wins_and_the_other_is_told(
     assert (claude_sandbox.workdir / "raced.txt").exists() is (won == "allow")
 
 
-@pytest.mark.parametrize("cli", ["codex", "opencode"])
-async def test_codex_and_opencode_cannot_ask_and_run_held_to_reading_under_ask(
+@pytest.mark.parametrize("cli", ["opencode"])
+async def test_a_cli_that_cannot_ask_runs_held_to_reading_under_ask(
         cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Their headless runs have no way to ask a person that Procession drives yet: under ``ask``
-    the kernel holds them to reading, so what they may not do unasked fails, and the agent is told."""
+    """Its headless runs have no way to ask a person that Procession drives: under ``ask`` the
+    kernel holds them to reading, so what they may not do unasked fails, and the agent is told."""
     agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
     model_server.script.add(shell("echo hi > held.txt"), say("It was refused."))
     sid = await agent_session(live, agent, monkeypatch)
@@ -108,3 +119,17 @@ async def test_codex_and_opencode_cannot_ask_and_run_held_to_reading_under_ask(
     assert done.outcome == "ok", done.error
     told = " ".join(model_server.requests[-1].results().values())
     assert "held.txt: Permission denied" in told, told  # the kernel refused it; the agent was told
+
+
+@pytest.mark.parametrize("cli", list(ASKING))
+async def test_interrupt_while_it_waits_ends_the_run_and_withdraws_the_request(
+        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
+    sid, asked = await ask_for_shell(live, agent, model_server, monkeypatch, "echo hi > never.txt")
+    await live.interrupt(sid)
+    done = await until(lambda: finished(live, sid, 1))
+    assert done.outcome == "interrupted", done.error
+    assert (await live.request(asked.id)).answer == "withdrawn"
+    assert await live.pending() == []
+    assert not (agent.workdir / "never.txt").exists()

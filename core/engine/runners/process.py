@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +49,10 @@ class ProcessStep:
 
     freezable = True
 
-    def __init__(self, proc: asyncio.subprocess.Process, tracker: Tracker) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, tracker: Tracker,
+                 talk: AsyncIterator[bytes] | None = None) -> None:
         self.proc = proc
+        self.talk = talk  # what to write to its stdin as it comes, instead of one document
         self.pid: int | None = proc.pid
         self.tracker = tracker
         self.frozen = False
@@ -58,9 +60,9 @@ class ProcessStep:
 
     @classmethod
     async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: Tracker,
-                    command: list[str] | None = None) -> ProcessStep:
+                    command: list[str] | None = None, talk: AsyncIterator[bytes] | None = None) -> ProcessStep:
         """Start ``command`` (default: the spec's) in a session of its own, as one of the
-        tracker's processes."""
+        tracker's processes; ``talk``: its stdin is a conversation (``agents.Conversation``)."""
         with starting():
             proc = await asyncio.create_subprocess_exec(
                 *tracker.wrap(command or argv(spec)), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -68,7 +70,7 @@ class ProcessStep:
             )
             tracker.started(proc.pid)
             LEADERS.add(proc.pid)
-        return cls(proc, tracker)
+        return cls(proc, tracker, talk)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:
         """Feed the step (``None``: its stdin is closed at once) while reading what it prints
@@ -110,10 +112,15 @@ class ProcessStep:
             await asyncio.sleep(EXIT_POLL_S)
 
     async def _feed(self, document: bytes | None) -> None:
-        """Hand the step its input; a step that does not read it is not an error."""
+        """Hand the step its input (or its conversation's lines as they come, until the
+        conversation ends); a step that does not read it is not an error."""
         assert self.proc.stdin is not None
         try:
-            if document:
+            if self.talk is not None:
+                async for line in self.talk:
+                    self.proc.stdin.write(line)
+                    await self.proc.stdin.drain()
+            elif document:
                 self.proc.stdin.write(document)
                 await self.proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):

@@ -10,16 +10,22 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from ....model import agents
 from ....model.errors import InvalidArgument
 from ....model.outcomes import Attached
-from . import claude, codex, opencode
+from . import claude, codex, codex_app, opencode
 from .base import Invocation, McpServer, Reader, Turn
 
 __all__ = ["Invocation", "McpServer", "Reader", "Turn", "asks", "endpoints", "interactive", "locate", "prepare",
            "state"]
+
+#: How a CLI's run asks a person: through the engine's MCP server (``engine.asking``, always
+#: given), over its own stdin (``Turn.decide``, given when its session's permissions are ask), or
+#: not at all.
+Asks = Literal["mcp", "talk", ""]
+
 
 @dataclass(slots=True, frozen=True)
 class _Cli:
@@ -27,15 +33,19 @@ class _Cli:
     keeps its state (folders it writes, files it reads) and where its model is."""
 
     invocation: Callable[[str, Turn], Invocation]
-    reader: type[Reader]
+    reader: Callable[[Turn], Reader]
     state: Callable[[dict[str, str]], tuple[list[str], list[str]]]
     endpoints: Callable[[dict[str, str]], list[str]]
-    asks: bool = False  # it asks a person through the engine's MCP server (``engine.asking``)
+    asks: Asks = ""
+
+
+def _codex_reader(turn: Turn) -> Reader:
+    return codex_app.CodexAppReader(turn) if turn.decide is not None else codex.CodexReader(turn)
 
 
 _KINDS: Final[dict[str, _Cli]] = {
-    "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints, asks=True),
-    "codex": _Cli(codex.invocation, codex.CodexReader, codex.state, codex.endpoints),
+    "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints, asks="mcp"),
+    "codex": _Cli(codex.invocation, _codex_reader, codex.state, codex.endpoints, asks="talk"),
     "opencode": _Cli(opencode.invocation, opencode.OpencodeReader, opencode.state, opencode.endpoints),
 }
 
@@ -53,9 +63,9 @@ def prepare(kind: str, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
     return cli.invocation(exe, turn), cli.reader(turn)
 
 
-def asks(kind: str) -> bool:
-    """Whether a run of runner kind ``kind`` asks a person through ``engine.asking``."""
-    return kind in _KINDS and _KINDS[kind].asks
+def asks(kind: str) -> Asks:
+    """How a run of runner kind ``kind`` asks a person (``Asks``)."""
+    return _KINDS[kind].asks if kind in _KINDS else ""
 
 
 def locate(kind: str, env: dict[str, str]) -> str:

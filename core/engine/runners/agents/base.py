@@ -9,8 +9,11 @@ tool calls paired with their results, usage, and the agent's own context size.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import shlex
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -18,6 +21,7 @@ from urllib.parse import urlsplit
 
 from ....model import limits
 from ..protocol import LINE_MAX, Events
+from ..toolbox import Ask
 from ....model.toolcalls import summary, tool_message
 from ....model.toolcalls import text_of as text_of  # the readers take it from here
 
@@ -70,6 +74,7 @@ class Turn:
     permissions: str = "bound"  # what its agent may do unasked (``model.bounds``)
     net: str = "any"  # where the run may connect
     ask: list[str] | None = None  # the command of the MCP server its CLI asks a person through, if it can
+    decide: Ask | None = None  # how a CLI driven over its stdin asks a person (``Conversation``), if it must
 
     @property
     def extra_args(self) -> list[str]:
@@ -83,6 +88,34 @@ class Invocation:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+
+
+class Conversation:
+    """What a reader writes back to a CLI it drives over its stdin (a JSON-RPC server such as
+    ``codex app-server``), and the work it started to answer one (a person asked): the CLI's
+    stdin closes, and that work is cancelled, when the reader hangs up."""
+
+    def __init__(self) -> None:
+        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def write(self, message: dict[str, Any]) -> None:
+        self.outbox.put_nowait(json.dumps(message).encode("utf-8") + b"\n")
+
+    def start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def hang_up(self) -> None:
+        self.outbox.put_nowait(None)
+        for task in list(self.tasks):
+            task.cancel()
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """What to write to the CLI's stdin, as it comes, until the reader hangs up."""
+        while (line := await self.outbox.get()) is not None:
+            yield line
 
 
 class Reader:
@@ -100,6 +133,7 @@ class Reader:
         self.pending = Events()
         self.open_tools: dict[str, tuple[str, Any, dict[str, Any]]] = {}
         self.line = 0
+        self.talk: Conversation | None = None  # set by a reader that drives its CLI over its stdin
 
     # -------------------------------------------------------------- the stream
 
@@ -136,6 +170,8 @@ class Reader:
             self.partial.clear()
         for call_id in list(self.open_tools):
             self.finished(call_id, None, True)
+        if self.talk is not None:
+            self.talk.hang_up()
         self.closing()
         return self.take()
 

@@ -10,7 +10,8 @@ window), read when the turn ends. Resume is ``exec resume ID``; a fork's first r
 ``exec fork PARENT`` (a new thread; the parent's rollout is not touched). Permissions:
 ``approval_policy="never"`` and ``sandbox_mode="workspace-write"`` (``danger-full-access`` in a
 confined run: Codex's bubblewrap cannot mount inside it, and the kernel holds its tools to the
-session's bounds instead); ``PROCESSION_AGENT_ARGS``
+session's bounds instead); a session whose agent must ask runs the app server instead
+(``codex_app``). ``PROCESSION_AGENT_ARGS``
 adds or overrides ``-c`` settings (the last one given wins). The model provider is the
 user's own Codex configuration (``$CODEX_HOME/config.toml``).
 """
@@ -47,18 +48,34 @@ def _toml(value: Any) -> str:
 
 
 def invocation(exe: str, turn: Turn) -> Invocation:
+    if turn.decide is not None:  # its agent must ask: the app server, which asks its client
+        return Invocation([native(exe), "app-server", *settings(turn)])
     argv = [native(exe), "exec"]
     ref = turn.ref
     if ref and ref.get("fork"):
         argv.append("fork")
     elif ref:
         argv.append("resume")
-    # Codex's own sandbox (bubblewrap) cannot start inside the kernel's confinement of the run
-    # (a confined process may not mount), which holds its tools to the session's bounds instead
-    sandbox = "danger-full-access" if turn.confined else "workspace-write"
-    argv += ["--json", "--skip-git-repo-check", "-c", 'approval_policy="never"', "-c", f'sandbox_mode="{sandbox}"']
+    argv += ["--json", "--skip-git-repo-check", "-c", 'approval_policy="never"', "-c", f'sandbox_mode="{sandbox(turn)}"']
+    argv += settings(turn)
+    if ref:
+        argv.append(ref["id"])
+    argv.append("-")
+    return Invocation(argv)
+
+
+def sandbox(turn: Turn) -> str:
+    """Codex's own sandbox (bubblewrap) cannot start inside the kernel's confinement of the run
+    (a confined process may not mount), which holds its tools to the session's bounds instead."""
+    return "danger-full-access" if turn.confined else "workspace-write"
+
+
+def settings(turn: Turn) -> list[str]:
+    """The ``-c`` settings of a turn: its model, system prompt and bound MCP servers, then the
+    session's own (``PROCESSION_AGENT_ARGS``: the last one given wins)."""
+    argv: list[str] = []
     if turn.model:
-        argv += ["-m", turn.model]
+        argv += ["-c", f"model={_toml(turn.model)}"]
     if turn.system:
         argv += ["-c", f"developer_instructions={_toml(turn.system)}"]
     for server in turn.mcp:
@@ -68,11 +85,7 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         else:
             argv += ["-c", f"{key}.url={_toml(server.url)}"]
         argv += ["-c", f"{key}.required=true", "-c", f'{key}.default_tools_approval_mode="approve"']
-    argv += turn.extra_args
-    if ref:
-        argv.append(ref["id"])
-    argv.append("-")
-    return Invocation(argv)
+    return argv + turn.extra_args
 
 
 def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -148,17 +161,22 @@ class CodexReader(Reader):
                 self.finished(item_id, str(item.get("aggregated_output") or ""), item.get("status") == "failed"
                               or (item.get("exit_code") not in (0, None)), exit_code=item.get("exit_code"))
         elif kind == "mcp_tool_call":
-            name = f"mcp__{item.get('server')}__{item.get('tool')}"
-            if not done:
-                self.started(item_id, name, item.get("arguments"))
-            else:
-                self.open_tools.setdefault(item_id, (name, item.get("arguments"), {}))
-                error = item.get("error")
-                result = item.get("result") or {}
-                output = error.get("message") if isinstance(error, dict) else text_of(result.get("content"))
-                self.finished(item_id, output, bool(error) or item.get("status") == "failed")
+            self._mcp_call(item_id, item, done)
         elif kind == "error" and done:
             self.errors.append(f"Codex: {item.get('message')}")
+
+    def _mcp_call(self, item_id: str, item: dict[str, Any], done: bool) -> None:
+        """A call of a bound MCP server's tool (the same fields in ``exec``'s events and the app
+        server's)."""
+        name = f"mcp__{item.get('server')}__{item.get('tool')}"
+        if not done:
+            self.started(item_id, name, item.get("arguments"))
+            return
+        self.open_tools.setdefault(item_id, (name, item.get("arguments"), {}))
+        error = item.get("error")
+        result = item.get("result") or {}
+        output = error.get("message") if isinstance(error, dict) else text_of(result.get("content"))
+        self.finished(item_id, output, bool(error) or item.get("status") == "failed")
 
     def _usage(self, total: dict[str, Any]) -> None:
         """A run's usage from the thread's running totals, before and after."""
