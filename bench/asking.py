@@ -1,11 +1,12 @@
 """How long a person waits on an agent that asks, and the agent on the person (issue 21).
 
-    python bench/asking.py [--tiny] [--reps N] [--only claude,openai] [--json-out FILE]
+    python bench/asking.py [--tiny] [--reps N] [--only claude,codex,openai] [--json-out FILE]
 
 A real engine in this process; the model is the tests' scripted server. Each round a session
-whose permissions are ``ask`` is sent a turn whose model calls a tool that writes: Claude Code's
-``Bash`` (``date +%s.%N > stamp``, asked through its ``--permission-prompt-tool``), and the
-``openai:`` loop's folder ``write`` (asked in the engine). Two figures per runner:
+whose permissions are ``ask`` is sent a turn whose model calls a tool that writes: a shell
+command of Claude Code's (``date +%s.%N > stamp``, asked through its
+``--permission-prompt-tool``) and of Codex's (an approval request of ``codex app-server``), and
+the ``openai:`` loop's folder ``write`` (asked in the engine). Two figures per runner:
 
 - *request -> W*: from the model's reply that calls the tool reaching the agent (the scripted
   server's receipt of that turn's request) to the session being ``waiting`` for a reader of the
@@ -35,6 +36,9 @@ from report import Results, engine_running, environment, publish  # noqa: E402
 from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli, session_env  # noqa: E402
 from support.models import ModelServer, say, shell, tool_call  # noqa: E402
 
+#: The agent CLIs that ask (the rest of ``--only`` is ``openai``).
+CLIS = ("claude", "codex")
+
 
 async def waiting(ws: Any, sid: int) -> tuple[float, Any]:
     from procession import State
@@ -53,9 +57,9 @@ async def one(runner: str, folder: Path, server: ModelServer, env: tuple[dict[st
     work = folder / "work"
     work.mkdir(exist_ok=True)
     async with await Workspace.open(db) as ws:
-        if runner == "claude":
+        if runner in CLIS:
             server.script.add(shell("date +%s.%N > stamp"), say("done"))
-            sid = (await ws.spawn("asks", "bench", runner="claude:", cwd=str(work), env=env[0], passed=env[1],
+            sid = (await ws.spawn("asks", "bench", runner=f"{runner}:", cwd=str(work), env=env[0], passed=env[1],
                                   permissions="ask")).sid
         else:
             server.script.add(tool_call("work_write", {"path": "stamp", "content": "x"}), say("done"))
@@ -73,7 +77,7 @@ async def one(runner: str, folder: Path, server: ModelServer, env: tuple[dict[st
             stamp = work / "stamp"
             while not stamp.exists() or not stamp.stat().st_size:
                 await asyncio.sleep(0.002)
-            ran = float(stamp.read_text()) if runner == "claude" else stamp.stat().st_mtime_ns / 1e9
+            ran = float(stamp.read_text()) if runner in CLIS else stamp.stat().st_mtime_ns / 1e9
             while not (runs := await ws.runs(sid)) or runs[-1].ended is None:
                 await asyncio.sleep(0.01)
     return seen_w - asked_turn.at, ran - allowed
@@ -83,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="one round of each, for the suite")
     parser.add_argument("--reps", type=int, help="rounds of each (default 10; --tiny 1)")
-    parser.add_argument("--only", default="claude,openai")
+    parser.add_argument("--only", default="claude,codex,openai")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     reps = args.reps or (1 if args.tiny else 10)
@@ -96,11 +100,11 @@ def main() -> None:
                 with ModelServer() as server:
                     root = Path(tmp) / f"{runner}-{n}"
                     root.mkdir()
-                    if runner == "claude":
+                    if runner in CLIS:
                         try:
-                            sandbox = SANDBOXES["claude"](find_cli("claude"), server, root / "sandbox")
+                            sandbox = SANDBOXES[runner](find_cli(runner), server, root / "sandbox")
                         except AgentCliMissing as exc:
-                            missing.append(f"claude: {exc}")
+                            missing.append(f"{runner}: {exc}")
                             continue
                         env = session_env([sandbox], os.environ.__setitem__)
                     to_w, to_tool = asyncio.run(one(runner, root, server, env))
