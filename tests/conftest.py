@@ -91,16 +91,17 @@ async def live(db: Path) -> AsyncIterator[Workspace]:
 
 
 @contextlib.asynccontextmanager
-async def engine_on(path: Path, slots: int = 2, notify: Any = None):
+async def engine_on(path: Path, slots: int = 2, notify: Any = None, prices: Any = None):
     """A real engine on the workspace at ``path``, in this event loop (short grace period),
-    serving until the block ends; it sends notifications only where ``notify`` says (never
-    to the command of the config file of whoever runs the tests)."""
+    serving until the block ends; it sends notifications only where ``notify`` says and prices
+    tokens by ``prices`` (never by the config file of whoever runs the tests)."""
     import asyncio
 
     from procession.engine import Engine
     from procession.engine.notify import Settings
+    from procession.model.prices import Prices
 
-    eng = Engine(path, slots=slots, grace=0.3, notify=notify or Settings())
+    eng = Engine(path, slots=slots, grace=0.3, notify=notify or Settings(), prices=prices or Prices())
     await eng.start()
     stop = asyncio.Event()
     task = asyncio.ensure_future(eng.serve(stop))

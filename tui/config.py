@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from procession.model import config as config_file
 from procession.present.cells import BY_KEY, DEFAULT
 
 DEFAULT_THEME = "procession"
@@ -47,14 +48,8 @@ class Config:
         tmp.replace(self.path)
 
 
-def default_path() -> Path:
-    from platformdirs import user_config_dir
-
-    return Path(user_config_dir("procession")) / "config.toml"
-
-
 def load(path: Path | None = None) -> Config:
-    path = path or default_path()
+    path = path or config_file.path()
     config = Config(path=path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

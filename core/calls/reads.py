@@ -344,7 +344,7 @@ class ReadCalls(Calls):
 def run_info(r: Any) -> RunInfo:
     return RunInfo(r["id"], r["session_id"], json.loads(r["cause"]), r["started"], r["ended"], r["outcome"],
                    r["exit_code"], r["pid"], r["tokens_in"], r["tokens_out"], r["error"], r["cache_read"],
-                   r["cache_write"], r["status"])
+                   r["cache_write"], r["status"], r["cost"] or 0.0)
 
 
 async def _ps_info(tx: Tx, sid: int) -> SessionInfo:

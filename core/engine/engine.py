@@ -37,6 +37,8 @@ from . import confinement, follow, reaper
 from .lease import Heartbeat
 from .notify import Notifier, Settings
 from .notify import load as load_notify
+from ..model.prices import Prices
+from ..model.prices import load as load_prices
 from .own_mcp import OwnServers
 from .ledger import FAILED, Ledger, Orphan
 from .running import LiveRun, Reader
@@ -96,11 +98,12 @@ class Engine:
 
     ``tracker`` says how a run's processes are followed: ``auto`` (a cgroup where one can be
     made here, else the environment marker), ``cgroup`` or ``marker``; ``notify``: where
-    notifications go (default: the user's config file, ``notify.load``)."""
+    notifications go, ``prices``: what the tokens of a runner that says no cost cost (default
+    for both: the user's config file, ``notify.load``, ``prices.load``)."""
 
     def __init__(self, path: Path | str | None = None, *, slots: int = DEFAULT_SLOTS,
                  grace: float = DEFAULT_GRACE_S, only: set[int] | None = None, triggers: bool = True,
-                 tracker: str = "auto", notify: Settings | None = None) -> None:
+                 tracker: str = "auto", notify: Settings | None = None, prices: Prices | None = None) -> None:
         if slots < 1:
             raise ProcessionError("an engine needs at least one run slot")
         self.path = path
@@ -110,6 +113,8 @@ class Engine:
         self.with_triggers = triggers
         self.tracker_mode = tracker
         self.notify = notify  # None: the user's config file says (``notify.load``)
+        self.prices = prices or Prices()  # read from the config file at start when not given
+        self._read_prices = prices is None
         self.notifier: Notifier | None = None
         self.token = uuid.uuid4().hex
         self.ledger: Ledger | None = None
@@ -148,6 +153,10 @@ class Engine:
                 log.info("took over from engine pid %s", took.took_over["pid"])
             await _patiently(self._recover)
             self.notifier = Notifier(store, self.notify if self.notify is not None else load_notify())
+            if self._read_prices:
+                self.prices = load_prices()
+                for problem in self.prices.problems:
+                    log.warning("%s", problem)
             await _patiently(self.notifier.start)
             if self.with_triggers:
                 triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None,
@@ -389,7 +398,8 @@ class Engine:
                 return False
             raise
         live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
-                       reader=reader, files=invocation.files, tmp=tmp, own=own, confined=held.confined)
+                       reader=reader, files=invocation.files, tmp=tmp, own=own, confined=held.confined,
+                       price=None if reader.reports_cost else self.prices.find(row["runner"]))
         self.live[sid] = live
         if tracker is not None:
             self.launching.discard(tracker)

@@ -27,12 +27,11 @@ import json
 import logging
 import os
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ..model import requests
+from ..model import config, requests
 from ..model.text import printable
 from ..store.sqlite import Store
 
@@ -61,21 +60,11 @@ class Notice:
     text: str
 
 
-def config_path() -> Path:
-    from platformdirs import user_config_dir
-
-    return Path(user_config_dir("procession")) / "config.toml"
-
-
 def load(path: Path | None = None) -> Settings:
     """``[notify]`` of the config file; a mistake in it is said (``problems``) and sends nothing."""
-    path = path or config_path()
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("notify")
-    except FileNotFoundError:
-        return Settings()
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return Settings(problems=(f"config {path}: {exc}; no notifications",))
+    table, problem = config.table("notify", path)
+    if problem:
+        return Settings(problems=(f"{problem}; no notifications",))
     if table is None:
         return Settings()
     command, reasons = table.get("command"), table.get("reasons", list(REASONS))
@@ -85,7 +74,7 @@ def load(path: Path | None = None) -> Settings:
            or not all(isinstance(w, str) for w in command) or not isinstance(reasons, list)
            or not set(reasons) <= set(REASONS))
     if bad:
-        return Settings(problems=(f"config {path}: [notify] takes command (a list of words, or one line) and"
+        return Settings(problems=(f"config {path or config.path()}: [notify] takes command (a list of words, or one line) and"
                                   f" reasons (of {', '.join(REASONS)}); no notifications",))
     return Settings(tuple(command), frozenset(reasons))
 

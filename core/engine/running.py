@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 
 from ..model.errors import ProcessionError, StoreBusy, StoreFull
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
+from ..model.prices import Price
 from .own_mcp import OwnServers
 from .reaper import Tracker
 from .runners import protocol
@@ -65,6 +66,7 @@ class LiveRun:
     own: OwnServers | None = None  # Procession's own MCP servers it reaches (closed when it ends)
     confined: bool = False  # the kernel holds it to its bounds: what it was denied is said in its record
     waiting: bool = False  # its agent waits for a person's answer (its session is W): no slot, no clock
+    price: Price | None = None  # what its tokens cost, when its runner says no cost (``model.prices``)
     denied: list[str] = field(default_factory=list)  # what its processes said the kernel refused them
     problems: list[str] = field(default_factory=list)
     done: bool = False
@@ -104,7 +106,7 @@ class LiveRun:
     async def flush(self) -> None:
         """Commit the events and the log read since the last flush (kept for the next one when
         the workspace is busy)."""
-        events = self.reader.take()
+        events = self._priced(self.reader.take())
         self.done = self.done or events.done  # a done event ends the session when the run ends
         for _, _, meta in events.messages:  # a tool that reports a refusal of the kernel's
             tool = (meta or {}).get("tool")
@@ -128,10 +130,17 @@ class LiveRun:
 
     async def last_events(self) -> protocol.Events:
         """What the step's output held at its end (its diagnostics logged, as all before)."""
-        last = self.reader.close()
+        last = self._priced(self.reader.close())
         self._logged_diagnostics(last)
         await self._flush_log()
         return last
+
+    def _priced(self, events: protocol.Events) -> protocol.Events:
+        """Its tokens' cost by the price table, when its runner says none (from all the tokens
+        the events hold: a batch the store refused comes back merged with the next)."""
+        if self.price is not None:
+            events.cost = self.price.of(events.tokens_in, events.tokens_out, events.cache_read, events.cache_write)
+        return events
 
     def _logged_diagnostics(self, events: protocol.Events) -> None:
         """An agent CLI's diagnostics go to the run's log, not to how the run ended."""

@@ -273,6 +273,7 @@ class RunInfo:
     cache_read: int = 0  # input tokens an agent CLI's model read from its prompt cache
     cache_write: int = 0  # and wrote to it
     status: str | None = None  # what the agent did last
+    cost: float = 0.0  # US dollars: as its CLI reported, else by the price table (``model.prices``)
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)

@@ -18,6 +18,8 @@ from procession import State, Workspace
 from procession.engine.notify import Settings
 from procession.model import budgets
 from procession.model.errors import InvalidArgument
+from procession.model.prices import Price, Prices
+from procession.model.prices import load as load_prices
 
 USAGE = "command:echo '{\"type\": \"usage\", \"in\": 600, \"out\": 100}'"
 HOOK = "import os, sys; open(sys.argv[1], 'a').write(os.environ['PROCESSION_REASON'] + ' ' + os.environ['PROCESSION_TEXT'] + '\\n')"
@@ -83,3 +85,47 @@ async def test_a_limit_takes_a_session_or_an_agent_and_caps_of_zero_or_more(live
         budgets.amount("lots", "tokens")
     monday = budgets.period_start("week", time.time())
     assert time.localtime(monday).tm_wday == 0 and budgets.period_end("total", time.time()) is None
+
+
+async def test_the_price_table_costs_the_tokens_of_a_runner_that_says_no_cost(live, db, tmp_path):
+    """The ``openai:`` loop reports tokens only: the price table of its model makes its cost,
+    and a cost cap then holds it."""
+    from support.models import ModelServer, Script, Usage, say
+
+    with ModelServer(Script(*[say(f"reply {n}", usage=Usage(input=1000, output=200)) for n in range(3)])) as model:
+        sid = (await live.spawn("priced", "a", runner=f"openai:gpt-test@{model.url_v1}", cwd=str(tmp_path))).sid
+        other = (await live.spawn("unpriced", "a", runner=f"openai:other@{model.url_v1}", cwd=str(tmp_path))).sid
+        await live.limit(sid, cost=0.005, per="day")
+        table = Prices({"gpt-test": Price(input=2.0, output=10.0)})
+        async with engine_on(db, prices=table):
+            await live.send(sid, "go")
+            await live.activate(sid)
+            await until(lambda: ended(live, sid, 1))
+            [budget] = await live.budgets(sid)
+            assert budget.spend["cost"] == pytest.approx((1000 * 2.0 + 200 * 10.0) / 1e6)
+            await live.send(other, "go")
+            await live.activate(other)
+            await until(lambda: ended(live, other, 1))
+            await live.send(sid, "again")
+            await live.activate(sid)
+            await until(lambda: ended(live, sid, 2))
+            await live.activate(sid)  # 0.008 of 0.005 spent: held
+            await until(lambda: held(live, sid))
+        assert [r.cost for r in await live.runs(sid)] == [pytest.approx(0.004), pytest.approx(0.004)]
+        assert [r.cost for r in await live.runs(other)] == [0.0]  # no price of its model: no cost
+
+
+def test_the_price_table_is_read_from_the_config_file_and_a_mistake_is_said(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[prices."gpt-5"]\ninput = 1.25\noutput = 10\n\n[prices.codex]\ninput = 1\noutput = 2\n'
+                      'cache_read = 0.1\n\n[prices.bad]\ninput = "cheap"\n')
+    table = load_prices(config)
+    assert table.find("openai:gpt-5@http://127.0.0.1:1/v1") == Price(1.25, 10.0)
+    assert table.find("codex:") == Price(1.0, 2.0, cache_read=0.1)  # a CLI's default model: its kind's
+    assert table.find("codex:gpt-5") == Price(1.25, 10.0)
+    assert table.find("command:echo hi") is None
+    assert table.find("openai:unknown@http://127.0.0.1:1/v1") is None
+    assert len(table.problems) == 1 and "'bad'" in table.problems[0]
+    config.write_text("[prices\n")
+    assert load_prices(config).problems and load_prices(config).by_name == {}
+    assert load_prices(tmp_path / "absent.toml") == Prices()

@@ -200,6 +200,8 @@ class Reader:
     is a whole event and reported as a problem if not.
     """
 
+    reports_cost = False  # a step's events carry tokens, never a cost: the price table says it (``model.prices``)
+
     def __init__(self) -> None:
         self.mode: str | None = None  # "events" | "text"
         self.partial = bytearray()

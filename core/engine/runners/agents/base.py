@@ -203,3 +203,4 @@ class Reader:
         self.pending.context = (tokens, window)
 
     cli: str = ""
+    reports_cost = False  # whether the CLI says what its runs cost (else the price table does: ``model.prices``)

@@ -109,6 +109,7 @@ def endpoints(env: dict[str, str]) -> list[str]:
 
 class ClaudeReader(Reader):
     cli = "claude"
+    reports_cost = True
 
     def __init__(self, turn: Turn) -> None:
         super().__init__(turn)

@@ -93,6 +93,7 @@ def window(env: dict[str, str], model: str) -> int | None:
 
 class OpencodeReader(Reader):
     cli = "opencode"
+    reports_cost = True
 
     def __init__(self, turn: Turn) -> None:
         super().__init__(turn)
