@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..model import bounds, environ, mcp_binding, runner_spec
@@ -334,7 +334,7 @@ class Engine:
         turn: agents.Turn | None = None
         invocation = agents.Invocation([])
         reader: Reader = protocol.Reader()
-        talk: AsyncIterator[bytes] | None = None  # what an agent CLI driven over its stdin is told
+        talk: agents.Conversation | None = None  # what an agent CLI it drives is told
         own: OwnServers | None = None
         try:
             env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
@@ -353,7 +353,7 @@ class Engine:
                 if asks == "talk" and row["permissions"] == bounds.ASK:
                     turn.decide = self._asker(sid)
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
-                talk = reader.talk.lines() if reader.talk is not None else None
+                talk = reader.talk
                 env.update(invocation.env)
             if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
                 tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")

@@ -2,10 +2,11 @@
 
 The real agent CLIs against the scripted model server: a tool call outside the session's
 permissions reaches Procession (Claude Code through its ``--permission-prompt-tool``, a per-run
-MCP server of Procession's; Codex as an approval request of ``codex app-server``), the session
-waits, ``pending`` lists it, and the answer goes back to the same run: allowed, the tool runs
-and its output reaches the model; denied, the reason reaches the model (Claude Code: as the
-tool's refusal; Codex: the call is declined and the reason follows as a message of the turn).
+MCP server of Procession's; Codex as an approval request of ``codex app-server``; opencode as a
+permission request of ``opencode serve``), the session waits, ``pending`` lists it, and the
+answer goes back to the same run: allowed, the tool runs and its output reaches the model;
+denied, the reason reaches the model (Claude Code and opencode: as the tool's refusal; Codex:
+the call is declined and the reason follows as a message of the turn).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from support.agent_clis import AgentSandbox
 from support.models import ModelServer, say, shell
 from support.runs import finished, state_of
 
-from test_runners import agent_session
+from test_runners import agent_session, ask
 
 
 async def waiting(ws: Workspace, sid: int) -> Any:
@@ -43,7 +44,7 @@ async def ask_for_shell(ws: Workspace, agent: AgentSandbox, model_server: ModelS
 
 
 #: The CLIs that ask, and the name of their shell tool.
-ASKING = {"claude": "Bash", "codex": "exec_command"}
+ASKING = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}
 
 
 @pytest.mark.parametrize("cli", list(ASKING))
@@ -100,27 +101,6 @@ async def test_two_faces_answering_at_once_one_wins_and_the_other_is_told(
     assert (claude_sandbox.workdir / "raced.txt").exists() is (won == "allow")
 
 
-@pytest.mark.parametrize("cli", ["opencode"])
-async def test_a_cli_that_cannot_ask_runs_held_to_reading_under_ask(
-        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its headless runs have no way to ask a person that Procession drives: under ``ask`` the
-    kernel holds them to reading, so what they may not do unasked fails, and the agent is told."""
-    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
-    model_server.script.add(shell("echo hi > held.txt"), say("It was refused."))
-    sid = await agent_session(live, agent, monkeypatch)
-    await live.set(sid, permissions="ask")
-    await live.send(sid, "write the file")
-    await live.activate(sid)
-    done = await until(lambda: finished(live, sid, 1))
-    assert not (agent.workdir / "held.txt").exists()
-    assert await live.pending() == []
-    assert "read only" in ((await live.info(sid)).confinement or "")
-    assert done.outcome == "ok", done.error
-    told = " ".join(model_server.requests[-1].results().values())
-    assert "held.txt: Permission denied" in told, told  # the kernel refused it; the agent was told
-
-
 @pytest.mark.parametrize("cli", list(ASKING))
 async def test_interrupt_while_it_waits_ends_the_run_and_withdraws_the_request(
         cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
@@ -133,3 +113,31 @@ async def test_interrupt_while_it_waits_ends_the_run_and_withdraws_the_request(
     assert (await live.request(asked.id)).answer == "withdrawn"
     assert await live.pending() == []
     assert not (agent.workdir / "never.txt").exists()
+
+
+@pytest.mark.parametrize("cli", ["codex", "opencode"])
+async def test_under_ask_a_session_resumes_its_agents_session_and_a_fork_gets_its_own(
+        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs of a CLI driven through its server (under ``ask``) go on with the agent's own
+    session as its other runs do, each counting its own tokens."""
+    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
+    model_server.script.add(say("One."), say("Two."), say("The fork's answer."))
+    sid = await agent_session(live, agent, monkeypatch)
+    await live.set(sid, permissions="ask")
+    assert (await ask(live, sid, "first question", 1)).outcome == "ok"
+    ref = (await live.show(sid)).agent_ref
+    assert ref is not None
+    assert (await ask(live, sid, "second question", 2)).outcome == "ok"
+    assert (await live.show(sid)).agent_ref["id"] == ref["id"]  # type: ignore[index]
+    assert "first question" in " ".join(model_server.turn_requests()[-1].texts("user"))
+    child = (await live.fork(sid, "what if")).sid
+    run = await ask(live, child, "a different question", 1)
+    assert run.outcome == "ok", run.error
+    forked = (await live.show(child)).agent_ref
+    assert forked is not None and forked["id"] != ref["id"]
+    seen = model_server.turn_requests()[-1]
+    assert "first question" in " ".join(seen.texts("user")) and "a different question" in seen.texts("user")[-1]
+    runs = [*await live.runs(sid), *await live.runs(child)]
+    assert [r.tokens_in + r.tokens_out for r in runs] == [110, 110, 110]  # each its own, not the thread's total
+    assert [m.content for m in await live.history(sid) if m.role == "assistant"] == ["One.", "Two."]

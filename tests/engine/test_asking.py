@@ -113,7 +113,7 @@ async def test_a_request_outlives_its_engine_and_its_answer_goes_to_a_new_run(li
 
 
 async def test_a_runner_that_cannot_ask_is_held_to_reading_under_ask(live, engine, tmp_path):
-    """A ``command:`` step (as Codex and opencode) cannot ask: under ``--permissions ask`` the
+    """A ``command:`` step cannot ask: under ``--permissions ask`` the
     kernel holds it to reading its folder; with ``--confine off`` nothing could, and it does not
     start."""
     (tmp_path / "kept.txt").write_text("kept")

@@ -15,12 +15,13 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ...model.runner_spec import RunnerSpec
 from ..reaper import LEADERS, Tracker, starting
+from .agents.base import Conversation
 from .protocol import STDERR_TAIL, Output
 
 READ_CHUNK = 64 * 1024
@@ -50,9 +51,10 @@ class ProcessStep:
     freezable = True
 
     def __init__(self, proc: asyncio.subprocess.Process, tracker: Tracker,
-                 talk: AsyncIterator[bytes] | None = None) -> None:
+                 talk: Conversation | None = None) -> None:
         self.proc = proc
-        self.talk = talk  # what to write to its stdin as it comes, instead of one document
+        self.talk = talk  # what it is told as the reader says it, instead of one document
+        self.ended = False  # it is a server its reader ended (``Conversation.terminate``) when its turn was over
         self.pid: int | None = proc.pid
         self.tracker = tracker
         self.frozen = False
@@ -60,7 +62,7 @@ class ProcessStep:
 
     @classmethod
     async def start(cls, spec: RunnerSpec, cwd: str, env: dict[str, str], tracker: Tracker,
-                    command: list[str] | None = None, talk: AsyncIterator[bytes] | None = None) -> ProcessStep:
+                    command: list[str] | None = None, talk: Conversation | None = None) -> ProcessStep:
         """Start ``command`` (default: the spec's) in a session of its own, as one of the
         tracker's processes; ``talk``: its stdin is a conversation (``agents.Conversation``)."""
         with starting():
@@ -101,6 +103,8 @@ class ProcessStep:
                 read.exception()  # retrieved here; a reader's failure is raised below
             read.cancel()
         code = await self.proc.wait()
+        if self.ended and code == -signal.SIGTERM:  # the end it was given: a server's normal one
+            code = 0
         LEADERS.discard(self.proc.pid)
         for reader in readers:  # what broke while reading (the sink's work) breaks the run, not silently
             if not reader.cancelled() and (exc := reader.exception()) is not None:
@@ -117,9 +121,11 @@ class ProcessStep:
         assert self.proc.stdin is not None
         try:
             if self.talk is not None:
-                async for line in self.talk:
+                async for line in self.talk.lines():
                     self.proc.stdin.write(line)
                     await self.proc.stdin.drain()
+                if self.talk.terminate:
+                    self.ended = self.signal_leader(signal.SIGTERM)
             elif document:
                 self.proc.stdin.write(document)
                 await self.proc.stdin.drain()

@@ -15,10 +15,10 @@ from typing import Final, Literal
 from ....model import agents
 from ....model.errors import InvalidArgument
 from ....model.outcomes import Attached
-from . import claude, codex, codex_app, opencode
-from .base import Invocation, McpServer, Reader, Turn
+from . import claude, codex, codex_app, opencode, opencode_serve
+from .base import Conversation, Invocation, McpServer, Reader, Turn
 
-__all__ = ["Invocation", "McpServer", "Reader", "Turn", "asks", "endpoints", "interactive", "locate", "prepare",
+__all__ = ["Conversation", "Invocation", "McpServer", "Reader", "Turn", "asks", "endpoints", "interactive", "locate", "prepare",
            "state"]
 
 #: How a CLI's run asks a person: through the engine's MCP server (``engine.asking``, always
@@ -43,10 +43,14 @@ def _codex_reader(turn: Turn) -> Reader:
     return codex_app.CodexAppReader(turn) if turn.decide is not None else codex.CodexReader(turn)
 
 
+def _opencode_reader(turn: Turn) -> Reader:
+    return opencode_serve.OpencodeServeReader(turn) if turn.decide is not None else opencode.OpencodeReader(turn)
+
+
 _KINDS: Final[dict[str, _Cli]] = {
     "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints, asks="mcp"),
     "codex": _Cli(codex.invocation, _codex_reader, codex.state, codex.endpoints, asks="talk"),
-    "opencode": _Cli(opencode.invocation, opencode.OpencodeReader, opencode.state, opencode.endpoints),
+    "opencode": _Cli(opencode.invocation, _opencode_reader, opencode.state, opencode.endpoints, asks="talk"),
 }
 
 

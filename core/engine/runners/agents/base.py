@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 import shlex
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class Turn:
     net: str = "any"  # where the run may connect
     ask: list[str] | None = None  # the command of the MCP server its CLI asks a person through, if it can
     decide: Ask | None = None  # how a CLI driven over its stdin asks a person (``Conversation``), if it must
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # a server of the CLI's wants it
 
     @property
     def extra_args(self) -> list[str]:
@@ -91,13 +93,15 @@ class Invocation:
 
 
 class Conversation:
-    """What a reader writes back to a CLI it drives over its stdin (a JSON-RPC server such as
-    ``codex app-server``), and the work it started to answer one (a person asked): the CLI's
-    stdin closes, and that work is cancelled, when the reader hangs up."""
+    """What a reader writes back to a CLI it drives (over its stdin, as ``codex app-server``;
+    or over a server's HTTP API, as ``opencode serve``), and the work it started meanwhile (a
+    person asked, the API followed): when the reader hangs up, the CLI's stdin closes, that work
+    is cancelled, and a CLI that does not end with its stdin is ended (``terminate``)."""
 
     def __init__(self) -> None:
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.terminate = False  # the CLI is a server that outlives its stdin: SIGTERM when over
 
     def write(self, message: dict[str, Any]) -> None:
         self.outbox.put_nowait(json.dumps(message).encode("utf-8") + b"\n")
@@ -110,7 +114,8 @@ class Conversation:
     def hang_up(self) -> None:
         self.outbox.put_nowait(None)
         for task in list(self.tasks):
-            task.cancel()
+            if task is not asyncio.current_task():  # the work that hangs up ends by itself
+                task.cancel()
 
     async def lines(self) -> AsyncIterator[bytes]:
         """What to write to the CLI's stdin, as it comes, until the reader hangs up."""

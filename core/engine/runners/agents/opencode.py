@@ -17,12 +17,17 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ....model.transcripts.opencode import database, session_made, step_usage, tool_call
 from .base import Invocation, Reader, Turn
 
 CONFIG = "OPENCODE_CONFIG_CONTENT"
+SERVER_PASSWORD = "OPENCODE_SERVER_PASSWORD"
+#: What asks when the session's permissions are ask (opencode 1.18.33 asks for nothing by
+#: default): all but reading. ``edit`` stands for its write and edit tools.
+ASK: Final = {tool: "ask" for tool in ("bash", "edit", "webfetch", "websearch", "task", "external_directory",
+                                       "skill", "doom_loop")}
 
 
 def _config(env: dict[str, str]) -> dict[str, Any]:
@@ -33,18 +38,29 @@ def _config(env: dict[str, str]) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def folder(turn: Turn) -> str:
+    """Where the run's opencode session is: a resumed one, in the folder it was made in."""
+    return str((turn.ref or {}).get("cwd") or turn.cwd)
+
+
 def invocation(exe: str, turn: Turn) -> Invocation:
+    if turn.decide is not None:  # its agent must ask: the server, whose API is asked (``opencode_serve``)
+        return configured(Invocation([exe, "serve", "--port", "0", "--hostname", "127.0.0.1"],
+                                     {SERVER_PASSWORD: turn.secret}), turn, permission=ASK)
     argv = [exe, "run", "--format", "json", "--auto"]
     if turn.model:
         argv += ["-m", turn.model]
-    cwd = turn.cwd
     if turn.ref:
         argv += ["-s", turn.ref["id"]]
-        cwd = turn.ref.get("cwd") or cwd
         if turn.ref.get("fork"):
             argv.append("--fork")
-    argv += ["--dir", cwd]
-    made = Invocation(argv)
+    argv += ["--dir", folder(turn), *turn.extra_args]
+    return configured(Invocation(argv), turn)
+
+
+def configured(made: Invocation, turn: Turn, permission: dict[str, str] | None = None) -> Invocation:
+    """``made`` with the session's system prompt, MCP servers and (``permission``) what asks
+    added to the run's configuration."""
     config = _config(turn.env)
     if turn.system:
         fd, path = tempfile.mkstemp(prefix="procession-system-", suffix=".md", dir=turn.tmp)
@@ -57,9 +73,10 @@ def invocation(exe: str, turn: Turn) -> Invocation:
         for server in turn.mcp:
             servers[server.name] = ({"type": "local", "command": list(server.command), "enabled": True}
                                     if server.command else {"type": "remote", "url": server.url, "enabled": True})
-    if turn.system or turn.mcp:
+    if permission:
+        config["permission"] = permission
+    if turn.system or turn.mcp or permission:
         made.env[CONFIG] = json.dumps(config)
-    argv += turn.extra_args
     return made
 
 
@@ -104,7 +121,7 @@ class OpencodeReader(Reader):
 
     def _announce(self, session: str) -> None:
         self.session = session
-        self.announce(session, cwd=(self.turn.ref or {}).get("cwd") or self.turn.cwd, transcript=self.data)
+        self.announce(session, cwd=folder(self.turn), transcript=self.data)
 
     def event(self, event: dict[str, Any]) -> None:
         session = event.get("sessionID")
@@ -141,7 +158,6 @@ class OpencodeReader(Reader):
         the same folder meanwhile could be taken for it)."""
         if self.session is not None or not os.path.exists(self.data):
             return
-        folder = (self.turn.ref or {}).get("cwd") or self.turn.cwd
-        found = session_made(self.data, folder, self.since_ms, (self.turn.ref or {}).get("id", ""))
+        found = session_made(self.data, folder(self.turn), self.since_ms, (self.turn.ref or {}).get("id", ""))
         if found:
             self._announce(found)
