@@ -1,12 +1,13 @@
 """How long a person waits on an agent that asks, and the agent on the person (issue 21).
 
-    python bench/asking.py [--tiny] [--reps N] [--only claude,codex,openai] [--json-out FILE]
+    python bench/asking.py [--tiny] [--reps N] [--only claude,codex,opencode,openai] [--json-out FILE]
 
 A real engine in this process; the model is the tests' scripted server. Each round a session
 whose permissions are ``ask`` is sent a turn whose model calls a tool that writes: a shell
 command of Claude Code's (``date +%s.%N > stamp``, asked through its
-``--permission-prompt-tool``) and of Codex's (an approval request of ``codex app-server``), and
-the ``openai:`` loop's folder ``write`` (asked in the engine). Two figures per runner:
+``--permission-prompt-tool``), of Codex's (an approval request of ``codex app-server``) and of
+opencode's (a permission request of ``opencode serve``), and the ``openai:`` loop's folder
+``write`` (asked in the engine). Two figures per runner:
 
 - *request -> W*: from the model's reply that calls the tool reaching the agent (the scripted
   server's receipt of that turn's request) to the session being ``waiting`` for a reader of the
@@ -37,7 +38,7 @@ from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli, session_env
 from support.models import ModelServer, say, shell, tool_call  # noqa: E402
 
 #: The agent CLIs that ask (the rest of ``--only`` is ``openai``).
-CLIS = ("claude", "codex")
+CLIS = ("claude", "codex", "opencode")
 
 
 async def waiting(ws: Any, sid: int) -> tuple[float, Any]:
@@ -87,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="one round of each, for the suite")
     parser.add_argument("--reps", type=int, help="rounds of each (default 10; --tiny 1)")
-    parser.add_argument("--only", default="claude,codex,openai")
+    parser.add_argument("--only", default="claude,codex,opencode,openai")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     reps = args.reps or (1 if args.tiny else 10)

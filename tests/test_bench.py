@@ -149,15 +149,15 @@ def test_confine_tiny_measures_both_kinds_of_start() -> None:
     assert all(len(figures[k]["runs"]) == 3 for k in ("start_confined", "start_unconfined"))
 
 
-def test_asking_tiny_measures_claude_codex_and_the_openai_loop() -> None:
+def test_asking_tiny_measures_the_agent_clis_and_the_openai_loop() -> None:
     from support.agent_clis import require_cli
 
-    require_cli("claude")
-    require_cli("codex")
+    for cli in ("claude", "codex", "opencode"):
+        require_cli(cli)
     proc = subprocess.run([sys.executable, str(BENCH / "asking.py"), "--tiny"], capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
-    for runner in ("claude", "codex", "openai"):
+    for runner in ("claude", "codex", "opencode", "openai"):
         assert 0 < figures[f"{runner}_request_to_waiting"]["median"] < 60
         assert 0 < figures[f"{runner}_allow_to_tool"]["median"] < 60
