@@ -21,7 +21,7 @@ from procession.present import parse
 from procession.present.words import printable
 
 from .terminal import UsageError, done, each, emit, read_text
-from .registry import SID, SIDS, Arg, arg, command
+from .registry import SID, SIDS, Arg, arg, command, sid_type
 
 RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME | claude:[MODEL] | codex:[MODEL] | opencode:[P/MODEL]"
 
@@ -89,7 +89,9 @@ async def env(ws: Workspace, args: argparse.Namespace) -> int:
 
 
 @command(Call.SET, args=[
-    SID, arg("--name"), arg("--goal"), arg("--system", help="the new system prompt"),
+    arg("sid", type=sid_type, nargs="?", help="the session (or --agent NAME --quiet on|off)"),
+    arg("--agent", metavar="NAME", help="set the agent's own setting (--quiet: none of its sessions notifies)"),
+    arg("--name"), arg("--goal"), arg("--system", help="the new system prompt"),
     arg("--system-file", metavar="FILE", help="read the new system prompt from FILE (- for standard input)"),
     arg("--timeout", type=float, help="seconds a run may take (0: no limit)"),
     arg("--window", type=int, help="context window in tokens (the context must fit it)"),
@@ -112,7 +114,9 @@ async def set_(ws: Workspace, args: argparse.Namespace) -> int:
             raise UsageError("give either --system or --system-file, not both")
         system = read_text(args.system_file)
     fields = {key: json.loads(value) for key, value in (parse.key_json(pair, "--request") for pair in args.request)}
-    return done(args, await ws.set(args.sid, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
+    if args.sid is not None and args.agent is not None:
+        raise UsageError("give a session or --agent NAME, not both")
+    return done(args, await ws.set(args.sid, agent=args.agent, name=args.name, goal=args.goal, system=system, timeout=args.timeout,
                                    window=args.window, fail_limit=args.fail_limit, confine=args.confine,
                                    net=args.net, permissions=args.permissions, restart=args.restart,
                                    quiet=None if args.quiet is None else args.quiet == "on",

@@ -42,10 +42,7 @@ class BudgetCalls(Calls):
             act.row = await rows.session(act.tx, sid)
             owner: tuple[str, int] = ("session_id", sid)
         else:
-            found = await act.tx.value("SELECT id FROM agents WHERE name = ?", (limits.name(str(agent), "agent name"),))
-            if found is None:
-                raise InvalidArgument(f"no agent {agent}")
-            owner = ("agent_id", int(found))
+            owner = ("agent_id", await rows.known_agent(act.tx, str(agent)))
         caps = {"tokens": tokens, "cost": cost, "seconds": seconds, "runs": runs}
         for key, value in caps.items():
             if value is not None and (value < 0 or value != value):

@@ -22,7 +22,7 @@ from .base import Calls
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
 from .reads import live_holder
-from .syscall import Act, all_or_none, syscall
+from .syscall import Act, all_or_none, syscall, transition
 
 DEFAULT_WINDOW = 128_000
 #: What ``set`` may change, in the order it reports them.
@@ -174,8 +174,8 @@ class LifecycleCalls(Calls):
         return Recounted(sid, tokens.describe(self.tokenizer, kept.tokenizer, kept.scale, kept.samples),
                          context, act.row["window"])
 
-    @syscall(Call.SET)
-    async def set(self, act: Act, sid: int, *, name: str | None = None, goal: str | None = None,
+    @syscall(Call.SET, check=None)
+    async def set(self, act: Act, sid: int | None = None, *, agent: str | None = None, name: str | None = None, goal: str | None = None,
                   system: str | None = None, timeout: float | None = None, window: int | None = None,
                   fail_limit: int | None = None, confine: str | None = None, net: str | None = None,
                   permissions: str | None = None, restart: str | None = None, quiet: bool | None = None,
@@ -192,8 +192,19 @@ class LifecycleCalls(Calls):
 
         A new window must hold the context as it is (compress it first, or use migrate
         with ``compress``); a running step goes on as it started, the next run sees the change.
+        Of an agent (``agent`` instead of ``sid``) only ``quiet`` is set: none of its sessions
+        sends notifications, those it spawns later too.
         """
-        row = act.row
+        if (sid is None) == (agent is None):
+            raise InvalidArgument("set takes a session, or --agent NAME")
+        if agent is not None:
+            return await _set_agent(act, agent, quiet, name=name, goal=goal, system=system, timeout=timeout,
+                                    window=window, fail_limit=fail_limit, confine=confine, net=net,
+                                    permissions=permissions, restart=restart, max_turns=max_turns,
+                                    temperature=temperature, max_tokens=max_tokens, fields=fields, tokenizer=tokenizer)
+        assert sid is not None
+        row = act.row = await rows.session(act.tx, sid)
+        act.target = transition(row, Call.SET)
         cols: dict[str, Any] = {}
         if name is not None:
             cols["name"] = limits.name(name, "session name")
@@ -459,3 +470,19 @@ def _restart(value: str) -> str:
     if value not in tuple(Restart):
         raise InvalidArgument(f"--restart takes {', '.join(Restart)}, not {value!r}")
     return str(value)
+
+
+async def _set_agent(act: Act, agent: str, quiet: bool | None, **others: Any) -> Updated:
+    """``set --agent``: whether the agent's sessions send notifications; a session's other
+    settings are its own, refused here."""
+    given = sorted(k for k, v in others.items() if v is not None)
+    if given:
+        raise InvalidArgument(f"an agent has only quiet to set; {', '.join(given)}"
+                              f" {'is' if len(given) == 1 else 'are'} each session's own (set SID)")
+    if quiet is None:
+        raise InvalidArgument(f"nothing to change in agent {agent}: give --quiet on or off")
+    agent_id = await rows.known_agent(act.tx, agent)
+    if await act.tx.value("SELECT quiet FROM agents WHERE id = ?", (agent_id,)) == int(quiet):
+        raise InvalidArgument(f"agent {agent} is already {'quiet' if quiet else 'not quiet'}")
+    await act.tx.execute("UPDATE agents SET quiet = ? WHERE id = ?", (int(quiet), agent_id))
+    return Updated(0, ("quiet",), agent=agent)

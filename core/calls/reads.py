@@ -219,9 +219,10 @@ class ReadCalls(Calls):
 
     async def _detail(self, tx: Tx, sid: int, in_force: Sequence[Fold], items: Sequence[ContextItem]) -> SessionDetail:
         info = await _ps_info(tx, sid)
-        system, fail_limit, restart, quiet, env, passed, ref, tokenizer, scale, samples = (await tx.tuples(
-            "SELECT system, fail_limit, restart, quiet, env, pass_env, agent_ref, tokenizer, token_scale, token_samples"
-            " FROM sessions WHERE id = ?", (sid,)))[0]
+        system, fail_limit, restart, quiet, agent_quiet, env, passed, ref, tokenizer, scale, samples = (await tx.tuples(
+            "SELECT s.system, s.fail_limit, s.restart, s.quiet, a.quiet, s.env, s.pass_env, s.agent_ref, s.tokenizer,"
+            " s.token_scale, s.token_samples FROM sessions s JOIN agents a ON a.id = s.agent_id WHERE s.id = ?",
+            (sid,)))[0]
         memory = await rows.memory(tx, sid)
         res = await rows.resources(tx, sid)
         cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
@@ -238,6 +239,7 @@ class ReadCalls(Calls):
             fail_limit=fail_limit,
             restart=restart,
             quiet=bool(quiet),
+            agent_quiet=bool(agent_quiet),
             budgets=tuple(await budget_reads(tx, sid, None, tx.now)),
             env=json.loads(env) if env else {},
             passed=tuple(json.loads(passed)) if passed else (),

@@ -101,7 +101,8 @@ class Notifier:
             return []
         async with self.store.snapshot() as tx:
             found = await tx.all(
-                "SELECT j.id, j.call, j.actor, j.session_id, j.args, j.outcome, s.name, a.name AS agent, s.quiet"
+                "SELECT j.id, j.call, j.actor, j.session_id, j.args, j.outcome, s.name, a.name AS agent,"
+                " s.quiet OR a.quiet AS quiet"
                 " FROM journal j JOIN sessions s ON s.id = j.session_id JOIN agents a ON a.id = s.agent_id"
                 " WHERE j.id > ? AND j.call IN ('ask', 'finish', 'suspend', 'limit') ORDER BY j.id", (self.seen,))
         notices = []

@@ -183,9 +183,10 @@ class Expanded(Outcome):
 
 @dataclass(slots=True, frozen=True)
 class Updated(Outcome):
-    """``set``: the names of the settings that changed."""
+    """``set``: the names of the settings that changed (of agent ``agent``'s, ``sid`` 0)."""
 
     changed: tuple[str, ...]
+    agent: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

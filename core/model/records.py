@@ -403,6 +403,7 @@ class SessionDetail:
     fail_limit: int = 3
     restart: str = "no"  # whether a run that did not finish runs again (``states.Restart``)
     quiet: bool = False  # it sends no notifications
+    agent_quiet: bool = False  # nor does any session of its agent
     budgets: tuple[Budget, ...] = ()  # its limits (its own, its agent's) and what was spent
     env: dict[str, str] = field(default_factory=dict)  # settings stored with the session
     passed: tuple[str, ...] = ()  # names whose engine value a run is given
@@ -423,6 +424,7 @@ class SessionDetail:
             fail_limit=self.fail_limit,
             restart=self.restart,
             quiet=self.quiet,
+            agent_quiet=self.agent_quiet,
             budgets=[b.to_json() for b in self.budgets],
             env=self.env,
             passed=list(self.passed),

@@ -147,6 +147,8 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         out.append(("restart", f"{d.restart}: a run that did not finish runs again"))
     if d.quiet:
         out.append(("notify", "none: it is quiet (set --quiet off)"))
+    elif d.agent_quiet:
+        out.append(("notify", f"none: its agent is quiet (set --agent {printable(s.agent)} --quiet off)"))
     out += [("budget", budget_line(b, now)) for b in d.budgets]
     if s.goal:
         out.append(("goal", printable(s.goal)))

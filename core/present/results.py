@@ -94,6 +94,8 @@ def describe(o: Outcome) -> str:
         case Expanded():
             return (f"{o.sid}: restored {plural(o.fold.archived_count, 'item')} ({o.fold.archived_tokens} tokens);"
                     f" context {o.context_tokens} tokens; {plural(o.in_force, 'compressed range')} left")
+        case Updated(agent=str(agent)):
+            return f"agent {printable(agent)}: changed {', '.join(o.changed)}"
         case Updated():
             return f"{o.sid}: changed {', '.join(o.changed)}"
         case Limited(cleared=True):

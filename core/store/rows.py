@@ -16,7 +16,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..model.errors import SessionNotFound
+from ..model import limits
+from ..model.errors import InvalidArgument, SessionNotFound
 from ..model.records import Fold, TriggerInfo, Worktree
 from ..model.states import State
 from .sqlite import Tx
@@ -87,6 +88,14 @@ async def session(tx: Tx, sid: int) -> Row:
     if row is None:
         raise SessionNotFound(sid)
     return row
+
+
+async def known_agent(tx: Tx, name: str) -> int:
+    """The agent of this name (refused in one line if there is none)."""
+    found = await tx.value("SELECT id FROM agents WHERE name = ?", (limits.name(name, "agent name"),))
+    if found is None:
+        raise InvalidArgument(f"no agent {name}")
+    return int(found)
 
 
 async def agent_id(tx: Tx, name: str) -> int:
@@ -166,8 +175,8 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
             tokens = count(content)
             seq += 1
             cum += tokens
-            batch.append((sid, seq, m[0], content, tokens, cum, m[2], int(m[3]), dumps(meta) if meta else None,
-                          m[5] if len(m) > 5 else now))
+            stored = dumps(meta) if meta is not None else None  # an empty meta is kept as given
+            batch.append((sid, seq, m[0], content, tokens, cum, m[2], int(m[3]), stored, m[5] if len(m) > 5 else now))
             if len(batch) >= CHUNK:
                 if cache is None:  # a long append: a cache it does not spill to the WAL every few rows
                     cache = await tx.value("PRAGMA cache_size")

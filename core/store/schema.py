@@ -414,6 +414,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         UNIQUE (session_id, tool, subject)
     );
     """,
+    # 12: an agent whose sessions send no notifications (``set --agent NAME --quiet on``)
+    """
+    ALTER TABLE agents ADD COLUMN quiet INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -271,9 +271,10 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
     with sqlite3.connect(path) as conn:  # as the schema before this one left them
         conn.executemany("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, 'rw', 0)",
                          [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
-        # and without what came after it (11: permissions and requests)
+        # and without what came after it (11: permissions and requests; 12: quiet agents)
         conn.executescript("ALTER TABLE sessions DROP COLUMN permissions; ALTER TABLE sessions DROP COLUMN restart;"
                            " ALTER TABLE sessions DROP COLUMN quiet; ALTER TABLE runs DROP COLUMN cost;"
+                           " ALTER TABLE agents DROP COLUMN quiet;"
                            " DROP TABLE rules; DROP TABLE requests; DROP TABLE limits; PRAGMA user_version = 9")
     async with await Workspace.open(path) as ws:
         assert [(r.kind, r.uri) for r in (await ws.show(one)).resources] == [("sqlite", "/x/a.db")]

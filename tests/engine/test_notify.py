@@ -1,6 +1,7 @@
 """Notifications by reason: a hook command (``[notify]`` of the config file) receives exactly one
 notification per event — a session that waits for an answer, a failed run, a finished run — with
-the session, the reason and the text in its environment; a quiet session sends none."""
+the session, the reason and the text in its environment; a quiet session, or a session of a
+quiet agent, sends none."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import engine_on, until
 from procession import Workspace
+from procession.model.errors import InvalidArgument
 from procession.engine.notify import Settings, load
 from support.models import ModelServer, Script, say, tool_call
 
@@ -30,13 +34,16 @@ async def test_one_notification_per_reason_and_none_from_a_quiet_session(live: W
     bad = (await live.spawn("broken", "a", runner="command:false", cwd=str(tmp_path))).sid
     hush = (await live.spawn("hushed", "a", runner="command:false", cwd=str(tmp_path))).sid
     await live.set(hush, quiet=True)
+    muted = (await live.spawn("muted", "q", runner="command:false", cwd=str(tmp_path))).sid
+    assert (await live.set(agent="q", quiet=True)).changed == ("quiet",)  # its sessions, then and later
+    assert (await live.show(muted)).agent_quiet
     with ModelServer(Script(tool_call("data_write", {"path": "x", "content": "x"}))) as model:
         asking = (await live.spawn("careful", "b", runner=f"openai:m@{model.url_v1}", cwd=str(tmp_path),
                                    permissions="ask")).sid
         (tmp_path / "data").mkdir()
         await live.bind(asking, "folder", str(tmp_path / "data"), mode="rw")
         async with engine_on(db, notify=settings):
-            for sid in (ok, bad, hush, asking):
+            for sid in (ok, bad, hush, muted, asking):
                 await live.activate(sid)
             await until(lambda: len(received(log)) >= 3)
             request = (await until(lambda: live.pending([asking])))[0]
@@ -48,6 +55,20 @@ async def test_one_notification_per_reason_and_none_from_a_quiet_session(live: W
     waiting = next(r for r in received(log) if r["PROCESSION_REASON"] == "waiting")
     assert "waits for you" in waiting["PROCESSION_TEXT"] and "data_write" in waiting["PROCESSION_TEXT"]
     assert waiting["PROCESSION_AGENT"] == "b"
+
+
+async def test_an_agent_has_only_quiet_to_set(live: Workspace, tmp_path: Path) -> None:
+    await live.spawn("one", "q", runner="command:true", cwd=str(tmp_path))
+    with pytest.raises(InvalidArgument, match="only quiet to set; timeout is each session's own"):
+        await live.set(agent="q", timeout=5)
+    with pytest.raises(InvalidArgument, match="no agent nobody"):
+        await live.set(agent="nobody", quiet=True)
+    with pytest.raises(InvalidArgument, match="a session, or --agent"):
+        await live.set(quiet=True)
+    await live.set(agent="q", quiet=True)
+    with pytest.raises(InvalidArgument, match="already quiet"):
+        await live.set(agent="q", quiet=True)
+    assert (await live.set(agent="q", quiet=False)).agent == "q"
 
 
 def test_the_config_file_names_the_command_and_a_mistake_sends_nothing(tmp_path: Path) -> None:
