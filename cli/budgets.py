@@ -17,7 +17,7 @@ from .terminal import UsageError, done, emit
     arg("sid", type=sid_type, nargs="?", help="the session (or --agent)"),
     arg("--agent", metavar="NAME", help="all of this agent's sessions together"),
     arg("--tokens", metavar="N", help="input and output tokens its runs reported (500k, 2M)"),
-    arg("--cost", type=float, metavar="USD", help="dollars, as its agent CLI reported its runs' cost"),
+    arg("--cost", type=float, metavar="USD", help="dollars: as its agent CLI reported, else by [prices] of the config"),
     arg("--time", metavar="DURATION", help="its runs' running time (90m, 2h)"),
     arg("--runs", type=int, metavar="N", help="runs started"),
     arg("--per", choices=budgets.PERIODS, help="day (the default), week, month (local time) or total"),

@@ -345,6 +345,10 @@ class ProcessionApp(App[str]):
             self.main.follow()
         while self.feed.failing:
             self.notify(results.failing(self.feed.failing.pop(0)), severity="error", timeout=12)
+        while self.feed.restarted:
+            entry = self.feed.restarted.pop(0)
+            known = self.feed.sessions.get(entry.session or 0)
+            self.notify(results.restarted(entry, known.name if known else "?"), severity="warning", timeout=12)
         if self.feed.asking:
             self.bell()
         while self.feed.asking:

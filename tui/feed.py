@@ -16,7 +16,7 @@ from typing import Any
 
 from procession.calls import Workspace
 from procession.calls.outside import Live, Looker, marked
-from procession.model.records import SessionInfo
+from procession.model.records import JournalEntry, SessionInfo
 from procession.model.states import Reason, State
 
 from .view import View
@@ -62,6 +62,9 @@ class Feed:
     failing: list[SessionInfo] = field(default_factory=list)
     #: sessions that have just begun to wait for a person (W), to ring and tell the user of
     asking: list[SessionInfo] = field(default_factory=list)
+    #: runs the engine started again by a restart policy (since it started), to tell the user of
+    restarted: list[JournalEntry] = field(default_factory=list)
+    journal_tip: int | None = None  # the journal row read to for ``restarted`` (None: not yet)
     #: sid -> when: sessions whose run ended since the monitor opened, not looked at since
     finished: dict[int, float] = field(default_factory=dict)
     #: sessions an agent CLI runs outside Procession (``look_outside``), and the looker
@@ -94,6 +97,8 @@ class Feed:
         rev, changed = await self.ws.changes(self.rev)
         before = self.absorb(changed, highlight=True)
         self.rev = max(self.rev, rev)
+        self.journal_tip, restarted = await self.ws.restarts(self.journal_tip)
+        self.restarted += restarted
         moved = bool(changed) and self.view.update(self.sessions, list(before), before)
         return before, moved
 

@@ -52,6 +52,8 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
 
 #: Sessions read from SQLite at a time by ``ps``.
 PS_BATCH = 2000
+#: How far back (journal rows) a face first looks for the restarts of the engine running now.
+RESTARTS_LOOKED = 2000
 #: The columns ``ps`` sorts by (the keys of the monitor's columns) and their SQL.
 PS_SORTS = {
     "sid": "s.id", "agent": "a.name", "name": "s.name", "state": "s.state", "priority": "s.priority",
@@ -300,6 +302,25 @@ class ReadCalls(Calls):
     async def triggers(self, sid: int) -> list[TriggerInfo]:
         return list((await self.info(sid)).triggers)
 
+    async def restarts(self, after: int | None = None) -> tuple[int, list[JournalEntry]]:
+        """The runs the engine started again by a session's restart policy (``set --restart``),
+        journaled after row ``after`` (None: since the engine running now started, among the
+        last ``RESTARTS_LOOKED`` rows); and the journal's last row, to go on from."""
+        async with self.store.snapshot() as tx:
+            tip = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
+            if after is None:
+                started = await tx.value("SELECT started FROM lease")
+                if started is None:
+                    return tip, []
+                found = await tx.all("SELECT * FROM journal WHERE id > ? AND ts >= ? AND call = 'activate'"
+                                     " AND actor = 'engine' AND json_extract(args, '$.why') = 'restart' ORDER BY id",
+                                     (tip - RESTARTS_LOOKED, started))
+            else:
+                found = await tx.all("SELECT * FROM journal WHERE id > ? AND id <= ? AND call = 'activate'"
+                                     " AND actor = 'engine' AND json_extract(args, '$.why') = 'restart' ORDER BY id",
+                                     (after, tip))
+        return tip, [_entry(r) for r in found]
+
     async def journal(self, sid: int | None = None, limit: int = 50) -> list[JournalEntry]:
         """The newest ``limit`` journal rows (of one session, when ``sid`` is given), oldest first."""
         async with self.store.snapshot() as tx:
@@ -313,11 +334,7 @@ class ReadCalls(Calls):
                     " ORDER BY id DESC LIMIT ?",
                     (sid, limit, sid, limit, limit),
                 )
-        return [
-            JournalEntry(r["id"], r["ts"], r["actor"], r["call"], r["session_id"], r["other_id"],
-                         json.loads(r["args"]), json.loads(r["outcome"]))
-            for r in reversed(found)
-        ]
+        return [_entry(r) for r in reversed(found)]
 
     async def run_log(self, sid: int, run: int | None = None, *, after: int = 0) -> tuple[RunInfo, list[LogChunk]]:
         """What a run's step printed (the session's last run by default), from log row ``after``
@@ -341,6 +358,11 @@ class ReadCalls(Calls):
                 found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
                                      (sid, limit))
         return [run_info(r) for r in reversed(found)]
+
+
+def _entry(r: Any) -> JournalEntry:
+    return JournalEntry(r["id"], r["ts"], r["actor"], r["call"], r["session_id"], r["other_id"], json.loads(r["args"]),
+                        json.loads(r["outcome"]))
 
 
 def run_info(r: Any) -> RunInfo:

@@ -376,6 +376,9 @@ class Ledger(Workspace):
                 tx.follow("engine", Call.SUSPEND, sid, {"sid": sid, "why": "failing"},
                           {"failures": failures, "fail_limit": row["fail_limit"]})
         restart = state is State.SLEEPING and _restarts(row["restart"], outcome, stopping)
+        if restart:  # said, as a restart after a crash is: faces tell the user what runs again and why
+            tx.follow("engine", Call.ACTIVATE, sid, {"sid": sid, "why": "restart"},
+                      {"run": run, "policy": row["restart"], "outcome": outcome})
         if restart and outcome in (FAILED, TIMEOUT):  # after the back-off (``release_held`` queues it)
             counts["causes"] = json.dumps([{"kind": "restart", "run": run, "why": outcome}])
         elif restart:
@@ -520,7 +523,7 @@ class Ledger(Workspace):
                     await waking.queue(tx, await rows.session(tx, row["id"]), [{"kind": "restart", "run": run["id"],
                                                                                 "why": LOST}])
                     tx.follow("engine", Call.ACTIVATE, row["id"], {"sid": row["id"], "why": "restart"},
-                              {"run": run["id"], "policy": row["restart"]})
+                              {"run": run["id"], "policy": row["restart"], "outcome": LOST})
             elif state is State.RUNNING:
                 await rows.update_session(tx, row["id"], state=State.SLEEPING.value)
                 await waking.release_pending(tx, row["id"])

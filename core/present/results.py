@@ -45,7 +45,7 @@ from ..model.outcomes import (
     Updated,
     EnvChanged,
 )
-from ..model.records import SessionInfo
+from ..model.records import JournalEntry, SessionInfo
 from .lines import budget_line, resource_line, trigger_label
 from .words import plural, printable, size
 
@@ -160,6 +160,16 @@ def adoption(a: Adoption, *, brief: bool = False) -> str:
         lines.append(f"{plural(a.made, 'session')} adopted" + (f", {held} already held" if held else "")
                      + (f", {len(a.left)} left out" if a.left else ""))
     return "\n".join(lines)
+
+
+def restarted(entry: JournalEntry, name: str) -> str:
+    """``session 3 (nightly) runs again: its run 12 was lost (its engine stopped); restart on-failure``."""
+    out = entry.outcome if isinstance(entry.outcome, dict) else {}
+    why = {"lost": "was lost (its engine stopped: a crash or a restart)", "failed": "failed",
+           "timeout": "ran out of time", "interrupted": "was interrupted as its engine stopped"}.get(
+        str(out.get("outcome")), "did not finish")
+    return (f"session {entry.session} ({printable(name)}) runs again: its run {out.get('run', '?')} {why};"
+            f" restart {printable(str(out.get('policy', '?')))}")
 
 
 def failing(s: SessionInfo) -> str:

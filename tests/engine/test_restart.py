@@ -59,6 +59,8 @@ async def test_a_failed_run_runs_again_after_its_back_off_until_the_failure_limi
     assert done[1].cause[0]["kind"] == "restart"
     await until(lambda: is_failing(live, sid))
     assert len(await live.runs(sid)) == 2  # the failure limit suspended it: no third
+    _, restarted = await live.restarts()  # what faces tell: one restart, after the first failure
+    assert [(e.session, e.outcome["run"], e.outcome["outcome"]) for e in restarted] == [(sid, done[0].id, "failed")]
 
 
 async def is_failing(ws: Workspace, sid: int) -> bool:

@@ -108,3 +108,25 @@ async def test_the_monitor_stops_and_says_why_when_its_workspace_file_is_moved(t
         await pilot.pause()
     assert app.return_value == f"the monitor stopped: {db} is gone: the workspace open here was moved or deleted"
     assert app.return_code == 1
+
+
+async def test_the_monitor_says_what_its_engine_started_again_and_why(tmp_path: Path, monitor: Any) -> None:
+    """An engine dies under a run of a session whose restart policy is on-failure; the monitor
+    opened next runs the engine, which starts the run again, and says so."""
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("nightly", "a", cwd=str(tmp_path), restart="on-failure",
+                              runner="command:sh -c 'if [ -e go ]; then echo done; else touch started; sleep 600; fi'")).sid
+        await ws.activate(sid)
+    other = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run"], stderr=subprocess.DEVNULL)
+    try:
+        await until(lambda: (tmp_path / "started").exists())
+    finally:
+        other.kill()
+        await asyncio.to_thread(other.wait)
+    (tmp_path / "go").touch()
+    app = await monitor(db, engine=True, clock=time.time)
+    async with app.run_test(size=(160, 45)):
+        await until(lambda: app.said(f"session {sid} (nightly) runs again: its run 1 was lost (its engine stopped",
+                                     "restart on-failure", severity="warning"))
+        await until(lambda: app.feed.sessions[sid].last_outcome == "ok")
