@@ -5,18 +5,20 @@ whose run failed (or that the engine suspended for failing), one whose run finis
 The engine reads what happened from the journal (the calls ``ask``, ``finish``, and the
 engine's ``suspend`` and ``limit``, since it last looked), so a notification is sent once per event, whichever process made the
 call (an agent's asking server, a CLI, the engine itself), and none is sent for what happened
-before the engine started. Each goes to the user's command, ``[notify]`` in the config file
-(``~/.config/procession/config.toml``)::
+before the engine started. Each goes to the desktop, where a desktop session exists (a D-Bus
+session bus: ``desktop-notifier``, the freedesktop notification service), and to the user's
+command, as ``[notify]`` in the config file (``~/.config/procession/config.toml``) says::
 
     [notify]
-    command = ["notify-send", "procession"]   # or one string, split as a shell would
+    command = ["my-hook", "--from", "procession"]   # or one string, split as a shell would
     reasons = ["waiting", "failed", "finished", "budget"]
+    desktop = true                                  # the default where a desktop session exists
 
-run with the session, the reason and the text in its environment (``PROCESSION_SID``,
-``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,
-``PROCESSION_TEXT``) and the text as its last argument; never waited for by the engine's loop
-(it runs in the background, killed after ``COMMAND_TIMEOUT_S``). A session set ``--quiet``
-sends none.
+The command runs with the session, the reason and the text in its environment
+(``PROCESSION_SID``, ``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,
+``PROCESSION_TEXT``) and the text as its last argument. Neither is waited for by the engine's
+loop: each runs in the background, given up after ``COMMAND_TIMEOUT_S``. A session set
+``--quiet``, or of an agent set so, sends none.
 """
 
 from __future__ import annotations
@@ -40,15 +42,20 @@ log = logging.getLogger("procession.notify")
 WAITING, FAILED, FINISHED, BUDGET = "waiting", "failed", "finished", "budget"
 REASONS: Final = (WAITING, FAILED, FINISHED, BUDGET)
 COMMAND_TIMEOUT_S: Final = 30.0
+#: A desktop notification's title, by reason.
+TITLES: Final = {WAITING: "a session waits for you", FAILED: "a run failed", FINISHED: "a run finished",
+                 BUDGET: "a budget"}
 
 
 @dataclass(slots=True, frozen=True)
 class Settings:
-    """``[notify]``: the command (none: no notifications) and the reasons it is sent for."""
+    """``[notify]``: the command (none: no command), whether the desktop shows them, and the
+    reasons they are sent for."""
 
     command: tuple[str, ...] = ()
     reasons: frozenset[str] = frozenset(REASONS)
     problems: tuple[str, ...] = ()
+    desktop: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,21 +69,23 @@ class Notice:
 
 def load(path: Path | None = None) -> Settings:
     """``[notify]`` of the config file; a mistake in it is said (``problems``) and sends nothing."""
+    desktop = bool(os.environ.get("DBUS_SESSION_BUS_ADDRESS"))  # a desktop session is there
     table, problem = config.table("notify", path)
     if problem:
         return Settings(problems=(f"{problem}; no notifications",))
     if table is None:
-        return Settings()
-    command, reasons = table.get("command"), table.get("reasons", list(REASONS))
+        return Settings(desktop=desktop)
+    given = table if isinstance(table, dict) else {"command": None}
+    command, reasons = given.get("command", []), given.get("reasons", list(REASONS))
     if isinstance(command, str):
         command = shlex.split(command)
-    bad = (not isinstance(table, dict) or not isinstance(command, list) or not command
-           or not all(isinstance(w, str) for w in command) or not isinstance(reasons, list)
-           or not set(reasons) <= set(REASONS))
-    if bad:
-        return Settings(problems=(f"config {path or config.path()}: [notify] takes command (a list of words, or one line) and"
-                                  f" reasons (of {', '.join(REASONS)}); no notifications",))
-    return Settings(tuple(command), frozenset(reasons))
+    wanted = given.get("desktop", desktop)
+    if (not isinstance(command, list) or not all(isinstance(w, str) for w in command)
+            or not isinstance(reasons, list) or not set(reasons) <= set(REASONS) or not isinstance(wanted, bool)):
+        return Settings(problems=(f"config {path or config.path()}: [notify] takes command (a list of words, or one"
+                                  f" line), reasons (of {', '.join(REASONS)}) and desktop (true or false);"
+                                  " no notifications",))
+    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop)
 
 
 @dataclass(slots=True)
@@ -87,6 +96,8 @@ class Notifier:
     settings: Settings
     seen: int = 0
     running: set[asyncio.Task[None]] = field(default_factory=set)
+    desktop: Any = None  # the desktop's notifier (``desktop_notifier.DesktopNotifier``), made when first used
+    desktop_failed: bool = False  # said once: the desktop could not show one
 
     async def start(self) -> None:
         """From now on: what happened before the engine started was the last engine's to say."""
@@ -97,7 +108,7 @@ class Notifier:
 
     async def poll(self) -> list[Notice]:
         """Send what happened since the last look; returns what was sent."""
-        if not self.settings.command:
+        if not self.settings.command and not self.settings.desktop:
             return []
         async with self.store.snapshot() as tx:
             found = await tx.all(
@@ -115,9 +126,25 @@ class Notifier:
         return notices
 
     def _send(self, notice: Notice) -> None:
-        task = asyncio.ensure_future(self._run(notice))
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
+        works = [self._run(notice)] if self.settings.command else []
+        if self.settings.desktop:
+            works.append(self._show(notice))
+        for work in works:
+            task = asyncio.ensure_future(work)
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
+
+    async def _show(self, n: Notice) -> None:
+        """On the desktop: a title by reason, the text as its body."""
+        try:
+            if self.desktop is None:  # the library and its D-Bus backend, imported on a thread
+                self.desktop = await asyncio.to_thread(_desktop_notifier)
+            await asyncio.wait_for(self.desktop.send(title=f"Procession: {TITLES[n.reason]}",
+                                                     message=printable(n.text)), COMMAND_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a desktop that cannot show it: said once, nothing else stops
+            if not self.desktop_failed:
+                self.desktop_failed = True
+                log.warning("the desktop could not show a notification: %s: %s", type(exc).__name__, exc)
 
     async def _run(self, n: Notice) -> None:
         # printable: names and what an agent asked are others' words, with no escape sequence
@@ -166,3 +193,9 @@ def _notice(row: Any) -> Notice | None:
     if row["call"] == "limit" and row["actor"] == "engine" and isinstance(outcome, dict) and outcome.get("warned"):
         return Notice(sid, name, agent, BUDGET, f"session {sid} ({name}) has spent {'; '.join(outcome['warned'])}")
     return None
+
+
+def _desktop_notifier() -> Any:
+    from desktop_notifier import DesktopNotifier
+
+    return DesktopNotifier(app_name="Procession")

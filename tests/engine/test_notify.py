@@ -16,6 +16,7 @@ from conftest import engine_on, until
 from procession import Workspace
 from procession.model.errors import InvalidArgument
 from procession.engine.notify import Settings, load
+from support.desktop import desktop
 from support.models import ModelServer, Script, say, tool_call
 
 HOOK = ("import json, os, sys; open(sys.argv[1], 'a').write(json.dumps({k: os.environ[k] for k in"
@@ -71,7 +72,9 @@ async def test_an_agent_has_only_quiet_to_set(live: Workspace, tmp_path: Path) -
     assert (await live.set(agent="q", quiet=False)).agent == "q"
 
 
-def test_the_config_file_names_the_command_and_a_mistake_sends_nothing(tmp_path: Path) -> None:
+def test_the_config_file_names_the_command_and_a_mistake_sends_nothing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)  # no desktop session
     path = tmp_path / "config.toml"
     path.write_text('theme = "paper"\n[notify]\ncommand = "notify-send procession"\nreasons = ["waiting"]\n')
     assert load(path) == Settings(("notify-send", "procession"), frozenset({"waiting"}))
@@ -79,3 +82,38 @@ def test_the_config_file_names_the_command_and_a_mistake_sends_nothing(tmp_path:
     found = load(path)
     assert not found.command and "no notifications" in found.problems[0]
     assert load(tmp_path / "none.toml") == Settings()
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nowhere")  # a desktop session: on unless said
+    assert load(tmp_path / "none.toml") == Settings(desktop=True)
+    path.write_text('[notify]\ndesktop = false\n')
+    assert load(path) == Settings()
+    path.write_text('[notify]\ndesktop = "yes"\n')
+    assert "desktop (true or false)" in load(path).problems[0]
+
+
+async def test_where_a_desktop_session_exists_it_shows_one_notification_per_reason(
+        live: Workspace, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real D-Bus session bus with a notification service on it (``support.desktop``): with
+    no config at all, the engine shows each event there, through ``desktop-notifier``."""
+    ok = (await live.spawn("fine", "a", runner="command:true", cwd=str(tmp_path))).sid
+    bad = (await live.spawn("broken", "a", runner="command:false", cwd=str(tmp_path))).sid
+    hush = (await live.spawn("hushed", "a", runner="command:false", cwd=str(tmp_path))).sid
+    await live.set(hush, quiet=True)
+    async with desktop(tmp_path) as (address, service):
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+        settings = load(tmp_path / "none.toml")
+        assert settings.desktop and not settings.command
+        async with engine_on(db, notify=settings):
+            for sid in (ok, bad, hush):
+                await live.activate(sid)
+            await until(lambda: all_ended(live, (ok, bad, hush)))
+            await until(lambda: len(service.shown) >= 2)
+    assert sorted(service.shown) == [
+        ("Procession", "Procession: a run failed", f"session {bad} (broken): its run failed"),
+        ("Procession", "Procession: a run finished", f"session {ok} (fine) finished a run")]
+
+
+async def all_ended(ws: Workspace, sids: tuple[int, ...]) -> bool:
+    for sid in sids:
+        if not [r for r in await ws.runs(sid) if r.ended]:
+            return False
+    return True
