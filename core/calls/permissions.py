@@ -115,9 +115,8 @@ class PermissionCalls(Calls):
         if asked["answer"] is None:
             await act.tx.execute("UPDATE requests SET answer = ?, answered = ?, answered_by = 'its asker left'"
                                  " WHERE id = ?", (requests.WITHDRAWN, act.now, request))
-            still = await act.tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,))
             row = await rows.session(act.tx, sid)
-            if not still and row["state"] == State.WAITING:
+            if not await _asking(act.tx, sid) and row["state"] == State.WAITING:
                 await rows.update_session(act.tx, sid, state=State.RUNNING.value)
         return Asked(sid, request, requests.WITHDRAWN)
 
@@ -228,6 +227,11 @@ async def _open(act: Act, request: int) -> sqlite3.Row:
     return asked
 
 
+async def _asking(tx: Tx, sid: int) -> bool:
+    """Whether a request of session ``sid`` is still open."""
+    return bool(await tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,)))
+
+
 async def _answer(act: Act, asked: sqlite3.Row, ids: list[int], answer: str, why: str | None,
                   count: Callable[[str], int]) -> State:
     """Answer ``ids`` (requests of one session); the session runs on once nothing of it waits.
@@ -237,7 +241,7 @@ async def _answer(act: Act, asked: sqlite3.Row, ids: list[int], answer: str, why
     marks = ",".join("?" * len(ids))
     await tx.execute(f"UPDATE requests SET answer = ?, why = ?, answered = ?, answered_by = ?, carried = ?"
                      f" WHERE id IN ({marks})", (answer, why, act.now, act.actor, int(not run_live), *ids))
-    if await tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,)):
+    if await _asking(tx, sid):
         await tx.touch(sid)
         return State.WAITING
     if run_live:
