@@ -47,13 +47,18 @@ async def ask_for_shell(ws: Workspace, agent: AgentSandbox, model_server: ModelS
 ASKING = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}
 
 
-@pytest.mark.parametrize("cli", list(ASKING))
+@pytest.fixture(params=list(ASKING))
+def agent(request: pytest.FixtureRequest) -> AgentSandbox:
+    """Each CLI that asks, in its sandbox."""
+    found: AgentSandbox = request.getfixturevalue(f"{request.param}_sandbox")
+    return found
+
+
 async def test_a_tool_call_outside_its_permissions_waits_and_allow_runs_it_in_the_same_run(
-        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
+        agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
     sid, asked = await ask_for_shell(live, agent, model_server, monkeypatch, "echo hi > asked.txt")
-    assert (asked.tool, asked.input, asked.subject) == (ASKING[cli], {"command": "echo hi > asked.txt"},
+    assert (asked.tool, asked.input, asked.subject) == (ASKING[agent.name], {"command": "echo hi > asked.txt"},
                                                         "=echo hi > asked.txt")  # a redirection: itself only
     assert not (agent.workdir / "asked.txt").exists()  # nothing ran before the answer
     run = (await live.runs(sid))[-1]
@@ -69,11 +74,9 @@ async def test_a_tool_call_outside_its_permissions_waits_and_allow_runs_it_in_th
     assert (await live.history(sid))[-1].content == "Done."
 
 
-@pytest.mark.parametrize("cli", list(ASKING))
 async def test_deny_sends_its_reason_to_the_agent(
-        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
+        agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
     sid, asked = await ask_for_shell(live, agent, model_server, monkeypatch, "echo hi > denied.txt")
     await live.deny(asked.id, why="not on a Friday")
     done = await until(lambda: finished(live, sid, 1))
@@ -101,11 +104,9 @@ async def test_two_faces_answering_at_once_one_wins_and_the_other_is_told(
     assert (claude_sandbox.workdir / "raced.txt").exists() is (won == "allow")
 
 
-@pytest.mark.parametrize("cli", list(ASKING))
 async def test_interrupt_while_it_waits_ends_the_run_and_withdraws_the_request(
-        cli: str, request: pytest.FixtureRequest, model_server: ModelServer, engine: Any, live: Workspace,
+        agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    agent: AgentSandbox = request.getfixturevalue(f"{cli}_sandbox")
     sid, asked = await ask_for_shell(live, agent, model_server, monkeypatch, "echo hi > never.txt")
     await live.interrupt(sid)
     done = await until(lambda: finished(live, sid, 1))
