@@ -4,7 +4,7 @@ the monitor.
 The CLI is a face: each command maps its arguments to one call of ``procession.calls`` and
 prints what the present layer makes of the outcome. A refused call prints one line,
 ``procession: error: ...``, and exits 1 (3 for unresolved merge conflicts); a usage mistake
-exits 2. Its commands live in modules named like the call table's (``lifecycle``,
+exits 2; a ``wait`` that timed out exits 124. Its commands live in modules named like the call table's (``lifecycle``,
 ``context``, ``lineage``, ``files``, ``bindings``, ``reads``), each with its options beside
 its handler.
 """

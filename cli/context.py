@@ -9,8 +9,9 @@ from procession.calls import Workspace
 from procession.calls.context import DEFAULT_KEEP_LAST
 from procession.model.calls import Call
 from procession.model.errors import InvalidArgument
-from procession.present import lines, parse
+from procession.present import lines, parse, results
 
+from . import cursor
 from .registry import SID, arg, command, sid_type
 from .terminal import UsageError, done, emit, progress_bar, read_text
 
@@ -36,12 +37,14 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
                                              progress=update)
             finally:
                 stop()
-        return done(args, outcome)
+        cursor.caused(ws.path, outcome.row)
+        return done(args, outcome, results.waitable(outcome))
     if args.text is None:
         raise UsageError("send needs TEXT (or - to read standard input) or --jsonl FILE")
     text = read_text("-") if args.text == "-" else args.text
-    return done(args, await ws.send(args.sid, parse.text_message(text), role=args.role, sender=args.sender,
-                                    pin=args.pin))
+    sent = await ws.send(args.sid, parse.text_message(text), role=args.role, sender=args.sender, pin=args.pin)
+    cursor.caused(ws.path, sent.row)
+    return done(args, sent, results.waitable(sent))
 
 
 @command(Call.MEMORY, args=[SID], ops={

@@ -17,9 +17,10 @@ from procession.model.calls import Call
 from procession.model.errors import ProcessionError
 from procession.model.outcomes import Moved
 from procession.model.states import Restart, State
-from procession.present import parse
+from procession.present import parse, results
 from procession.present.words import printable
 
+from . import cursor
 from .terminal import UsageError, done, each, emit, read_text
 from .registry import SID, SIDS, Arg, arg, command, sid_type
 
@@ -152,7 +153,8 @@ async def activate(ws: Workspace, args: argparse.Namespace) -> int:
     from procession.engine.ledger import Ledger
 
     if not args.now or await Ledger(ws.store).holder() is not None:
-        await each(args, ws.each(Call.ACTIVATE, args.sids))
+        made = await each(args, ws.each(Call.ACTIVATE, args.sids), text=results.waitable)
+        cursor.caused(ws.path, min(o.row for o in made))
         return 0
     infos = [await ws.info(sid) for sid in args.sids]
     before = {info.id: info.length for info in infos}  # to show what the runs added

@@ -9,7 +9,7 @@ import shutil
 import sys
 import time
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from procession.calls import Workspace
 from procession.calls.outside import Looker, marked
@@ -20,6 +20,7 @@ from procession.model.states import State
 from procession.present import lines, parse, words
 from procession.present.cells import COLUMNS
 
+from . import cursor
 from .registry import PROG, SID, arg, command, count_type, sid_type
 from .terminal import emit, emit_stream, json_text
 
@@ -203,15 +204,23 @@ async def history(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
+#: How ``wait`` exits when the time ran out with nothing woken (as ``timeout(1)`` exits).
+TIMED_OUT: Final = 124
+
+
 @command("wait", "wait until a run of a session ends or a message arrives in its inbox", args=[
-    SID, arg("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait at most"),
+    SID, arg("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait at most (then exit 124)"),
+    arg("--since", type=int, metavar="ROW", help="what happened after journal row ROW counts (activate and send"
+        " print theirs; default: where this shell's last activate, send or wait left it, else now)"),
 ])
 async def wait(ws: Workspace, args: argparse.Namespace) -> int:
-    """Ends on what woke it (``timeout`` too: exit 0); prints the messages the session gained."""
-    got = await ws.wait(args.sid, args.timeout)
+    """Ends on what woke it, and prints the messages the session gained; a timeout exits
+    ``TIMED_OUT`` (as ``timeout(1)`` does), anything else 0."""
+    got = await ws.wait(args.sid, args.timeout, since=args.since if args.since is not None else cursor.point(ws.path))
+    cursor.seen(ws.path, got.row)
     emit(args, got.to_json(), lambda: "\n".join([lines.waited(got), *(lines.history_line(m, short=True)
                                                                          for m in got.messages)]))
-    return 0
+    return TIMED_OUT if got.woke == "timeout" else 0
 
 
 @command("log", "the journal of system calls", args=[

@@ -146,9 +146,10 @@ def progress_bar(args: argparse.Namespace, label: str) -> tuple[Progress | None,
 
 
 async def each(args: argparse.Namespace, making: Awaitable[Sequence[Outcome]], *,
-               report_json: bool = True) -> list[Outcome]:
+               report_json: bool = True, text: Callable[[Outcome], str] = results.describe) -> list[Outcome]:
     """A call on every SID given (``making``: ``Workspace.each``'s, ``sync_all``'s), all or
-    none: a refusal for one prints a line for each refused, and changes nothing (exit 1)."""
+    none: a refusal for one prints a line for each refused, and changes nothing (exit 1);
+    ``text``: each one's line."""
     try:
         made = list(await making)
     except NoneDone as exc:
@@ -158,6 +159,6 @@ async def each(args: argparse.Namespace, making: Awaitable[Sequence[Outcome]], *
     if args.json and report_json:
         emit(args, [o.to_json() for o in made], "")
     elif not args.json:
-        print("\n".join(results.describe(o) for o in made))
+        print("\n".join(text(o) for o in made))
     notes(args, made)
     return made

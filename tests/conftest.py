@@ -57,18 +57,22 @@ async def ws(db: Path) -> AsyncIterator[Workspace]:
 
 
 class Cli:
-    """Runs ``procession`` as a user would: a real process, on the test's workspace."""
+    """Runs ``procession`` as a user would: a real process, on the test's workspace, from one
+    shell (``shell``: another one, a process session of its own), whose place in the journal
+    (``cli.cursor``) is kept in the test's own runtime folder."""
 
     def __init__(self, db: Path, cwd: Path) -> None:
         self.db, self.cwd = db, cwd
+        (cwd / "runtime").mkdir(mode=0o700, exist_ok=True)
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PROCESSION_DB": str(self.db)}
+        return {**os.environ, "PROCESSION_DB": str(self.db), "XDG_RUNTIME_DIR": str(self.cwd / "runtime")}
 
-    def __call__(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *args: str, input: str | None = None, check: bool = True,
+                 shell: bool = False) -> subprocess.CompletedProcess[str]:
         env = self.env()
         proc = subprocess.run([sys.executable, "-m", "procession", *args], capture_output=True, text=True,
-                              input=input, env=env, cwd=self.cwd, timeout=HANG_S)
+                              input=input, env=env, cwd=self.cwd, timeout=HANG_S, start_new_session=shell)
         if check and proc.returncode != 0:
             raise AssertionError(f"procession {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc

@@ -260,7 +260,7 @@ async def trigger_remove(s: Served, a: dict[str, Any]) -> Json:
 
 async def wait(s: Served, a: dict[str, Any]) -> Json:
     await s.scope.check(s.ws, a["sid"])
-    return (await s.ws.wait(a["sid"], a["timeout"])).to_json()
+    return (await s.ws.wait(a["sid"], a["timeout"], since=a["since"])).to_json()
 
 
 async def pending(s: Served, a: dict[str, Any]) -> Json:

@@ -107,19 +107,21 @@ class AgentCalls(Calls):
                     f" WHERE session_id IN ({marks}) AND kind IN ('folder', 'file', 'sqlite')", [*chunk, *chunk]))
         return sorted(found)
 
-    async def wait(self, sid: int, timeout: float) -> Waited:
-        """Wait until a run of ``sid`` ends (the one running now, or the next), a message
-        arrives in its inbox (a ``send``), it waits for a person's answer (``pending``), or it
-        is terminated; at most ``timeout`` seconds.
-        Returns at once for a terminated session. Holds no lock while it waits."""
+    async def wait(self, sid: int, timeout: float, *, since: int | None = None) -> Waited:
+        """Wait until, after journal row ``since`` (default: now), a run of ``sid`` ends, a
+        message arrives in its inbox (a ``send``), it waits for a person's answer (``pending``),
+        or it is terminated; at most ``timeout`` seconds. What happened already returns at once:
+        a run that ended between the call that started it (its outcome's ``at``) and the wait is
+        not missed. Holds no lock while it waits."""
         if not 0 <= timeout <= WAIT_MAX:
             raise InvalidArgument(f"a wait's timeout must be 0 to {WAIT_MAX:.0f} seconds")
         async with self.store.snapshot() as tx:
-            row = await rows.session(tx, sid)
-            mark = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
-            ended = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM runs WHERE session_id = ?"
-                                       " AND ended IS NOT NULL", (sid,)))
-            length = int(row["length"])
+            await rows.session(tx, sid)
+            tip = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
+            if since is not None and not 0 <= since <= tip:
+                raise InvalidArgument(f"the journal has no row {since} yet (its last is {tip})")
+            mark = tip if since is None else since
+            length = await _length_at(tx, sid, mark)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         version, looks = None, 0
@@ -128,22 +130,37 @@ class AgentCalls(Calls):
             if now_version != version or looks % WAIT_FORCED == 0:
                 version = now_version
                 async with self.store.snapshot() as tx:
-                    found = await _woken(tx, sid, mark, ended, length, final=loop.time() >= deadline)
+                    found = await _woken(tx, sid, mark, length, final=loop.time() >= deadline)
                 if found is not None:
                     return found
             looks += 1
             await asyncio.sleep(max(0.0, min(WAIT_POLL_S, deadline - loop.time())))
 
 
-async def _woken(tx: Tx, sid: int, mark: int, ended: int, length: int, *, final: bool) -> Waited | None:
-    """What woke a wait that began at journal row ``mark``, or None (``final``: the time is up)."""
+async def _length_at(tx: Tx, sid: int, mark: int) -> int:
+    """How many messages session ``sid``'s history held at journal row ``mark`` (those made
+    since are what a wait shows)."""
+    when = await tx.value("SELECT ts FROM journal WHERE id = ?", (mark,))
+    if when is None:
+        return 0
+    held = await tx.value("SELECT seq FROM messages WHERE session_id = ? AND created <= ? ORDER BY seq DESC LIMIT 1",
+                          (sid, when))
+    if held is not None:
+        return int(held)
+    return int((await rows.session(tx, sid))["fork_seq"])  # none of its own: a fork's are its parent's
+
+
+async def _woken(tx: Tx, sid: int, mark: int, length: int, *, final: bool) -> Waited | None:
+    """What woke a wait from journal row ``mark``, or None (``final``: the time is up)."""
     row = await rows.session(tx, sid)
-    run = await tx.one("SELECT * FROM runs WHERE session_id = ? AND ended IS NOT NULL AND id > ? ORDER BY id LIMIT 1",
-                       (sid, ended))
+    run = await tx.one("SELECT r.*, j.id AS journal_row FROM journal j JOIN runs r ON r.id = json_extract(j.args, '$.run')"
+                       " WHERE j.session_id = ? AND j.call = 'finish' AND j.id > ? ORDER BY j.id LIMIT 1", (sid, mark))
+    sent = None if run is not None else await tx.value(
+        "SELECT id FROM journal WHERE session_id = ? AND call = 'send' AND id > ? ORDER BY id LIMIT 1", (sid, mark))
+    at = run["journal_row"] if run is not None else sent
     if run is not None:
         woke = "run"
-    elif await tx.value("SELECT 1 FROM journal WHERE session_id = ? AND call = 'send' AND id > ? LIMIT 1",
-                        (sid, mark)):
+    elif sent is not None:
         woke = "message"
     elif row["state"] == State.TERMINATED:
         woke = "ended"
@@ -155,7 +172,10 @@ async def _woken(tx: Tx, sid: int, mark: int, ended: int, length: int, *, final:
         return None
     new = int(row["length"])
     messages = await history.read(tx, sid, max(length, new - WAIT_MESSAGES)) if new > length else []
-    return Waited(sid, woke, State(row["state"]), run_info(run) if run is not None else None, tuple(messages))
+    if at is None:
+        at = await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal")
+    return Waited(sid, woke, State(row["state"]), run_info(run) if run is not None else None, tuple(messages),
+                  int(at))
 
 
 def _batches(items: list[int]) -> Iterable[list[int]]:

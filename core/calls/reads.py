@@ -71,7 +71,8 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
                worktree: Worktree | None = None, spend: float | None = None) -> dict[str, Any]:
     """``_info(r, trigs, worktree).to_json()``, in a third of the time (the state is stored as
     its value)."""
-    data = dict(zip(_HEAD, r))
+    data = {"sid": r[0]}  # and "id", its old name, for one release (``SessionInfo.to_json``)
+    data.update(zip(_HEAD, r))
     data["armed"] = bool(r[18])
     data["triggers"] = [t.to_json() for t in trigs]
     data.update(zip(_TAIL, r[24:28]))

@@ -161,9 +161,11 @@ def syscall(
                     result = dataclasses.replace(result, notes=result.notes + tuple(act.notes))
                 named = arguments | {"result": getattr(result, "sid", None)}
                 second_sid = named.get(other) if other else None
-                await tx.journal(self.actor, call, named.get(session) if session else None,
-                                 journal_args(arguments), result.journal(),
-                                 self.acting if second_sid is None else second_sid)
+                row = await tx.journal(self.actor, call, named.get(session) if session else None,
+                                      journal_args(arguments), result.journal(),
+                                      self.acting if second_sid is None else second_sid)
+                if isinstance(result, Outcome):
+                    result = dataclasses.replace(result, row=row)
                 return act, result
 
             batch = BATCH.get()

@@ -15,7 +15,7 @@ are words for the person who made the call) and without long content.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 from .calls import Call
 from .records import Budget, Checkpoint, Fold, Resource, TriggerInfo
@@ -48,12 +48,18 @@ class Outcome:
 
     sid: int
     notes: tuple[Note, ...] = field(default=(), kw_only=True)
+    #: the call's own journal row: what happened after it comes later (``wait --since ROW``)
+    row: int = field(default=0, kw_only=True)
 
     def journal(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "notes"}
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _OWN}
 
     def to_json(self) -> dict[str, Any]:
-        return self.journal() | {"notes": [n.to_json() for n in self.notes]}
+        return self.journal() | {"notes": [n.to_json() for n in self.notes], "row": self.row}
+
+
+#: What an outcome says of itself, not of what the call did: not in its journal row.
+_OWN: Final = frozenset({"notes", "row"})
 
 
 @dataclass(slots=True, frozen=True)

@@ -145,7 +145,9 @@ class SessionInfo:
         return not self.armed or any(not t.armed for t in self.triggers)
 
     def to_json(self) -> dict[str, Any]:
-        data = fields_of(self)
+        """``sid`` names the session, as in every call's outcome; ``id`` is its old name, kept
+        for one release: version 0.2 drops it."""
+        data = {"sid": self.id, **fields_of(self)}
         data["state"] = self.state.value
         data["triggers"] = [t.to_json() for t in self.triggers]
         data["worktree"] = self.worktree.to_json() if self.worktree else None
@@ -298,19 +300,21 @@ class Waited:
     """What ended a wait on a session: ``woke`` is ``run`` (a run of it ended), ``message`` (a
     message arrived in its inbox), ``waiting`` (it waits for a person's answer), ``ended`` (it
     is terminated) or ``timeout``; with the run
-    that ended, if one did, and the messages its history gained during the wait."""
+    that ended, if one did, and the messages its history gained during the wait; ``at``: the
+    journal row that woke it (or the last one, when nothing in it did), to wait on from."""
 
     sid: int
     woke: str
     state: State
     run: RunInfo | None
     messages: tuple[Message, ...]
+    row: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"sid": self.sid, "woke": self.woke, "state": self.state.value,
                 "run": self.run.to_json() if self.run else None,
                 "messages": [{"seq": m.seq, "role": m.role, "content": m.content, "author": m.author}
-                             for m in self.messages]}
+                             for m in self.messages], "row": self.row}
 
 
 @dataclass(slots=True, frozen=True)

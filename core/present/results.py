@@ -52,6 +52,11 @@ from .words import plural, printable, size
 How = Callable[[Call, "int | None"], str]
 
 
+def waitable(o: Outcome) -> str:
+    """What a call that causes a run or a message says of waiting for it: ``2: ready; wait 2 --since 57``."""
+    return f"{describe(o)}; wait {o.sid} --since {o.row}"
+
+
 def describe(o: Outcome) -> str:
     """One line: what the call did."""
     match o:

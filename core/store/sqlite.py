@@ -206,9 +206,10 @@ class Tx:
 
     async def journal(
         self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
-    ) -> None:
-        """The journal row of this transaction's call."""
-        await self.execute(_JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
+    ) -> int:
+        """The journal row of this transaction's call; its id."""
+        cursor = await self.execute(_JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
+        return int(cursor.lastrowid or 0)
 
     def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
         """A journal row for something the call caused (a trigger firing), written after the call's own."""

@@ -54,7 +54,7 @@ def usage(proc: subprocess.CompletedProcess[str]) -> None:
 
 def spawn(cli: Any, name: str = "s", *extra: str) -> int:
     out = cli.json("spawn", name, "--agent", "hr", *extra)
-    assert set(out) == {"sid", "notes"}
+    assert set(out) == {"sid", "notes", "row"}
     return int(out["sid"])
 
 
@@ -74,14 +74,17 @@ def test_spawn_ps_show_history(cli: Any) -> None:
     assert sid == 1
     assert cli("spawn", "beta", "--agent", "docs").stdout.strip() == "2"
     rows = cli.json("ps")
-    assert isinstance(rows, list) and [r["id"] for r in rows] == [1, 2]
+    assert isinstance(rows, list) and [r["sid"] for r in rows] == [1, 2]
+    assert [r["id"] for r in rows] == [1, 2]  # its old name, kept for one release
+    assert cli.json("show", "1")["sid"] == 1
     for r in rows:
         assert PS_KEYS <= set(r)
     a = rows[0]
     assert (a["name"], a["agent"], a["state"], a["priority"], a["parent"], a["context_window"], a["messages"],
             a["triggers"]) == ("alpha", "hr", "sleeping", 5, None, 64000, 0, [])
     assert a["context_tokens"] > 0  # the system prompt counts
-    assert cli.json("send", "1", "hello world") == {"sid": 1, "seq": 1, "count": 1, "notes": []}
+    sent = cli.json("send", "1", "hello world")
+    assert sent == {"sid": 1, "seq": 1, "count": 1, "notes": [], "row": sent["row"]} and sent["row"] > 0
     assert cli.json("send", "1", "a reply", "--role", "assistant", "--pin")["seq"] == 2
     assert json.loads(cli("send", "1", "-", "--json", input="from stdin\n").stdout)["seq"] == 3
     assert cli.json("send", "1", "from beta", "--from", "2")["seq"] == 4
@@ -110,9 +113,9 @@ def test_ps_filters_and_all(cli: Any) -> None:
     spawn(cli, "a")
     cli("spawn", "b", "--agent", "docs")
     cli("cancel", "1")
-    assert [r["id"] for r in cli.json("ps")] == [2]
-    assert [r["id"] for r in cli.json("ps", "-a")] == [1, 2]
-    assert [r["id"] for r in cli.json("ps", "--agent", "docs")] == [2]
+    assert [r["sid"] for r in cli.json("ps")] == [2]
+    assert [r["sid"] for r in cli.json("ps", "-a")] == [1, 2]
+    assert [r["sid"] for r in cli.json("ps", "--agent", "docs")] == [2]
     assert [r["state"] for r in cli.json("ps", "--state", "terminated")] == ["terminated"]
     refused(cli("ps", "--state", "zombie", check=False))
 
@@ -237,11 +240,12 @@ async def test_fork_merge_and_conflicts(cli: Any, db: Path, tmp_path: Path, ws: 
     fill(cli, 1, 6, tmp_path)
     cli("memory", "1", "set", "k", '"base"')
     child = cli.json("fork", "1", "--name", "kid")
-    assert child == {"sid": 2, "parent": 1, "at": 6, "worktree": None, "branch": None, "notes": []}
+    assert child == {"sid": 2, "parent": 1, "at": 6, "worktree": None, "branch": None, "notes": [],
+                     "row": child["row"]}
     early = cli.json("fork", "1", "--at", "2")
     assert early["sid"] == 3 and early["at"] == 2
     assert len(cli.json("history", "3")) == 2
-    ps = {r["id"]: r for r in cli.json("ps")}
+    ps = {r["sid"]: r for r in cli.json("ps")}
     assert ps[2]["parent"] == 1 and ps[2]["name"] == "kid" and ps[3]["parent"] == 1
     cli("send", "2", "child work")
     cli("memory", "2", "set", "k", '"child"')
@@ -603,8 +607,10 @@ def test_show_last_history_pages_and_wait(cli: Any) -> None:
     assert [c["content"] for c in cli.json("show", str(sid), "--last", "2")["context"]] == ["m6", "m7"]
     assert [m["seq"] for m in cli.json("history", str(sid), "--after", "3", "--limit", "2")] == [4, 5]
     assert [m["seq"] for m in cli.json("history", str(sid), "--after", "6")] == [7]
-    assert cli.json("wait", str(sid), "--timeout", "0.05") == {"sid": sid, "woke": "timeout", "state": "sleeping",
-                                                              "run": None, "messages": []}
+    timed_out = cli("wait", str(sid), "--timeout", "0.05", "--json", check=False)
+    assert timed_out.returncode == 124
+    assert json.loads(timed_out.stdout) | {"row": 0} == {"sid": sid, "woke": "timeout", "state": "sleeping", "run": None,
+                                                         "messages": [], "row": 0}
     cli("cancel", str(sid))
     assert cli("wait", str(sid)).stdout == f"{sid}: it is terminated\n"
     refused(cli("wait", str(sid), "--timeout", "-1", check=False))

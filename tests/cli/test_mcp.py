@@ -98,12 +98,12 @@ async def test_tools_and_their_schemas_are_the_cli_s(db: Path, tmp_path: Path) -
 async def test_every_tool_as_a_session_each_call_journaled(db: Path, tmp_path: Path) -> None:
     await setup(db, tmp_path)
     async with served(db, "--session", "1") as c:
-        assert [s["id"] for s in await ok(c, "ps")] == [1]  # session 2 is another agent's
+        assert [s["sid"] for s in await ok(c, "ps")] == [1]  # session 2 is another agent's
         helper = (await ok(c, "spawn", name="helper", agent="research"))["sid"]
         assert helper == 3
         for n in range(12):
             await ok(c, "send", sid=helper, text=f"message {n}")
-        assert [s["id"] for s in await ok(c, "ps")] == [1, 3]
+        assert [s["sid"] for s in await ok(c, "ps")] == [1, 3]
         shown = await ok(c, "show", sid=helper, last=2)
         assert [m["content"] for m in shown["context"]] == ["message 10", "message 11"]
         assert shown["agent"] == "research" and shown["cwd"] == str(tmp_path)
@@ -222,7 +222,7 @@ async def test_allow_readonly_and_an_agent_s_scope(db: Path, tmp_path: Path) -> 
     async with served(db, "--agent", "lead") as c:
         assert (await refused(c, "spawn", name="x", agent="other")).startswith("agent lead spawns only its own")
         mine = (await ok(c, "spawn", name="mine"))["sid"]
-        assert [s["id"] for s in await ok(c, "ps")] == [1, mine]
+        assert [s["sid"] for s in await ok(c, "ps")] == [1, mine]
         assert (await refused(c, "show", sid=2)).startswith("session 2 is out of reach: agent lead acts on")
 
 
@@ -239,8 +239,8 @@ async def test_two_clients_at_once(db: Path, tmp_path: Path) -> None:
 
         mine, theirs = await asyncio.gather(work(one, 2, 8), work(two, 1, 8))
         assert sorted(mine + theirs) == list(range(3, 19))
-        assert [s["id"] for s in await ok(one, "ps")] == [1, *mine]
-        assert [s["id"] for s in await ok(two, "ps")] == [2, *theirs]
+        assert [s["sid"] for s in await ok(one, "ps")] == [1, *mine]
+        assert [s["sid"] for s in await ok(two, "ps")] == [2, *theirs]
         assert (await refused(one, "show", sid=theirs[0])).startswith(f"session {theirs[0]} is out of reach")
     async with await Workspace.open(db) as ws:
         assert (await ws.info(1)).messages == (await ws.info(2)).messages == 8
@@ -261,7 +261,7 @@ async def test_streamable_http_on_loopback_only(db: Path, tmp_path: Path) -> Non
                 break
             await asyncio.sleep(0.05)
         async with Client(f"http://127.0.0.1:{port}/mcp") as c:
-            assert [s["id"] for s in await ok(c, "ps")] == [1]
+            assert [s["sid"] for s in await ok(c, "ps")] == [1]
     finally:
         proc.terminate()
         await proc.wait()

@@ -69,7 +69,7 @@ async def test_ps_limit_sort_and_streamed_json(ws: Workspace, cli: Cli) -> None:
     assert listed == [s.to_json() for s in await ws.ps()]
     top = cli.json("ps", "--sort", "priority", "-r", "--limit", "4")
     expected = sorted(await ws.ps(), key=lambda s: (-s.priority, -s.id))[:4]
-    assert [s["id"] for s in top] == [s.id for s in expected]  # type: ignore[index,union-attr]
+    assert [s["sid"] for s in top] == [s.id for s in expected]  # type: ignore[index,union-attr]
     assert [s.id for s in await ws.ps(sort="name", limit=3)] == \
         [s.id for s in sorted(await ws.ps(), key=lambda s: (s.name, s.id))[:3]]
     assert "3 sessions" in cli("ps", "-n", "3").stdout

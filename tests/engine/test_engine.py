@@ -269,7 +269,7 @@ async def test_ps_shows_pid_cpu_and_rss_of_a_running_step(live, engine, cli):
     pid = await until(lambda: running_pid(live, sid))
     info = await until(lambda: _sampled(live, sid))
     assert info.pid == pid and info.rss > 0 and info.cpu > 10 and info.run_started
-    row = next(r for r in cli.json("ps") if r["id"] == sid)
+    row = next(r for r in cli.json("ps") if r["sid"] == sid)
     assert row["pid"] == pid and row["rss"] > 0 and row["cpu"] is not None and row["run_started"]
     await live.cancel(sid)
 
@@ -384,7 +384,7 @@ def test_activate_now_runs_the_asked_session_even_behind_another_in_the_queue(cl
     out = subprocess.run([sys.executable, "-m", "procession", "activate", "--now", second], capture_output=True,
                          text=True, timeout=HANG_S, env={**os.environ, "PROCESSION_DB": str(cli.db)}, cwd=cli.cwd)
     assert out.returncode == 0 and "run 1 ok" in out.stdout
-    assert [s["state"] for s in cli.json("ps") if s["id"] == int(first)] == ["ready"]  # left for an engine
+    assert [s["state"] for s in cli.json("ps") if s["sid"] == int(first)] == ["ready"]  # left for an engine
     assert "run 2 ok" in cli("activate", "--now", first).stdout  # already queued: --now runs it
 
 

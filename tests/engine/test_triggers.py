@@ -221,7 +221,7 @@ async def test_ps_json_shows_triggers_and_last_firing(live, engine, cli):
     await live.trigger_add(sid, "cron", ["0 9 1 * *"])
     await live.send(sid, "hello")
     await until(lambda: n_runs(live, sid, 1))
-    row = next(r for r in cli.json("ps") if r["id"] == sid)
+    row = next(r for r in cli.json("ps") if r["sid"] == sid)
     kinds = {t["kind"]: t for t in row["triggers"]}
     assert kinds["inbox"]["fired"] == 1 and kinds["inbox"]["last_fired"]
     assert kinds["cron"]["fired"] == 0 and kinds["cron"]["spec"] == {"expr": "0 9 1 * *"}

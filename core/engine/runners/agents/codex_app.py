@@ -10,7 +10,8 @@ then sends notifications (``item/started`` / ``item/completed`` with camelCase i
 ``turn/completed``) and *requests*: ``item/commandExecution/requestApproval`` and
 ``item/fileChange/requestApproval``, answered ``{"decision": "accept" | "decline"}`` once a person
 answered (``Turn.decide``). A decline reaches the model as ``rejected by user`` and no more, so
-the reason follows it as a ``turn/steer`` message in the same turn. When the turn completes the
+the reason goes before it as a ``turn/steer`` message of the same turn (sent first, it reaches
+the model in the same request as the refusal; sent after, it could come a request late). When the turn completes the
 reader hangs up: the server exits on its closed stdin. ``exec`` stays the runner of every other
 session: the app server is marked experimental in this version.
 """
@@ -124,13 +125,13 @@ class CodexAppReader(CodexReader):
     async def _decide(self, request_id: Any, item: str, tool: str, input: dict[str, Any]) -> None:
         assert self.talk is not None and self.turn.decide is not None
         ok, why = await self.turn.decide(tool, input)
-        self.talk.write({"id": request_id, "result": {"decision": "accept" if ok else "decline"}})
-        if not ok:
+        if not ok:  # the reason first: it then goes to the model with the refusal, in the same request
             self.refused[item] = why
             self.last_id += 1
             self.talk.write({"id": self.last_id, "method": "turn/steer", "params": {
                 "threadId": self.thread, "expectedTurnId": self.turn_id,
                 "input": [{"type": "text", "text": f"Procession: your {tool} call was refused: {why}"}]}})
+        self.talk.write({"id": request_id, "result": {"decision": "accept" if ok else "decline"}})
 
     def _item(self, item: dict[str, Any], done: bool) -> None:
         kind, item_id = item.get("type"), str(item.get("id"))
