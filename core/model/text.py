@@ -18,5 +18,8 @@ def printable(text: str, *, lines: bool = True) -> str:
     """Session content made safe for a terminal: control characters (escape sequences, C1
     controls included) are shown as ``\\xNN`` instead of reaching the terminal; newlines and
     tabs stay, unless ``lines`` is False (a refusal, a notification title: one line whatever
-    user text it quotes). Applying it twice changes nothing more."""
+    user text it quotes). Applying it twice changes nothing more. Text with no control
+    character at all, the usual case, is returned after one check in C."""
+    if text.isprintable():
+        return text
     return (_UNSAFE if lines else _UNSAFE_IN_A_LINE).sub(lambda m: f"\\x{ord(m.group()):02x}", text)

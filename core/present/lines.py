@@ -293,12 +293,13 @@ def more_context(shown: int, total: int, tail: str, whole: str) -> str:
 
 
 def history_line(m: Message, *, short: bool = False) -> str:
-    """One message of ``history``: whole (continuation lines indented), or on one line."""
-    head = f"[{m.seq:>5}]{'*' if m.pinned else ' '}{m.role:<9} {printable(m.author):<12} "
+    """One message of ``history``: whole (continuation lines indented), or on one line. As
+    written: the text it goes into is made printable once, whole, where it is printed
+    (``cli.terminal``), not a field at a time (a million messages are two million fields)."""
+    head = f"[{m.seq:>5}]{'*' if m.pinned else ' '}{m.role:<9} {m.author:<12} "
     if short:
         return head + gist(m.role, m.content, m.meta, 100)
-    body = printable(m.content).replace("\n", "\n" + " " * len(head))
-    return head + body
+    return head + (m.content.replace("\n", "\n" + " " * len(head)) if "\n" in m.content else m.content)
 
 
 # ---------------------------------------------------------------- merges
