@@ -30,7 +30,7 @@ from procession.present.words import printable
 from procession.model.records import SessionInfo
 
 from procession.present.cells import Column
-from .view import Heading
+from .view import Heading, Prefixes
 
 CACHE_ROWS = 512
 MIN_FLEX = 12
@@ -178,7 +178,7 @@ class SessionTable(ScrollView, can_focus=True):
         self.keys: list[int | str] = []
         self.sessions: Mapping[int, SessionInfo] = {}
         self.headings: Mapping[str, Heading] = {}
-        self.prefixes: Mapping[int, str] = {}
+        self.prefixes: Prefixes = Prefixes()
         self.cursor = 0
         self.cursor_key: int | str | None = None
         self.tags: set[int] = set()
@@ -204,14 +204,14 @@ class SessionTable(ScrollView, can_focus=True):
         self.refresh()
 
     def show(self, keys: list[int | str], now: float, *, sessions: Mapping[int, SessionInfo] | None = None,
-             headings: Mapping[str, Heading] | None = None, prefixes: Mapping[int, str] | None = None) -> None:
+             headings: Mapping[str, Heading] | None = None, prefixes: Prefixes | None = None) -> None:
         """Show these rows, in this order (the list is kept, not copied, and may have been
         changed in place); the cursor stays on the session it was on."""
         self.keys = keys
         if sessions is not None:
             self.sessions = sessions
         self.headings = headings or {}
-        self.prefixes = prefixes or {}
+        self.prefixes = prefixes if prefixes is not None else Prefixes()
         self.now = now
         index = self.index_of(self.cursor_key) if self.cursor_key is not None else None
         if index is None:

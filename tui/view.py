@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from procession.model.records import SessionInfo
 from procession.model.states import State
@@ -23,6 +23,38 @@ from procession.model.states import State
 from procession.present.cells import BY_KEY
 
 _LETTERS = {s.letter: s for s in State}
+#: The levels of the tree a row's prefix draws; those above are one ``…`` (no name column is
+#: wider, and a fork chain thousands deep would draw thousands).
+LEVELS: Final = 16
+
+
+@dataclass(slots=True, frozen=True)
+class Branch:
+    """Where a row hangs in the tree: below the row of ``up`` (None: an agent's top row), the
+    last of its siblings or not. A prefix is drawn from it when its row is (``text``), so a
+    chain ``depth`` deep holds ``depth`` of these, not ``depth`` strings as long as itself."""
+
+    up: Branch | None
+    last: bool
+
+    def text(self) -> str:
+        """``│  └─ ``: the ancestors' continuation lines (the last ``LEVELS``), then its branch."""
+        pieces = ["└─ " if self.last else "├─ "]
+        node = self.up
+        while node is not None and len(pieces) < LEVELS:
+            pieces.append("   " if node.last else "│  ")
+            node = node.up
+        if node is not None:
+            pieces.append("… ")
+        return "".join(reversed(pieces))
+
+
+class Prefixes(dict[int, Branch]):
+    """The rows' branches, by SID; ``get`` gives a row's prefix as drawn."""
+
+    def get(self, sid: int, default: str = "") -> str:  # type: ignore[override]
+        branch = dict.get(self, sid)
+        return default if branch is None else branch.text()
 
 
 @dataclass(slots=True)
@@ -68,7 +100,7 @@ class View:
     spec: ViewSpec = field(default_factory=ViewSpec)
     keys: list[int | str] = field(default_factory=list)
     headings: dict[str, Heading] = field(default_factory=dict)
-    prefixes: dict[int, str] = field(default_factory=dict)
+    prefixes: Prefixes = field(default_factory=Prefixes)
     #: the sort key of every shown session; the shown sessions and their keys, ascending
     shown: dict[int, Any] = field(default_factory=dict)
     ascending: list[int] = field(default_factory=list)
@@ -91,7 +123,7 @@ class View:
         if self.spec.tree:
             self._tree(sessions, [sessions[sid] for sid in self.ascending])
             return
-        self.headings, self.prefixes = {}, {}
+        self.headings, self.prefixes = {}, Prefixes()
         self.keys = cast(list[int | str], self.ascending[::-1] if self.spec.reverse else self.ascending)
 
     def update(self, sessions: Mapping[int, SessionInfo], changed: Iterable[int],
@@ -173,7 +205,7 @@ class View:
         if self.spec.reverse:
             for kids in (*children.values(), *roots.values()):
                 kids.reverse()
-        self.keys, self.prefixes, self.headings = [], {}, {}
+        self.keys, self.prefixes, self.headings = [], Prefixes(), {}
         for agent in sorted(by_agent):
             members = by_agent[agent]
             key = f"agent:{agent}"
@@ -182,20 +214,19 @@ class View:
             self.keys.append(key)
             tops = roots.get(agent, [])
             for i, root in enumerate(tops):
-                self._walk(root, children, "", i == len(tops) - 1)
+                self._walk(root, children, i == len(tops) - 1)
 
-    def _walk(self, root: SessionInfo, children: dict[int | None, list[SessionInfo]], indent: str,
-              last: bool) -> None:
+    def _walk(self, root: SessionInfo, children: dict[int | None, list[SessionInfo]], last: bool) -> None:
         """Rows of ``root``'s subtree, depth first, with an explicit stack: a fork chain
-        thousands of levels deep is as good a tree as a shallow one."""
-        stack = [(root, indent, last)]
+        thousands of levels deep is as good a tree as a shallow one, in time and memory
+        linear in its rows."""
+        stack: list[tuple[SessionInfo, Branch | None, bool]] = [(root, None, last)]
         while stack:
-            session, indent, last = stack.pop()
+            session, up, last = stack.pop()
             self.keys.append(session.id)
-            self.prefixes[session.id] = indent + ("└─ " if last else "├─ ")
+            branch = self.prefixes[session.id] = Branch(up, last)
             kids = children.get(session.id, [])
-            below = indent + ("   " if last else "│  ")
-            stack.extend((kid, below, i == len(kids) - 1) for i, kid in reversed(list(enumerate(kids))))
+            stack.extend((kid, branch, i == len(kids) - 1) for i, kid in reversed(list(enumerate(kids))))
 
 
 def _tree_moved(before: SessionInfo | None, after: SessionInfo) -> bool:

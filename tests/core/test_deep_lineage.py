@@ -15,7 +15,7 @@ from conftest import Cli, Clock
 from procession import Workspace
 from procession.model.records import SessionInfo
 from procession.model.states import State
-from procession.tui.view import View, ViewSpec
+from procession.tui.view import LEVELS, View, ViewSpec
 
 DEPTH = 600
 
@@ -107,4 +107,5 @@ def test_the_tree_view_draws_a_1200_level_fork_chain() -> None:
     view = View(ViewSpec(sort="sid", tree=True))
     view.rebuild(sessions)
     assert view.keys == ["agent:a", *range(1, depth + 1)]
-    assert view.prefixes[depth] == "   " * (depth - 1) + "└─ "
+    assert view.prefixes.get(depth) == "… " + "   " * (LEVELS - 1) + "└─ "  # the last levels, and above them …
+    assert view.prefixes.get(LEVELS) == "   " * (LEVELS - 1) + "└─ "  # no deeper than it draws: all of it

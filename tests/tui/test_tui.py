@@ -261,7 +261,7 @@ async def test_a_session_an_agent_spawned_for_itself_appears_under_it_live(make,
         await eventually(lambda: helper in app.table.keys and other in app.table.keys)
         shown = keys_shown(app)
         assert shown.index(helper) == shown.index(LENIENT) + 1
-        assert app.table.prefixes[helper] == "      └─ "  # a child of lenient, itself a fork of review
+        assert app.table.prefixes.get(helper) == "      └─ "  # a child of lenient, itself a fork of review
         assert shown.index(other) < shown.index("agent:hr")  # under its own agent, docs
 
 
