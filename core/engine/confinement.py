@@ -217,11 +217,17 @@ def _programs(path: str, home: str) -> list[str]:
 @cache
 def _python() -> list[str]:
     """The Python running Procession, and Procession itself: a ``builtin:`` step is a module
-    of it, and a tool may be a Python script."""
+    of it, and a tool may be a Python script. A development install's package is a tree of
+    links (``src/procession``): the tree, and each folder a link of it names."""
     import procession
 
     found = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    found.add(str(Path(procession.__file__).resolve().parent))
+    package = Path(procession.__file__).parent
+    found.add(str(package.resolve()))
+    links = [entry for entry in package.iterdir() if entry.is_symlink()]
+    if links:  # a development install: the folder on the path that holds the tree, and what it links
+        found.add(str(package.parent))
+        found |= {str(link.resolve() if link.is_dir() else link.resolve().parent) for link in links}
     return sorted(found)
 
 

@@ -24,7 +24,7 @@ async def test_the_embedding_example_runs_a_session_to_its_end(tmp_path: Path) -
                           timeout=90)
     assert proc.returncode == 0, proc.stderr
     said = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if not line.startswith("refused: "))
-    assert json.loads(said["spawned"]) == {"sid": 1, "notes": []}
+    assert json.loads(said["spawned"]) == {"sid": 1, "notes": [], "row": 1}
     assert json.loads(said["activated"])["state"] == "ready"
     waited = json.loads(said["waited"])
     assert (waited["woke"], waited["state"], waited["run"]["outcome"]) == ("run", "sleeping", "ok")
