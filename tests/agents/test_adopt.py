@@ -236,8 +236,8 @@ async def _ran_again_if_locked(ws: Workspace, sid: int, n: int = 1) -> None:
     nothing was done.)"""
     await until(lambda: _ran_n(ws, sid, n))
     for _ in range(3):
-        runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]  # the newest first
-        if runs[0].outcome != "failed" or "database is locked" not in (runs[0].error or ""):
+        runs = [r for r in await ws.runs(sid) if r.outcome != "outside"]  # the oldest first
+        if runs[-1].outcome != "failed" or "database is locked" not in (runs[-1].error or ""):
             return
         await ws.activate(sid)
         await until(lambda: _ran_n(ws, sid, len(runs) + 1))
