@@ -102,9 +102,11 @@ async def _print_detail(args: argparse.Namespace, batches: AsyncGenerator[Sessio
         data["context"] = _HOLE
         head, tail = json_text(data).split(json_text(_HOLE), 1)
         out.write(head + "[" + _context_json(d))
+        started = bool(d.context)
         async for later in batches:
             if later.context:
-                out.write(", " + _context_json(later))
+                out.write(("," if started else "") + _context_json(later))
+                started = True
         out.write("]" + tail + "\n")
         return
     out.write(words.printable("\n".join(_show_head(d) + ["", "context:"])) + "\n")

@@ -84,7 +84,7 @@ async def _write_stream(args: argparse.Namespace, batches: AsyncGenerator[Sequen
         started = False
         while first is not None:
             if first:
-                out.write((", " if started else "") + json_text([to_json(x) for x in first])[1:-1])
+                out.write(("," if started else "") + json_text([to_json(x) for x in first])[1:-1])
                 started = True
             first = await anext(batches, None)
         out.write("]\n")

@@ -9,6 +9,7 @@ import json
 from conftest import Cli
 from procession import Workspace
 from procession.calls import history
+from procession.cli.terminal import json_text
 from procession.present import lines
 
 
@@ -24,9 +25,8 @@ async def test_history_tail_range_and_streamed_json(ws: Workspace, cli: Cli) -> 
     await ws.send_many(sid, _messages(2_500))  # above one streamed batch
     whole = await ws.history(sid)
     assert cli("history", str(sid), "--json").stdout == \
-        json.dumps([{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
-                     "pinned": m.pinned, "created": m.created, "meta": m.meta} for m in whole],
-                   ensure_ascii=False) + "\n"
+        json_text([{"seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens, "author": m.author,
+                    "pinned": m.pinned, "created": m.created, "meta": m.meta} for m in whole]) + "\n"  # as emit prints it
     tail = cli.json("history", str(sid), "--tail", "3")
     assert [m["seq"] for m in tail] == [2_498, 2_499, 2_500]  # type: ignore[index,union-attr]
     ranged = cli.json("history", str(sid), "--range", "10:12")

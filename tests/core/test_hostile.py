@@ -48,6 +48,7 @@ def payload_of(ws_export: dict) -> dict:
     s.setdefault("passed", [])
     s.setdefault("confine", "bound")  # how the kernel holds its runs: a file from before bounds had none
     s.setdefault("net", "any")
+    s.setdefault("permissions", "bound")  # and before permissions
     if not (isinstance(s.get("cwd"), str) and os.path.isdir(s["cwd"])):  # a folder not stated, or not here:
         s["cwd"] = os.getcwd()  # the load works where it was made
     ref = s.setdefault("agent_ref", None)

@@ -292,7 +292,7 @@ async def test_an_mcp_server_over_http_and_one_that_does_not_start(live, engine,
         proc.terminate()
         await proc.wait()
     assert run.outcome == "ok", run.error
-    assert f'"id": {sid}' in tools[0].meta["tool"]["output"]
+    assert sid in [s["sid"] for s in json.loads(tools[0].meta["tool"]["output"])]
     await live.unbind(sid, f"http://127.0.0.1:{port}/mcp")
     await live.bind(sid, "mcp", "stdio:/nonexistent/server")
     await live.activate(sid)
