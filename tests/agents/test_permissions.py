@@ -142,3 +142,21 @@ async def test_under_ask_a_session_resumes_its_agents_session_and_a_fork_gets_it
     runs = [*await live.runs(sid), *await live.runs(child)]
     assert [r.tokens_in + r.tokens_out for r in runs] == [110, 110, 110]  # each its own, not the thread's total
     assert [m.content for m in await live.history(sid) if m.role == "assistant"] == ["One.", "Two."]
+
+
+async def test_a_hostile_opencode_session_id_never_reaches_a_url(tmp_path: Path) -> None:
+    """A snapshot's agent reference names the session a run resumes: one with ``..`` or ``/``
+    is refused before any request is made to the server."""
+    from procession.engine.runners.agents.base import Turn
+    from procession.engine.runners.agents.opencode_serve import OpencodeServeReader
+
+    class NoRequests:
+        async def post(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"a request was made: {args}")
+
+        get = post
+
+    for hostile in ("../permission/x", "ses_1/../../config", "a b"):
+        turn = Turn(1, "hi", 1, "", "", str(tmp_path), {"cli": "opencode", "id": hostile, "cwd": str(tmp_path)})
+        with pytest.raises(ValueError, match="is not an opencode id"):
+            await OpencodeServeReader(turn)._start(NoRequests())  # type: ignore[arg-type]

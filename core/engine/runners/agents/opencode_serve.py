@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     import httpx
 
 LISTENING: Final = re.compile(rb"listening on (http://127\.0\.0\.1:\d+)")
+#: What an id put in a URL path may be (a session's from a snapshot, a request's from the stream):
+#: never ``..`` or a ``/`` that would name another endpoint.
+ID: Final = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: The user name its server takes with the run's password.
 USER: Final = "opencode"
 
@@ -81,6 +84,8 @@ class OpencodeServeReader(OpencodeReader):
     async def _start(self, client: httpx.AsyncClient) -> None:
         """Open the session (new, a fork's copy, or the one resumed) and send it the prompt."""
         ref = self.turn.ref or {}
+        if ref and not ID.fullmatch(str(ref.get("id"))):
+            raise ValueError(f"the agent's session id {str(ref.get('id'))[:80]!r} is not an opencode id")
         if not ref:
             session = (await _ok(client.post("/session", json={})))["id"]
         elif ref.get("fork"):
@@ -112,7 +117,7 @@ class OpencodeServeReader(OpencodeReader):
                 self.event({"type": printed, "sessionID": self.session, "part": part})
         elif kind == "session.error":
             self.event({"type": "error", "sessionID": self.session, "error": props.get("error") or {}})
-        elif kind == "permission.asked" and isinstance(props.get("id"), str):
+        elif kind == "permission.asked" and isinstance(props.get("id"), str) and ID.fullmatch(props["id"]):
             assert self.talk is not None
             self.talk.start(self._decide(client, props))
         return False
