@@ -157,16 +157,27 @@ async def context(tx: Tx, sid: int, in_force: Sequence[Fold] | None = None, *,
 
 
 async def cum_tokens(tx: Tx, sid: int, seq: int) -> int:
-    """Sum of the tokens of history positions 1..``seq`` (one indexed lookup, no scan)."""
+    """Sum of the tokens of history positions 1..``seq``: one indexed lookup in the session
+    that wrote position ``seq``, found by going up the lineage only as far as it (a fork at
+    the end of a deep chain reads its own row, whatever the depth)."""
     if seq <= 0:
         return 0
-    for segment in reversed(await lineage(tx, sid)):
-        if segment.lo < seq <= segment.hi:
-            value = await tx.value(
-                "SELECT cum_tokens FROM messages WHERE session_id = ? AND seq = ?", (segment.session, seq)
-            )
-            return int(value)
-    raise ValueError(f"session {sid} has no position {seq}")
+    value = await tx.value(
+        """
+        WITH RECURSIVE up(id, parent_id, fork_seq) AS (
+            SELECT id, parent_id, fork_seq FROM sessions WHERE id = ?
+            UNION ALL
+            SELECT s.id, s.parent_id, s.fork_seq FROM sessions s JOIN up ON s.id = up.parent_id
+            WHERE up.fork_seq >= ?
+        )
+        SELECT m.cum_tokens FROM up JOIN messages m ON m.session_id = up.id AND m.seq = ?
+        WHERE up.fork_seq < ? LIMIT 1
+        """,
+        (sid, seq, seq, seq),
+    )
+    if value is None:
+        raise ValueError(f"session {sid} has no position {seq}")
+    return int(value)
 
 
 async def folds(tx: Tx, sid: int) -> list[Fold]:

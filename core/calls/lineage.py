@@ -186,15 +186,26 @@ class LineageCalls(Calls):
 
 
 async def _next_name(tx: Tx, row: sqlite3.Row) -> str:
-    """The parent's name with the next free number: forks of forks do not grow their names."""
+    """The parent's name with the next free number: forks of forks do not grow their names.
+
+    Read in the name index (``base #2`` … sort between ``base #`` and ``base $``): the number
+    one past how many are so named, which is the next when they were numbered in turn, in
+    two lookups whatever the forks; when that one is taken (a fork was renamed), the smallest
+    free number: 2 or one past a number taken, each candidate one lookup."""
     found = _NUMBERED.match(row["name"])
     base = found.group(1) if found else row["name"]
-    taken = {r["name"] for r in await tx.all("SELECT name FROM sessions WHERE agent_id = ? AND name LIKE ?",
-                                             (row["agent_id"], f"{base} #%"))}
-    n = 2
-    while f"{base} #{n}" in taken:
-        n += 1
-    return f"{base} #{n}"
+    prefix, agent = f"{base} #", row["agent_id"]
+    span = (agent, prefix, f"{base} $")
+    taken = int(await tx.value("SELECT count(*) FROM sessions WHERE agent_id = ? AND name >= ? AND name < ?", span))
+    guess = f"{prefix}{taken + 2}"
+    if await tx.value("SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
+        return guess
+    n = await tx.value(
+        "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT CAST(substr(name, ?) AS INTEGER) + 1 FROM sessions"
+        " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
+        " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
+        (len(prefix) + 1, *span, agent, prefix))
+    return f"{prefix}{n}"
 
 
 async def remove_folder(store: Store, sid: int, *, wait_s: float = 0.0) -> list[str]:
@@ -318,6 +329,7 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
         goal=row["goal"], system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
         timeout=row["timeout"], cwd=row["cwd"], armed=row["armed"], parent_id=sid, fork_seq=at,
         base_memory=None if memory is None else json.dumps(memory), memory_from=sid if memory is None else None,
+        memory_rev=await tx.rev() if memory is None else None,
         base_at=memory_at, length=at, history_tokens=hist_tokens,
         context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
         context_count=at - sum(f.archived_count - 1 for f in inherited),

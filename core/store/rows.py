@@ -51,24 +51,30 @@ PS_SELECT = (
 )
 TRIGGER_COLUMNS = ("id, session_id, kind, spec, armed, last_fired, fired, pending IS NOT NULL,"
                    " CASE WHEN kind = 'commit' THEN state END")
+#: A key's new version (a value, or ``gone``): replaces one of the same transaction.
 _MEMORY_PUT = (
-    "INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, updated = excluded.updated, gone = 0"
+    "INSERT INTO memory (session_id, key, rev, value, updated, gone) VALUES (?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (session_id, key, rev) DO UPDATE SET value = excluded.value, updated = excluded.updated,"
+    " gone = excluded.gone"
 )
-#: A session's working memory as it reads: its own rows over those of the sessions it
-#: inherits from (``memory_from``, nearest first), deleted keys left out.
+#: A session's working memory as it reads, as of a change stamp (the second parameter): the
+#: newest version of each key, its own rows over those of the sessions it inherits from
+#: (``memory_from``, nearest first, each as of when the fork below it was made), deleted
+#: keys left out.
 _MEMORY_VIEW = """
-    WITH RECURSIVE chain(id, depth) AS (
-        SELECT ?, 0
+    WITH RECURSIVE chain(id, cut, depth) AS (
+        SELECT ?, ?, 0
         UNION ALL
-        SELECT s.memory_from, c.depth + 1 FROM sessions s JOIN chain c ON s.id = c.id
+        SELECT s.memory_from, s.memory_rev, c.depth + 1 FROM sessions s JOIN chain c ON s.id = c.id
         WHERE s.memory_from IS NOT NULL
     )
     SELECT key, value FROM (
-        SELECT m.key, m.value, m.gone, row_number() OVER (PARTITION BY m.key ORDER BY c.depth) AS nearest
-        FROM chain c JOIN memory m ON m.session_id = c.id{where}
+        SELECT m.key, m.value, m.gone, row_number() OVER (PARTITION BY m.key ORDER BY c.depth, m.rev DESC) AS nearest
+        FROM chain c JOIN memory m ON m.session_id = c.id AND m.rev <= c.cut{where}
     ) WHERE nearest = 1 AND NOT gone
 """
+#: Later than any change stamp: a session's memory as it reads now.
+_NOW = 2**63 - 1
 _MESSAGE = (
     "INSERT INTO messages (session_id, seq, role, content, tokens, cum_tokens, author, pinned, meta, created)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -221,9 +227,10 @@ async def expand_fold(tx: Tx, fold: int) -> None:
 # ---------------------------------------------------------------- memory
 
 
-async def memory(tx: Tx, sid: int) -> dict[str, str]:
-    """A session's working memory, each value as its canonical JSON text."""
-    return {r[0]: r[1] for r in await tx.tuples(_MEMORY_VIEW.format(where=""), (sid,))}
+async def memory(tx: Tx, sid: int, upto: int = _NOW) -> dict[str, str]:
+    """A session's working memory (as of change stamp ``upto``), each value as its canonical
+    JSON text."""
+    return {r[0]: r[1] for r in await tx.tuples(_MEMORY_VIEW.format(where=""), (sid, upto))}
 
 
 async def memory_value(tx: Tx, sid: int, key: str) -> str | None:
@@ -236,50 +243,46 @@ async def _memory_of(tx: Tx, sid: int, keys: Sequence[str]) -> dict[str, str]:
     for start in range(0, len(keys), 500):  # SQLite takes so many parameters to a statement
         part = keys[start:start + 500]
         where = f" AND m.key IN ({', '.join('?' for _ in part)})"
-        found.update((r[0], r[1]) for r in await tx.tuples(_MEMORY_VIEW.format(where=where), (sid, *part)))
+        found.update((r[0], r[1]) for r in await tx.tuples(_MEMORY_VIEW.format(where=where), (sid, _NOW, *part)))
     return found
 
 
 async def put_memory(tx: Tx, sid: int, values: dict[str, str]) -> None:
     """Set keys (canonical JSON texts), replacing what was there."""
-    await _keep_for_forks(tx, sid, list(values))
-    await tx.many(_MEMORY_PUT, [(sid, k, v, tx.now) for k, v in values.items()])
+    await _new_versions(tx, sid, [(k, v, 0) for k, v in values.items()])
 
 
 async def delete_memory(tx: Tx, sid: int, keys: Iterable[str]) -> int:
-    """Delete keys; returns how many were there. A session that inherits its memory keeps a
-    deleted key's row, marked gone, so that what it inherits does not show through."""
+    """Delete keys; returns how many were there. A deleted key's version stays, marked gone,
+    where an older one would show through: one the session inherits, or one a fork reads."""
     present = list(await _memory_of(tx, sid, list(dict.fromkeys(keys))))
-    if not present:
-        return 0
-    await _keep_for_forks(tx, sid, present)
-    if await tx.value("SELECT memory_from FROM sessions WHERE id = ?", (sid,)) is None:
-        await tx.many("DELETE FROM memory WHERE session_id = ? AND key = ?", [(sid, k) for k in present])
-    else:
-        await tx.many("INSERT INTO memory (session_id, key, value, updated, gone) VALUES (?, ?, 'null', ?, 1)"
-                      " ON CONFLICT (session_id, key) DO UPDATE SET value = 'null', updated = excluded.updated,"
-                      " gone = 1", [(sid, k, tx.now) for k in present])
+    if present:
+        await _new_versions(tx, sid, [(k, "null", 1) for k in present])
     return len(present)
 
 
-async def _keep_for_forks(tx: Tx, sid: int, keys: list[str]) -> None:
-    """Before ``sid`` changes ``keys``: each fork reading them from it gets what they hold now
-    (a value, or a key marked gone) unless it has its own, and keeps it as its merge base."""
-    forks = [r[0] for r in await tx.tuples("SELECT id FROM sessions WHERE memory_from = ?", (sid,))]
-    if not forks or not keys:
+async def _new_versions(tx: Tx, sid: int, versions: list[tuple[str, str, int]]) -> None:
+    """Write ``(key, value, gone)`` as the keys' newest versions: one row each, however many
+    forks read the session's memory. The versions a fork reads (those up to the newest stamp
+    a fork was made at) stay; the newer ones, read by this session only, are replaced."""
+    if not versions:
         return
-    now = await _memory_of(tx, sid, keys)
-    await tx.many("INSERT OR IGNORE INTO memory (session_id, key, value, updated, gone) VALUES (?, ?, ?, ?, ?)",
-                  [(f, k, now.get(k, "null"), tx.now, int(k not in now)) for f in forks for k in keys])
-    await tx.many("INSERT OR IGNORE INTO memory_base (session_id, key, value) VALUES (?, ?, ?)",
-                  [(f, k, now.get(k)) for f in forks for k in keys])
+    pinned = await tx.value("SELECT max(memory_rev) FROM sessions WHERE memory_from = ?", (sid,))
+    pinned = -1 if pinned is None else int(pinned)
+    await tx.many("DELETE FROM memory WHERE session_id = ? AND key = ? AND rev > ?",
+                  [(sid, key, pinned) for key, _, _ in versions])
+    inherits = await tx.value("SELECT memory_from FROM sessions WHERE id = ?", (sid,)) is not None
+    rev, now = await tx.rev(), tx.now
+    await tx.many(_MEMORY_PUT, [(sid, key, rev, value, now, gone) for key, value, gone in versions
+                                if not gone or inherits or pinned >= 0])
 
 
 async def fork_base(tx: Tx, sid: int) -> dict[str, str]:
-    """The memory a copy-on-write fork started from: its parent's as it reads now, but for
-    the keys the parent changed since (kept in ``memory_base`` when it changed them)."""
-    parent = await tx.value("SELECT memory_from FROM sessions WHERE id = ?", (sid,))
-    base = await memory(tx, int(parent))
+    """The memory a copy-on-write fork started from: its parent's as of the fork's stamp
+    (``memory_rev``); a fork made before versions existed kept what its parent changed since
+    in ``memory_base``."""
+    parent, upto = (await tx.tuples("SELECT memory_from, memory_rev FROM sessions WHERE id = ?", (sid,)))[0]
+    base = await memory(tx, int(parent), int(upto))
     for key, value in await tx.tuples("SELECT key, value FROM memory_base WHERE session_id = ?", (sid,)):
         if value is None:
             base.pop(key, None)

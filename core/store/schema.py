@@ -418,6 +418,34 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE agents ADD COLUMN quiet INTEGER NOT NULL DEFAULT 0;
     """,
+    # 13: flat costs whatever the forks. Working memory keeps versions: a row is a key's value
+    # from the change stamp ``rev`` on (``meta.rev`` of the transaction that set it), and a
+    # copy-on-write fork reads its parent's rows as of ``memory_rev``, the stamp when it was
+    # made. A parent's change writes one row however many forks read it (before, it copied the
+    # old value into each fork); a version no fork reads is replaced in place. Forks made
+    # before read their parent as of now, their copies and ``memory_base`` rows kept. Names
+    # are indexed per agent: a fork's name (``review #3``) is found without a scan.
+    """
+    CREATE TABLE memory_versions (
+        session_id  INTEGER NOT NULL REFERENCES sessions(id),
+        key         TEXT NOT NULL,
+        rev         INTEGER NOT NULL,
+        value       TEXT NOT NULL,
+        updated     REAL NOT NULL,
+        gone        INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (session_id, key, rev)
+    ) WITHOUT ROWID;
+    INSERT INTO memory_versions (session_id, key, rev, value, updated, gone)
+        SELECT session_id, key, 0, value, updated, gone FROM memory;
+    DROP TABLE memory;
+    ALTER TABLE memory_versions RENAME TO memory;
+    ALTER TABLE sessions ADD COLUMN memory_rev INTEGER;
+    UPDATE sessions SET memory_rev = (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'rev')
+        WHERE memory_from IS NOT NULL;
+    DROP INDEX sessions_memory_from;
+    CREATE INDEX sessions_memory_from ON sessions(memory_from, memory_rev) WHERE memory_from IS NOT NULL;
+    CREATE INDEX sessions_name ON sessions(agent_id, name);
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

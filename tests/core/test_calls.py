@@ -528,19 +528,24 @@ async def test_fork_memory_is_copy_on_write(ws: Workspace) -> None:
     assert await ws.memory_get(kids[1], "k4") == {"i": 4}
     with pytest.raises(NotFound):
         await ws.memory_get(kids[1], "new")
-    # what the changes cost: the parent's new key less the one it deleted, the child's own two
-    # (and what its fork read of them), and what 20 forks read of the three keys the parent changed
-    assert count_rows(ws.store.path, "memory") == rows - 1 + 1 + 2 + 2 + 20 * 3
+    # what the changes cost: one row each, whatever the forks reading them (the parent's three
+    # changes are new versions, its deletion one marked gone; the child's own two)
+    assert count_rows(ws.store.path, "memory") == rows + 3 + 2
+    # a version no fork reads is replaced in place
+    await ws.memory_set(a, "k3", "parent's again")
+    await ws.memory_set(a, "new", 2)
+    assert count_rows(ws.store.path, "memory") == rows + 3 + 2
+    assert (await ws.show(kids[1])).memory == base
     # the base is the memory at the fork: the child's changes apply, the parent's are not undone
     merged = await ws.merge(kids[0], a)
     assert set(merged.memory_changed) == {"k1", "k2"}
     after = (await ws.show(a)).memory
-    assert after["k1"] == "child's" and "k2" not in after and after["k3"] == "parent's" and after["new"] == 1
+    assert after["k1"] == "child's" and "k2" not in after and after["k3"] == "parent's again" and after["new"] == 2
     assert (await ws.show(grandchild)).memory == base
     await ws.memory_set(kids[1], "k3", "sibling's")  # changed on both sides since the fork: a conflict
     with pytest.raises(MergeConflict) as conflict:
         await ws.merge(kids[1], a)
-    assert conflict.value.conflicts == {"k3": ({"i": 3}, "parent's", "sibling's")}
+    assert conflict.value.conflicts == {"k3": ({"i": 3}, "parent's again", "sibling's")}
 
 
 async def test_long_transcripts_and_forks_across_write_batches(ws: Workspace) -> None:
@@ -1503,3 +1508,7 @@ async def test_fork_names_do_not_grow(ws: Workspace) -> None:
         parent = (await ws.fork(parent)).sid
         names.append((await ws.info(parent)).name)
     assert names == ["review #2", "review #3", "review #4", "review #5"]
+    # a renamed fork frees its number: the next fork takes the smallest free one
+    await ws.set(parent - 2, name="kept")
+    assert (await ws.info((await ws.fork(sid)).sid)).name == "review #3"
+    assert (await ws.info((await ws.fork(sid)).sid)).name == "review #6"

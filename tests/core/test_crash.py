@@ -163,7 +163,8 @@ async def test_sigkill_mid_stream_loses_nothing_reported_and_half_applies_nothin
             if call == "memory":
                 a = json.loads(args)
                 last[(sid, a["key"])] = a["value"]
-        stored = {(sid, key): json.loads(value) for sid, key, value in rows(con, "SELECT session_id, key, value FROM memory")}
+        stored = {(sid, key): json.loads(value) for sid, key, value in rows(con, "SELECT session_id, key, value FROM memory"
+                                                                          " ORDER BY session_id, key, rev")}  # newest last
         for key, value in last.items():
             assert stored[key] == value
     finally:

@@ -193,7 +193,8 @@ async def test_merge_values_are_checked_and_stored_canonical(ws):
     await ws.merge(fork, base, Resolution(values={"k": ' { "b" : 1 , "a" : [ 2 ] } '}))
     assert await ws.memory_get(base, "k") == {"a": [2], "b": 1}
     async with ws.store.snapshot() as tx:
-        assert await tx.value("SELECT value FROM memory WHERE session_id = ? AND key = 'k'", (base,)) \
+        assert await tx.value("SELECT value FROM memory WHERE session_id = ? AND key = 'k' ORDER BY rev DESC LIMIT 1",
+                              (base,)) \
             == '{"a":[2],"b":1}'
 
 

@@ -271,8 +271,15 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
     with sqlite3.connect(path) as conn:  # as the schema before this one left them
         conn.executemany("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, 'rw', 0)",
                          [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
-        # and without what came after it (11: permissions and requests; 12: quiet agents)
-        conn.executescript("ALTER TABLE sessions DROP COLUMN permissions; ALTER TABLE sessions DROP COLUMN restart;"
+        # and without what came after it (11: permissions and requests; 12: quiet agents; 13: versions
+        # of memory, names indexed)
+        conn.executescript("DROP INDEX sessions_name; DROP INDEX sessions_memory_from;"
+                           " ALTER TABLE sessions DROP COLUMN memory_rev;"
+                           " CREATE INDEX sessions_memory_from ON sessions(memory_from) WHERE memory_from IS NOT NULL;"
+                           " DROP TABLE memory; CREATE TABLE memory (session_id INTEGER NOT NULL, key TEXT NOT NULL,"
+                           " value TEXT NOT NULL, updated REAL NOT NULL, gone INTEGER NOT NULL DEFAULT 0,"
+                           " PRIMARY KEY (session_id, key)) WITHOUT ROWID;"
+                           " ALTER TABLE sessions DROP COLUMN permissions; ALTER TABLE sessions DROP COLUMN restart;"
                            " ALTER TABLE sessions DROP COLUMN quiet; ALTER TABLE runs DROP COLUMN cost;"
                            " ALTER TABLE agents DROP COLUMN quiet;"
                            " DROP TABLE rules; DROP TABLE requests; DROP TABLE limits; PRAGMA user_version = 9")
@@ -282,3 +289,38 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
         assert (await ws.bind(one, "db", str(tmp_path / "c.db"))).resource.kind == "sqlite"
         with pytest.raises(ProcessionError, match="already"):
             await ws.bind(one, "sqlite", str(tmp_path / "c.db"))
+
+
+async def test_forks_made_before_memory_had_versions_read_and_merge_as_they_did(tmp_path):
+    """A workspace of schema 12, where a parent's change was copied into its fork (and kept as
+    the fork's merge base), opens with versioned memory: the fork reads what it read, a change
+    the parent makes now stays out of it, and a merge takes only the fork's own changes."""
+    from procession import Workspace
+    from procession.store import schema
+
+    path = tmp_path / "v12.db"
+    con = sqlite3.connect(path)
+    for script in schema.MIGRATIONS[:12]:
+        con.executescript(script)
+    con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("uuid", "u"), ("created", "1"), ("tokenizer", "bytes/4"), ("rev", "9")])
+    con.execute("INSERT INTO agents (id, name, created) VALUES (1, 'hr', 1)")
+    for sid, parent in ((1, None), (2, 1)):
+        con.execute("INSERT INTO sessions (id, uuid, agent_id, name, state, runner, window, cwd, created, last_active,"
+                    " parent_id, fork_seq, memory_from, armed) VALUES (?, ?, 1, ?, 'sleeping', 'builtin:digest', 1000,"
+                    " '/', 1, 1, ?, 0, ?, 1)", (sid, f"u{sid}", f"s{sid}", parent, parent))
+    # the parent had k=1 and j=2 at the fork, then set k=10: schema 12 copied k=1 into the fork
+    con.executemany("INSERT INTO memory (session_id, key, value, updated) VALUES (?, ?, ?, 1)",
+                    [(1, "k", "10"), (1, "j", "2"), (2, "k", "1")])
+    con.execute("INSERT INTO memory_base (session_id, key, value) VALUES (2, 'k', '1')")
+    con.execute("PRAGMA user_version = 12")
+    con.commit()
+    con.close()
+    async with await Workspace.open(path) as ws:
+        assert (await ws.show(2)).memory == {"k": 1, "j": 2}
+        await ws.memory_set(1, "j", 20)
+        assert (await ws.show(2)).memory == {"k": 1, "j": 2}
+        await ws.memory_set(2, "n", "fork's")
+        merged = await ws.merge(2, 1)
+        assert set(merged.memory_changed) == {"n"}
+        assert (await ws.show(1)).memory == {"k": 10, "j": 20, "n": "fork's"}
