@@ -35,7 +35,7 @@ class Segment:
 
 async def lineage(tx: Tx, sid: int) -> list[Segment]:
     """The segments of ``sid``'s history, oldest first, in one recursive query."""
-    rows = await tx.all(
+    rows = await tx.tuples(
         """
         WITH RECURSIVE chain(id, parent_id, fork_seq, length, depth) AS (
             SELECT id, parent_id, fork_seq, length, 0 FROM sessions WHERE id = ?
@@ -48,18 +48,20 @@ async def lineage(tx: Tx, sid: int) -> list[Segment]:
         (sid,),
     )
     segments: list[Segment] = []
-    upto = rows[0]["length"] if rows else 0
-    for row in rows:
-        if upto > row["fork_seq"]:
-            segments.append(Segment(row["id"], row["fork_seq"], upto))
-        upto = min(upto, row["fork_seq"])
-        if upto <= 0:
-            break
+    upto = rows[0][2] if rows else 0
+    for session, fork_seq, _ in rows:
+        if upto > fork_seq:
+            segments.append(Segment(session, fork_seq, upto))
+            upto = fork_seq
+            if upto <= 0:
+                break
     segments.reverse()
     return segments
 
 
-def _clip(segments: Sequence[Segment], lo: int, hi: int) -> list[Segment]:
+def _clip(segments: Sequence[Segment], lo: int, hi: int) -> Sequence[Segment]:
+    if not segments or (lo <= segments[0].lo and hi >= segments[-1].hi):
+        return segments  # the whole history: most reads
     return [Segment(s.session, max(s.lo, lo), min(s.hi, hi)) for s in segments if max(s.lo, lo) < min(s.hi, hi)]
 
 

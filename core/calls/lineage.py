@@ -324,12 +324,12 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
     inherited = [f for f in in_force if f.hi <= at]
     hist_tokens = await history.cum_tokens(tx, sid, at)
     agent = await agent_fork(tx, row, at)
+    memory_from, memory_rev = await rows.memory_source(tx, row) if memory is None else (None, None)
     child = await rows.insert_session(
         tx, row["system_tokens"], agent_id=row["agent_id"], name=limits.name(name, "session name"),
         goal=row["goal"], system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
         timeout=row["timeout"], cwd=row["cwd"], armed=row["armed"], parent_id=sid, fork_seq=at,
-        base_memory=None if memory is None else json.dumps(memory), memory_from=sid if memory is None else None,
-        memory_rev=await tx.rev() if memory is None else None,
+        base_memory=None if memory is None else json.dumps(memory), memory_from=memory_from, memory_rev=memory_rev,
         base_at=memory_at, length=at, history_tokens=hist_tokens,
         context_tokens=row["system_tokens"] + hist_tokens - sum(f.archived_tokens - f.summary_tokens for f in inherited),
         context_count=at - sum(f.archived_count - 1 for f in inherited),

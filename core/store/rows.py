@@ -277,6 +277,17 @@ async def _new_versions(tx: Tx, sid: int, versions: list[tuple[str, str, int]]) 
                                 if not gone or inherits or pinned >= 0])
 
 
+async def memory_source(tx: Tx, row: Row) -> tuple[int, int]:
+    """Where a copy-on-write fork of ``row`` reads its memory, and as of which change stamp:
+    its parent as of now; or, when the parent holds no row of its own, where the parent reads
+    it, as of the parent's stamp (the same memory, one link shorter: a chain of forks that
+    never set a key reads its memory in one step, whatever its depth)."""
+    if row["memory_from"] is not None and await tx.value(
+            "SELECT 1 FROM memory WHERE session_id = ? LIMIT 1", (row["id"],)) is None:
+        return int(row["memory_from"]), int(row["memory_rev"])
+    return int(row["id"]), await tx.rev()
+
+
 async def fork_base(tx: Tx, sid: int) -> dict[str, str]:
     """The memory a copy-on-write fork started from: its parent's as of the fork's stamp
     (``memory_rev``); a fork made before versions existed kept what its parent changed since
