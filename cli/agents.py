@@ -9,7 +9,6 @@ import time
 
 from procession.calls import Workspace
 from procession.calls.outside import Looker
-from procession.engine.runners import agents
 from procession.model import transcripts
 from procession.model.calls import Call
 from procession.model.trigger_spec import duration
@@ -54,6 +53,8 @@ async def attach(ws: Workspace, args: argparse.Namespace) -> int:
     if live:
         raise UsageError(f"session {args.sid} is open in its agent's own CLI already (pid {live[args.sid].pid}):"
                          " quit that one first")
+    from procession.engine.runners import agents  # the engine's runners: only attach starts one
+
     attached = await ws.attach(args.sid)
     notes(args, [attached])
     try:

@@ -502,7 +502,9 @@ def test_foreign_sqlite_file_is_a_one_line_error(cli: Any, tmp_path: Path) -> No
     refused(cli("ps", "--db", str(path), check=False))
 
 
-def test_ps_does_not_import_textual(db: Path, tmp_path: Path, cli: Any) -> None:
+def test_ps_does_not_import_textual_nor_the_engine(db: Path, tmp_path: Path, cli: Any) -> None:
+    """What a command does not use is not imported: the monitor, the engine and its runners,
+    an HTTP client (what start-up costs, beside the interpreter and asyncio)."""
     cli("spawn", "s", "--agent", "a")
     env = {**os.environ, "PROCESSION_DB": str(db)}
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "procession", "ps"], capture_output=True,
@@ -510,7 +512,8 @@ def test_ps_does_not_import_textual(db: Path, tmp_path: Path, cli: Any) -> None:
     assert proc.returncode == 0, proc.stderr
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert "procession.cli" in imported  # the check sees what the command imports
-    assert not [m for m in imported if m.split(".")[0] == "textual" or m.startswith("procession.tui")]
+    assert not [m for m in imported if m.split(".")[0] in ("textual", "http", "email")
+                or m.startswith(("procession.tui", "procession.engine", "urllib.request"))]
 
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 from .. import beneath, limits
 from ..errors import InvalidArgument
@@ -391,7 +391,7 @@ def _index(root: Path) -> dict[str, str]:
     if not db.exists():
         return {}
     try:
-        con = sqlite3.connect(f"file:{pathname2url(str(db))}?mode=ro", uri=True, timeout=1.0)
+        con = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=1.0)
         try:
             return {str(i): str(c) for i, c in con.execute("SELECT id, cwd FROM threads")}
         finally:
