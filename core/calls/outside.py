@@ -49,6 +49,9 @@ class Looker:
                    if ref.get("transcript") and ref.get("cli") != "opencode"}
         found: dict[int, Live] = {}
         alive: set[int] = set()
+        if not by_id and not by_file:  # nothing to look for: no process is read
+            self.seen.clear()
+            return found
         me = os.getpid()
         for proc in psutil.process_iter(["pid", "name", "cmdline"]):
             info = proc.info

@@ -424,7 +424,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # made. A parent's change writes one row however many forks read it (before, it copied the
     # old value into each fork); a version no fork reads is replaced in place. Forks made
     # before read their parent as of now, their copies and ``memory_base`` rows kept. Names
-    # are indexed per agent: a fork's name (``review #3``) is found without a scan.
+    # are indexed per agent: a fork's name (``review #3``) is found without a scan; so are the
+    # sessions an agent CLI holds, which a monitor looks for outside Procession every 3 s.
     """
     CREATE TABLE memory_versions (
         session_id  INTEGER NOT NULL REFERENCES sessions(id),
@@ -445,6 +446,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     DROP INDEX sessions_memory_from;
     CREATE INDEX sessions_memory_from ON sessions(memory_from, memory_rev) WHERE memory_from IS NOT NULL;
     CREATE INDEX sessions_name ON sessions(agent_id, name);
+    CREATE INDEX sessions_agent_ref ON sessions(state) WHERE agent_ref IS NOT NULL;
     """,
 )
 

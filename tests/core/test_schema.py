@@ -273,7 +273,7 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
                          [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
         # and without what came after it (11: permissions and requests; 12: quiet agents; 13: versions
         # of memory, names indexed)
-        conn.executescript("DROP INDEX sessions_name; DROP INDEX sessions_memory_from;"
+        conn.executescript("DROP INDEX sessions_name; DROP INDEX sessions_agent_ref; DROP INDEX sessions_memory_from;"
                            " ALTER TABLE sessions DROP COLUMN memory_rev;"
                            " CREATE INDEX sessions_memory_from ON sessions(memory_from) WHERE memory_from IS NOT NULL;"
                            " DROP TABLE memory; CREATE TABLE memory (session_id INTEGER NOT NULL, key TEXT NOT NULL,"
