@@ -6,10 +6,12 @@
 The peer is not a dependency of Procession: it is installed only for this benchmark, into a
 virtual environment of its own (``--venv``, default ``~/.cache/procession-bench/peer``, made
 with ``python -m venv`` and ``pip install openai-agents`` on first use), and measured there
-by this same script run with ``--peer-child``. Both sides write real SQLite files in a
+by this same script run with ``--child peer``. Both sides write real SQLite files in a
 temporary folder, with their defaults (Procession: WAL, synchronous=NORMAL).
 
-Figures, each the median of ``--reps`` repetitions:
+Figures, each the median of ``--reps`` rounds. Each round runs one repetition of each side,
+each in a fresh process, and the side that goes first alternates from round to round: a
+machine that gets busier or quieter during the run moves both sides alike.
 
 - one append: ``await ws.send(sid, text)`` against ``await session.add_items([item])``, per
   message, ``--appends`` in a row;
@@ -100,6 +102,16 @@ def _peer_python(venv: Path) -> Path:
     return python
 
 
+def _side(python: Path | str, side: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One repetition of one side, in a process of its own."""
+    child = subprocess.run([str(python), os.path.abspath(__file__), "--child", side, "--appends", str(args.appends),
+                            "--history", str(args.history), "--reps", "1"],
+                           capture_output=True, text=True, check=False)
+    if child.returncode != 0:
+        sys.exit(f"the {side} run failed: {child.stderr.strip()[-2000:]}")
+    return dict(json.loads(child.stdout.strip().splitlines()[-1]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the peer's virtual environment")
@@ -108,23 +120,27 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--tiny", action="store_true", help="200 appends, 2,000 messages, 1 repetition")
     parser.add_argument("--json-out", metavar="FILE")
-    parser.add_argument("--peer-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("ours", "peer"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tiny:
         args.appends, args.history, args.reps = 200, 2_000, 1
-    if args.peer_child:
-        print(json.dumps(asyncio.run(_peer(args.appends, args.history, args.reps))))
+    if args.child:
+        run = _ours if args.child == "ours" else _peer
+        print(json.dumps(asyncio.run(run(args.appends, args.history, args.reps))))
         return 0
-    python = _peer_python(args.venv)
-    print("procession...", file=sys.stderr, flush=True)
-    ours = asyncio.run(_ours(args.appends, args.history, args.reps))
-    print(f"{PEER_PACKAGE} SQLiteSession...", file=sys.stderr, flush=True)
-    child = subprocess.run([str(python), os.path.abspath(__file__), "--peer-child", "--appends", str(args.appends),
-                            "--history", str(args.history), "--reps", str(args.reps)],
-                           capture_output=True, text=True, check=False)
-    if child.returncode != 0:
-        sys.exit(f"the peer's run failed: {child.stderr.strip()[-2000:]}")
-    peer = json.loads(child.stdout.strip().splitlines()[-1])
+    pythons = {"ours": sys.executable, "peer": _peer_python(args.venv)}
+    ours: dict[str, Any] = {"append_s": [], "read_s": []}
+    peer: dict[str, Any] = {"append_s": [], "read_s": []}
+    for rep in range(args.reps):  # alternating, each side first in every other round: neither gets the quieter turn
+        for side in ("ours", "peer") if rep % 2 == 0 else ("peer", "ours"):
+            print(f"round {rep + 1}: {'procession' if side == 'ours' else PEER_PACKAGE}...", file=sys.stderr,
+                  flush=True)
+            got = _side(pythons[side], side, args)
+            into = ours if side == "ours" else peer
+            into["append_s"] += got["append_s"]
+            into["read_s"] += got["read_s"]
+            if "version" in got:
+                into["version"] = got["version"]
     rows = [
         ("one append (ms)", statistics.median(ours["append_s"]) * 1e3, statistics.median(peer["append_s"]) * 1e3),
         (f"read {args.history:,} messages (s)", statistics.median(ours["read_s"]), statistics.median(peer["read_s"])),
