@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,42 @@ def publish(rows: list[dict[str, Any]], report: dict[str, Any], json_out: str | 
     print(text)
     if json_out:
         Path(json_out).write_text(text + "\n", encoding="utf-8")
+
+
+#: Runs a command and prints its resource use last on stderr (peak RSS in KB, CPU seconds of
+#: user and system). A small process of its own starts the measured one: a child forked from
+#: a benchmark (or from pytest) would count its parent's pages in its own peak until it execs.
+_LAUNCH = (
+    "import os, sys\n"
+    "pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "print(f'usage={usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}', file=sys.stderr)\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+@dataclass(frozen=True)
+class Process:
+    """One whole process measured: wall seconds, CPU seconds, peak RSS (MB), its stderr."""
+
+    wall: float
+    cpu: float
+    rss_mb: int
+    stderr: str
+
+
+def process(args: Sequence[str], env: dict[str, str], cwd: Path) -> Process:
+    """Run ``args`` (stdout discarded) and measure it; a failure raises ``RuntimeError`` with
+    its last line of stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH, *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    wall = time.perf_counter() - t0
+    err, _, last = proc.stderr.rstrip("\n").rpartition("\n")
+    if proc.returncode != 0:
+        raise RuntimeError((err.strip().splitlines() or ["exit " + str(proc.returncode)])[-1][:200])
+    rss, cpu = last.removeprefix("usage=").split()
+    return Process(wall, float(cpu), int(rss) // 1024, err)
 
 
 def environment(root: Path, watched: Sequence[str] = (".",), **extra: Any) -> dict[str, Any]:

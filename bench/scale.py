@@ -24,7 +24,6 @@ import random
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 from procession import Workspace
 
-from report import environment
+from report import environment, process
 
 
 def _texts(n: int, seed: int) -> list[dict[str, Any]]:
@@ -46,28 +45,10 @@ def _texts(n: int, seed: int) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
-#: Runs a command and prints its peak RSS in KB last on stderr. A small process of its own
-#: starts the measured one: a child forked from this benchmark (or from pytest) would count
-#: its parent's pages in its own peak until it execs.
-_LAUNCH = (
-    "import os, sys\n"
-    "pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)\n"
-    "_, status, usage = os.wait4(pid, 0)\n"
-    "print(f'maxrss={usage.ru_maxrss}', file=sys.stderr)\n"
-    "sys.exit(os.waitstatus_to_exitcode(status))\n"
-)
-
-
 def peak(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, str]:
     """Seconds, peak RSS in MB and stderr of one whole process ``args`` (stdout discarded)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _LAUNCH, *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
-    seconds = time.perf_counter() - t0
-    err, _, last = proc.stderr.rstrip("\n").rpartition("\n")
-    if proc.returncode != 0:
-        raise RuntimeError((err.strip().splitlines() or ["exit " + str(proc.returncode)])[-1][:200])
-    return seconds, int(last.removeprefix("maxrss=")) // 1024, err
+    run = process(args, env, cwd)
+    return run.wall, run.rss_mb, run.stderr
 
 
 def cli(db: Path, args: list[str], cwd: Path) -> tuple[float, int, str]:

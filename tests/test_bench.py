@@ -67,6 +67,19 @@ def test_scale_tiny_measures_every_figure_without_an_error() -> None:
     assert report["results"]["fork_memory_rows"]["median"] >= 0
 
 
+def test_flat_tiny_measures_each_figure_beside_its_yardstick() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "flat.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    figures = report["results"]
+    for name in ("fork", "show", "history"):
+        assert figures[f"{name}_deep_20"]["runs"] and figures[f"{name}_flat_20"]["runs"]
+    assert {"memory_set_ratio", "ps_json_cpu", "history_text_ratio", "send_jsonl_rate", "startup_ps_json"} <= set(figures)
+    assert all(f["median"] > 0 for f in figures.values())
+
+
 def test_peer_tiny_compares_with_sqlitesession() -> None:
     import pytest
 
