@@ -18,8 +18,9 @@ Groups (``--only``):
 - ``memory``: ``memory_set`` on a session that 1,000 forks read copy-on-write, against one
   without forks (goal: within 2x);
 - ``ps``: ``ps --json`` over 100,000 sessions as a whole process: its CPU time (user +
-  system, from ``wait4``) and peak RSS (goal: < 1.0 s, < 100 MB), beside the same call on
-  an empty workspace (what any call costs to start);
+  system, from ``wait4``) and peak RSS (goal: < 1.0 s, < 100 MB), beside a bare ``sqlite3``
+  fetch of the same rows and columns, and the same call on an empty workspace (what any call
+  costs to start);
 - ``history``: ``history SID`` (text) of a 1,000,000-message session as a whole process,
   against a bare ``sqlite3`` loop that prints the same rows (goal: CPU within 1.5x);
 - ``jsonl``: ``send SID --jsonl FILE`` of as many messages: messages per CPU-second of the
@@ -54,6 +55,7 @@ from report import Process, Results, environment, process, table
 from scale import _texts, build_deep, build_long, build_sessions
 
 from procession import Workspace
+from procession.store import rows
 
 
 
@@ -70,6 +72,8 @@ FULL = Sizes(depths=(500, 2_000), forks=1_000, sessions=100_000, messages=1_000_
 QUICK = Sizes(depths=(100, 500), forks=200, sessions=10_000, messages=100_000, reps=3)
 TINY = Sizes(depths=(20,), forks=20, sessions=300, messages=2_000, reps=1)
 GROUPS = ("depth", "memory", "ps", "history", "jsonl", "startup")
+#: What fetching ``ps``'s rows costs with nothing made of them: the yardstick of ``ps --json``.
+BARE_FETCH = "import sqlite3, sys\nfor row in sqlite3.connect(sys.argv[1]).execute(sys.argv[2]):\n    pass\n"
 #: What a bare loop over the same rows costs: the yardstick of ``history``'s text.
 BARE_HISTORY = (
     "import sqlite3, sys\n"
@@ -158,7 +162,12 @@ def ps(res: Results, root: Path, sessions: int, reps: int) -> None:
     big, empty = root / "ps.db", root / "empty.db"
     asyncio.run(build_sessions(big, sessions))
     asyncio.run(_open(empty))
-    runs = [_cli(big, ["ps", "--json"]) for _ in range(reps)]
+    runs: list[Process] = []
+    bare: list[Process] = []
+    turns(reps, lambda: _keep(runs, _cli(big, ["ps", "--json"])),
+          lambda: _keep(bare, process([sys.executable, "-c", BARE_FETCH, str(big),
+                                       f"{rows.PS_SELECT} WHERE s.state != 'terminated' ORDER BY s.id"],
+                                      dict(os.environ), root)))
     starts = [_cli(empty, ["ps", "--json"]) for _ in range(reps)]
     size = f"{sessions:,} sessions"
     res.record("ps_json_cpu", "ps --json, whole process CPU", size, [r.cpu for r in runs], goal="< 1.0 s",
@@ -166,6 +175,12 @@ def ps(res: Results, root: Path, sessions: int, reps: int) -> None:
     res.record("ps_json_rss", "  its peak RSS", size, [float(r.rss_mb) for r in runs], unit="MB", goal="< 100 MB",
                check=lambda v: v < 100)
     res.record("ps_json_empty_cpu", "  ps --json on an empty workspace, CPU", "0 sessions", [r.cpu for r in starts])
+    res.record("ps_bare_cpu", "  a bare sqlite3 fetch of the same rows and columns, CPU", size, [r.cpu for r in bare])
+
+
+def _keep(into: list[Process], run: Process) -> float:
+    into.append(run)
+    return run.cpu
 
 
 def history(res: Results, root: Path, messages: int, reps: int) -> None:
