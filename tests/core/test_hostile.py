@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -179,6 +180,16 @@ async def test_names_with_control_characters_are_refused_texts_are_kept_exactly(
     shown = printable(text)
     assert "\x1b" not in shown and "\x07" not in shown and "\x00" not in shown and "\x9b" not in shown
     assert "\\x1b[2J" in shown
+
+
+@given(st.text(alphabet=st.sampled_from("a \t\n\r\x00\x1b\x07\x7f\x85\x9b\u00e9\u2028"), max_size=40),
+       st.booleans())
+def test_printable_shows_every_control_character_but_newlines_and_tabs_whatever_its_fast_paths(text, lines):
+    """The checks in C that pass common text whole (printable, or ASCII with newlines and
+    tabs) say what the pattern says: every other control character, C1 ones included, is shown
+    as an escape, newlines and tabs stay unless ``lines`` is off."""
+    unsafe = "[\x00-\x08\x0b-\x1f\x7f-\x9f]" if lines else "[\x00-\x1f\x7f-\x9f]"
+    assert printable(text, lines=lines) == re.sub(unsafe, lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 async def test_a_ten_megabyte_message_is_stored_faithfully(ws):
