@@ -51,6 +51,11 @@ def _kept_changing(sids: list[int]) -> InvalidArgument:
                            f" {'their transcripts were' if len(sids) > 1 else 'its transcript was'} read: sync again")
 
 
+#: The sessions an agent CLI holds, not ended and not running a step here: found in their own
+#: index (a monitor asks every 3 s; the other sessions are not read).
+AGENT_REFS = ("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL"
+              " AND state NOT IN ('terminated', 'running')")
+
 class _MovedOn(Exception):
     """The session's read position moved while its transcript was read (nothing is written;
     not a refusal: the transcript is read again)."""
@@ -83,8 +88,7 @@ class AdoptCalls(LifecycleCalls):
         """The agent references of the sessions not ended and not running a step here (what
         the monitor looks for outside Procession)."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL"
-                                    " AND state NOT IN ('terminated', 'running')")
+            found = await tx.tuples(AGENT_REFS)
         return {sid: ref for sid, text in found if not (ref := json.loads(text)).get("fork")}
 
     async def adopt(self, cli: str, ident: str | None = None, *, every: bool = False, since: float | None = None,

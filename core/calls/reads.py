@@ -85,6 +85,23 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
     return data
 
 
+def _changes_sql(indexed: str) -> tuple[str, str, str]:
+    """``changes``' statements: the sessions, their triggers, their worktrees."""
+    ids = f"SELECT id FROM sessions{indexed} WHERE rev > ? AND id > ? ORDER BY id LIMIT ?"
+    return (rows.PS_SELECT.replace("FROM sessions s ", f"FROM sessions s{indexed} ")
+            + " WHERE s.rev > ? AND s.id > ? ORDER BY s.id LIMIT ?",
+            f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN ({ids}) ORDER BY id",
+            f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN ({ids})")
+
+
+#: What ``changes`` reads of the sessions changed since a revision (a monitor's tick): found in
+#: the revision index and sorted, a cost in the sessions changed (SQLite, knowing nothing of
+#: how many match, would walk every session in SID order: 30 ms at 100,000, three times a tick).
+CHANGED_SQL = _changes_sql(" INDEXED BY sessions_rev")
+#: What it reads of every session a page at a time (a monitor's first read): in SID order.
+LOAD_SQL = _changes_sql("")
+
+
 class ReadCalls(Calls):
     async def ps(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                  sort: str | None = None, reverse: bool = False, limit: int | None = None) -> list[SessionInfo]:
@@ -158,18 +175,12 @@ class ReadCalls(Calls):
         ``after`` on, at most ``limit`` of them; and the revision they bring the reader to.
         A monitor asks for this on each tick and redraws only them; it reads a big workspace
         a page at a time, so that its first screen does not wait for the last row."""
+        sessions, trig_sql, wt_sql = CHANGED_SQL if since else LOAD_SQL
         async with self.store.snapshot() as tx:
             rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            found = await tx.tuples(f"{rows.PS_SELECT} WHERE s.rev > ? AND s.id > ? ORDER BY s.id LIMIT ?",
-                                    (since, after, limit))
-            trigs = rows.trigger_infos(await tx.tuples(
-                f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN"
-                " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?) ORDER BY id",
-                (since, after, limit))) if found else {}
-            wts = rows.worktree_infos(await tx.tuples(
-                f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
-                " (SELECT id FROM sessions WHERE rev > ? AND id > ? ORDER BY id LIMIT ?)",
-                (since, after, limit))) if found else {}
+            found = await tx.tuples(sessions, (since, after, limit))
+            trigs = rows.trigger_infos(await tx.tuples(trig_sql, (since, after, limit))) if found else {}
+            wts = rows.worktree_infos(await tx.tuples(wt_sql, (since, after, limit))) if found else {}
             spent = await spends(tx, [r[0] for r in found])
         return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0])) for r in found]
 
