@@ -76,8 +76,12 @@ SEGMENTS_PER_QUERY = 200
 BATCH = 2000
 
 
+_new = tuple.__new__
+
+
 def _message(r: Sequence[Any]) -> Message:
-    return Message(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], json.loads(r[7]) if r[7] else None)
+    """A row of ``_COLUMNS`` as a ``Message``, made as a tuple is (no Python ``__new__``)."""
+    return _new(Message, (r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], json.loads(r[7]) if r[7] else None))
 
 
 #: Which rows of a range a fold hides none of: what the active context keeps inside a fold.

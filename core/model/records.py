@@ -6,7 +6,7 @@ import json
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .states import State
 
@@ -154,9 +154,10 @@ class SessionInfo:
         return data
 
 
-@dataclass(slots=True, frozen=True)
-class Message:
-    """A row of a session's history (its own or an ancestor's, for a fork)."""
+class Message(NamedTuple):
+    """A row of a session's history (its own or an ancestor's, for a fork). A named tuple,
+    not a frozen dataclass as the other records are: histories are read a million rows at a
+    time, and a tuple is made in a sixth of the time (0.6 against 3.3 µs here)."""
 
     seq: int
     role: str
