@@ -24,53 +24,8 @@ from ..model.records import ContextItem, Fold, Message
 from ..store.sqlite import Tx
 
 
-@dataclass(slots=True, frozen=True)
-class Segment:
-    """Rows ``lo < seq <= hi`` of ``session`` belong to the history being read."""
-
-    session: int
-    lo: int
-    hi: int
-
-
-async def lineage(tx: Tx, sid: int) -> list[Segment]:
-    """The segments of ``sid``'s history, oldest first, in one recursive query."""
-    rows = await tx.tuples(
-        """
-        WITH RECURSIVE chain(id, parent_id, fork_seq, length, depth) AS (
-            SELECT id, parent_id, fork_seq, length, 0 FROM sessions WHERE id = ?
-            UNION ALL
-            SELECT s.id, s.parent_id, s.fork_seq, s.length, c.depth + 1
-            FROM sessions s JOIN chain c ON s.id = c.parent_id
-        )
-        SELECT id, fork_seq, length FROM chain ORDER BY depth
-        """,
-        (sid,),
-    )
-    segments: list[Segment] = []
-    upto = rows[0][2] if rows else 0
-    for session, fork_seq, _ in rows:
-        if upto > fork_seq:
-            segments.append(Segment(session, fork_seq, upto))
-            upto = fork_seq
-            if upto <= 0:
-                break
-    segments.reverse()
-    return segments
-
-
-def _clip(segments: Sequence[Segment], lo: int, hi: int) -> Sequence[Segment]:
-    if not segments or (lo <= segments[0].lo and hi >= segments[-1].hi):
-        return segments  # the whole history: most reads
-    return [Segment(s.session, max(s.lo, lo), min(s.hi, hi)) for s in segments if max(s.lo, lo) < min(s.hi, hi)]
-
-
 _COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
 
-
-#: Segments read by one statement: SQLite refuses a compound SELECT of over 500 terms, so a
-#: deeper lineage is read as several statements, one after the other, in position order.
-SEGMENTS_PER_QUERY = 200
 
 #: Rows fetched from SQLite at a time while streaming.
 BATCH = 2000
@@ -85,43 +40,51 @@ def _message(r: Sequence[Any]) -> Message:
 
 
 #: Which rows of a range a fold hides none of: what the active context keeps inside a fold.
-PROTECTED = "(pinned OR role = 'system')"
+PROTECTED = "(m.pinned OR m.role = 'system')"
+
+
+#: History positions ``:lo < seq <= :hi`` of session ``:sid``, in order, in one statement: the
+#: lineage walked up from the session only as far as ``:lo`` (each ancestor's part ends where
+#: the fork below it starts, or lower, where the part below it ends), its parts put oldest first, and each part read in the
+#: ``(session, seq)`` index. The rows come in the order of that loop (the parts, a
+#: ``CROSS JOIN``'s outer loop, then the index within each): sorting them instead would hold
+#: a million-message history before its first row. ``{where}``: more of a row to match.
+_READ = f"""
+    WITH RECURSIVE chain(id, parent_id, lo, hi, depth) AS (
+        SELECT id, parent_id, fork_seq, min(length, :hi), 0 FROM sessions WHERE id = :sid
+        UNION ALL
+        SELECT s.id, s.parent_id, s.fork_seq, min(c.lo, c.hi), c.depth + 1
+        FROM sessions s JOIN chain c ON s.id = c.parent_id WHERE c.lo > :lo
+    ),
+    parts AS MATERIALIZED (
+        SELECT id, max(lo, :lo) AS lo, hi FROM chain WHERE hi > max(lo, :lo) ORDER BY depth DESC LIMIT -1
+    )
+    SELECT {", ".join("m." + c for c in _COLUMNS.split(", "))}
+    FROM parts p CROSS JOIN messages m ON m.session_id = p.id AND m.seq > p.lo AND m.seq <= p.hi{{where}}
+"""
+#: Later than any history position: the whole history.
+_END = 2**63 - 1
 
 
 async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, size: int = BATCH,
-                  protected: bool = False, segments: Sequence[Segment] | None = None,
-                  ) -> AsyncGenerator[list[Message], None]:
+                  protected: bool = False) -> AsyncGenerator[list[Message], None]:
     """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order, in
     lists of at most ``size`` (only its protected messages with ``protected``): memory stays
-    flat in the history length, and the cost grows with the segments and rows read, never
-    with the lineage depth. ``segments`` saves reading the lineage again."""
-    if segments is None:
-        segments = await lineage(tx, sid)
-    if hi is None:
-        hi = segments[-1].hi if segments else 0
-    parts = _clip(segments, lo, hi)
+    flat in the history length, and the read is one statement whatever the lineage's depth
+    (``_READ``)."""
     where = f" AND {PROTECTED}" if protected else ""
-    for start in range(0, len(parts), SEGMENTS_PER_QUERY):
-        chunk = parts[start:start + SEGMENTS_PER_QUERY]
-        sql = " UNION ALL ".join(
-            f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? AND seq <= ?{where}"
-            " ORDER BY seq)"
-            for _ in chunk
-        )
-        cursor = await tx.execute(sql, [v for s in chunk for v in (s.session, s.lo, s.hi)])
-        cursor.row_factory = None
-        try:
-            while rows := await cursor.fetchmany(size):
-                yield [_message(r) for r in rows]
-        finally:
-            await cursor.close()
+    cursor = await tx.execute(_READ.format(where=where), {"sid": sid, "lo": lo, "hi": _END if hi is None else hi})
+    cursor.row_factory = None
+    try:
+        while rows := await cursor.fetchmany(size):
+            yield [_message(r) for r in rows]
+    finally:
+        await cursor.close()
 
 
-async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, protected: bool = False,
-               segments: Sequence[Segment] | None = None) -> list[Message]:
+async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, protected: bool = False) -> list[Message]:
     """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order."""
-    return [m async for batch in batches(tx, sid, lo, hi, size=10_000, protected=protected, segments=segments)
-            for m in batch]
+    return [m async for batch in batches(tx, sid, lo, hi, size=10_000, protected=protected) for m in batch]
 
 
 def _outermost(in_force: Sequence[Fold]) -> list[tuple[int, int]]:
@@ -143,21 +106,20 @@ async def context(tx: Tx, sid: int, in_force: Sequence[Fold] | None = None, *,
     long one cost those items. Equal to ``active(read(tx, sid), in_force)[-last:]``."""
     if in_force is None:
         in_force = await folds(tx, sid)
-    segments = await lineage(tx, sid)
-    length = segments[-1].hi if segments else 0
+    length = int(await tx.value("SELECT length FROM sessions WHERE id = ?", (sid,)) or 0)
     if last is not None:
         if last <= 0:
             return []
         folded = max((f.hi for f in in_force), default=0)
         if length - folded >= last:  # the last items are all after every fold
-            return active(await read(tx, sid, length - last, segments=segments), ())
+            return active(await read(tx, sid, length - last), ())
     seen: list[Message] = []
     upto = 0
     for lo, hi in _outermost(in_force):
-        seen += await read(tx, sid, upto, lo - 1, segments=segments)
-        seen += await read(tx, sid, max(upto, lo - 1), hi, protected=True, segments=segments)
+        seen += await read(tx, sid, upto, lo - 1)
+        seen += await read(tx, sid, max(upto, lo - 1), hi, protected=True)
         upto = max(upto, hi)
-    seen += await read(tx, sid, upto, segments=segments)
+    seen += await read(tx, sid, upto)
     items = active(seen, in_force)
     return items if last is None else items[-last:]
 
@@ -210,7 +172,7 @@ def apply_fold(items: list[ContextItem], fold: Fold) -> list[ContextItem]:
 
 def active(history: Sequence[Message], in_force: Sequence[Fold]) -> list[ContextItem]:
     """The active context: ``history`` seen through ``in_force`` folds."""
-    items = [ContextItem(m.seq, m.role, m.content, m.tokens, m.author, m.pinned, meta=m.meta) for m in history]
+    items = [_new(ContextItem, (m[0], m[1], m[2], m[3], m[4], m[5], None, 0, m[7])) for m in history]
     for fold in in_force:
         items = apply_fold(items, fold)
     return items

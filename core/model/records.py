@@ -174,9 +174,9 @@ class Message(NamedTuple):
         return self.pinned or self.role == "system"
 
 
-@dataclass(slots=True, frozen=True)
-class ContextItem:
-    """An entry of the active context: a message, or the summary standing for a fold."""
+class ContextItem(NamedTuple):
+    """An entry of the active context: a message, or the summary standing for a fold. A
+    named tuple, as ``Message`` is: a context is made of a history's rows."""
 
     seq: int
     role: str

@@ -7,11 +7,14 @@ above Python's default recursion limit for a recursive walk.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import uuid
 from pathlib import Path
 
 from conftest import Cli, Clock
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from procession import Workspace
 from procession.model.records import SessionInfo
 from procession.model.states import State
@@ -109,3 +112,56 @@ def test_the_tree_view_draws_a_1200_level_fork_chain() -> None:
     assert view.keys == ["agent:a", *range(1, depth + 1)]
     assert view.prefixes.get(depth) == "… " + "   " * (LEVELS - 1) + "└─ "  # the last levels, and above them …
     assert view.prefixes.get(LEVELS) == "   " * (LEVELS - 1) + "└─ "  # no deeper than it draws: all of it
+
+
+def _reference(con: sqlite3.Connection, sid: int, lo: int, hi: int) -> list[int]:
+    """Positions ``lo < seq <= hi`` of ``sid``'s history, walked by hand: each session owns the
+    positions after its fork point up to where the history below it has gone (no further
+    than the fork below, nor than the end of the part below)."""
+    upto, found, parts = hi, sid, []
+    while found is not None:
+        parent, fork_seq, length = con.execute("SELECT parent_id, fork_seq, length FROM sessions WHERE id = ?",
+                                               (found,)).fetchone()
+        upto = min(upto, length)
+        parts.append((found, fork_seq, upto))
+        upto = min(upto, fork_seq)
+        found = parent if upto > 0 else None
+    return [seq for session, first, last in reversed(parts) for (seq,) in con.execute(
+        "SELECT seq FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (session, max(first, lo), last))]
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 100), st.integers(0, 3)), min_size=1, max_size=25),
+       st.integers(0, 12), st.integers(0, 14))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_read_is_one_statement_and_gives_what_walking_the_forks_by_hand_gives(tmp_path, steps, lo, width):
+    """Forks of forks at any point (before what the parent's own fork point holds, at it, after
+    it), with messages between: every session's history, whole and in a range, is the
+    positions the forks give, in order."""
+    db = tmp_path / f"{uuid.uuid4().hex}.db"
+
+    async def build() -> list[int]:
+        async with await Workspace.open(db) as ws:
+            sids = [(await ws.spawn("root", "a")).sid]
+            for pick, at, sends in steps:
+                parent = sids[pick % len(sids)]
+                length = (await ws.info(parent)).messages
+                child = (await ws.fork(parent, at=at % (length + 1))).sid
+                for i in range(sends):
+                    await ws.send(child, f"{child}.{i}")
+                await ws.send(parent, "more")
+                sids.append(child)
+            return sids
+
+    async def check(sids: list[int]) -> None:
+        con = sqlite3.connect(db)
+        try:
+            async with await Workspace.open(db) as ws:
+                for sid in sids:
+                    hi = lo + width
+                    assert [m.seq for m in await ws.history(sid)] == _reference(con, sid, 0, 2**62)
+                    assert [m.seq for m in await ws.history(sid, lo, hi)] == _reference(con, sid, lo, hi)
+        finally:
+            con.close()
+
+    asyncio.run(check(asyncio.run(build())))
