@@ -34,10 +34,16 @@ class Meters(Widget):
         self.note = ""
         self.tokenizer = ""
         self.clock = time.time
+        self._shown: tuple[Any, ...] = ()
 
     def show(self, stats: Header, engine: str, slots: int, note: str = "") -> None:
-        self.stats, self.engine, self.slots, self.note = stats, engine, slots, note
-        self.refresh()
+        """Redrawn only when what they show changed: the figures, or the clock's second (a tick
+        that changed no figure of theirs costs no render)."""
+        shown = (stats, engine, slots, note, int(self.clock()))
+        if shown != self._shown:
+            self._shown = shown
+            self.stats, self.engine, self.slots, self.note = stats, engine, slots, note
+            self.refresh()
 
     def counted_by(self) -> str:
         """Who counted the context the header sums: the workspace's counter (``bytes/4`` is an
