@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from report import Process, Results, environment, process, table
+from report import Process, Results, environment, process, publish
 from scale import _texts, build_deep, build_long, build_sessions
 
 from procession import Workspace
@@ -95,9 +95,12 @@ def turns(reps: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[li
     return got_a, got_b
 
 
-def ratio(res: Results, key: str, measure: str, size: str, a: list[float], b: list[float], goal: float,
-          unit: str = "x") -> None:
-    res.record(key, measure, size, [], value=statistics.median(a) / statistics.median(b), unit=unit,
+def beside(res: Results, key: str, measure: str, yardstick: str, size: str, a: list[float], b: list[float],
+           goal: float) -> None:
+    """A figure, its yardstick below it, and their ratio against the goal."""
+    res.record(f"{key}", measure, size, a)
+    res.record(f"{key}_yardstick", f"  {yardstick}", size, b)
+    res.record(f"{key}_ratio", "  ratio", size, [], value=statistics.median(a) / statistics.median(b), unit="x",
                goal=f"<= {goal:g}x", check=lambda v: v <= goal)
 
 
@@ -116,10 +119,8 @@ def depth(res: Results, root: Path, depths: tuple[int, ...], reps: int) -> None:
                     out[name] = await _turns_async(max(reps, 5) * 3, call(deep, leaf), call(flat, 1))
                 return out
         for name, (a, b) in asyncio.run(measure()).items():
-            size = f"depth {d:,}"
-            res.record(f"{name}_deep_{d}", f"{name} of the leaf of a fork chain (API)", size, a)
-            res.record(f"{name}_flat_{d}", f"  {name} of a flat session of as many messages", size, b)
-            ratio(res, f"{name}_depth_ratio_{d}", f"  {name}: chain / flat", size, a, b, 1.5)
+            beside(res, f"{name}_deep_{d}", f"{name} of the leaf of a fork chain (API)",
+                   f"{name} of a flat session of as many messages", f"depth {d:,}", a, b, 1.5)
 
 
 async def _flat(db: Path, n: int) -> None:
@@ -152,10 +153,8 @@ def memory(res: Results, root: Path, forks: int, reps: int) -> None:
             return await _turns_async(max(reps, 5) * 20, lambda: ws.memory_set(parent, f"k{next(n) % 100}", 1),
                                       lambda: ws.memory_set(alone, f"k{next(n) % 100}", 1))
     a, b = asyncio.run(measure())
-    size = f"{forks:,} forks"
-    res.record("memory_set_forks", "memory set on a session its forks read", size, a)
-    res.record("memory_set_alone", "  memory set on a session without forks", size, b)
-    ratio(res, "memory_set_ratio", "  memory set: with forks / without", size, a, b, 2.0)
+    beside(res, "memory_set", "memory set on a session its forks read", "memory set on a session without forks",
+           f"{forks:,} forks", a, b, 2.0)
 
 
 def ps(res: Results, root: Path, sessions: int, reps: int) -> None:
@@ -189,10 +188,8 @@ def history(res: Results, root: Path, messages: int, reps: int) -> None:
     ours, bare = turns(reps, lambda: _cli(db, ["history", str(sid)]).cpu,
                        lambda: process([sys.executable, "-c", BARE_HISTORY, str(db), str(sid)], dict(os.environ),
                                        root).cpu)
-    size = f"{messages:,} msgs"
-    res.record("history_text_cpu", "history SID (text), whole process CPU", size, ours)
-    res.record("history_bare_cpu", "  a bare sqlite3 loop printing the same rows", size, bare)
-    ratio(res, "history_text_ratio", "  history / bare loop", size, ours, bare, 1.5)
+    beside(res, "history_text", "history SID (text), whole process CPU", "a bare sqlite3 loop printing the same rows",
+           f"{messages:,} msgs", ours, bare, 1.5)
 
 
 def jsonl(res: Results, root: Path, messages: int, reps: int) -> None:
@@ -265,15 +262,9 @@ def main() -> int:
                 groups[group]()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(table(res.rows))
-    report = {"mode": "tiny" if args.tiny else "quick" if args.quick else "full", "goals_are_for_full_sizes": True,
-              "sizes": asdict(sizes), "reps": reps,
-              "environment": env, "total_seconds": round(time.perf_counter() - t0, 1), **res.summary()}
-    text = json.dumps(report, indent=2)
-    print()
-    print(text)
-    if args.json_out:
-        Path(args.json_out).write_text(text + "\n", encoding="utf-8")
+    publish(res.rows, {"mode": "tiny" if args.tiny else "quick" if args.quick else "full",
+                       "goals_are_for_full_sizes": True, "sizes": asdict(sizes), "reps": reps, "environment": env,
+                       "total_seconds": round(time.perf_counter() - t0, 1), **res.summary()}, args.json_out)
     return 0
 
 

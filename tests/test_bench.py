@@ -75,8 +75,9 @@ def test_flat_tiny_measures_each_figure_beside_its_yardstick() -> None:
     assert report["mode"] == "tiny"
     figures = report["results"]
     for name in ("fork", "show", "history"):
-        assert figures[f"{name}_deep_20"]["runs"] and figures[f"{name}_flat_20"]["runs"]
-    assert {"memory_set_ratio", "ps_json_cpu", "history_text_ratio", "send_jsonl_rate", "startup_ps_json"} <= set(figures)
+        assert figures[f"{name}_deep_20"]["runs"] and figures[f"{name}_deep_20_yardstick"]["runs"]
+    assert {"memory_set_ratio", "ps_json_cpu", "ps_bare_cpu", "history_text_ratio", "send_jsonl_rate",
+            "startup_ps_json"} <= set(figures)
     assert all(f["median"] > 0 for f in figures.values())
 
 
