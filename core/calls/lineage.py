@@ -185,20 +185,27 @@ class LineageCalls(Calls):
                       files=tuple(f"{st} {p}" for st, p in files.changes) if files else (), commit=commit)
 
 
+#: Up to how many names of a base a fork's number is the smallest free one (each candidate
+#: one lookup in the index); past it, one past how many there are.
+_NAMES_LOOKED = 64
+
+
 async def _next_name(tx: Tx, row: sqlite3.Row) -> str:
     """The parent's name with the next free number: forks of forks do not grow their names.
 
-    Read in the name index (``base #2`` … sort between ``base #`` and ``base $``): the number
-    one past how many are so named, which is the next when they were numbered in turn, in
-    two lookups whatever the forks; when that one is taken (a fork was renamed), the smallest
-    free number: 2 or one past a number taken, each candidate one lookup."""
+    Read in the name index (``base #2`` … sort between ``base #`` and ``base $``): the
+    smallest free number, 2 or one past a number taken, each candidate one lookup; among more
+    than ``_NAMES_LOOKED`` names of the base (a loop forking on and on), one past how many
+    there are, when it is free (the next when they were numbered in turn), in two lookups
+    whatever the forks."""
     found = _NUMBERED.match(row["name"])
     base = found.group(1) if found else row["name"]
     prefix, agent = f"{base} #", row["agent_id"]
     span = (agent, prefix, f"{base} $")
     taken = int(await tx.value("SELECT count(*) FROM sessions WHERE agent_id = ? AND name >= ? AND name < ?", span))
     guess = f"{prefix}{taken + 2}"
-    if await tx.value("SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
+    if taken > _NAMES_LOOKED and await tx.value(
+            "SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
         return guess
     n = await tx.value(
         "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT CAST(substr(name, ?) AS INTEGER) + 1 FROM sessions"

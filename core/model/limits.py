@@ -190,6 +190,22 @@ def json_value(value: Any, what: str, limit: int = JSON_VALUE_MAX, depth: int = 
     return text
 
 
+#: ``orjson`` reads an integer past 64 bits as a float: one this large may have been one.
+_WIDE: Final = float(1 << 63)
+
+
+def widened(value: Any) -> bool:
+    """Whether ``value`` (as ``orjson`` read it) holds a float as large as an integer it would
+    make one of: to be read again by ``json``, which keeps the integer."""
+    if type(value) is float:
+        return not -_WIDE < value < _WIDE
+    if type(value) is dict:
+        return any(widened(v) for v in value.values())
+    if type(value) is list:
+        return any(widened(v) for v in value)
+    return False
+
+
 def json_loads(text: str | bytes, what: str, depth: int = JSON_DEPTH, margin: int = 0) -> Any:
     """Parse JSON from a person, a file or a runner, strictly: ``NotJson`` for a syntax
     error, and a one-line ``InvalidArgument`` for NaN or Infinity, a number that overflows

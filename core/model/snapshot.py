@@ -222,11 +222,6 @@ def _items(text: _Text, count: list[int]) -> Iterator[tuple[Any, ...]]:
 #: message starts with its author). Met deeper down (a list of objects in a meta), it cuts the
 #: text where it is not JSON, so a batch cut there is refused, and read one at a time.
 _NEXT: Final = '},{"author":'
-#: The least number ``orjson`` may have made of an integer too long for 64 bits (``json``
-#: keeps it an ``int``).
-_WIDE: Final = float(1 << 63)
-
-
 def _batch(buf: str, at: int, last: int) -> list[Any] | None:
     """The messages in ``buf[at:last]`` (whole ones, between commas), read in one call of
     ``orjson``: the one parse a million-message file spends its time in, three times as fast
@@ -239,20 +234,10 @@ def _batch(buf: str, at: int, last: int) -> list[Any] | None:
     except orjson.JSONDecodeError:
         return None
     for m in batch:
-        if type(m) is dict and (_wide(m.get("created")) or m.get("meta") is not None and _wide(m["meta"])):
+        if type(m) is dict and (limits.widened(m.get("created"))
+                                or m.get("meta") is not None and limits.widened(m["meta"])):
             return None
     return cast("list[Any]", batch)
-
-
-def _wide(value: Any) -> bool:
-    """Whether ``value`` holds a float as large as an integer ``orjson`` would make one of."""
-    if type(value) is float:
-        return not -_WIDE < value < _WIDE
-    if type(value) is dict:
-        return any(_wide(v) for v in value.values())
-    if type(value) is list:
-        return any(_wide(v) for v in value)
-    return False
 
 
 def _exact(text: _Text, count: list[int], last: int) -> Generator[tuple[Any, ...], None, bool]:

@@ -162,7 +162,7 @@ def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:  # the standard library's strict parse says what is wrong
                 obj = None
-            if type(obj) is not dict:
+            if type(obj) is not dict or limits.widened(obj):  # an integer past 64 bits: json keeps it
                 try:
                     obj, end = limits.json_raw_decode(line, start, f"{name} line {n}")
                 except limits.NotJson:

@@ -1508,7 +1508,16 @@ async def test_fork_names_do_not_grow(ws: Workspace) -> None:
         parent = (await ws.fork(parent)).sid
         names.append((await ws.info(parent)).name)
     assert names == ["review #2", "review #3", "review #4", "review #5"]
-    # a renamed fork frees its number: the next fork takes the smallest free one
+    # a renamed fork frees its number: the next fork takes the smallest free one; a name of the
+    # base that is not a number, or the parent's own number, takes none
     await ws.set(parent - 2, name="kept")
     assert (await ws.info((await ws.fork(sid)).sid)).name == "review #3"
     assert (await ws.info((await ws.fork(sid)).sid)).name == "review #6"
+    await ws.spawn("review #notes", "hr")
+    first = (await ws.spawn("task #1", "hr")).sid
+    assert (await ws.info((await ws.fork(first)).sid)).name == "task #2"
+    assert (await ws.info((await ws.fork(sid)).sid)).name == "review #7"
+    # past 64 forks of a base (a loop forking on), numbered in turn without reading them all
+    many = (await ws.spawn("loop", "hr")).sid
+    names = [(await ws.info((await ws.fork(many)).sid)).name for _ in range(70)]
+    assert names == [f"loop #{n}" for n in range(2, 72)]

@@ -258,3 +258,19 @@ def test_a_nan_stored_before_the_limits_is_a_one_line_refusal_to_save(cli, db, t
     con.close()
     assert "not JSON (NaN or Infinity)" in refused(cli("save", "1", "-o", str(tmp_path / "s.json"), check=False))
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_transcript_line_is_read_as_json_reads_it_whatever_reads_it_fastest(tmp_path):
+    """A line orjson reads (most) gives what the standard library gives: an integer past 64
+    bits stays that integer, a float stays a float, the last of two equal keys wins."""
+    import io
+
+    from procession.present import parse
+
+    lines = ['{"role": "user", "content": "x", "meta": {"id": 123456789012345678901234567890, "n": -9223372036854775809}}',
+             '{"role": "user", "content": "y", "meta": {"f": 1e300, "g": -0.0, "k": 1, "k": 2}}',
+             '{"role": "user", "content": "z", "created": 18446744073709551616}']
+    got = list(parse.jsonl(io.StringIO("\n".join(lines) + "\n"), "t.jsonl"))
+    assert got == [json.loads(line) for line in lines]
+    assert [type(v) for m in got for v in (m.get("meta") or {}).values()] == [int, int, float, float, int]
+    assert type(got[2]["created"]) is int
