@@ -216,7 +216,7 @@ async def _spawn(db: Path) -> int:
 def startup(res: Results, root: Path, reps: int) -> None:
     db = root / "one.db"
     asyncio.run(_spawn(db))
-    n = max(reps, 5)
+    n = reps
     ours, bare = turns(n, lambda: _cli(db, ["ps", "--json"]).wall,
                        lambda: process([sys.executable, "-c", "pass"], dict(os.environ), root).wall)
     loop = [process([sys.executable, "-c", "import asyncio"], dict(os.environ), root).wall for _ in range(n)]
