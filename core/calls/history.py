@@ -45,10 +45,11 @@ PROTECTED = "(m.pinned OR m.role = 'system')"
 
 #: History positions ``:lo < seq <= :hi`` of session ``:sid``, in order, in one statement: the
 #: lineage walked up from the session only as far as ``:lo`` (each ancestor's part ends where
-#: the fork below it starts, or lower, where the part below it ends), its parts put oldest first, and each part read in the
-#: ``(session, seq)`` index. The rows come in the order of that loop (the parts, a
-#: ``CROSS JOIN``'s outer loop, then the index within each): sorting them instead would hold
-#: a million-message history before its first row. ``{where}``: more of a row to match.
+#: the fork below it starts, or lower, where the part below it ends), its parts put oldest
+#: first, and each part read in the ``(session, seq)`` index. The rows come in the order of
+#: that loop (the parts, a ``CROSS JOIN``'s outer loop, then the index within each): sorting
+#: them instead would hold a million-message history before its first row. ``{where}``: more
+#: of a row to match.
 _READ = f"""
     WITH RECURSIVE chain(id, parent_id, lo, hi, depth) AS (
         SELECT id, parent_id, fork_seq, min(length, :hi), 0 FROM sessions WHERE id = :sid
