@@ -1517,6 +1517,11 @@ async def test_fork_names_do_not_grow(ws: Workspace) -> None:
     first = (await ws.spawn("task #1", "hr")).sid
     assert (await ws.info((await ws.fork(first)).sid)).name == "task #2"
     assert (await ws.info((await ws.fork(sid)).sid)).name == "review #7"
+    # a name holding what a pattern would read as wildcards, or the ends of the name range
+    for odd, decoy in (("50% off_", "50x offy #2"), ("a #b $c", "a #b $c$ #2")):
+        odd_sid = (await ws.spawn(odd, "hr")).sid
+        await ws.spawn(decoy, "hr")
+        assert (await ws.info((await ws.fork(odd_sid)).sid)).name == f"{odd} #2"
     # past 64 forks of a base (a loop forking on), numbered in turn without reading them all
     many = (await ws.spawn("loop", "hr")).sid
     names = [(await ws.info((await ws.fork(many)).sid)).name for _ in range(70)]
