@@ -24,9 +24,9 @@ from procession.calls import Workspace
 from procession.model.errors import ProcessionError, WorkspaceError
 from procession.present.parse import Malformed
 from procession.present.words import printable
-from procession.store import default_path, workspace_path
+from procession.store import default_target, is_url, workspace_path
 
-from . import agents, bindings, budgets, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads  # noqa: F401  (they register)
+from . import agents, bindings, budgets, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads, stores  # noqa: F401  (they register)
 from .registry import Command, build_parser
 from .terminal import UsageError, error
 
@@ -37,12 +37,13 @@ async def run(command: Command, args: object) -> int:
     if not command.workspace:
         return await command.handler(args)
     given = getattr(args, "db", None)
-    new = command.creates and not (workspace_path(given) if given else default_path()).exists()
+    target = (given if is_url(given) else workspace_path(given)) if given else default_target()
+    new = command.creates and not is_url(target) and not Path(target).exists()
     try:
         ws = await Workspace.open(given, actor="cli", create=command.creates)
     except WorkspaceError as exc:
         demo = monitor.demo_path()
-        if given or os.environ.get("PROCESSION_DB") or default_path().exists() or not demo.exists():
+        if given or os.environ.get("PROCESSION_DB") or Path(default_target()).exists() or not demo.exists():
             raise  # not the default workspace missing where the demo's is at hand
         raise WorkspaceError(f"{exc}; the demo's is {demo}: give --db {demo}, or set PROCESSION_DB to it") from None
     try:
@@ -50,7 +51,7 @@ async def run(command: Command, args: object) -> int:
     except ProcessionError:
         if new and not await ws.journal(limit=1):  # refused: the workspace it made holds nothing
             await ws.close()
-            for path in (ws.store.path, Path(f"{ws.store.path}-wal"), Path(f"{ws.store.path}-shm")):
+            for path in (Path(ws.store.path), Path(f"{ws.store.path}-wal"), Path(f"{ws.store.path}-shm")):
                 with contextlib.suppress(OSError):
                     path.unlink()
         raise

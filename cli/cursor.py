@@ -47,12 +47,12 @@ def _shell() -> str:
     return f"{sid}-{started}"
 
 
-def _path(db: Path) -> Path:
-    workspace = hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:16]
+def _path(db: Path | str) -> Path:
+    workspace = hashlib.sha256(str(db if isinstance(db, str) else db.resolve()).encode()).hexdigest()[:16]
     return _folder() / f"{_shell()}-{workspace}.json"
 
 
-def point(db: Path) -> int | None:
+def point(db: Path | str) -> int | None:
     """Where this shell has seen the journal of workspace ``db`` to (None: nowhere yet)."""
     try:
         found = json.loads(_path(db).read_text())
@@ -61,17 +61,17 @@ def point(db: Path) -> int | None:
         return None
 
 
-def caused(db: Path, at: int) -> None:
+def caused(db: Path | str, at: int) -> None:
     """A call of this shell wrote journal row ``at``: a wait sees what came after it."""
     _write(db, at, caused=True)
 
 
-def seen(db: Path, at: int) -> None:
+def seen(db: Path | str, at: int) -> None:
     """A wait of this shell was woken by what journal row ``at`` holds (or timed out there)."""
     _write(db, at, caused=False)
 
 
-def _write(db: Path, at: int, *, caused: bool) -> None:
+def _write(db: Path | str, at: int, *, caused: bool) -> None:
     path = _path(db)
     try:
         before = json.loads(path.read_text())

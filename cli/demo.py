@@ -109,7 +109,7 @@ async def build(db: Path, *, fresh: bool = False, clock: Clock = time.time) -> D
     try:
         sessions = await _populate(ws, folder, git)
         async with ws.store.tx() as tx:
-            await tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (MARK, str(folder)))
+            await tx.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (MARK, str(folder)))
     finally:
         await ws.close()
     return Demo(db, folder, sessions)

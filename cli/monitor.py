@@ -24,7 +24,7 @@ def needs_terminal() -> str | None:
     return None
 
 
-async def open_monitor(db: Path, args: argparse.Namespace) -> int:
+async def open_monitor(db: Path | str, args: argparse.Namespace) -> int:
     reason = needs_terminal()
     if reason:
         print(f"{PROG}: {reason}", file=sys.stderr)
@@ -36,10 +36,12 @@ async def open_monitor(db: Path, args: argparse.Namespace) -> int:
 
 async def monitor(args: argparse.Namespace) -> int:
     """The monitor on the workspace given (which must exist), or on the default one (made if new)."""
-    from procession.store import default_path
+    from procession.store import default_target, is_url
 
     explicit = getattr(args, "db", None) or os.environ.get("PROCESSION_DB")
-    db = Path(explicit).expanduser() if explicit else default_path()
+    if explicit and is_url(explicit):
+        return await open_monitor(explicit, args)  # a database: opening it says what is wrong
+    db = Path(explicit).expanduser() if explicit else Path(default_target())
     if explicit and not db.exists():
         raise WorkspaceError(f"no workspace at {db}: spawn a session there to make one, or try `{PROG} demo`")
     return await open_monitor(db, args)

@@ -174,8 +174,9 @@ class _Intermixed(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
-                        help="workspace file (default: $PROCESSION_DB or the user data folder)")
+    common.add_argument("--db", metavar="PATH|URL", default=argparse.SUPPRESS,
+                        help="workspace file, or postgresql:// address (default: $PROCESSION_DB or the user data"
+                             " folder)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
     parser = argparse.ArgumentParser(prog=PROG, parents=[common],
                                      description="Agent sessions as processes. With no command, opens the monitor.")

@@ -44,13 +44,42 @@ def in_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+#: The stores a module runs its tests on, with ``pytestmark = STORES`` (the call suite): an SQLite
+#: file and a PostgreSQL database of a real server the tests start (``support.postgres``).
+STORES = pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"], indirect=True)
+
+
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Which store a test's workspace is in: SQLite unless its module runs on ``STORES``."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """This test process's PostgreSQL server, started on first use. Without one installed the
+    tests that need it skip, unless ``PROCESSION_REQUIRE_POSTGRES=1`` (CI) makes them fail."""
+    from support.postgres import Server, binaries
+
+    if binaries() is None:
+        if os.environ.get("PROCESSION_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL's server is not installed (Debian: apt-get install postgresql)")
+        pytest.skip("PostgreSQL's server is not installed (Debian: apt-get install postgresql)")
+    server = Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def db(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> Path | str:
+    """Where the test's workspace is: a file, or a new workspace in the PostgreSQL server."""
+    if store_kind == "postgresql":
+        return str(request.getfixturevalue("postgres").workspace())
     return tmp_path / "ws.db"
 
 
 @pytest.fixture
-async def ws(db: Path) -> AsyncIterator[Workspace]:
+async def ws(db: Path | str) -> AsyncIterator[Workspace]:
     workspace = await Workspace.open(db, clock=Clock())
     yield workspace
     await workspace.close()
@@ -123,13 +152,39 @@ async def engine(db: Path, live: Workspace):
         yield eng
 
 
-def dump(path: Path) -> list[str]:
-    """Every row of every table of a workspace file, as SQL text: equal dumps, equal stores."""
+def dump(path: Path | str) -> list[str]:
+    """Every row of every table of a workspace (a file or a PostgreSQL one), as text: equal
+    dumps, equal stores. (Not where a PostgreSQL table's ids go on: a sequence is not rolled
+    back with the transaction that drew from it, so a refused call may leave a gap in the ids.)"""
     import sqlite3
 
+    if isinstance(path, str) and path.startswith("postgresql://"):
+        tables = [r[0] for r in sql(path, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                                          " ORDER BY tablename")]
+        return [f"{t}: {row!r}" for t in tables for row in sql(path, f"SELECT * FROM {t} ORDER BY 1, 2")]
     con = sqlite3.connect(path)
     try:
         return list(con.iterdump())
+    finally:
+        con.close()
+
+
+def sql(path: Path | str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """One statement on a workspace from outside (a file, or a PostgreSQL one: written in
+    SQLite's dialect, as the calls write theirs), committed; the rows it read."""
+    import sqlite3
+
+    if isinstance(path, str) and path.startswith("postgresql://"):
+        import psycopg
+
+        from procession.store.dialect import translate
+
+        with psycopg.connect(path, autocommit=True) as conn:
+            cur = conn.execute(translate(statement), params)
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        return con.execute(statement, params).fetchall()
     finally:
         con.close()
 

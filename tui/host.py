@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class EngineHost:
-    def __init__(self, path: Path, slots: int = 2) -> None:
+    def __init__(self, path: Path | str, slots: int = 2) -> None:
         self.path = path
         self.slots = slots
         self.engine: Engine | None = None

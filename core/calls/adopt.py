@@ -29,8 +29,7 @@ from ..model.outcomes import Adopted, Adoption, Attached, Moved, Synced
 from ..model.states import Reason, State
 from ..model.toolcalls import one_line
 from ..model.transcripts import Position, Transcript
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Tx, rows
 from .lifecycle import LifecycleCalls
 from . import outside
 from .native import HELD, agent_ref, carry_over, cli_environment, holder, located

@@ -15,8 +15,7 @@ from collections.abc import Iterable
 from ..model.errors import InvalidArgument
 from ..model.records import Waited
 from ..model.states import State
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Tx, rows
 from . import history
 from .base import Calls
 from .reads import run_info
@@ -153,7 +152,7 @@ async def _length_at(tx: Tx, sid: int, mark: int) -> int:
 async def _woken(tx: Tx, sid: int, mark: int, length: int, *, final: bool) -> Waited | None:
     """What woke a wait from journal row ``mark``, or None (``final``: the time is up)."""
     row = await rows.session(tx, sid)
-    run = await tx.one("SELECT r.*, j.id AS journal_row FROM journal j JOIN runs r ON r.id = json_extract(j.args, '$.run')"
+    run = await tx.one("SELECT r.*, j.id AS journal_row FROM journal j JOIN runs r ON r.id = CAST(json_extract(j.args, '$.run') AS INTEGER)"
                        " WHERE j.session_id = ? AND j.call = 'finish' AND j.id > ? ORDER BY j.id LIMIT 1", (sid, mark))
     sent = None if run is not None else await tx.value(
         "SELECT id FROM journal WHERE session_id = ? AND call = 'send' AND id > ? ORDER BY id LIMIT 1", (sid, mark))

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from ..store.sqlite import Clock, Store
+from ..store import Clock, Store, open_store
 
 
 class Calls:
@@ -25,8 +25,9 @@ class Calls:
     @classmethod
     async def open(cls, path: Path | str | None = None, *, actor: str = "cli", clock: Clock = time.time,
                    create: bool = True) -> Self:
-        """Open (``create``: or make) the workspace at ``path`` (default: ``store.default_path()``)."""
-        return cls(await Store.open(path, clock=clock, create=create), actor)
+        """Open (``create``: or make) the workspace at ``path``, a file or a ``postgresql://``
+        address (default: ``store.default_target()``)."""
+        return cls(await open_store(path, clock=clock, create=create), actor)
 
     async def close(self) -> None:
         await self.store.close()
@@ -42,7 +43,7 @@ class Calls:
         return type(self)(self.store, actor, acting)
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | str:
         return self.store.path
 
     @property

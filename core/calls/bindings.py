@@ -14,8 +14,7 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Approved, Bound, TriggerAdded, TriggerRemoved, Unbound
 from ..model.records import Resource, TriggerInfo
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Tx, rows
 from . import commits
 from .base import Calls
 from .syscall import Act, syscall
@@ -136,8 +135,8 @@ async def _after_path(tx: Tx, start: int, goal: int) -> list[int]:
     frontier = [start]
     while frontier:
         found = await tx.all(
-            "SELECT session_id, json_extract(spec, '$.session') AS waker FROM triggers"
-            f" WHERE kind = 'after' AND json_extract(spec, '$.session') IN ({','.join('?' * len(frontier))})",
+            "SELECT session_id, CAST(json_extract(spec, '$.session') AS INTEGER) AS waker FROM triggers"
+            f" WHERE kind = 'after' AND json_extract(spec, '$.session') IN ({', '.join(['?/*pg:::text*/'] * len(frontier))})",
             frontier,
         )
         frontier = []

@@ -6,7 +6,6 @@ them before it starts a run (``verdict``): over a cap, the session is suspended 
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +16,7 @@ from ..model.errors import InvalidArgument
 from ..model.outcomes import Limited
 from ..model.records import Budget
 from ..model.states import Reason, State
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Row, Tx, rows
 from .base import Calls
 from .syscall import Act, syscall
 
@@ -155,7 +153,7 @@ async def spent(tx: Tx, sid: int | None, owner: tuple[str, int] | None, now: flo
     return [await _budget(tx, row, now) for row in found]
 
 
-async def _budget(tx: Tx, row: sqlite3.Row, now: float) -> Budget:
+async def _budget(tx: Tx, row: Row, now: float) -> Budget:
     start = budgets.period_start(row["per"], now)
     if row["session_id"] is not None:
         scope, where, arg = "session", "(?)", row["session_id"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sqlite3
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any
@@ -13,9 +12,8 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Compressed, Expanded, MemoryChanged, Sent
 from ..model.records import ContextItem, Fold
-from ..store import rows
+from ..store import Row, Tx, rows
 from ..store.tokens import scaled
-from ..store.sqlite import Tx
 from . import history, waking
 from .base import Calls
 from .summarise import summarise
@@ -177,7 +175,7 @@ class ContextCalls(Calls):
         return Expanded(sid, whole, scaled(tokens, act.row["token_scale"]), len(group), len(in_force) - len(group))
 
 
-def _compressed(act: Act, sid: int, fold: Fold, row: sqlite3.Row, masked: int = 0) -> Compressed:
+def _compressed(act: Act, sid: int, fold: Fold, row: Row, masked: int = 0) -> Compressed:
     context = scaled(row["context_tokens"], row["token_scale"])
     if context > row["window"]:
         act.note(f"the context ({context} tokens) is still over the window ({row['window']});"
@@ -249,7 +247,7 @@ async def _author(tx: Tx, sid: int, sender: int | None) -> str:
     return f"session:{sender}"
 
 
-async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[Any, ...]], author: str,
+async def deliver(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], author: str,
                   total: int = 1, progress: Progress | None = None) -> int:
     """Append messages into a session's inbox and fire its inbox triggers; returns the last seq.
 
@@ -278,7 +276,7 @@ async def deliver(tx: Tx, row: sqlite3.Row, messages: Iterable[tuple[Any, ...]],
     return start + n
 
 
-async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None = None,
+async def plan_fold(tx: Tx, row: Row, keep_last: int, budget: int | None = None,
                     given: str | None = None) -> FoldPlan | None:
     """What a compress keeping the last ``keep_last`` items would archive, and its summary
     (``given``, else the extractive one); None when it would hide nothing or save nothing."""
@@ -297,13 +295,13 @@ async def plan_fold(tx: Tx, row: sqlite3.Row, keep_last: int, budget: int | None
     return plan, summary, summary_tokens
 
 
-async def write_fold(tx: Tx, row: sqlite3.Row, plan: history.FoldPlan, summary: str, summary_tokens: int) -> Fold:
+async def write_fold(tx: Tx, row: Row, plan: history.FoldPlan, summary: str, summary_tokens: int) -> Fold:
     """Hide ``plan``'s items behind ``summary``; the session's totals move by the difference."""
     return await write_counted_fold(tx, row, plan.lo, plan.hi, summary, summary_tokens, len(plan.archived),
                                     sum(i.tokens for i in plan.archived))
 
 
-async def write_counted_fold(tx: Tx, row: sqlite3.Row, lo: int, hi: int, summary: str, summary_tokens: int,
+async def write_counted_fold(tx: Tx, row: Row, lo: int, hi: int, summary: str, summary_tokens: int,
                              archived_count: int, archived_tokens: int, created: float | None = None) -> Fold:
     """``write_fold`` of a range whose hidden items were counted without reading them (a load's,
     at the time the snapshot gives it: the folds one compress made share one)."""

@@ -14,8 +14,7 @@ from typing import Any
 
 from ..model import runner_spec
 from ..model.errors import InvalidArgument
-from ..store import tokens
-from ..store.sqlite import Tx
+from ..store import Tx, tokens
 from . import history
 
 #: ``set --tokenizer`` values that are not a tokenizer: the model's own (tiktoken's, cached)

@@ -148,7 +148,7 @@ class FileCalls(Calls):
         tx, count = act.tx, self.store.count_tokens
         # the session comes after the messages in the file: its row is made first and filled
         # in once read, its agent's reference checked when the transaction commits
-        await tx.execute("PRAGMA defer_foreign_keys = ON")
+        await tx.defer_references()
         sid = await rows.insert_session(tx, 0, agent_id=0, name="", runner="", window=0, cwd=os.getcwd(), armed=0)
         fresh = await tx.one("SELECT id, length, history_tokens FROM sessions WHERE id = ?", (sid,))
         assert fresh is not None
@@ -392,5 +392,5 @@ async def _refold(tx: Any, sid: int, specs: list[dict[str, Any]], count: Callabl
 async def _unprotected(tx: Any, sid: int, lo: int, hi: int) -> tuple[int, int]:
     """How many unprotected messages ``lo..hi`` of a session's own segment holds, and their tokens."""
     found = await tx.one("SELECT count(*), coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?"
-                         " AND seq BETWEEN ? AND ? AND NOT pinned AND role != 'system'", (sid, lo, hi))
+                         " AND seq BETWEEN ? AND ? AND pinned = 0 AND role != 'system'", (sid, lo, hi))
     return int(found[0]), int(found[1])

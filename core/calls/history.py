@@ -17,11 +17,12 @@ from __future__ import annotations
 import bisect
 import json
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 from ..model.records import ContextItem, Fold, Message
-from ..store.sqlite import Tx
+from ..store import Tx
 
 
 _COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
@@ -40,7 +41,7 @@ def _message(r: Sequence[Any]) -> Message:
 
 
 #: Which rows of a range a fold hides none of: what the active context keeps inside a fold.
-PROTECTED = "(m.pinned OR m.role = 'system')"
+PROTECTED = "(m.pinned != 0 OR m.role = 'system')"
 
 
 #: History positions ``:lo < seq <= :hi`` of session ``:sid``, in order, in one statement: the
@@ -48,8 +49,9 @@ PROTECTED = "(m.pinned OR m.role = 'system')"
 #: the fork below it starts, or lower, where the part below it ends), its parts put oldest
 #: first, and each part read in the ``(session, seq)`` index. The rows come in the order of
 #: that loop (the parts, a ``CROSS JOIN``'s outer loop, then the index within each): sorting
-#: them instead would hold a million-message history before its first row. ``{where}``: more
-#: of a row to match.
+#: them instead would hold a million-message history before its first row. PostgreSQL promises
+#: no order without one: there it is sorted (by ``seq``: the parts' ranges follow each other).
+#: ``{where}``: more of a row to match.
 _READ = f"""
     WITH RECURSIVE chain(id, parent_id, lo, hi, depth) AS (
         SELECT id, parent_id, fork_seq, min(length, :hi), 0 FROM sessions WHERE id = :sid
@@ -62,6 +64,7 @@ _READ = f"""
     )
     SELECT {", ".join("m." + c for c in _COLUMNS.split(", "))}
     FROM parts p CROSS JOIN messages m ON m.session_id = p.id AND m.seq > p.lo AND m.seq <= p.hi{{where}}
+    /*pg:ORDER BY m.seq*/
 """
 #: Later than any history position: the whole history.
 _END = 2**63 - 1
@@ -74,13 +77,10 @@ async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, size:
     flat in the history length, and the read is one statement whatever the lineage's depth
     (``_READ``)."""
     where = f" AND {PROTECTED}" if protected else ""
-    cursor = await tx.execute(_READ.format(where=where), {"sid": sid, "lo": lo, "hi": _END if hi is None else hi})
-    cursor.row_factory = None
-    try:
-        while rows := await cursor.fetchmany(size):
+    params = {"sid": sid, "lo": lo, "hi": _END if hi is None else hi}
+    async with aclosing(tx.stream(_READ.format(where=where), params, size)) as found:
+        async for rows in found:
             yield [_message(r) for r in rows]
-    finally:
-        await cursor.close()
 
 
 async def read(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, protected: bool = False) -> list[Message]:

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import json
 import re
-import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,8 +17,7 @@ from ..model.outcomes import Forked, Merged, Note
 from ..model.records import FileMerge, Fold, MergePlan, _Missing
 from ..model.states import Reason, State
 from ..model.text import plural
-from ..store import rows
-from ..store.sqlite import Store, Tx
+from ..store import Row, Store, Tx, rows
 from . import history, worktrees
 from .base import Calls
 from .merge import MISSING, Ancestor, Link, Resolution, common_ancestor, three_way
@@ -190,7 +188,7 @@ class LineageCalls(Calls):
 _NAMES_LOOKED = 64
 
 
-async def _next_name(tx: Tx, row: sqlite3.Row) -> str:
+async def _next_name(tx: Tx, row: Row) -> str:
     """The parent's name with the next free number: forks of forks do not grow their names.
 
     Read in the name index (``base #2`` … sort between ``base #`` and ``base $``): the
@@ -208,7 +206,9 @@ async def _next_name(tx: Tx, row: sqlite3.Row) -> str:
             "SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
         return guess
     n = await tx.value(
-        "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT CAST(substr(name, ?) AS INTEGER) + 1 FROM sessions"
+        "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT /*sqlite*/CAST(substr(name, ?) AS INTEGER)"
+        "/*pg:CAST(COALESCE(substring(substr(name, CAST(? AS INT)) from '^[0-9]{1,18}'), '0') AS INTEGER)*/"
+        " + 1 FROM sessions"
         " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
         " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
         (len(prefix) + 1, *span, agent, prefix))
@@ -238,7 +238,7 @@ async def remove_folder(store: Store, sid: int, *, wait_s: float = 0.0) -> list[
     return notes
 
 
-async def _memory_plan(tx: Tx, src: sqlite3.Row, target: int, resolution: Resolution) -> tuple[
+async def _memory_plan(tx: Tx, src: Row, target: int, resolution: Resolution) -> tuple[
         Ancestor, dict[str, str | _Missing], dict[str, tuple[Any, Any, Any]], dict[str, Any]]:
     """The memory side of a merge: where the histories part, what changes, what conflicts."""
     source = src["id"]
@@ -318,7 +318,7 @@ async def _links(tx: Tx, sid: int) -> list[Link]:
     ]
 
 
-async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: dict[str, str] | None,
+async def branch(tx: Tx, row: Row, name: str, at: int | None, memory: dict[str, str] | None,
                  in_force: Sequence[Fold], memory_at: float) -> int:
     """A child of ``row`` at history position ``at``, starting from ``memory`` as it was at
     time ``memory_at`` (the merge base of this branch), or (``memory`` None) reading the
@@ -356,7 +356,7 @@ async def branch(tx: Tx, row: sqlite3.Row, name: str, at: int | None, memory: di
 _LOOK_BACK = 256
 
 
-async def agent_fork(tx: Tx, row: sqlite3.Row, at: int) -> dict[str, Any]:
+async def agent_fork(tx: Tx, row: Row, at: int) -> dict[str, Any]:
     """The child's side of the agent's own session, for a fork at ``at``.
 
     The child is given a reference marked ``fork``: its first run forks the agent's session
@@ -387,7 +387,7 @@ async def agent_fork(tx: Tx, row: sqlite3.Row, at: int) -> dict[str, Any]:
             "agent_window": row["agent_window"]}
 
 
-async def agent_holds(tx: Tx, row: sqlite3.Row, cli: str) -> int:
+async def agent_holds(tx: Tx, row: Row, cli: str) -> int:
     """The last message the agent's own session holds: what it was given (``agent_seen``), and
     what it said and did itself after (its replies and tool calls are in its session too)."""
     own = await tx.value("SELECT seq FROM messages WHERE session_id = ? AND author IN ('runner', ?)"

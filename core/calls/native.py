@@ -11,8 +11,7 @@ from typing import Any, Final
 
 from ..model import environ, runner_spec, transcripts
 from ..model.transcripts import Found, Said
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Tx, rows
 from . import history
 
 

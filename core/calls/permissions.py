@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +24,7 @@ from ..model.errors import NotFound, ProcessionError
 from ..model.outcomes import Answered, Asked, Forgot
 from ..model.records import Request, Rule
 from ..model.states import State
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Row, Tx, rows
 from . import waking
 from .agents import WAIT_FORCED, WAIT_POLL_S
 from .base import Calls
@@ -63,12 +61,11 @@ class PermissionCalls(Calls):
                 if carried is not None:
                     await act.tx.execute("UPDATE requests SET carried = 0 WHERE id = ?", (carried["id"],))
                     answer = (carried["answer"], carried["why"], f"request {carried['id']}")
-        cursor = await act.tx.execute(
+        request = await act.tx.insert(
             "INSERT INTO requests (session_id, run_id, tool, input, subject, key, asked, answer, why, answered,"
             " answered_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, run, tool, text, subject, key, act.now, *(answer[:2] if answer else (None, None)),
              act.now if answer else None, answer[2] if answer else None))
-        request = int(cursor.lastrowid or 0)
         if answer is None:
             await rows.update_session(act.tx, sid, state=act.target.value)
             return Asked(sid, request, None)
@@ -83,8 +80,8 @@ class PermissionCalls(Calls):
         rule: int | None = None
         also: list[int] = []
         if always:
-            await act.tx.execute("INSERT OR IGNORE INTO rules (session_id, tool, subject, made, request_id)"
-                                 " VALUES (?, ?, ?, ?, ?)", (asked["session_id"], asked["tool"], asked["subject"],
+            await act.tx.execute("INSERT INTO rules (session_id, tool, subject, made, request_id)"
+                                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (asked["session_id"], asked["tool"], asked["subject"],
                                                              act.now, request))
             rule = await act.tx.value("SELECT id FROM rules WHERE session_id = ? AND tool = ? AND subject = ?",
                                       (asked["session_id"], asked["tool"], asked["subject"]))
@@ -207,13 +204,13 @@ _REQUEST = ("SELECT r.*, s.name AS session_name, a.name AS agent_name FROM reque
             " JOIN sessions s ON s.id = r.session_id JOIN agents a ON a.id = s.agent_id")
 
 
-def _request(r: sqlite3.Row) -> Request:
+def _request(r: Row) -> Request:
     return Request(r["id"], r["session_id"], r["session_name"], r["agent_name"], r["run_id"], r["tool"],
                    json.loads(r["input"]), r["subject"], r["asked"], r["answer"], r["why"], r["answered"],
                    r["answered_by"])
 
 
-async def _open(act: Act, request: int) -> sqlite3.Row:
+async def _open(act: Act, request: int) -> Row:
     """The request, still open, and its session checked for an answer (``act.row``)."""
     asked = await act.tx.one("SELECT * FROM requests WHERE id = ?", (request,))
     if asked is None:
@@ -232,7 +229,7 @@ async def _asking(tx: Tx, sid: int) -> bool:
     return bool(await tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,)))
 
 
-async def _answer(act: Act, asked: sqlite3.Row, ids: list[int], answer: str, why: str | None,
+async def _answer(act: Act, asked: Row, ids: list[int], answer: str, why: str | None,
                   count: Callable[[str], int]) -> State:
     """Answer ``ids`` (requests of one session); the session runs on once nothing of it waits.
     A request whose run is gone has its answer carried into a new run, queued now."""
@@ -261,7 +258,7 @@ async def _listening(tx: Tx, sid: int, run: int) -> bool:
     return holder is not None and holder.token == await tx.value("SELECT engine FROM runs WHERE id = ?", (run,))
 
 
-async def _tell(tx: Tx, act: Act, asked: sqlite3.Row, answer: str, why: str | None,
+async def _tell(tx: Tx, act: Act, asked: Row, answer: str, why: str | None,
                 count: Callable[[str], int]) -> None:
     """The message that tells an agent what was answered while no run of it was there to hear."""
     call = requests.summary(asked["tool"], json.loads(asked["input"]))

@@ -28,8 +28,7 @@ from ..model.records import (
     Worktree,
 )
 from ..model.states import State
-from ..store import rows, tokens
-from ..store.sqlite import Tx
+from ..store import Tx, rows, tokens
 from . import history
 from .base import Calls
 from .budgets import spends
@@ -155,10 +154,8 @@ class ReadCalls(Calls):
         if limit is not None:
             params.append(limit)
         async with self.store.snapshot() as tx:
-            cursor = await tx.execute(sql, params)
-            cursor.row_factory = None
-            try:
-                while found := cast(list[tuple[Any, ...]], list(await cursor.fetchmany(size))):  # no row factory
+            async with aclosing(tx.stream(sql, params, size)) as batches:
+                async for found in batches:
                     ids = [r[0] for r in found]
                     marks = ", ".join("?" * len(ids))
                     trigs = rows.trigger_infos(await tx.tuples(
@@ -167,8 +164,6 @@ class ReadCalls(Calls):
                         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
                         f" ({marks})", ids))
                     yield found, trigs, wts, await spends(tx, ids)
-            finally:
-                await cursor.close()
 
     async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
         """Sessions changed after revision ``since`` (every session for 0), in SID order from
@@ -341,8 +336,8 @@ class ReadCalls(Calls):
             else:
                 await rows.session(tx, sid)
                 found = await tx.all(
-                    "SELECT * FROM (SELECT * FROM journal WHERE session_id = ? ORDER BY id DESC LIMIT ?)"
-                    " UNION SELECT * FROM (SELECT * FROM journal WHERE other_id = ? ORDER BY id DESC LIMIT ?)"
+                    "SELECT * FROM (SELECT * FROM journal WHERE session_id = ? ORDER BY id DESC LIMIT ?) AS own"
+                    " UNION SELECT * FROM (SELECT * FROM journal WHERE other_id = ? ORDER BY id DESC LIMIT ?) AS other"
                     " ORDER BY id DESC LIMIT ?",
                     (sid, limit, sid, limit, limit),
                 )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, is_dataclass
@@ -27,8 +26,7 @@ from ..model.calls import Call
 from ..model.errors import IllegalTransition, InvalidArgument, NoneDone, ProcessionError
 from ..model.outcomes import Note, Outcome
 from ..model.states import State
-from ..store import rows
-from ..store.sqlite import Store, Tx
+from ..store import Row, Store, Tx, rows
 
 if TYPE_CHECKING:
     from .base import Calls
@@ -83,7 +81,7 @@ async def all_or_none(store: Store, calls: Sequence[Callable[[], Awaitable[T]]],
     return made
 
 
-def transition(row: sqlite3.Row, call: Call, table: dict[Call, dict[State, State | str]] = states.TABLE) -> State:
+def transition(row: Row, call: Call, table: dict[Call, dict[State, State | str]] = states.TABLE) -> State:
     """The state ``call`` leads the session in ``row`` to, or ``IllegalTransition``."""
     state = State(row["state"])
     prior = State(row["resume_to"]) if row["resume_to"] else None
@@ -102,9 +100,9 @@ class Act:
         self.tx = tx
         self.call = call
         self.actor = actor
-        self.row: sqlite3.Row = None  # type: ignore[assignment]  # set before the body runs when checked
+        self.row: Row = None  # type: ignore[assignment]  # set before the body runs when checked
         self.target: State = State.SLEEPING
-        self.other: sqlite3.Row | None = None
+        self.other: Row | None = None
         self.notes: list[Note] = []
         self._after: list[Callable[[], None]] = []
 
@@ -119,7 +117,7 @@ class Act:
         """Do ``action`` once the call has committed (never if it is refused)."""
         self._after.append(action)
 
-    async def reload(self) -> sqlite3.Row:
+    async def reload(self) -> Row:
         """The checked session's row as this transaction has changed it so far."""
         self.row = await rows.session(self.tx, self.row["id"])
         return self.row

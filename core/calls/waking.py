@@ -7,19 +7,17 @@ the end of a run all wake sessions through them, inside their own transaction.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from ..model.calls import Call
 from ..model.states import State
-from ..store import rows
-from ..store.sqlite import Tx
+from ..store import Row, Tx, rows
 
 #: Causes a queued session remembers; older ones are dropped as newer ones arrive.
 MAX_CAUSES = 20
 
 
-async def queue(tx: Tx, row: sqlite3.Row, causes: list[dict[str, Any]]) -> None:
+async def queue(tx: Tx, row: Row, causes: list[dict[str, Any]]) -> None:
     """Make the session ready with these causes; one already ready keeps its place."""
     before = json.loads(row["causes"]) if row["causes"] else []
     queued_at = row["queued_at"] if row["state"] == State.READY and row["queued_at"] else tx.now
@@ -27,7 +25,7 @@ async def queue(tx: Tx, row: sqlite3.Row, causes: list[dict[str, Any]]) -> None:
                               causes=json.dumps([*before, *causes][-MAX_CAUSES:]))
 
 
-async def wake(tx: Tx, row: sqlite3.Row, trig: sqlite3.Row, cause: dict[str, Any]) -> str:
+async def wake(tx: Tx, row: Row, trig: Row, cause: dict[str, Any]) -> str:
     """Fire trigger ``trig`` of session ``row`` and journal it (actor ``trigger``).
 
     A sleeping session is queued; one already queued keeps its place and gains the cause; a

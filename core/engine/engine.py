@@ -32,7 +32,7 @@ from ..model import bounds, environ, mcp_binding, runner_spec
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
-from ..store.sqlite import Store
+from ..store import Store, open_store
 from . import confinement, follow, reaper
 from .lease import Heartbeat
 from .notify import Notifier, Settings
@@ -138,7 +138,7 @@ class Engine:
         runs, catch up on triggers. The heartbeat starts first: nothing the engine does at
         start-up delays it."""
         let_steps_be_interrupted()
-        store = await Store.open(self.path)
+        store = await open_store(self.path)
         reaper.hold()
         self.ledger = Ledger(store, actor="engine")
         try:

@@ -16,6 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from ..store import is_url
 
 log = logging.getLogger("procession.engine")
 
@@ -23,21 +26,25 @@ HEARTBEAT_S = 1.0
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, path: Path, token: str, on_lost: Callable[[], object], busy_ms: int = 5_000) -> None:
+    def __init__(self, path: Path | str, token: str, on_lost: Callable[[], object], busy_ms: int = 5_000) -> None:
         super().__init__(name="procession-heartbeat", daemon=True)
         self.path, self.token, self.on_lost, self.busy_ms = path, token, on_lost, busy_ms
         self.stopped = threading.Event()
         self.beats = 0
 
     def run(self) -> None:
-        con = sqlite3.connect(self.path, timeout=self.busy_ms / 1000, isolation_level=None)
+        beat: Beat | None = None
         failing = ""  # what the last beat could not do (said once, and once more when it can again)
         try:
             while not self.stopped.wait(HEARTBEAT_S):
                 try:
-                    cur = con.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?",
-                                      (time.time(), self.token))
-                except sqlite3.Error as exc:  # busy or failing: the next beat tries again
+                    if beat is None:
+                        beat = _beat(self.path, self.busy_ms)
+                    renewed = beat.renew(self.token)
+                except beat_errors() as exc:  # busy, failing or out of reach: the next beat tries again
+                    if beat is not None and beat.broken():
+                        beat.close()
+                        beat = None
                     if str(exc) != failing:
                         log.warning("heartbeat: the lease is not renewed (%s); trying every %g s", exc, HEARTBEAT_S)
                         failing = str(exc)
@@ -45,14 +52,51 @@ class Heartbeat(threading.Thread):
                 if failing:
                     log.warning("heartbeat: the lease is renewed again")
                     failing = ""
-                if cur.rowcount != 1:
+                if not renewed:
                     log.error("another engine took the lease; stopping")
                     self.on_lost()
                     return
                 self.beats += 1
         finally:
-            con.close()
+            if beat is not None:
+                beat.close()
 
     def stop(self) -> None:
         self.stopped.set()
         self.join(timeout=HEARTBEAT_S * 3)
+
+
+_RENEW = "UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?"
+
+
+class Beat:
+    """A connection of the heartbeat's own: the workspace file, or its PostgreSQL database."""
+
+    def __init__(self, con: Any, marks: str) -> None:
+        self.con, self.sql = con, _RENEW.replace("?", marks)
+
+    def renew(self, token: str) -> bool:
+        return bool(self.con.execute(self.sql, (time.time(), token)).rowcount == 1)
+
+    def broken(self) -> bool:
+        return bool(getattr(self.con, "broken", False) or getattr(self.con, "closed", False))
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _beat(path: Path | str, busy_ms: int) -> Beat:
+    if is_url(path):
+        import psycopg
+
+        return Beat(psycopg.connect(str(path), autocommit=True, connect_timeout=max(1, busy_ms // 1000)), "%s")
+    return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), "?")
+
+
+def beat_errors() -> tuple[type[Exception], ...]:
+    """What a beat may meet: SQLite's errors, and psycopg's when it is installed."""
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)

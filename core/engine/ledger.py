@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,9 +26,8 @@ from ..model import budgets as budget_model
 from ..model.outcomes import Moved
 from ..model.records import Holder
 from ..model.states import Reason, Restart, State
-from ..store import rows
+from ..store import Row, Tx, rows
 from ..store.tokens import calibrate
-from ..store.sqlite import Tx
 from ..model import mcp_binding
 from ..model.runner_spec import RunnerSpec
 from .runners import protocol
@@ -163,7 +161,7 @@ class Ledger(Workspace):
 
     # ------------------------------------------------------------------ runs
 
-    async def ready(self, limit: int, only: set[int] | None = None) -> list[sqlite3.Row]:
+    async def ready(self, limit: int, only: set[int] | None = None) -> list[Row]:
         """Sessions waiting for a slot (of ``only``, when given): highest priority first,
         oldest first within one."""
         among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
@@ -361,8 +359,10 @@ class Ledger(Workspace):
         if outcome in (INTERRUPTED, TIMEOUT, CANCELLED):  # what an agent said before it was stopped says so
             upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
             if upto is not None:
-                await tx.execute("UPDATE messages SET meta = json_set(meta, '$.outcome', ?) WHERE session_id = ?"
-                                 " AND seq > ? AND json_extract(meta, '$.run') = ?", (outcome, sid, upto, run))
+                await tx.execute("UPDATE messages SET meta = /*sqlite*/json_set(meta, '$.outcome', ?)"
+                                 "/*pg:jsonb_set(meta::jsonb, '{outcome}', to_jsonb(CAST(? AS TEXT)))::text*/"
+                                 " WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?/*pg:::text*/",
+                                 (outcome, sid, upto, run))
         await rows.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
         counts: dict[str, Any] = {"last_outcome": outcome}
         if outcome == OK:
@@ -397,7 +397,7 @@ class Ledger(Workspace):
         await waking.release_pending(tx, sid)
         if outcome not in (CANCELLED, LOST) and not ended:
             for trig in await tx.all(
-                "SELECT * FROM triggers WHERE kind = 'after' AND json_extract(spec, '$.session') = ?", (sid,)
+                "SELECT * FROM triggers WHERE kind = 'after' AND json_extract(spec, '$.session') = ?/*pg:::text*/", (sid,)
             ):
                 await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig,
                                   {"session": sid, "run": run, "outcome": outcome})
@@ -413,7 +413,7 @@ class Ledger(Workspace):
         async with self.store.tx() as tx:
             await rows.drop_output(tx, run, upto, after)
 
-    async def trigger_changes(self, since: int) -> tuple[int, list[int], list[sqlite3.Row]]:
+    async def trigger_changes(self, since: int) -> tuple[int, list[int], list[Row]]:
         """Triggers of the sessions changed after revision ``since`` (all for 0) that may fire
         (armed, of approved sessions that have not ended): the revision read up to, the changed
         sessions, their triggers. A trigger's change always stamps its session, so the engine
@@ -578,7 +578,7 @@ def backoff(failures: int) -> float:
 _KEPT: Final = ("position", "adopted", "was")
 
 
-async def _apply(tx: Tx, row: sqlite3.Row, run: int, events: Events, count: Any) -> list[str]:
+async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list[str]:
     """A step's messages, memory changes, sends and usage; returns what could not be done."""
     sid = row["id"]
     if events.agent_ref:  # the agent has its own session now: it has seen what this run's prompt held

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from ..model import config, requests
 from ..model.text import printable
-from ..store.sqlite import Store
+from ..store import Store
 
 log = logging.getLogger("procession.notify")
 

@@ -11,7 +11,6 @@ is what makes forks copy-on-write and compress reversible.
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -20,9 +19,8 @@ from ..model import limits
 from ..model.errors import InvalidArgument, SessionNotFound
 from ..model.records import Fold, TriggerInfo, Worktree
 from ..model.states import State
-from .sqlite import Tx
+from .base import Row, Tx
 
-Row = sqlite3.Row
 #: A session's context as its model counts it (``tokens.scaled``), of a row aliased ``s``.
 CONTEXT = "CAST(ROUND(s.context_tokens * s.token_scale) AS INTEGER)"
 #: Messages written per ``executemany``: big transcripts go in batches, with progress between.
@@ -42,7 +40,7 @@ PS_COLUMNS = (
     " s.context_count, s.length, s.created, s.last_active,"
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
     " s.agent_context IS NOT NULL, r.status, s.spawned_by,"
-    " CASE WHEN s.agent_ref IS NOT NULL THEN json_extract(s.agent_ref, '$.adopted') IS NOT NULL ELSE 0 END,"
+    " CASE WHEN s.agent_ref IS NOT NULL AND json_extract(s.agent_ref, '$.adopted') IS NOT NULL THEN 1 ELSE 0 END,"
     " s.confine, s.net, s.confinement, s.permissions"
 )
 PS_SELECT = (
@@ -71,7 +69,7 @@ _MEMORY_VIEW = """
     SELECT key, value FROM (
         SELECT m.key, m.value, m.gone, row_number() OVER (PARTITION BY m.key ORDER BY c.depth, m.rev DESC) AS nearest
         FROM chain c JOIN memory m ON m.session_id = c.id AND m.rev <= c.cut{where}
-    ) WHERE nearest = 1 AND NOT gone
+    ) AS v WHERE nearest = 1 AND gone = 0
 """
 #: Later than any change stamp: a session's memory as it reads now.
 _NOW = 2**63 - 1
@@ -109,8 +107,7 @@ async def agent_id(tx: Tx, name: str) -> int:
     found = await tx.value("SELECT id FROM agents WHERE name = ?", (name,))
     if found is not None:
         return int(found)
-    cur = await tx.execute("INSERT INTO agents (name, created) VALUES (?, ?)", (name, tx.now))
-    return int(cur.lastrowid or 0)
+    return await tx.insert("INSERT INTO agents (name, created) VALUES (?, ?)", (name, tx.now))
 
 
 async def insert_session(tx: Tx, system_tokens: int, **cols: Any) -> int:
@@ -122,8 +119,7 @@ async def insert_session(tx: Tx, system_tokens: int, **cols: Any) -> int:
     base.update(cols)
     names = ", ".join(base)
     marks = ", ".join("?" for _ in base)
-    cur = await tx.execute(f"INSERT INTO sessions ({names}) VALUES ({marks})", list(base.values()))
-    return int(cur.lastrowid or 0)
+    return await tx.insert(f"INSERT INTO sessions ({names}) VALUES ({marks})", list(base.values()))
 
 
 async def update_session(tx: Tx, sid: int, **cols: Any) -> None:
@@ -185,8 +181,7 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
             batch.append((sid, seq, m[0], content, tokens, cum, m[2], int(m[3]), stored, m[5] if len(m) > 5 else now))
             if len(batch) >= CHUNK:
                 if cache is None:  # a long append: a cache it does not spill to the WAL every few rows
-                    cache = await tx.value("PRAGMA cache_size")
-                    await tx.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")
+                    cache = await tx.widen_cache(BULK_CACHE_KIB)
                 await tx.many(_MESSAGE, batch)
                 batch.clear()
                 if progress:
@@ -195,7 +190,7 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
             await tx.many(_MESSAGE, batch)
     finally:
         if cache is not None:
-            await tx.execute(f"PRAGMA cache_size = {int(cache)}")
+            await tx.restore_cache(cache)
     n, added = seq - first, cum - before
     if progress:
         progress(n, total)
@@ -210,9 +205,8 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
 
 async def insert_fold(tx: Tx, sid: int, lo: int, hi: int, summary: str, summary_tokens: int,
                       archived_count: int, archived_tokens: int, created: float | None = None) -> int:
-    cur = await tx.execute(_FOLD, (sid, lo, hi, summary, summary_tokens, archived_count, archived_tokens,
+    return await tx.insert(_FOLD, (sid, lo, hi, summary, summary_tokens, archived_count, archived_tokens,
                                    tx.now if created is None else created))
-    return int(cur.lastrowid or 0)
 
 
 async def copy_folds(tx: Tx, sid: int, folds: Sequence[Fold]) -> None:
@@ -310,14 +304,14 @@ async def resources(tx: Tx, sid: int) -> list[Row]:
 
 
 async def insert_resource(tx: Tx, sid: int, kind: str, uri: str, mode: str) -> int:
-    cur = await tx.execute("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, ?, ?)",
+    return await tx.insert("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, ?, ?)",
                            (sid, kind, uri, mode, tx.now))
-    return int(cur.lastrowid or 0)
 
 
 async def insert_resources(tx: Tx, sid: int, items: Iterable[tuple[str, str, str]]) -> None:
     """Bind several ``(kind, uri, mode)`` at once; one already bound is left as it is."""
-    await tx.many("INSERT OR IGNORE INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, ?, ?)",
+    await tx.many("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, ?, ?)"
+                  " ON CONFLICT DO NOTHING",
                   [(sid, kind, uri, mode, tx.now) for kind, uri, mode in items])
 
 
@@ -330,12 +324,13 @@ async def copy_resources(tx: Tx, source: int, target: int, *, outside: str | Non
     if outside is not None:
         keep = " AND NOT (uri = ? OR substr(uri, 1, length(?) + 1) = ? || '/')"
         params += [outside, outside, outside]
-    cur = await tx.execute(
-        "INSERT OR IGNORE INTO resources (session_id, kind, uri, mode, created)"
-        f" SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?{keep} ORDER BY id",
+    made = await tx.execute(
+        "INSERT INTO resources (session_id, kind, uri, mode, created)"
+        f" SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?{keep} ORDER BY id"
+        " ON CONFLICT DO NOTHING",
         params,
     )
-    return max(cur.rowcount, 0)
+    return max(made, 0)
 
 
 async def delete_resource(tx: Tx, resource: int) -> None:
@@ -362,11 +357,10 @@ async def triggers(tx: Tx, sid: int, kind: str | None = None) -> list[Row]:
 
 async def insert_trigger(tx: Tx, sid: int, kind: str, spec: dict[str, Any], armed: bool,
                          state: dict[str, Any] | None = None) -> int:
-    cur = await tx.execute(
+    return await tx.insert(
         "INSERT INTO triggers (session_id, kind, spec, armed, created, state) VALUES (?, ?, ?, ?, ?, ?)",
         (sid, kind, json.dumps(spec), int(armed), tx.now, json.dumps(state) if state is not None else None),
     )
-    return int(cur.lastrowid or 0)
 
 
 async def insert_triggers(tx: Tx, sid: int, items: Iterable[tuple[str, dict[str, Any]]]) -> None:
@@ -453,9 +447,8 @@ async def relocate(tx: Tx, sid: int, old: str, new: str) -> None:
 
 
 async def insert_checkpoint(tx: Tx, sid: int, name: str, seq: int, state: dict[str, Any]) -> int:
-    cur = await tx.execute("INSERT INTO checkpoints (session_id, name, seq, state, created) VALUES (?, ?, ?, ?, ?)",
+    return await tx.insert("INSERT INTO checkpoints (session_id, name, seq, state, created) VALUES (?, ?, ?, ?, ?)",
                            (sid, name, seq, json.dumps(state), tx.now))
-    return int(cur.lastrowid or 0)
 
 
 # ---------------------------------------------------------------- runs
@@ -463,11 +456,10 @@ async def insert_checkpoint(tx: Tx, sid: int, name: str, seq: int, state: dict[s
 
 async def insert_run(tx: Tx, sid: int, causes: list[dict[str, Any]], pid: int | None, proc_start: float | None,
                      engine: str, tracker: str | None = None) -> int:
-    cur = await tx.execute(
+    return await tx.insert(
         "INSERT INTO runs (session_id, cause, started, pid, proc_start, engine, tracker) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (sid, json.dumps(causes), tx.now, pid, proc_start, engine, tracker),
     )
-    return int(cur.lastrowid or 0)
 
 
 async def live_run(tx: Tx, sid: int, run: int) -> bool:
@@ -500,20 +492,18 @@ async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int, cache_rea
 async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, usage: tuple[int, int, int, int]) -> int:
     """A run the agent's own CLI made outside Procession (found by ``adopt`` or ``sync``): its
     span and its token use, so that the session's figures count what its agent spent."""
-    cur = await tx.execute(
+    return await tx.insert(
         "INSERT INTO runs (session_id, cause, started, ended, outcome, tokens_in, tokens_out, cache_read, cache_write)"
         " VALUES (?, ?, ?, ?, 'outside', ?, ?, ?, ?)",
         (sid, json.dumps([{"kind": "outside", "cli": cli}]), started, ended, *usage))
-    return int(cur.lastrowid or 0)
 
 
 async def log_output(tx: Tx, run: int, chunks: Iterable[tuple[str, float, str]]) -> list[int]:
     """Append ``(stream, time, text)`` chunks to a run's log; returns their row ids."""
     ids = []
     for stream, ts, text in chunks:
-        cur = await tx.execute("INSERT INTO run_output (run_id, stream, ts, data) VALUES (?, ?, ?, ?)",
-                               (run, stream, ts, text))
-        ids.append(int(cur.lastrowid or 0))
+        ids.append(await tx.insert("INSERT INTO run_output (run_id, stream, ts, data) VALUES (?, ?, ?, ?)",
+                                   (run, stream, ts, text)))
     return ids
 
 
@@ -549,8 +539,7 @@ async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_st
 
 async def beat(tx: Tx, token: str) -> bool:
     """Renew the lease held by ``token``; False when another engine holds it."""
-    cur = await tx.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?", (tx.now, token))
-    return cur.rowcount == 1
+    return await tx.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?", (tx.now, token)) == 1
 
 
 async def drop_lease(tx: Tx, token: str) -> None:

@@ -23,29 +23,18 @@ from stat import S_ISREG
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import aiosqlite
 
 from . import schema, tokens
+from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
 from ..model.errors import InvalidArgument, StoreBusy, StoreFull, WorkspaceError
 
 BUSY_TIMEOUT_MS = 10_000
-Clock = Callable[[], float]
-T = TypeVar("T")
-
-
-def default_path() -> Path:
-    """``$PROCESSION_DB``, else ``workspace.db`` in the platform's user data folder."""
-    env = os.environ.get("PROCESSION_DB")
-    if env:
-        return workspace_path(env)
-    from platformdirs import user_data_dir
-
-    return workspace_path(Path(user_data_dir("procession")) / "workspace.db")
 
 
 def workspace_path(path: Path | str) -> Path:
@@ -146,108 +135,82 @@ def _storable() -> Iterator[None]:
 _UNBOUND = re.compile(r"type '(\w+)' is not supported")
 
 
-_JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
+class SqliteTx(Tx):
+    """A transaction on the workspace file's connection."""
 
-
-class Tx:
-    """One open transaction: statements, the journal row, and change stamps."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: SqliteStore) -> None:
+        super().__init__(store)
         self.conn = store.conn
-        self.now = store.clock()
-        self._rev: int | None = None
-        self.followers: list[tuple[Any, ...]] = []
 
-    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
+    async def execute(self, sql: str, params: Params = ()) -> int:
         with _storable():
-            return await self.conn.execute(sql, params)
+            return (await self.conn.execute(sql, params)).rowcount
+
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        with _storable():
+            return int((await self.conn.execute(sql, params)).lastrowid or 0)
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with _storable():
             await self.conn.executemany(sql, rows)
 
-    async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
         with _storable():
             return list(await self.conn.execute_fetchall(sql, params))
 
-    async def tuples(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows as plain tuples: cheaper than ``sqlite3.Row`` when there are many to read."""
+    async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         with _storable():
             cursor = await self.conn.execute(sql, params)
             cursor.row_factory = None
             return cast(list[tuple[Any, ...]], list(await cursor.fetchall()))  # plain tuples, no factory
 
-    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
-        rows = await self.all(sql, params)
-        return rows[0] if rows else None
+    async def stream(self, sql: str, params: Params = (), size: int = 1000) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+        with _storable():
+            cursor = await self.conn.execute(sql, params)
+        cursor.row_factory = None
+        try:
+            while found := cast(list[tuple[Any, ...]], list(await cursor.fetchmany(size))):  # no row factory
+                yield found
+        finally:
+            await cursor.close()
 
-    async def value(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        row = await self.one(sql, params)
-        return None if row is None else row[0]
+    async def defer_references(self) -> None:
+        await self.execute("PRAGMA defer_foreign_keys = ON")
 
-    async def rev(self) -> int:
-        """The change stamp of this transaction; sessions it touches carry it in ``rev``.
+    async def widen_cache(self, kib: int) -> int:
+        """SQLite's page cache, so that a long append does not spill to the WAL every few rows."""
+        was = int(await self.value("PRAGMA cache_size"))
+        await self.execute(f"PRAGMA cache_size = {-int(kib)}")
+        return was
 
-        The monitor asks for ``rev > last seen`` to redraw only changed rows.
-        """
-        if self._rev is None:
-            self._rev = await self.value(
-                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'rev' RETURNING value"
-            )
-        return int(self._rev)
-
-    async def touch(self, *sids: int) -> None:
-        """Mark sessions changed (and active now) so that watchers see them."""
-        rev = await self.rev()
-        await self.many(
-            "UPDATE sessions SET rev = ?, last_active = ? WHERE id = ?", [(rev, self.now, s) for s in sids]
-        )
-
-    async def journal(
-        self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
-    ) -> int:
-        """The journal row of this transaction's call; its id."""
-        cursor = await self.execute(_JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
-        return int(cursor.lastrowid or 0)
-
-    def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
-        """A journal row for something the call caused (a trigger firing), written after the call's own."""
-        self.followers.append(self._journal_row(actor, call, sid, args, outcome, None))
-
-    def _journal_row(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
-                     other: int | None) -> tuple[Any, ...]:
-        return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str))
+    async def restore_cache(self, was: int) -> None:
+        await self.execute(f"PRAGMA cache_size = {int(was)}")
 
 
 class _Abandoned(Exception):
     """The caller of an inline transaction was cancelled: it rolls back at its next statement."""
 
 
-class _InlineCursor(aiosqlite.Cursor):
-    """A cursor of an inline transaction: already on SQLite's thread, so its reads run at once."""
-
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-
-class _Inline(Tx):
+class _Inline(SqliteTx):
     """A transaction run whole on SQLite's own thread (``Store.atomic``): every statement runs
     at once, no handoff between threads, and the body's awaits never suspend."""
 
-    def __init__(self, store: Store, raw: sqlite3.Connection, abandoned: threading.Event) -> None:
+    def __init__(self, store: SqliteStore, raw: sqlite3.Connection, abandoned: threading.Event) -> None:
         super().__init__(store)
         self.raw = raw
         self.abandoned = abandoned
 
-    def _cursor(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> sqlite3.Cursor:
+    def _cursor(self, sql: str, params: Params) -> sqlite3.Cursor:
         if self.abandoned.is_set():
             raise _Abandoned
         with _storable():
             return self.raw.execute(sql, params)
 
-    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> aiosqlite.Cursor:
-        return _InlineCursor(self.conn, self._cursor(sql, params))
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        return self._cursor(sql, params).rowcount
+
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        return int(self._cursor(sql, params).lastrowid or 0)
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         if self.abandoned.is_set():
@@ -255,13 +218,22 @@ class _Inline(Tx):
         with _storable():
             self.raw.executemany(sql, rows)
 
-    async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
-        return self._cursor(sql, params).fetchall()
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        return list(self._cursor(sql, params).fetchall())
 
-    async def tuples(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+    async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         cursor = self._cursor(sql, params)
         cursor.row_factory = None
         return cast(list[tuple[Any, ...]], cursor.fetchall())
+
+    async def stream(self, sql: str, params: Params = (), size: int = 1000) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+        cursor = self._cursor(sql, params)
+        cursor.row_factory = None
+        try:
+            while found := cast(list[tuple[Any, ...]], cursor.fetchmany(size)):
+                yield found
+        finally:
+            cursor.close()
 
 
 def _drive(body: Coroutine[Any, Any, T]) -> T:
@@ -277,8 +249,11 @@ def _drive(body: Coroutine[Any, Any, T]) -> T:
         return cast(T, done.value)
 
 
-class Store:
-    """An open workspace. Create with ``await Store.open(path)``; close with ``close()``."""
+class SqliteStore(Store):
+    """A workspace in an SQLite file. Create with ``await SqliteStore.open(path)``."""
+
+    dialect = "sqlite"
+    path: Path
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, meta: dict[str, str]) -> None:
         self.conn = conn
@@ -292,8 +267,8 @@ class Store:
         self.wal_identity = _identity(_wal(path))
 
     @classmethod
-    async def open(cls, path: Path | str | None = None, *, clock: Clock = time.time, create: bool = True) -> Store:
-        path = workspace_path(path) if path is not None else default_path()
+    async def open(cls, path: Path | str, *, clock: Clock = time.time, create: bool = True) -> SqliteStore:
+        path = workspace_path(path)
         exists = _check_file(path)
         if not exists:
             if not create:
@@ -425,11 +400,11 @@ class Store:
                 await self._settle("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
-            tx = Tx(self)
+            tx = SqliteTx(self)
             try:
                 yield tx
                 if tx.followers:
-                    await tx.many(_JOURNAL, tx.followers)
+                    await tx.many(JOURNAL, tx.followers)
                 await self._settle("COMMIT")
             except BaseException as exc:
                 await self._rollback()
@@ -453,7 +428,7 @@ class Store:
                     tx = _Inline(self, raw, abandoned)
                     value = _drive(body(tx))
                     if tx.followers:
-                        raw.executemany(_JOURNAL, tx.followers)
+                        raw.executemany(JOURNAL, tx.followers)
                     if abandoned.is_set():
                         raise _Abandoned
                     raw.execute("COMMIT")
@@ -485,7 +460,7 @@ class Store:
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
             try:
-                yield Tx(self)
+                yield SqliteTx(self)
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from None
             finally:

@@ -1,0 +1,178 @@
+"""What a workspace store is, whatever holds it: one interface, two implementations.
+
+A workspace lives in an SQLite file on one machine (``sqlite.SqliteStore``, the default) or in
+a PostgreSQL database that several machines share (``postgres.PgStore``). Calls see only this:
+a ``Store`` whose write transactions (``tx``, ``atomic``) commit whole or not at all, one at a
+time, whose reads (``snapshot``) see one committed state, and a ``Tx`` that runs statements
+written in SQLite's dialect (the PostgreSQL store translates them once each, see
+``postgres.translate``).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+Clock = Callable[[], float]
+Params = Sequence[Any] | dict[str, Any]
+T = TypeVar("T")
+
+JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+class Row(Protocol):
+    """A row read by name or by position, as ``sqlite3.Row`` reads (and ``dict(row)`` makes)."""
+
+    def __getitem__(self, key: int | str, /) -> Any: ...
+    def keys(self) -> list[str]: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Tx(ABC):
+    """One open transaction: statements, the journal row, and change stamps.
+
+    Statements are SQLite's dialect with ``?`` or ``:name`` parameters; ``execute`` answers how
+    many rows a statement changed, ``insert`` the id of the row it made, ``stream`` reads a big
+    result a batch at a time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.now = store.clock()
+        self._rev: int | None = None
+        self.followers: list[tuple[Any, ...]] = []
+
+    @abstractmethod
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; how many rows it changed (-1 for a statement that changes none)."""
+        ...
+
+    @abstractmethod
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        """Run one ``INSERT`` of one row into a table with an ``id`` key; the id it was given."""
+        ...
+
+    @abstractmethod
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        ...
+
+    @abstractmethod
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        ...
+
+    @abstractmethod
+    async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        """Rows as plain tuples: cheaper than rows read by name when there are many to read."""
+        ...
+
+    @abstractmethod
+    def stream(self, sql: str, params: Params = (), size: int = 1000) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+        """The rows of one query as plain tuples, at most ``size`` at a time: memory stays flat
+        in the result's length."""
+        ...
+
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
+        rows = await self.all(sql, params)
+        return rows[0] if rows else None
+
+    async def value(self, sql: str, params: Params = ()) -> Any:
+        row = await self.one(sql, params)
+        return None if row is None else row[0]
+
+    @abstractmethod
+    async def defer_references(self) -> None:
+        """Check references at commit rather than at each statement (rows written in any order)."""
+        ...
+
+    async def widen_cache(self, kib: int) -> int:
+        """Hold ``kib`` of pages in memory for a long append; what ``restore_cache`` takes back."""
+        return 0
+
+    async def restore_cache(self, was: int) -> None:
+        """Give back what ``widen_cache`` took."""
+
+    async def renumber(self) -> None:
+        """After rows were written with their own ids (a copy): new ids go on after the highest.
+        (SQLite's do by themselves.)"""
+
+    async def rev(self) -> int:
+        """The change stamp of this transaction; sessions it touches carry it in ``rev``.
+
+        The monitor asks for ``rev > last seen`` to redraw only changed rows.
+        """
+        if self._rev is None:
+            self._rev = await self.value(
+                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'rev' RETURNING value"
+            )
+        return int(self._rev)
+
+    async def touch(self, *sids: int) -> None:
+        """Mark sessions changed (and active now) so that watchers see them."""
+        rev = await self.rev()
+        await self.many(
+            "UPDATE sessions SET rev = ?, last_active = ? WHERE id = ?", [(rev, self.now, s) for s in sids]
+        )
+
+    async def journal(
+        self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
+    ) -> int:
+        """The journal row of this transaction's call; its id."""
+        return await self.insert(JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
+
+    def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
+        """A journal row for something the call caused (a trigger firing), written after the call's own."""
+        self.followers.append(self._journal_row(actor, call, sid, args, outcome, None))
+
+    def _journal_row(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
+                     other: int | None) -> tuple[Any, ...]:
+        return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str))
+
+
+class Store(ABC):
+    """An open workspace. Create with ``await open_store(target)``; close with ``close()``.
+
+    ``path`` is what opens it again, in another process (a step's ``procession``, an engine):
+    the SQLite file's path, or the PostgreSQL workspace's address without its password."""
+
+    path: Path | str
+    clock: Clock
+    meta: dict[str, str]
+    tokenizer: str
+    count_tokens: Callable[[str], int]
+    #: "sqlite" or "postgresql": what statements run on (a few are written for each)
+    dialect: str
+
+    @abstractmethod
+    async def close(self) -> None:
+        ...
+
+    @abstractmethod
+    def same_file(self) -> str | None:
+        """Why the workspace open here is no longer the one at its path, in one line; None while it is."""
+        ...
+
+    @abstractmethod
+    def tx(self) -> AbstractAsyncContextManager[Tx]:
+        """A write transaction: all of it commits, or none of it does, even when the task
+        running it is cancelled half-way. One at a time, across every process."""
+        ...
+
+    @abstractmethod
+    def snapshot(self) -> AbstractAsyncContextManager[Tx]:
+        """A read transaction: every query inside sees the same committed state."""
+        ...
+
+    @abstractmethod
+    async def atomic(self, body: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
+        """``body`` as one write transaction, as ``tx()`` makes it. ``body`` may wait on its
+        statements only (the SQLite store runs it whole on SQLite's own thread)."""
+        ...
+
+    @abstractmethod
+    async def data_version(self) -> int:
+        """Changes when another connection commits: a cheap "something changed" signal."""
+        ...

@@ -1,0 +1,149 @@
+"""SQLite's statements said in PostgreSQL, and the PostgreSQL schema made from SQLite's.
+
+Calls write their statements once, in SQLite's dialect; a PostgreSQL workspace runs each through
+``translate`` (once per text: the result is cached). The rules are few and exact, each one a
+difference the calls' statements meet:
+
+- parameters: ``?`` and ``:name`` become psycopg's ``%s`` and ``%(name)s`` (a literal ``%`` is doubled);
+- ``window``, a column name PostgreSQL reserves, is quoted;
+- ``CAST(x AS INTEGER)`` / ``AS REAL`` are SQLite's 64-bit integer and double (``BIGINT``,
+  ``DOUBLE PRECISION``: PostgreSQL's ``INTEGER`` is 32-bit);
+- the scalar ``max(a, b)`` / ``min(a, b)`` are ``GREATEST`` / ``LEAST``;
+- ``json_extract(col, '$.key')`` is ``(col::jsonb ->> 'key')``, the value as text (a
+  comparison with a number is written ``= ?/*pg:::text*/``), and
+  ``json_each(col, '$.key') w`` is the set of that array's elements ``w.value``;
+- ``LIMIT -1`` and a negative bound ``LIMIT ?`` mean no limit, as in SQLite;
+- ``CROSS JOIN ... ON`` is an inner ``JOIN``; SQLite's planner hints (``INDEXED BY``) go;
+- ``/*pg: text*/`` is ``text`` (a comment to SQLite): what PostgreSQL needs that SQLite does
+  not, such as an ``ORDER BY`` where SQLite's loop order already gives the order; and
+  ``/*sqlite*/ this /*pg: that*/`` is ``that``, where the two must say a thing differently.
+
+The schema is not written twice either: ``schema_ddl`` builds SQLite's current schema in
+memory from its migrations and says each table, column, key and index in PostgreSQL's terms,
+so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+
+from . import schema
+
+_SEGMENTS = re.compile(r"('(?:[^']|'')*')|(\"(?:[^\"]|\"\")*\")|(/\*sqlite\*/.*?)?(/\*pg:(.*?)\*/)|(/\*.*?\*/)", re.S)
+_JSON_EXTRACT = re.compile(r"json_extract\(([\w.]+), '\$\.(\w+)'\)")
+_JSON_EACH = re.compile(r"json_each\(([\w.]+), '\$\.(\w+)'\) (\w+)")
+_PARAM = re.compile(r"(?<![:\w])(\?|:([A-Za-z_]\w*))")
+_WINDOW = re.compile(r"(?<![\w.\"])window\b")
+_INDEXED = re.compile(r"\s+INDEXED BY \w+")
+_CAST = re.compile(r"\bAS (INTEGER|REAL)\b")
+_SCALAR = re.compile(r"\b(max|min)\(", re.I)
+_LIMIT = re.compile(r"\bLIMIT (-1\b|%s)")
+
+
+@functools.lru_cache(maxsize=4096)
+def translate(sql: str) -> str:
+    """``sql``, written for SQLite, as PostgreSQL (through psycopg) takes it."""
+    sql = _JSON_EXTRACT.sub(r"(\1::jsonb ->> '\2')", sql)
+    sql = _JSON_EACH.sub(r"jsonb_array_elements(COALESCE(\1::jsonb -> '\2', '[]'::jsonb)) AS \3(value)", sql)
+    out: list[str] = []
+    at = 0
+    for m in _SEGMENTS.finditer(sql):
+        out.append(_code(sql[at:m.start()]))
+        if m.group(4):  # [/*sqlite*/ ...]/*pg: ...*/
+            out.append(_code(m.group(5)))
+        elif m.group(6) is None:  # a literal or a quoted name: its % doubled, nothing else
+            out.append(m.group(0).replace("%", "%%"))
+        at = m.end()
+    out.append(_code(sql[at:]))
+    return _scalars("".join(out))
+
+
+def _code(text: str) -> str:
+    text = text.replace("%", "%%")
+    text = _PARAM.sub(lambda m: "%s" if m.group(1) == "?" else f"%({m.group(2)})s", text)
+    text = _WINDOW.sub('"window"', text)
+    text = _INDEXED.sub("", text)
+    text = _CAST.sub(lambda m: "AS BIGINT" if m.group(1) == "INTEGER" else "AS DOUBLE PRECISION", text)
+    text = text.replace("CROSS JOIN", "JOIN").replace(" == ", " = ")
+    return _LIMIT.sub(lambda m: "LIMIT ALL" if m.group(1) == "-1" else "LIMIT NULLIF(GREATEST(%s, -1), -1)", text)
+
+
+def _scalars(sql: str) -> str:
+    """``max(a, b)`` (two or more arguments: SQLite's scalar) as ``GREATEST(a, b)``."""
+    out, at = [], 0
+    for m in _SCALAR.finditer(sql):
+        depth, i, commas = 1, m.end(), 0
+        while i < len(sql) and depth:
+            c = sql[i]
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+            elif c == "," and depth == 1:
+                commas += 1
+            elif c == "'":
+                i = sql.index("'", i + 1)
+            i += 1
+        if commas:
+            out.append(sql[at:m.start()] + ("GREATEST(" if m.group(1).lower() == "max" else "LEAST("))
+            at = m.end()
+    out.append(sql[at:])
+    return "".join(out)
+
+
+_TYPES = {"INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION", "TEXT": 'TEXT COLLATE "C"', "BLOB": "BYTEA", "": "TEXT"}
+
+
+def sqlite_schema() -> sqlite3.Connection:
+    """SQLite's current schema, made in memory by its migrations."""
+    db = sqlite3.connect(":memory:")
+    for script in schema.MIGRATIONS:
+        db.executescript(script)
+    return db
+
+
+def schema_ddl() -> list[str]:
+    """The statements that make the current schema in an empty PostgreSQL database.
+
+    Text compares bytewise (``COLLATE "C"``), as in SQLite, whatever the database's locale; a
+    table's ``id`` is an identity column that takes given values too (a copied workspace keeps
+    its ids); references are checked at each statement unless a call defers them
+    (``Tx.defer_references``), as SQLite's ``defer_foreign_keys`` does."""
+    db = sqlite_schema()
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                       " AND name NOT LIKE 'sqlite%' ORDER BY rowid")]
+    out: list[str] = []
+    references: list[str] = []
+    for table in tables:
+        cols = db.execute(f"PRAGMA table_info({table})").fetchall()
+        keys = [c[1] for c in sorted(cols, key=lambda c: c[5]) if c[5]]
+        refs = {r[3]: (r[2], r[4]) for r in db.execute(f"PRAGMA foreign_key_list({table})")}
+        lines = []
+        for _, name, kind, notnull, default, _pk in cols:
+            line = f"{_quote(name)} {_TYPES[kind.upper()]}"
+            if name == "id" and keys == ["id"]:
+                line += " GENERATED BY DEFAULT AS IDENTITY"
+            if notnull:
+                line += " NOT NULL"
+            if default is not None:
+                line += f" DEFAULT {default}"
+            lines.append(line)
+        lines.append(f"PRIMARY KEY ({', '.join(_quote(k) for k in keys)})")
+        for index in db.execute(f"PRAGMA index_list({table})").fetchall():
+            if index[3] == "u":  # a UNIQUE constraint of the table's own
+                names = [r[2] for r in db.execute(f"PRAGMA index_info({index[1]})")]
+                lines.append(f"UNIQUE ({', '.join(_quote(n) for n in names)})")
+        out.append(f"CREATE TABLE {table} (\n    " + ",\n    ".join(lines) + "\n)")
+        # once every table is there (SQLite's order has a table before those it refers to)
+        references += [f"ALTER TABLE {table} ADD FOREIGN KEY ({col}) REFERENCES {to}({key})"
+                       " DEFERRABLE INITIALLY IMMEDIATE" for col, (to, key) in refs.items()]
+    out += references
+    for (sql,) in db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY rowid"):
+        out.append(translate(sql).replace("%%", "%"))
+    return out
+
+
+def _quote(name: str) -> str:
+    return f'"{name}"' if name == "window" else name

@@ -1,0 +1,387 @@
+"""A workspace in a PostgreSQL database: the store several machines share.
+
+The driver is psycopg 3 (``psycopg[binary]``), not asyncpg: it speaks the DB-API that
+``sqlite3`` speaks (cursors, ``rowcount``, ``executemany``, named and positional parameters),
+so the calls' statements, written once in SQLite's dialect, run here through one small
+translation (``dialect.translate``) instead of a second set of queries; it has ``LISTEN``/
+``NOTIFY`` (``data_version``), server-side cursors (``Tx.stream``) and ``COPY``; and it is the
+PostgreSQL project's own Python driver, kept by its maintainers. asyncpg is faster per row,
+but knows only ``$1`` parameters and its own types.
+
+Semantics are SQLite's: a write transaction takes one workspace-wide advisory lock first, so
+write transactions run one at a time across every process and machine, in the order they
+commit (the change stamp ``rev`` only grows, as the monitor expects); reads
+(``snapshot``) are ``REPEATABLE READ``: one committed state. Values are checked as SQLite's
+binding checks them (64-bit integers, UTF-8 text), and text cannot hold a NUL character
+(PostgreSQL's rule, said in one line). Every committed write notifies ``procession``: another
+process's ``data_version`` moves without polling the tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import urllib.parse
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, cast
+
+from . import schema, tokens
+from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
+from .dialect import schema_ddl, translate
+from ..model.errors import InvalidArgument, StoreBusy, WorkspaceError
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: The advisory lock every write transaction holds: one writer at a time, as in SQLite
+WRITER_LOCK = 0x70726F63  # "proc"
+#: The channel a commit notifies
+CHANNEL = "procession"
+#: How long a write transaction waits for the writer lock before it says the workspace is busy
+BUSY_TIMEOUT_S = 10
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password: what is shown, journaled, and handed to a step (which
+    finds the password where libpq does, ``PGPASSWORD`` or ``~/.pgpass``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = (f"{parts.username}@" if parts.username else "") + (f"[{host}]" if ":" in host else host)
+    netloc += f":{parts.port}" if parts.port else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class PgRow(tuple[Any, ...]):
+    """A row read by name or by position, as ``sqlite3.Row`` reads."""
+
+    __slots__ = ()
+    names: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], PgRow]:
+    desc = cursor.description
+    return PgRow if desc is None else _row_class(tuple(d.name for d in desc))
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_class(names: tuple[str, ...]) -> type[PgRow]:
+    return type("Row", (PgRow,), {"names": {n: i for i, n in enumerate(names)}, "__slots__": ()})
+
+
+def _check(params: Params) -> Params:
+    """Refuse what SQLite refuses to bind, in its words: a 64-bit integer range, text that is
+    Unicode (and, PostgreSQL's own rule, holds no NUL), numbers, texts and bytes only. A
+    subclass of str or int (an enum's member) is bound as its plain value, as SQLite binds it."""
+    if isinstance(params, dict):
+        return {k: _value(v) for k, v in params.items()}
+    return [_value(v) for v in params]
+
+
+def _value(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is float or value is None or kind is bytes:
+        if kind is str and "\0" in value:
+            raise InvalidArgument("a text holds a NUL character, which a PostgreSQL workspace cannot store")
+        return value
+    if kind is int or kind is bool:
+        if not -(2**63) <= value < 2**63:
+            raise InvalidArgument("a number is out of range (integers are 64-bit)")
+        return value
+    if isinstance(value, str):
+        return _value(str.__str__(value))
+    if isinstance(value, int):
+        return _value(int(value))
+    if isinstance(value, float):
+        return float(value)
+    raise InvalidArgument(f"a {kind.__name__} cannot be stored or looked up (numbers, texts and bytes can):"
+                          " where a session belongs, give its id, an int (an outcome record's .sid)")
+
+
+class PgTx(Tx):
+    """A transaction on the workspace database's connection."""
+
+    def __init__(self, store: PgStore) -> None:
+        super().__init__(store)
+        self.conn = store.conn
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        async with self._errors():
+            cur = await self.conn.execute(translate(sql), _check(params))
+            return cur.rowcount
+
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        async with self._errors():
+            cur = await self.conn.execute(translate(sql) + " RETURNING id", _check(params))
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        async with self._errors():
+            batch = [_check(r) for r in rows]
+            if batch:
+                async with self.conn.cursor() as cur:
+                    await cur.executemany(translate(sql), batch)
+
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        async with self._errors():
+            cur = await self.conn.execute(translate(sql), _check(params))
+            return cast(list[Row], await cur.fetchall()) if cur.description else []
+
+    async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await self.all(sql, params)]
+
+    async def stream(self, sql: str, params: Params = (), size: int = 1000) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+        from psycopg.rows import tuple_row
+
+        name = f"stream_{uuid.uuid4().hex}"
+        async with self._errors():
+            cur = self.conn.cursor(name, row_factory=tuple_row)
+            await cur.execute(translate(sql), _check(params))
+        try:
+            while True:
+                async with self._errors():
+                    found = await cur.fetchmany(size)
+                if not found:
+                    return
+                yield found
+        finally:
+            await cur.close()
+
+    async def defer_references(self) -> None:
+        await self.execute("SET CONSTRAINTS ALL DEFERRED")
+
+    async def renumber(self) -> None:
+        for (table,) in await self.tuples("SELECT table_name FROM information_schema.columns WHERE table_schema ="
+                                          " current_schema() AND column_name = 'id' AND is_identity = 'YES'"):
+            await self.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), GREATEST(max(id), 1),"
+                               f" max(id) IS NOT NULL) FROM {table}")
+
+    @asynccontextmanager
+    async def _errors(self) -> AsyncIterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except UnicodeEncodeError:
+            raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
+        except psycopg.errors.NumericValueOutOfRange:
+            raise InvalidArgument("a number is out of range (integers are 64-bit)") from None
+        except psycopg.OperationalError as exc:
+            raise cast(PgStore, self.store).unreachable(exc) from None
+
+
+class PgStore(Store):
+    """A workspace in a PostgreSQL database. Create with ``await PgStore.open(url)``."""
+
+    dialect = "postgresql"
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], url: str, clock: Clock, meta: dict[str, str]) -> None:
+        self.conn = conn
+        self.url = url
+        self.path = safe_url(url)
+        self.clock = clock
+        self.meta = meta
+        self.tokenizer, self.count_tokens = tokens.counter(meta.get("tokenizer", tokens.ESTIMATOR))
+        self._lock = asyncio.Lock()
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._heard = 0
+
+    @classmethod
+    async def open(cls, url: str, *, clock: Clock = time.time, create: bool = True) -> PgStore:
+        conn = await _connect(url)
+        try:
+            meta = await _prepare(conn, url, create)
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn, url, clock, meta)
+
+    def unreachable(self, exc: Exception) -> WorkspaceError:
+        return WorkspaceError(f"the workspace database {self.path} cannot be reached: {_first_line(exc)}")
+
+    async def close(self) -> None:
+        await self.conn.close()
+        if self._listener is not None:
+            await self._listener.close()
+
+    def same_file(self) -> str | None:
+        """A database does not move under an open connection: always None."""
+        return None
+
+    async def _reconnect(self) -> None:
+        """A connection the server dropped (restarted, or the network cut) is opened again."""
+        if self.conn.closed or self.conn.broken:
+            self.conn = await _connect(self.url)
+
+    async def _end(self) -> None:
+        """Roll back whatever is open, whatever happens to the caller; a connection that cannot
+        is dropped (the next call opens another: the server rolls back what it left)."""
+        done = asyncio.ensure_future(self._rollback())
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            raise
+
+    async def _rollback(self) -> None:
+        import psycopg
+
+        try:
+            await self.conn.execute("ROLLBACK")
+        except psycopg.Error:
+            await self.conn.close()
+
+    async def _begin(self, sql: str) -> None:
+        import psycopg
+
+        await self._reconnect()
+        done = asyncio.ensure_future(self.conn.execute(sql))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            await self._end()
+            raise
+        except psycopg.errors.LockNotAvailable:
+            await self._end()
+            raise StoreBusy(f"the workspace {self.path} stayed locked by another writer for over {BUSY_TIMEOUT_S} s;"
+                            " nothing was changed, try again") from None
+        except psycopg.OperationalError as exc:
+            await self._end()
+            raise self.unreachable(exc) from None
+
+    @asynccontextmanager
+    async def tx(self) -> AsyncIterator[Tx]:
+        """A write transaction: all of it commits, or none of it does, even when the task
+        running it is cancelled half-way; one at a time across every process."""
+        async with self._lock:
+            await self._begin(f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s';"
+                              f" SELECT pg_advisory_xact_lock({WRITER_LOCK}); SET LOCAL lock_timeout = 0")
+            tx = PgTx(self)
+            try:
+                yield tx
+                if tx.followers:
+                    await tx.many(JOURNAL, tx.followers)
+                await tx.execute(f"NOTIFY {CHANNEL}")
+                done = asyncio.ensure_future(self.conn.execute("COMMIT"))
+                await asyncio.shield(done)
+            except BaseException:
+                await self._end()
+                raise
+
+    async def atomic(self, body: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
+        async with self.tx() as tx:
+            return await body(tx)
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Tx]:
+        async with self._lock:
+            await self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield PgTx(self)
+            finally:
+                await self._end()
+
+    async def data_version(self) -> int:
+        """How many commits this process has heard of, from any process (``NOTIFY``)."""
+        if self._listener is None or self._listener.closed:
+            self._listener = await _connect(self.url)
+            await self._listener.execute(f"LISTEN {CHANNEL}")
+            self._heard += 1  # commits missed while not listening count as a change
+        async for _ in self._listener.notifies(timeout=0):
+            self._heard += 1
+        return self._heard
+
+
+async def _connect(url: str) -> psycopg.AsyncConnection[Any]:
+    try:
+        import psycopg
+    except ImportError:
+        raise WorkspaceError("a PostgreSQL workspace needs psycopg: pip install 'procession[postgresql]'") from None
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.pq import Format
+    from psycopg.types.numeric import Int8Dumper
+
+    class Number(Loader):
+        """``numeric`` (what ``sum`` of integers makes) as SQLite gives it: an int, or a float."""
+
+        def load(self, data: Any) -> int | float:
+            text = bytes(data)
+            return float(text) if b"." in text or b"e" in text.lower() or b"N" in text else int(text)
+
+    class Flag(Loader):
+        """``boolean`` (what a comparison makes) as SQLite gives it: 1 or 0."""
+
+        def load(self, data: Any) -> int:
+            return 1 if bytes(data) == b"t" else 0
+
+    class BoolAsInt(Dumper):
+        """A Python bool stored as SQLite stores it, an integer (the schema has no boolean)."""
+
+        oid = psycopg.postgres.types["int8"].oid
+        format = Format.TEXT
+
+        def dump(self, obj: Any) -> bytes:
+            return b"1" if obj else b"0"
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=_row_factory,
+                                                     application_name="procession")
+    except psycopg.OperationalError as exc:
+        raise WorkspaceError(f"cannot open the workspace database {safe_url(url)}: {_first_line(exc)}") from None
+    except psycopg.ProgrammingError as exc:
+        raise WorkspaceError(f"{safe_url(url)} is not a PostgreSQL address libpq reads: {_first_line(exc)}") from None
+    conn.adapters.register_loader("numeric", Number)
+    conn.adapters.register_loader("bool", Flag)
+    conn.adapters.register_dumper(bool, BoolAsInt)
+    conn.adapters.register_dumper(int, Int8Dumper)  # SQLite's one integer type (psycopg picks by size)
+    return conn
+
+
+async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -> dict[str, str]:
+    """The workspace's meta rows, its schema made first in an empty database (``create``)."""
+    where = safe_url(url)
+    async with conn.transaction():
+        await conn.execute(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})")  # two first openers make it once
+        cur = await conn.execute("SELECT to_regclass('meta') IS NOT NULL,"
+                                 " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema())")
+        row = await cur.fetchone()
+        assert row is not None
+        ours, tables = row
+        if not ours:
+            if tables:
+                raise WorkspaceError(f"{where} holds tables of another program, not a Procession workspace")
+            if not create:
+                raise WorkspaceError(f"no workspace at {where} (a spawn or a load makes one)")
+            for statement in schema_ddl():
+                await conn.execute(statement)
+            await conn.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s)", [
+                ("uuid", str(uuid.uuid4())), ("created", repr(time.time())), ("tokenizer", tokens.choose()),
+                ("rev", "0"), ("schema", str(schema.VERSION))])
+        cur = await conn.execute("SELECT key, value FROM meta")
+        meta = {r[0]: r[1] for r in await cur.fetchall()}
+    version = int(meta.get("schema", "0"))
+    if version > schema.VERSION:
+        raise WorkspaceError(f"{where} was made by a newer Procession (schema {version}; this one knows up to"
+                             f" {schema.VERSION}); upgrade procession to open it")
+    if version < schema.VERSION:
+        raise WorkspaceError(f"{where} was made by an older Procession (schema {version}); open it with that one"
+                             " and move it with `procession migrate-store` into a new database")
+    return meta
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,134 @@
+"""The two stores: a workspace copied from SQLite into PostgreSQL and back, losing nothing; what
+each store refuses, in one line, with nothing changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Clock, sql
+from procession import InvalidArgument, Workspace, WorkspaceError
+from procession.store import open_store
+from procession.store.dialect import translate
+
+
+async def _populate(path: Path | str) -> int:
+    """A workspace holding every kind of row: forks, folds, memory versions, triggers,
+    checkpoints, resources, journal."""
+    ws = await Workspace.open(path, clock=Clock())
+    try:
+        sid = (await ws.spawn("payroll", "hr", goal="pay", system="be exact")).sid
+        for i in range(30):
+            await ws.send(sid, f"message {i} " + "é" * i, role="user" if i % 2 else "assistant")
+        await ws.memory_set(sid, "rate", {"x": 1.5})
+        fork = (await ws.fork(sid)).sid
+        await ws.memory_set(fork, "rate", 2)
+        await ws.send(fork, "fork's own")
+        await ws.compress(sid, keep_last=4, summary="the first messages, summed up")
+        await ws.save(sid, "before")
+        await ws.trigger_add(sid, "inbox")
+        await ws.bind(sid, "folder", str(Path.cwd()))
+        return sid
+    finally:
+        await ws.close()
+
+
+async def _view(path: Path | str, sid: int) -> Any:
+    ws = await Workspace.open(path, create=False)
+    try:
+        info = await ws.show(sid)
+        return ([(m.seq, m.role, m.content, m.tokens) for m in await ws.history(sid)], info.memory,
+                [(s.id, s.name, s.state, s.context_tokens) for s in await ws.ps(all=True)],
+                [(e.id, e.ts, e.call, e.actor, e.session, e.args, e.outcome) for e in await ws.journal(limit=1000)])
+    finally:
+        await ws.close()
+
+
+async def test_a_workspace_goes_to_postgresql_and_back_losing_nothing(cli, tmp_path, postgres) -> None:
+    source = tmp_path / "laptop.db"
+    sid = await _populate(source)
+    url = postgres.workspace()
+    there = cli.json("migrate-store", str(source), url)
+    back = cli.json("migrate-store", url, str(tmp_path / "back.db"))
+    assert there["rows"] > 60 and there["tables"] == back["tables"]  # the same rows, hash by hash
+    assert there["tables"]["messages"]["rows"] == 31
+    before = await _view(source, sid)
+    assert await _view(url, sid) == before
+    assert await _view(tmp_path / "back.db", sid) == before
+    # the copy goes on where the source would: new ids after the copied ones
+    ws = await Workspace.open(url)
+    try:
+        assert (await ws.spawn("next", "hr")).sid == 3
+        assert await ws.memory_get(sid, "rate") == {"x": 1.5}
+    finally:
+        await ws.close()
+
+
+async def test_a_copy_into_a_workspace_that_holds_something_is_refused(cli, tmp_path, postgres) -> None:
+    source = tmp_path / "a.db"
+    await _populate(source)
+    url = postgres.workspace()
+    ws = await Workspace.open(url)
+    await ws.spawn("mine", "ops")
+    await ws.close()
+    before = sql(url, "SELECT count(*) FROM journal")
+    done = cli("migrate-store", str(source), url, check=False)
+    assert done.returncode != 0 and "is not empty" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert sql(url, "SELECT count(*) FROM journal") == before
+
+
+async def test_what_postgresql_cannot_hold_refuses_the_whole_copy(cli, tmp_path, postgres) -> None:
+    source = tmp_path / "nul.db"
+    ws = await Workspace.open(source)
+    sid = (await ws.spawn("bytes", "ops")).sid
+    await ws.send(sid, "a tool printed \x00 here")
+    await ws.close()
+    url = postgres.workspace()
+    done = cli("migrate-store", str(source), url, check=False)
+    assert done.returncode != 0 and "NUL" in done.stderr and "nothing was copied" in done.stderr
+    assert sql(url, "SELECT count(*) FROM messages") == [(0,)]
+    # and a file made for a refused copy is not left behind
+    back = tmp_path / "never.db"
+    done = cli("migrate-store", str(tmp_path / "missing.db"), str(back), check=False)
+    assert done.returncode != 0 and "no workspace" in done.stderr and not back.exists()
+
+
+async def test_postgresql_refuses_a_foreign_database_and_a_newer_workspace(postgres) -> None:
+    url = postgres.workspace()
+    sql(url, "CREATE TABLE invoices (id integer)")
+    with pytest.raises(WorkspaceError, match="another program"):
+        await open_store(url)
+    url = postgres.workspace()
+    await (await open_store(url)).close()  # made
+    sql(url, "UPDATE meta SET value = '999' WHERE key = 'schema'")
+    with pytest.raises(WorkspaceError, match="newer Procession"):
+        await open_store(url)
+    with pytest.raises(WorkspaceError, match="cannot open the workspace database"):
+        await open_store("postgresql://procession@127.0.0.1:1/none")
+
+
+async def test_values_postgresql_would_take_differently_are_refused_as_sqlite_refuses_them(postgres) -> None:
+    ws = await Workspace.open(postgres.workspace())
+    try:
+        sid = (await ws.spawn("x", "ops")).sid
+        with pytest.raises(InvalidArgument, match="out of range"):
+            await ws.info(2**70)
+        with pytest.raises(InvalidArgument, match="lone surrogate"):
+            await ws.send(sid, "half \ud800 a pair")
+        assert [m.content for m in await ws.history(sid)] == []
+    finally:
+        await ws.close()
+
+
+@pytest.mark.parametrize(("sqlite", "postgresql"), [
+    ("SELECT max(a, :lo) FROM t WHERE b = ? LIMIT -1", "SELECT GREATEST(a, %(lo)s) FROM t WHERE b = %s LIMIT ALL"),
+    ("SELECT window FROM s INDEXED BY s_rev WHERE name LIKE '50%'", "SELECT \"window\" FROM s WHERE name LIKE '50%%'"),
+    ("SELECT CAST(x AS INTEGER), CAST(y AS REAL), max(z) FROM t", "SELECT CAST(x AS BIGINT), CAST(y AS DOUBLE PRECISION), max(z) FROM t"),
+    ("SELECT json_extract(spec, '$.session') = ?/*pg:::text*/", "SELECT (spec::jsonb ->> 'session') = %s::text"),
+    ("SELECT /*sqlite*/a(?)/*pg:b(?)*/, 'it''s ?' LIMIT ?", "SELECT b(%s), 'it''s ?' LIMIT NULLIF(GREATEST(%s, -1), -1)"),
+])
+def test_statements_are_said_in_postgresql(sqlite: str, postgresql: str) -> None:
+    assert translate(sqlite) == postgresql

@@ -1,0 +1,121 @@
+"""A real PostgreSQL server for the tests, started from the system's package.
+
+``initdb`` into a temporary folder, run as an unprivileged user (the server refuses root), on a
+port of its own, listening on 127.0.0.1 only, with trust for local connections. Each test gets a
+workspace of its own: a fresh schema in the server's one database, named in the address's
+``options`` (libpq's ``search_path``), as a user may keep several workspaces in one database.
+Durability is traded for speed (``fsync=off``): the server's data dies with the test run.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+#: The user the server runs as when the tests run as root
+SERVER_USER = "nobody"
+DATABASE = "procession"
+
+
+def binaries() -> Path | None:
+    """The folder of ``initdb`` and ``postgres``: on PATH, or Debian's versioned folder."""
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    return Path(versions[-1]).parent if versions else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One server, for one test process (an xdist worker)."""
+
+    def __init__(self) -> None:
+        bin_dir = binaries()
+        if bin_dir is None:
+            raise RuntimeError("PostgreSQL's server is not installed (Debian: apt-get install postgresql)")
+        self.root = Path(tempfile.mkdtemp(prefix="procession-pg-"))
+        self.user = pwd.getpwuid(os.getuid()).pw_name
+        self.prefix: list[str] = []
+        if os.getuid() == 0:
+            entry = pwd.getpwnam(SERVER_USER)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+            self.prefix = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups", "--"]
+        self.data = self.root / "data"
+        subprocess.run([*self.prefix, str(bin_dir / "initdb"), "-D", str(self.data), "-U", "procession",
+                        "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
+                       check=True, capture_output=True, env={**os.environ, "LC_ALL": "C"})
+        self.proc: subprocess.Popen[bytes] | None = None
+        for _ in range(5):  # another worker may take the port between its choice and the bind
+            self.port = _free_port()
+            self.proc = subprocess.Popen(
+                [*self.prefix, str(bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
+                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                 "-c", "max_connections=300", "-c", "shared_buffers=32MB"],
+                stdout=subprocess.DEVNULL, stderr=(self.root / "server.log").open("ab"), start_new_session=True)
+            if self._ready():
+                break
+            self.proc.kill()
+            self.proc.wait()
+        else:
+            raise RuntimeError(f"PostgreSQL did not start: {(self.root / 'server.log').read_text()[-2000:]}")
+        self.admin(f"CREATE DATABASE {DATABASE}", database="postgres")
+        self._names = itertools.count(1)
+
+    def _ready(self) -> bool:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                return False
+            try:
+                psycopg.connect(self.url(database="postgres"), connect_timeout=2).close()
+                return True
+            except psycopg.OperationalError:
+                time.sleep(0.05)
+        return False
+
+    def url(self, schema: str | None = None, *, database: str = DATABASE) -> str:
+        url = f"postgresql://procession@127.0.0.1:{self.port}/{database}"
+        if schema:
+            url += "?options=" + urllib.parse.quote(f"-csearch_path={schema}")
+        return url
+
+    def admin(self, sql: str, *, database: str = DATABASE) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url(database=database), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def workspace(self) -> str:
+        """The address of a new, empty workspace."""
+        name = f"ws{os.getpid()}_{next(self._names)}"
+        self.admin(f"CREATE SCHEMA {name}")
+        return self.url(name)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
