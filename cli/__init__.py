@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from procession.calls import Workspace
+from procession.model import hosts
 from procession.model.errors import ProcessionError, WorkspaceError
 from procession.present.parse import Malformed
 from procession.present.words import printable
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         told.error(f"unrecognized arguments: {' '.join(extra)}")
     args.json = getattr(args, "json", False)
     try:
+        if getattr(args, "host", None):  # for this process and every one it starts (an engine's steps)
+            os.environ[hosts.ENV] = hosts.check(args.host)
         if args.command is None:
             return asyncio.run(monitor.monitor(args))
         return asyncio.run(run(args.command_, args))

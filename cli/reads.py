@@ -18,7 +18,7 @@ from procession.model.errors import InvalidArgument
 from procession.model.records import Message, SessionDetail, SessionInfo
 from procession.model.states import State
 from procession.present import lines, parse, words
-from procession.present.cells import COLUMNS
+from procession.present.cells import BY_KEY, DEFAULT, shown
 
 from . import cursor
 from .registry import PROG, SID, arg, command, count_type, sid_type
@@ -27,22 +27,25 @@ from .terminal import emit, emit_stream, json_text
 #: How often ``logs -f`` looks for more.
 FOLLOW_S = 0.2
 #: The widest a cell of ``ps`` grows before it is cut with ``…`` (the rest take what they need).
-PS_WIDTHS = {"agent": 12, "name": 28, "runner": 28}
+PS_WIDTHS = {"agent": 12, "host": 16, "name": 28, "runner": 28}
 
 
 def ps_table(rows: Sequence[SessionInfo], now: float) -> str:
-    """The process table as the monitor draws it, in plain text: the same columns and cells."""
-    table = [[c.title for c in COLUMNS]]
+    """The process table as the monitor draws it, in plain text: the same columns and cells
+    (HOST among them where the sessions live on several hosts, or one's host was lost)."""
+    several = len({s.host for s in rows}) > 1 or any(s.host_lost for s in rows)
+    columns = [BY_KEY[k] for k in shown(DEFAULT, several)]
+    table = [[c.title for c in columns]]
     for s in rows:
         cells = []
-        for c in COLUMNS:
+        for c in columns:
             text = "".join(part for part, _ in c.cell(s, now)).replace("\n", " ")
             limit = PS_WIDTHS.get(c.key)
             cells.append(words.one_line(text, limit) if limit else text.rstrip())
         table.append(cells)
-    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
+    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
     return "\n".join(
-        "  ".join(cell.rjust(widths[i]) if COLUMNS[i].right else cell.ljust(widths[i])
+        "  ".join(cell.rjust(widths[i]) if columns[i].right else cell.ljust(widths[i])
                   for i, cell in enumerate(r)).rstrip()
         for r in table
     )

@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="workspace file, or postgresql:// address (default: $PROCESSION_DB or the user data"
                              " folder)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
+    common.add_argument("--host", metavar="NAME", default=argparse.SUPPRESS,
+                        help="the host this is, in a workspace several machines share (default: $PROCESSION_HOST"
+                             " or the machine's name): sessions spawned here belong to it, an engine runs its own")
     parser = argparse.ArgumentParser(prog=PROG, parents=[common],
                                      description="Agent sessions as processes. With no command, opens the monitor.")
     parser.add_argument("--readonly", action="store_true", help="a monitor that changes nothing")

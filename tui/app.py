@@ -29,7 +29,7 @@ from textual.screen import Screen
 from procession.calls import Workspace
 from procession.model.calls import INFO, Call
 from procession.model.errors import ProcessionError, WorkspaceError
-from procession.present.cells import BY_KEY, COLUMNS
+from procession.present.cells import BY_KEY, COLUMNS, shown
 from procession.present import results
 from procession.present.words import plural, printable
 
@@ -113,7 +113,7 @@ class ProcessionApp(App[str]):
                  clock: Callable[[], float] = time.time, user_themes: Path | None = None) -> None:
         super().__init__()
         self.ws = ws.as_actor("tui")
-        self.readonly = readonly
+        self.readonly = readonly or ws.store.readonly  # a viewer's database role: nothing it may change
         self.settings = config or config_mod.load()
         self.theme_override = theme
         self.clock = clock
@@ -391,6 +391,11 @@ class ProcessionApp(App[str]):
         slots = engine["slots"] if engine else 0
         if self.host is not None and self.host.running and self.host.took_over:
             label += f", after {self.host.took_over}"
+        others = [e for e in header.engines if engine is None or e["host"] != engine["host"]]
+        if others:  # the other hosts of a shared workspace, and whether their engines live
+            label += "; " + ", ".join(f"{e['host']} {'up' if e['alive'] else 'LOST'}" for e in others)
+        if header.several_hosts and all(c.key != "host" for c in self.main.table.columns):
+            self.main.configure_columns(shown(self.settings.columns, True))
         spec = self.feed.view.spec
         notes = ["READ-ONLY"] if self.readonly else []
         if not self.feed.loaded:

@@ -40,6 +40,9 @@ class Header:
     fired: int
     running: int
     engine: dict[str, Any] | None
+    #: every host's engine ({host, pid, slots, alive}), and whether sessions live on several hosts
+    engines: list[dict[str, Any]] = field(default_factory=list)
+    several_hosts: bool = False
     #: live sessions by who counted their context: "procession" (the workspace's counter) or "agent"
     counted: dict[str, int] = field(default_factory=dict)
 
@@ -159,7 +162,8 @@ class Feed:
     async def header(self) -> Header:
         stats = await self.ws.activity()
         return Header(dict(self.by_state), self.tokens, self.windows, stats["fired"], stats["running"],
-                      stats["engine"], {k: n for k, n in self.counted.items() if n})
+                      stats["engine"], stats["engines"], stats["several_hosts"],
+                      {k: n for k, n in self.counted.items() if n})
 
     def attention(self) -> tuple[list[SessionInfo], list[SessionInfo]]:
         """What needs a look besides the requests: sessions failing (suspended by the engine for

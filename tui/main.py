@@ -189,7 +189,7 @@ class MainScreen(Calling):
         self.rebuild()
 
     def action_sort_menu(self) -> None:
-        columns = [BY_KEY[k] for k in self.monitor.settings.columns]
+        columns = list(self.table.columns)
 
         def done(key: str | None) -> None:
             if key:

@@ -281,9 +281,9 @@ class LifecycleCalls(Calls):
         await waking.queue(act.tx, act.row, [cause or {"kind": "manual", "by": self.actor}])
         if act.row["not_before"]:  # asked for by hand: no back-off of failed trigger-fired runs
             await rows.update_session(act.tx, sid, not_before=None)
-        if await live_holder(act.tx) is None:
-            act.note("no engine runs on this workspace: the run waits in the queue until one starts"
-                     " (`procession run`, or a monitor)")
+        if await live_holder(act.tx, act.row["host"]) is None:
+            act.note(f"no engine runs on this workspace for host {act.row['host']} (where its folder is): the run"
+                     " waits in the queue until one starts there (`procession run`, or a monitor)")
         return Moved(sid, act.target)
 
     @syscall(Call.SUSPEND)

@@ -342,7 +342,7 @@ async def branch(tx: Tx, row: Row, name: str, at: int | None, memory: dict[str, 
         context_count=at - sum(f.archived_count - 1 for f in inherited),
         env=row["env"], pass_env=row["pass_env"], tokenizer=row["tokenizer"], token_scale=row["token_scale"],
         token_samples=row["token_samples"], confine=row["confine"], net=row["net"],
-        permissions=row["permissions"], **agent,
+        permissions=row["permissions"], host=row["host"], **agent,
     )
     if memory is not None:
         await rows.put_memory(tx, child, memory)

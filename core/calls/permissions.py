@@ -254,7 +254,7 @@ async def _listening(tx: Tx, sid: int, run: int) -> bool:
     killed under it leaves it open until the next one records it lost)."""
     if not await rows.live_run(tx, sid, run):
         return False
-    holder = await live_holder(tx)
+    holder = await live_holder(tx, await tx.value("SELECT host FROM sessions WHERE id = ?", (sid,)))
     return holder is not None and holder.token == await tx.value("SELECT engine FROM runs WHERE id = ?", (run,))
 
 

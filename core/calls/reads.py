@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any, cast
 
+from ..model import hosts
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
     Checkpoint,
@@ -28,7 +28,7 @@ from ..model.records import (
     Worktree,
 )
 from ..model.states import State
-from ..store import Tx, rows, tokens
+from ..store import Row, Tx, rows, tokens
 from . import history
 from .base import Calls
 from .budgets import spends
@@ -40,13 +40,13 @@ _STATES = {s.value: s for s in State}
 
 
 def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None,
-          spend: float | None = None) -> SessionInfo:
+          spend: float | None = None, lost: frozenset[str] = frozenset()) -> SessionInfo:
     """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
                        tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30],
-                       bool(r[31]), r[32], r[33], r[34], r[35], worktree, spend=spend)
+                       bool(r[31]), r[32], r[33], r[34], r[35], r[36], r[36] in lost, worktree, spend=spend)
 
 
 #: Sessions read from SQLite at a time by ``ps``.
@@ -55,7 +55,7 @@ PS_BATCH = 2000
 RESTARTS_LOOKED = 2000
 #: The columns ``ps`` sorts by (the keys of the monitor's columns) and their SQL.
 PS_SORTS = {
-    "sid": "s.id", "agent": "a.name", "name": "s.name", "state": "s.state", "priority": "s.priority",
+    "sid": "s.id", "agent": "a.name", "host": "s.host", "name": "s.name", "state": "s.state", "priority": "s.priority",
     "context": f"COALESCE(s.agent_context, {rows.CONTEXT})", "messages": "s.length", "active": "s.last_active",
     "runner": "s.runner", "cpu": "r.cpu", "rss": "r.rss",
 }
@@ -66,8 +66,8 @@ _TAIL = SessionInfo.__slots__[25:29]
 _LAST = SessionInfo.__slots__[30:]  # after context_source: the rest of the row, as it stands
 
 
-def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
-               worktree: Worktree | None = None, spend: float | None = None) -> dict[str, Any]:
+def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None,
+               spend: float | None = None, lost: frozenset[str] = frozenset()) -> dict[str, Any]:
     """``_info(r, trigs, worktree).to_json()``, in a third of the time (the state is stored as
     its value)."""
     data = {"sid": r[0]}  # and "id", its old name, for one release (``SessionInfo.to_json``)
@@ -78,6 +78,7 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (),
     data["context_source"] = "agent" if r[28] else "procession"
     data.update(zip(_LAST, r[29:]))
     data["adopted"] = bool(r[31])
+    data["host_lost"] = r[36] in lost
     data["worktree"] = worktree.to_json() if worktree else None
     data["outside"] = None
     data["spend"] = spend
@@ -116,8 +117,8 @@ class ReadCalls(Calls):
         SQL: memory flat in the number of sessions, and the cost of ``--limit 50`` that of 50
         rows plus the sort. Each batch reads the triggers of its own sessions only."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs, wts, spends in pages:
-                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0])) for r in found]
+            async for found, trigs, wts, spends, lost in pages:
+                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0]), lost) for r in found]
 
     async def ps_json_batches(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                               sort: str | None = None, reverse: bool = False, limit: int | None = None,
@@ -125,13 +126,13 @@ class ReadCalls(Calls):
         """``ps_batches`` as ``SessionInfo.to_json`` dicts, made from the rows directly (no
         record in between): what ``ps --json`` prints for 100,000 sessions."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs, wts, spends in pages:
-                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0])) for r in found]
+            async for found, trigs, wts, spends, lost in pages:
+                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0]), lost) for r in found]
 
     async def _ps_rows(self, all: bool, agent: str | None, state: str | None, sort: str | None, reverse: bool,
                        limit: int | None, size: int,
                        ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]],
-                                             dict[int, Worktree], dict[int, float]], None]:
+                                             dict[int, Worktree], dict[int, float], frozenset[str]], None]:
         where: list[str] = []
         params: list[Any] = []
         if not all and state != State.TERMINATED:
@@ -154,6 +155,7 @@ class ReadCalls(Calls):
         if limit is not None:
             params.append(limit)
         async with self.store.snapshot() as tx:
+            lost = await lost_hosts(tx)
             async with aclosing(tx.stream(sql, params, size)) as batches:
                 async for found in batches:
                     ids = [r[0] for r in found]
@@ -163,7 +165,7 @@ class ReadCalls(Calls):
                     wts = rows.worktree_infos(await tx.tuples(
                         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
                         f" ({marks})", ids))
-                    yield found, trigs, wts, await spends(tx, ids)
+                    yield found, trigs, wts, await spends(tx, ids), lost
 
     async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
         """Sessions changed after revision ``since`` (every session for 0), in SID order from
@@ -177,20 +179,29 @@ class ReadCalls(Calls):
             trigs = rows.trigger_infos(await tx.tuples(trig_sql, (since, after, limit))) if found else {}
             wts = rows.worktree_infos(await tx.tuples(wt_sql, (since, after, limit))) if found else {}
             spent = await spends(tx, [r[0] for r in found])
-        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0])) for r in found]
+            lost = await lost_hosts(tx) if found else frozenset()
+        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0]), lost) for r in found]
 
     async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
-        """What a monitor's header shows besides its own rows: recent firings, live runs, the engine."""
+        """What a monitor's header shows besides its own rows: recent firings, live runs, this
+        host's engine and every host's, whether the sessions live on more than one host."""
         async with self.store.snapshot() as tx:
             fired = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND ts > ?",
                                    (tx.now - window_s,))
             running = await tx.value("SELECT count(*) FROM runs r JOIN sessions s ON s.id = r.session_id"
                                      " WHERE r.ended IS NULL AND s.state = 'running'")
             frozen = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL") - running
-            holder = await live_holder(tx)
+            engines = [(holder, _alive(tx, holder)) for holder in map(_holder, await rows.leases(tx))]
+            here = hosts.this()
+            # two seeks in the host index, whatever the sessions
+            several = await tx.value("SELECT EXISTS (SELECT 1 FROM sessions WHERE host < ?)"
+                                     " OR EXISTS (SELECT 1 FROM sessions WHERE host > ?)", (here, here))
         return {
             "fired": int(fired), "running": int(running), "frozen": int(frozen),
-            "engine": {"pid": holder.pid, "host": holder.host, "slots": holder.slots} if holder else None,
+            "engine": next(({"pid": h.pid, "host": h.host, "slots": h.slots} for h, alive in engines
+                            if alive and h.host == here), None),
+            "engines": [{"host": h.host, "pid": h.pid, "slots": h.slots, "alive": alive} for h, alive in engines],
+            "several_hosts": bool(several) or any(h.host != here for h, _ in engines),
         }
 
     async def info(self, sid: int) -> SessionInfo:
@@ -311,12 +322,12 @@ class ReadCalls(Calls):
 
     async def restarts(self, after: int | None = None) -> tuple[int, list[JournalEntry]]:
         """The runs the engine started again by a session's restart policy (``set --restart``),
-        journaled after row ``after`` (None: since the engine running now started, among the
+        journaled after row ``after`` (None: since the engines running now started, among the
         last ``RESTARTS_LOOKED`` rows); and the journal's last row, to go on from."""
         async with self.store.snapshot() as tx:
             tip = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
             if after is None:
-                started = await tx.value("SELECT started FROM lease")
+                started = await tx.value("SELECT min(started) FROM engines")
                 if started is None:
                     return tip, []
                 found = await tx.all("SELECT * FROM journal WHERE id > ? AND ts >= ? AND call = 'activate'"
@@ -369,7 +380,7 @@ class ReadCalls(Calls):
 
 def _entry(r: Any) -> JournalEntry:
     return JournalEntry(r["id"], r["ts"], r["actor"], r["call"], r["session_id"], r["other_id"], json.loads(r["args"]),
-                        json.loads(r["outcome"]))
+                        json.loads(r["outcome"]), r["who"])
 
 
 def run_info(r: Any) -> RunInfo:
@@ -386,23 +397,36 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
         f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
     wts = rows.worktree_infos(await tx.tuples(
         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
-    return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid))
+    return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid), await lost_hosts(tx))
 
 
-async def live_holder(tx: Tx) -> Holder | None:
-    """The engine holding the workspace's lease, if it is alive.
-
-    On this machine an engine is alive while its process is (the same pid *and* the same
-    start time: pids are reused), whatever its heartbeat says: a busy engine that missed beats
-    is not dead, and its steps must not be taken over. An engine on another machine is alive
-    while its heartbeat is fresh."""
-    row = await rows.lease(tx)
+async def live_holder(tx: Tx, host: str | None = None) -> Holder | None:
+    """The engine of ``host`` (default: the host this process is), if it is alive."""
+    row = await rows.lease(tx, host or hosts.this())
     if row is None:
         return None
-    holder = Holder(*row)
-    if holder.host == socket.gethostname():
-        return holder if process_alive(holder.pid, holder.proc_start) else None
-    return holder if tx.now - holder.heartbeat <= ENGINE_STALE_S else None
+    holder = _holder(row)
+    return holder if _alive(tx, holder) else None
+
+
+async def lost_hosts(tx: Tx) -> frozenset[str]:
+    """The hosts whose engine died holding its lease (an engine that stopped gave it back):
+    their sessions wait for them, never run elsewhere, until an engine there starts again."""
+    return frozenset(h.host for h in map(_holder, await rows.leases(tx)) if not _alive(tx, h))
+
+
+def _holder(row: Row) -> Holder:
+    return Holder(*row)
+
+
+def _alive(tx: Tx, holder: Holder) -> bool:
+    """On the machine its process runs on, an engine is alive while its process is (the same
+    pid *and* the same start time: pids are reused), whatever its heartbeat says: a busy
+    engine that missed beats is not dead, and its steps must not be taken over. Seen from
+    another machine it is alive while its heartbeat is fresh."""
+    if holder.machine == hosts.machine():
+        return process_alive(holder.pid, holder.proc_start)
+    return tx.now - holder.heartbeat <= ENGINE_STALE_S
 
 
 def process_alive(pid: int, started: float | None) -> bool:

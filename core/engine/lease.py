@@ -66,7 +66,7 @@ class Heartbeat(threading.Thread):
         self.join(timeout=HEARTBEAT_S * 3)
 
 
-_RENEW = "UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?"
+_RENEW = "UPDATE engines SET heartbeat = ? WHERE token = ?"
 
 
 class Beat:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,7 +27,7 @@ from ..model.records import Holder
 from ..model.states import Reason, Restart, State
 from ..store import Row, Tx, rows
 from ..store.tokens import calibrate
-from ..model import mcp_binding
+from ..model import hosts, mcp_binding
 from ..model.runner_spec import RunnerSpec
 from .runners import protocol
 from .runners.agents import McpServer, Turn
@@ -142,17 +141,12 @@ class Ledger(Workspace):
         holder = await live_holder(act.tx)
         if holder is not None and holder.token != token:
             raise EngineBusy(
-                f"an engine already runs on {self.path}: pid {holder.pid} on {holder.host}"
+                f"an engine already runs on {self.path} for host {holder.host}: pid {holder.pid} on {holder.machine}"
                 f" (heartbeat {act.now - holder.heartbeat:.1f}s ago)"
             )
-        before = await rows.lease(act.tx)
-        await rows.put_lease(act.tx, token, os.getpid(), socket.gethostname(), slots, proc_start)
+        before = await rows.lease(act.tx, hosts.this())
+        await rows.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())
         return Leased(os.getpid(), slots, {"token": before["token"], "pid": before["pid"]} if before else None)
-
-    async def heartbeat(self, token: str) -> bool:
-        """Renew the lease; False when another engine has taken it. Not a call: not journaled."""
-        async with self.store.tx() as tx:
-            return await rows.beat(tx, token)
 
     @syscall(Call.LEASE, session=None, check=None)
     async def release(self, act: Act, token: str) -> Released:
@@ -169,25 +163,25 @@ class Ledger(Workspace):
             return await tx.all(
                 f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
                 " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions FROM sessions s"
-                f" WHERE state = 'ready' AND armed = 1{among}"
+                f" WHERE host = ? AND state = 'ready' AND armed = 1{among}"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
-                (limit,),
+                (hosts.this(), limit),
             )
 
     async def held(self) -> float | None:
         """When the next session held back after failed runs may take the wakes it was kept (its
         triggers', or its own restart)."""
         async with self.store.snapshot() as tx:
-            found = await tx.value("SELECT min(not_before) FROM sessions WHERE state = 'sleeping' AND not_before"
-                                   " IS NOT NULL AND (causes IS NOT NULL OR EXISTS (SELECT 1 FROM triggers t"
-                                   " WHERE t.session_id = sessions.id AND t.pending IS NOT NULL))")
+            found = await tx.value("SELECT min(not_before) FROM sessions WHERE host = ? AND state = 'sleeping' AND"
+                                   " not_before IS NOT NULL AND (causes IS NOT NULL OR EXISTS (SELECT 1 FROM triggers t"
+                                   " WHERE t.session_id = sessions.id AND t.pending IS NOT NULL))", (hosts.this(),))
         return None if found is None else float(found)
 
     @syscall(Call.WAKE, session=None, check=None)
     async def release_held(self, act: Act) -> Released:
         """The back-off of failed runs is over: the wakes kept meanwhile queue their sessions."""
-        for r in await act.tx.all("SELECT id FROM sessions WHERE state = 'sleeping' AND not_before <= ?",
-                                  (act.now,)):
+        for r in await act.tx.all("SELECT id FROM sessions WHERE host = ? AND state = 'sleeping' AND not_before <= ?",
+                                  (hosts.this(), act.now)):
             await rows.update_session(act.tx, r["id"], not_before=None)
             await waking.release_pending(act.tx, r["id"])
         return Released()
@@ -280,9 +274,11 @@ class Ledger(Workspace):
         session left the queue or changed runner since the engine looked.
         """
         tx, row = act.tx, act.row
-        lease = await rows.lease(tx)
+        lease = await rows.lease(tx, hosts.this())
         if lease is None or lease["token"] != engine:
-            raise EngineBusy("this engine no longer holds the workspace's lease")
+            raise EngineBusy("this engine no longer holds its host's lease")
+        if row["host"] != hosts.this():
+            raise IllegalTransition(Call.START, sid, State(row["state"]), f"it belongs to host {row['host']}")
         if not row["armed"] or row["runner"] != runner:
             raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
@@ -417,15 +413,15 @@ class Ledger(Workspace):
         """Triggers of the sessions changed after revision ``since`` (all for 0) that may fire
         (armed, of approved sessions that have not ended): the revision read up to, the changed
         sessions, their triggers. A trigger's change always stamps its session, so the engine
-        recomputes only what changed."""
+        recomputes only what changed. Only this host's: the folders they watch are here."""
         async with self.store.snapshot() as tx:
             rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
             sessions = [r[0] for r in await tx.tuples("SELECT id FROM sessions WHERE rev > ?", (since,))]
             found = await tx.all(
                 "SELECT t.id, t.session_id, t.kind, t.spec, t.created, t.last_fired, t.state FROM triggers t"
                 " JOIN sessions s ON s.id = t.session_id"
-                " WHERE s.rev > ? AND t.armed = 1 AND s.armed = 1 AND s.state != 'terminated' ORDER BY t.id",
-                (since,),
+                " WHERE s.rev > ? AND s.host = ? AND t.armed = 1 AND s.armed = 1 AND s.state != 'terminated'"
+                " ORDER BY t.id", (since, hosts.this()),
             ) if sessions else []
         return rev, sessions, found
 
@@ -487,13 +483,11 @@ class Ledger(Workspace):
     # ------------------------------------------------------------------ recovery
 
     async def orphans(self, token: str) -> list[Orphan]:
-        """Runs left live by another engine (dead, since we hold the lease)."""
+        """Runs of this host's sessions left live by another engine (dead, since we hold this
+        host's lease). Another host's runs are its own engine's to recover: their processes are there."""
         async with self.store.snapshot() as tx:
-            found = await tx.all(
-                "SELECT id, session_id, pid, proc_start, tracker FROM runs WHERE ended IS NULL"
-                " AND (engine IS NULL OR engine != ?)",
-                (token,),
-            )
+            found = await tx.all(_ORPHANS.format(what="r.id, r.session_id, r.pid, r.proc_start, r.tracker"),
+                                 (hosts.this(), token))
         return [Orphan(*r) for r in found]
 
     @syscall(Call.RECOVER, session=None, check=None)
@@ -502,9 +496,7 @@ class Ledger(Workspace):
         queue them again if their restart policy says so; a session waiting for a person waits
         on (its answer goes to a new run)."""
         tx = act.tx
-        found = await tx.all(
-            "SELECT id, session_id FROM runs WHERE ended IS NULL AND (engine IS NULL OR engine != ?)", (token,)
-        )
+        found = await tx.all(_ORPHANS.format(what="r.id, r.session_id"), (hosts.this(), token))
         sessions = []
         for run in found:
             await rows.end_run(tx, run["id"], LOST)
@@ -531,13 +523,18 @@ class Ledger(Workspace):
                 await rows.update_session(tx, row["id"], resume_to=State.SLEEPING.value)
             sessions.append(row["id"])
         stray = await tx.all(
-            "SELECT id FROM sessions s WHERE state = 'running'"
-            " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id AND r.ended IS NULL)"
+            "SELECT id FROM sessions s WHERE host = ? AND state = 'running'"
+            " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id AND r.ended IS NULL)", (hosts.this(),)
         )
         for r in stray:
             await rows.update_session(tx, r["id"], state=State.SLEEPING.value)
             sessions.append(r["id"])
         return Recovered([r["id"] for r in found], sessions)
+
+
+#: The live runs of a host's sessions not started by the engine holding its lease (``token``)
+_ORPHANS = ("SELECT {what} FROM runs r JOIN sessions s ON s.id = r.session_id"
+            " WHERE r.ended IS NULL AND s.host = ? AND (r.engine IS NULL OR r.engine != ?) ORDER BY r.id")
 
 
 def _restarts(policy: str, outcome: str, stopping: bool) -> bool:

@@ -128,6 +128,9 @@ class SessionInfo:
     net: str = "any"  # where its runs may connect: any, none, model
     confinement: str | None = None  # what held its last run ("landlock ABI 7", "none: ...", "off: ..."); None: no run yet
     permissions: str = "bound"  # what its agent may do unasked: ask, bound, all
+    host: str = ""  # the host its folder is on, whose engine runs it (``model.hosts``)
+    #: its host's engine died (and has not come back): its runs wait for that host, never run elsewhere
+    host_lost: bool = False
     worktree: Worktree | None = None  # its own folder, when it was forked with one
     #: the agent CLI's own process running this session outside Procession right now (found by
     #: the monitor, never stored): its pid; then ``cpu`` and ``rss`` are that process's
@@ -255,6 +258,7 @@ class JournalEntry:
     other: int | None
     args: dict[str, Any]
     outcome: Any
+    who: str | None = None  # user@host of the process that made the call (None: before schema 14)
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)
@@ -388,6 +392,7 @@ class Holder:
     heartbeat: float
     slots: int
     proc_start: float | None
+    machine: str  # the machine its process runs on (``hosts.machine``)
 
 
 @dataclass(slots=True, frozen=True)

@@ -10,7 +10,7 @@ screen and ``ps`` print the very same cells.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,10 @@ def _last(s: SessionInfo, now: float) -> Parts:
     return [(text, style)]
 
 
+def _host(s: SessionInfo, now: float) -> Parts:
+    return [(printable(s.host), "")] + ([(" lost", "outcome--bad")] if s.host_lost else [])
+
+
 def _spend(s: SessionInfo, now: float) -> list[tuple[str, str]]:
     if s.spend is None:
         return [("-", "cell--muted")]
@@ -108,6 +112,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
            lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
+    Column("host", "HOST", 10, False, lambda s: (s.host, s.id), _host,
+           "the host its folder is on, whose engine runs it (lost: that engine died; its runs wait for it)"),
     Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name,
            "session name (and what a running agent is doing)"),
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
@@ -138,4 +144,13 @@ COLUMNS: tuple[Column, ...] = (
            lambda s, n: [(printable(s.runner), "cell--muted")], "runner / model", grow=True),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
-DEFAULT = tuple(c.key for c in COLUMNS)
+#: HOST is shown where sessions live on more than one host (``shown``), or when asked for
+DEFAULT = tuple(c.key for c in COLUMNS if c.key != "host")
+
+
+def shown(keys: Sequence[str], several_hosts: bool) -> list[str]:
+    """The columns ``keys``, with HOST after AGENT when the sessions live on several hosts."""
+    if not several_hosts or "host" in keys:
+        return list(keys)
+    at = keys.index("agent") + 1 if "agent" in keys else 1
+    return [*keys[:at], "host", *keys[at:]]

@@ -17,11 +17,14 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from ..model import hosts
+
 Clock = Callable[[], float]
 Params = Sequence[Any] | dict[str, Any]
 T = TypeVar("T")
 
-JOURNAL = "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome) VALUES (?, ?, ?, ?, ?, ?, ?)"
+JOURNAL = ("INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome, who)"
+           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 class Row(Protocol):
@@ -129,7 +132,8 @@ class Tx(ABC):
 
     def _journal_row(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
                      other: int | None) -> tuple[Any, ...]:
-        return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str))
+        return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str),
+                hosts.who())
 
 
 class Store(ABC):
@@ -145,6 +149,8 @@ class Store(ABC):
     count_tokens: Callable[[str], int]
     #: "sqlite" or "postgresql": what statements run on (a few are written for each)
     dialect: str
+    #: nothing may be changed through it (a PostgreSQL role given read access only)
+    readonly: bool = False
 
     @abstractmethod
     async def close(self) -> None:

@@ -36,10 +36,12 @@ from ..model.errors import InvalidArgument, StoreBusy, WorkspaceError
 if TYPE_CHECKING:
     import psycopg
 
-#: The advisory lock every write transaction holds: one writer at a time, as in SQLite
+#: The advisory lock every write transaction holds: one writer at a time, as in SQLite; one per
+#: workspace (a database may hold several, each in a schema of its own)
 WRITER_LOCK = 0x70726F63  # "proc"
-#: The channel a commit notifies
-CHANNEL = "procession"
+_WRITER = f"pg_advisory_xact_lock({WRITER_LOCK}, hashtext(current_schema()))"
+#: The channel a commit notifies, of this workspace's schema (its hash's digits follow)
+CHANNEL = "procession_"
 #: How long a write transaction waits for the writer lock before it says the workspace is busy
 BUSY_TIMEOUT_S = 10
 
@@ -179,6 +181,8 @@ class PgTx(Tx):
             raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
         except psycopg.errors.NumericValueOutOfRange:
             raise InvalidArgument("a number is out of range (integers are 64-bit)") from None
+        except psycopg.errors.InsufficientPrivilege:
+            raise WorkspaceError(f"{self.store.path} is read-only for this database role; nothing was changed") from None
         except psycopg.OperationalError as exc:
             raise cast(PgStore, self.store).unreachable(exc) from None
 
@@ -196,6 +200,7 @@ class PgStore(Store):
         self.meta = meta
         self.tokenizer, self.count_tokens = tokens.counter(meta.get("tokenizer", tokens.ESTIMATOR))
         self._lock = asyncio.Lock()
+        self.channel = CHANNEL  # this workspace's own, once open
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._heard = 0
 
@@ -203,11 +208,13 @@ class PgStore(Store):
     async def open(cls, url: str, *, clock: Clock = time.time, create: bool = True) -> PgStore:
         conn = await _connect(url)
         try:
-            meta = await _prepare(conn, url, create)
+            meta, readonly, channel = await _prepare(conn, url, create)
         except BaseException:
             await conn.close()
             raise
-        return cls(conn, url, clock, meta)
+        store = cls(conn, url, clock, meta)
+        store.readonly, store.channel = readonly, channel
+        return store
 
     def unreachable(self, exc: Exception) -> WorkspaceError:
         return WorkspaceError(f"the workspace database {self.path} cannot be reached: {_first_line(exc)}")
@@ -269,13 +276,13 @@ class PgStore(Store):
         running it is cancelled half-way; one at a time across every process."""
         async with self._lock:
             await self._begin(f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s';"
-                              f" SELECT pg_advisory_xact_lock({WRITER_LOCK}); SET LOCAL lock_timeout = 0")
+                              f" SELECT {_WRITER}; SET LOCAL lock_timeout = 0")
             tx = PgTx(self)
             try:
                 yield tx
                 if tx.followers:
                     await tx.many(JOURNAL, tx.followers)
-                await tx.execute(f"NOTIFY {CHANNEL}")
+                await tx.execute(f"NOTIFY {self.channel}")
                 done = asyncio.ensure_future(self.conn.execute("COMMIT"))
                 await asyncio.shield(done)
             except BaseException:
@@ -299,7 +306,7 @@ class PgStore(Store):
         """How many commits this process has heard of, from any process (``NOTIFY``)."""
         if self._listener is None or self._listener.closed:
             self._listener = await _connect(self.url)
-            await self._listener.execute(f"LISTEN {CHANNEL}")
+            await self._listener.execute(f"LISTEN {self.channel}")
             self._heard += 1  # commits missed while not listening count as a change
         async for _ in self._listener.notifies(timeout=0):
             self._heard += 1
@@ -351,11 +358,12 @@ async def _connect(url: str) -> psycopg.AsyncConnection[Any]:
     return conn
 
 
-async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -> dict[str, str]:
-    """The workspace's meta rows, its schema made first in an empty database (``create``)."""
+async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -> tuple[dict[str, str], bool, str]:
+    """The workspace's meta rows, its schema made first in an empty database (``create``);
+    whether the role may only read it; the channel its commits notify."""
     where = safe_url(url)
     async with conn.transaction():
-        await conn.execute(f"SELECT pg_advisory_xact_lock({WRITER_LOCK})")  # two first openers make it once
+        await conn.execute(f"SELECT {_WRITER}")  # two first openers make it once
         cur = await conn.execute("SELECT to_regclass('meta') IS NOT NULL,"
                                  " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema())")
         row = await cur.fetchone()
@@ -373,6 +381,12 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -
                 ("rev", "0"), ("schema", str(schema.VERSION))])
         cur = await conn.execute("SELECT key, value FROM meta")
         meta = {r[0]: r[1] for r in await cur.fetchall()}
+        cur = await conn.execute("SELECT has_table_privilege('journal', 'INSERT'),"
+                                 " hashtext(current_schema()) & 2147483647")
+        row = await cur.fetchone()
+        assert row is not None
+        readonly = not row[0]
+        channel = f"{CHANNEL}{row[1]}"
     version = int(meta.get("schema", "0"))
     if version > schema.VERSION:
         raise WorkspaceError(f"{where} was made by a newer Procession (schema {version}; this one knows up to"
@@ -380,7 +394,7 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -
     if version < schema.VERSION:
         raise WorkspaceError(f"{where} was made by an older Procession (schema {version}); open it with that one"
                              " and move it with `procession migrate-store` into a new database")
-    return meta
+    return meta, readonly, channel
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..model import limits
+from ..model import hosts, limits
 from ..model.errors import InvalidArgument, SessionNotFound
 from ..model.records import Fold, TriggerInfo, Worktree
 from ..model.states import State
@@ -41,7 +41,7 @@ PS_COLUMNS = (
     " s.armed, s.timeout, s.cwd, s.rev, s.last_outcome, s.failures, r.pid, r.cpu, r.rss, r.started,"
     " s.agent_context IS NOT NULL, r.status, s.spawned_by,"
     " CASE WHEN s.agent_ref IS NOT NULL AND json_extract(s.agent_ref, '$.adopted') IS NOT NULL THEN 1 ELSE 0 END,"
-    " s.confine, s.net, s.confinement, s.permissions"
+    " s.confine, s.net, s.confinement, s.permissions, s.host"
 )
 PS_SELECT = (
     f"SELECT {PS_COLUMNS} FROM sessions s JOIN agents a ON a.id = s.agent_id"
@@ -115,6 +115,7 @@ async def insert_session(tx: Tx, system_tokens: int, **cols: Any) -> int:
     base = {
         "uuid": str(uuid.uuid4()), "state": State.SLEEPING.value, "created": tx.now, "last_active": tx.now,
         "rev": await tx.rev(), "system_tokens": system_tokens, "context_tokens": system_tokens,
+        "host": hosts.this(),
     }
     base.update(cols)
     names = ", ".join(base)
@@ -523,24 +524,28 @@ async def sample_runs(tx: Tx, stats: list[tuple[float, int, int]]) -> None:
 # ---------------------------------------------------------------- the lease
 
 
-async def lease(tx: Tx) -> Row | None:
-    return await tx.one("SELECT token, pid, host, started, heartbeat, slots, proc_start FROM lease WHERE id = 1")
+async def lease(tx: Tx, host: str) -> Row | None:
+    """The lease of ``host``'s engine, if one was taken and not given back."""
+    return await tx.one("SELECT token, pid, host, started, heartbeat, slots, proc_start, machine FROM engines"
+                        " WHERE host = ?", (host,))
 
 
-async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_start: float | None) -> None:
+async def leases(tx: Tx) -> list[Row]:
+    """Every host's engine lease, by host."""
+    return await tx.all("SELECT token, pid, host, started, heartbeat, slots, proc_start, machine FROM engines"
+                        " ORDER BY host")
+
+
+async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_start: float | None,
+                    machine: str) -> None:
     await tx.execute(
-        "INSERT INTO lease (id, token, pid, host, started, heartbeat, slots, proc_start) VALUES (1, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (id) DO UPDATE SET token = excluded.token, pid = excluded.pid, host = excluded.host,"
-        " started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots,"
-        " proc_start = excluded.proc_start",
-        (token, pid, host, tx.now, tx.now, slots, proc_start),
+        "INSERT INTO engines (host, token, pid, started, heartbeat, slots, proc_start, machine)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
+        " pid = excluded.pid, started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots,"
+        " proc_start = excluded.proc_start, machine = excluded.machine",
+        (host, token, pid, tx.now, tx.now, slots, proc_start, machine),
     )
 
 
-async def beat(tx: Tx, token: str) -> bool:
-    """Renew the lease held by ``token``; False when another engine holds it."""
-    return await tx.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?", (tx.now, token)) == 1
-
-
 async def drop_lease(tx: Tx, token: str) -> None:
-    await tx.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (token,))
+    await tx.execute("DELETE FROM engines WHERE token = ?", (token,))

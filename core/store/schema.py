@@ -448,6 +448,29 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX sessions_name ON sessions(agent_id, name);
     CREATE INDEX sessions_agent_ref ON sessions(state) WHERE agent_ref IS NOT NULL;
     """,
+    # 14: a workspace several machines share (in PostgreSQL). A session belongs to a host, the
+    # one its folder is on (``host``; every session of a workspace made before is given the
+    # name of the machine that opens it first, where its file is: ``sqlite.HOSTED``). One
+    # engine per host (``engines``, keyed by host, replaces the one ``lease``), running that
+    # host's sessions only; ``machine`` is the name of the machine its process runs on (one
+    # machine may stand for several hosts: its pid is checked there, its heartbeat elsewhere).
+    # Who made each call (``journal.who``: user@host).
+    """
+    ALTER TABLE sessions ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    CREATE INDEX sessions_host ON sessions(host, state);
+    CREATE TABLE engines (
+        host        TEXT PRIMARY KEY,
+        token       TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        started     REAL NOT NULL,
+        heartbeat   REAL NOT NULL,
+        slots       INTEGER NOT NULL,
+        proc_start  REAL,
+        machine     TEXT NOT NULL
+    ) WITHOUT ROWID;
+    DROP TABLE lease;
+    ALTER TABLE journal ADD COLUMN who TEXT;
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -32,9 +32,12 @@ import aiosqlite
 
 from . import schema, tokens
 from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
+from ..model import hosts
 from ..model.errors import InvalidArgument, StoreBusy, StoreFull, WorkspaceError
 
 BUSY_TIMEOUT_MS = 10_000
+#: The migration that gave sessions a host: the sessions of a file made before are this machine's
+HOSTED = 14
 
 
 def workspace_path(path: Path | str) -> Path:
@@ -322,6 +325,8 @@ class SqliteStore(Store):
                 if current < number:
                     for statement in _statements(script):
                         await conn.execute(statement)
+                    if number == HOSTED:
+                        await conn.execute("UPDATE sessions SET host = ? WHERE host = ''", (hosts.this(),))
                     if number == 1:
                         await conn.executemany(
                             "INSERT INTO meta (key, value) VALUES (?, ?)",

@@ -103,4 +103,4 @@ async def test_watch_storm_queues_one_activation_per_debounce_window(db, live, t
 
 def _lease(db: Path) -> bool:
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT count(*) FROM lease").fetchone()[0] == 1
+        return conn.execute("SELECT count(*) FROM engines").fetchone()[0] == 1

@@ -13,7 +13,7 @@ from procession import ProcessionError, Workspace, WorkspaceError
 from procession.store import schema
 
 TABLES = {"meta", "agents", "sessions", "messages", "folds", "memory", "resources", "triggers", "checkpoints",
-          "runs", "journal", "lease"}
+          "runs", "journal", "engines"}
 
 
 def files_of(path: Path) -> dict[str, bytes]:
@@ -229,6 +229,7 @@ async def test_a_workspace_of_the_first_schema_is_migrated_with_everything_in_it
     import sqlite3
 
     from procession import Workspace
+    from procession.model import hosts
     from procession.store import schema
 
     path = tmp_path / "old.db"
@@ -250,6 +251,7 @@ async def test_a_workspace_of_the_first_schema_is_migrated_with_everything_in_it
     async with await Workspace.open(path) as ws:
         info = await ws.info(1)
         assert (info.name, info.goal, info.messages, info.last_outcome) == ("payroll", "g", 1, "failed")
+        assert info.host == hosts.this() and not info.host_lost  # the machine its file is on
         assert [m.content for m in await ws.history(1)] == ["hello"]
         assert (await ws.show(1)).system == "sys"
         await ws.trigger_remove(1, 7)
@@ -272,8 +274,13 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
         conn.executemany("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, 'rw', 0)",
                          [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
         # and without what came after it (11: permissions and requests; 12: quiet agents; 13: versions
-        # of memory, names indexed)
-        conn.executescript("DROP INDEX sessions_name; DROP INDEX sessions_agent_ref; DROP INDEX sessions_memory_from;"
+        # of memory, names indexed; 14: hosts)
+        conn.executescript("DROP INDEX sessions_host; ALTER TABLE sessions DROP COLUMN host; DROP TABLE engines;"
+                           " ALTER TABLE journal DROP COLUMN who;"
+                           " CREATE TABLE lease (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT NOT NULL, pid INTEGER"
+                           " NOT NULL, host TEXT NOT NULL, started REAL NOT NULL, heartbeat REAL NOT NULL, slots INTEGER"
+                           " NOT NULL, proc_start REAL);"
+                           " DROP INDEX sessions_name; DROP INDEX sessions_agent_ref; DROP INDEX sessions_memory_from;"
                            " ALTER TABLE sessions DROP COLUMN memory_rev;"
                            " CREATE INDEX sessions_memory_from ON sessions(memory_from) WHERE memory_from IS NOT NULL;"
                            " DROP TABLE memory; CREATE TABLE memory (session_id INTEGER NOT NULL, key TEXT NOT NULL,"

@@ -123,6 +123,26 @@ async def test_values_postgresql_would_take_differently_are_refused_as_sqlite_re
         await ws.close()
 
 
+async def test_a_viewer_role_reads_and_its_monitor_opens_read_only(cli, postgres, monitor) -> None:
+    url = postgres.workspace()
+    sid = await _populate(url)
+    viewer = postgres.viewer(url)
+    ws = await Workspace.open(viewer)
+    try:
+        assert ws.store.readonly and (await ws.info(sid)).name == "payroll"
+        with pytest.raises(WorkspaceError, match="read-only for this database role"):
+            await ws.send(sid, "may I?")
+    finally:
+        await ws.close()
+    done = cli("--db", viewer, "send", str(sid), "may I?", check=False)
+    assert done.returncode != 0 and "read-only" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    app = await monitor(viewer)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert app.readonly
+    assert sql(url, "SELECT count(*) FROM messages WHERE content = 'may I?'") == [(0,)]
+
+
 @pytest.mark.parametrize(("sqlite", "postgresql"), [
     ("SELECT max(a, :lo) FROM t WHERE b = ? LIMIT -1", "SELECT GREATEST(a, %(lo)s) FROM t WHERE b = %s LIMIT ALL"),
     ("SELECT window FROM s INDEXED BY s_rev WHERE name LIKE '50%'", "SELECT \"window\" FROM s WHERE name LIKE '50%%'"),

@@ -144,7 +144,7 @@ async def test_a_busy_engine_is_not_taken_over_and_its_step_lives(db, live):
         pid = await until(lambda: running_pid(live, sid))
         first.send_signal(19)  # SIGSTOP: its loop and its heartbeat stand still, as a stalled engine's would
         con = sqlite3.connect(db, isolation_level=None)
-        con.execute("UPDATE lease SET heartbeat = heartbeat - 3600")  # as if it had not beaten for an hour
+        con.execute("UPDATE engines SET heartbeat = heartbeat - 3600")  # as if it had not beaten for an hour
         con.close()
         second = Engine(db)
         with pytest.raises(EngineBusy, match=f"pid {first.pid}"):

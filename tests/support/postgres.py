@@ -110,6 +110,14 @@ class Server:
         self.admin(f"CREATE SCHEMA {name}")
         return self.url(name)
 
+    def viewer(self, url: str) -> str:
+        """The address of the workspace at ``url`` for a new role that may only read it."""
+        schema = urllib.parse.unquote(url.split("search_path%3D")[1])
+        role = f"viewer_{schema}"
+        self.admin(f"CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA {schema} TO {role};"
+                   f" GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        return url.replace("postgresql://procession@", f"postgresql://{role}@")
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
