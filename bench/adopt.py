@@ -65,7 +65,7 @@ def sync_latency(root: Path, appends: int) -> list[float]:
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     con = sqlite3.connect(db)
     try:
-        wait(lambda: con.execute("SELECT 1 FROM lease").fetchone(), 30)
+        wait(lambda: con.execute("SELECT 1 FROM engines").fetchone(), 30)
         time.sleep(0.5)  # its watches are set up once it holds the lease and has read the sessions
         latencies = []
         for begin, end in zip(cuts, cuts[1:]):

@@ -194,7 +194,7 @@ class Engines:
         while time.time() < deadline and self.proc is not None and self.proc.poll() is None:
             try:
                 with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1) as conn:
-                    row = conn.execute("SELECT pid FROM lease WHERE id = 1").fetchone()
+                    row = conn.execute("SELECT pid FROM engines").fetchone()
                 if row and row[0] == self.proc.pid:
                     return True
             except sqlite3.Error:

@@ -42,7 +42,7 @@ def engine(db: Path, slots: int = 2) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([PY, "-m", "procession", "--db", str(db), "run", "--slots", str(slots)],
                             stderr=subprocess.DEVNULL)
     with sqlite3.connect(db) as conn:
-        wait(lambda: conn.execute("SELECT count(*) FROM lease").fetchone()[0] == 1, 10)
+        wait(lambda: conn.execute("SELECT count(*) FROM engines").fetchone()[0] == 1, 10)
     return proc
 
 

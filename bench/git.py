@@ -84,7 +84,7 @@ def commit_latency(root: Path, results: Results, commits: int) -> None:
     latencies = []
     try:
         with sqlite3.connect(db) as conn:
-            wait(lambda: conn.execute("SELECT count(*) FROM lease").fetchone()[0] == 1, 20)
+            wait(lambda: conn.execute("SELECT count(*) FROM engines").fetchone()[0] == 1, 20)
             wait(lambda: conn.execute("SELECT count(*) FROM journal WHERE call = 'lease'").fetchone()[0] >= 1, 20)
             time.sleep(0.5)  # the engine's start (recovery, catch-up) is not what is measured
             target = repo / "src" / "pkg00" / "mod0.py"

@@ -81,6 +81,16 @@ def test_flat_tiny_measures_each_figure_beside_its_yardstick() -> None:
     assert all(f["median"] > 0 for f in figures.values())
 
 
+def test_stores_tiny_measures_both_stores_and_claims_without_a_run_twice(postgres) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "stores.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]  # it exits if a run ran twice
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    for store in ("sqlite", "postgresql"):
+        assert {f"{store}_{k}" for k in ("send", "history", "fork", "append", "ps", "claims_1", "claims_3")} <= set(figures)
+    assert all(f["median"] > 0 for f in figures.values())
+
+
 def test_peer_tiny_compares_with_sqlitesession() -> None:
     import pytest
 

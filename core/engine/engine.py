@@ -227,6 +227,7 @@ class Engine:
     async def _loop(self, stop: asyncio.Event) -> None:
         assert self.ledger is not None
         seen = None
+        failing = ""
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
@@ -247,9 +248,15 @@ class Engine:
                             await self.notifier.poll()
                     if self.triggers and await self.triggers.fire_due(self.only):
                         self.kick.set()
-                except ProcessionError as exc:  # the workspace held by another process too long: try again
-                    log.warning("engine loop: %s", exc)
+                except ProcessionError as exc:  # the workspace held too long, its database out of reach: again
+                    if str(exc) != failing:  # said once, and once more when it goes on
+                        log.warning("engine loop: %s", exc)
+                        failing = str(exc)
                     seen = None
+                else:
+                    if failing:
+                        log.warning("engine loop: going on")
+                        failing = ""
                 wait = POLL_S
                 for when in (self.triggers.next() if self.triggers else None, self.backoff_until, self.budget_look):
                     if when is not None:

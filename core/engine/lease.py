@@ -10,6 +10,7 @@ moment it finds the lease taken, and keeps trying while the workspace is only bu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -33,8 +34,12 @@ class Heartbeat(threading.Thread):
         self.beats = 0
 
     def run(self) -> None:
+        # opened at once: a connection opened later to a workspace file moved away meanwhile
+        # would make a new, empty file there (a database's is opened again when it drops)
         beat: Beat | None = None
         failing = ""  # what the last beat could not do (said once, and once more when it can again)
+        with contextlib.suppress(*beat_errors()):
+            beat = _beat(self.path, self.busy_ms)
         try:
             while not self.stopped.wait(HEARTBEAT_S):
                 try:
@@ -42,7 +47,7 @@ class Heartbeat(threading.Thread):
                         beat = _beat(self.path, self.busy_ms)
                     renewed = beat.renew(self.token)
                 except beat_errors() as exc:  # busy, failing or out of reach: the next beat tries again
-                    if beat is not None and beat.broken():
+                    if beat is not None and is_url(self.path) and beat.broken():
                         beat.close()
                         beat = None
                     if str(exc) != failing:

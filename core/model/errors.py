@@ -104,6 +104,12 @@ class StoreBusy(ProcessionError):
     """Another process held the workspace for longer than we are willing to wait."""
 
 
+class StoreUnreachable(StoreBusy):
+    """The database a shared workspace lives in cannot be reached (its server stopped, the
+    network cut): nothing was changed, and the same call may succeed once it is back (the
+    engine keeps what it has to write, and tries again, as for a busy workspace)."""
+
+
 class StoreFull(WorkspaceError):
     """The disk under the workspace is full or failing: nothing was written, and the same write
     may succeed once there is room (the engine keeps what it has to write, and tries again)."""

@@ -14,6 +14,8 @@ difference the calls' statements meet:
   ``json_each(col, '$.key') w`` is the set of that array's elements ``w.value``;
 - ``LIMIT -1`` and a negative bound ``LIMIT ?`` mean no limit, as in SQLite;
 - ``CROSS JOIN ... ON`` is an inner ``JOIN``; SQLite's planner hints (``INDEXED BY``) go;
+- ``IN ()`` and ``NOT IN ()``, an empty list (SQLite's: nothing is in it), compare with an
+  empty array of the same type (``= ANY ('{}')``, ``<> ALL ('{}')``);
 - ``/*pg: text*/`` is ``text`` (a comment to SQLite): what PostgreSQL needs that SQLite does
   not, such as an ``ORDER BY`` where SQLite's loop order already gives the order; and
   ``/*sqlite*/ this /*pg: that*/`` is ``that``, where the two must say a thing differently.
@@ -67,6 +69,7 @@ def _code(text: str) -> str:
     text = _INDEXED.sub("", text)
     text = _CAST.sub(lambda m: "AS BIGINT" if m.group(1) == "INTEGER" else "AS DOUBLE PRECISION", text)
     text = text.replace("CROSS JOIN", "JOIN").replace(" == ", " = ")
+    text = text.replace("NOT IN ()", "<> ALL ('{}')").replace("IN ()", "= ANY ('{}')")
     return _LIMIT.sub(lambda m: "LIMIT ALL" if m.group(1) == "-1" else "LIMIT NULLIF(GREATEST(%s, -1), -1)", text)
 
 

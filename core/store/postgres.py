@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 from . import schema, tokens
 from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
 from .dialect import schema_ddl, translate
-from ..model.errors import InvalidArgument, StoreBusy, WorkspaceError
+from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, WorkspaceError
 
 if TYPE_CHECKING:
     import psycopg
@@ -216,8 +216,9 @@ class PgStore(Store):
         store.readonly, store.channel = readonly, channel
         return store
 
-    def unreachable(self, exc: Exception) -> WorkspaceError:
-        return WorkspaceError(f"the workspace database {self.path} cannot be reached: {_first_line(exc)}")
+    def unreachable(self, exc: Exception) -> StoreUnreachable:
+        return StoreUnreachable(f"the workspace database {self.path} cannot be reached ({_first_line(exc)});"
+                                " nothing was changed, try again")
 
     async def close(self) -> None:
         await self.conn.close()
@@ -230,8 +231,13 @@ class PgStore(Store):
 
     async def _reconnect(self) -> None:
         """A connection the server dropped (restarted, or the network cut) is opened again."""
+        import psycopg
+
         if self.conn.closed or self.conn.broken:
-            self.conn = await _connect(self.url)
+            try:
+                self.conn = await _connect(self.url, raw=True)
+            except psycopg.OperationalError as exc:
+                raise self.unreachable(exc) from None
 
     async def _end(self) -> None:
         """Roll back whatever is open, whatever happens to the caller; a connection that cannot
@@ -252,28 +258,35 @@ class PgStore(Store):
             await self.conn.close()
 
     async def _begin(self, sql: str) -> None:
+        """Open a transaction. A connection found dropped here (the server restarted since the
+        last call) is opened again and the transaction begun on it: nothing had been done yet."""
         import psycopg
 
-        await self._reconnect()
-        done = asyncio.ensure_future(self.conn.execute(sql))
-        try:
-            await asyncio.shield(done)
-        except asyncio.CancelledError:
-            await asyncio.wait([done])
-            await self._end()
-            raise
-        except psycopg.errors.LockNotAvailable:
-            await self._end()
-            raise StoreBusy(f"the workspace {self.path} stayed locked by another writer for over {BUSY_TIMEOUT_S} s;"
-                            " nothing was changed, try again") from None
-        except psycopg.OperationalError as exc:
-            await self._end()
-            raise self.unreachable(exc) from None
+        for attempt in (1, 2):
+            await self._reconnect()
+            done = asyncio.ensure_future(self.conn.execute(sql))
+            try:
+                await asyncio.shield(done)
+                return
+            except asyncio.CancelledError:
+                await asyncio.wait([done])
+                await self._end()
+                raise
+            except psycopg.errors.LockNotAvailable:
+                await self._end()
+                raise StoreBusy(f"the workspace {self.path} stayed locked by another writer for over"
+                                f" {BUSY_TIMEOUT_S} s; nothing was changed, try again") from None
+            except psycopg.OperationalError as exc:
+                await self._end()
+                if attempt == 2 or not self.conn.closed:
+                    raise self.unreachable(exc) from None
 
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
         """A write transaction: all of it commits, or none of it does, even when the task
         running it is cancelled half-way; one at a time across every process."""
+        import psycopg
+
         async with self._lock:
             await self._begin(f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s';"
                               f" SELECT {_WRITER}; SET LOCAL lock_timeout = 0")
@@ -284,7 +297,12 @@ class PgStore(Store):
                     await tx.many(JOURNAL, tx.followers)
                 await tx.execute(f"NOTIFY {self.channel}")
                 done = asyncio.ensure_future(self.conn.execute("COMMIT"))
-                await asyncio.shield(done)
+                try:
+                    await asyncio.shield(done)
+                except psycopg.OperationalError as exc:
+                    raise StoreUnreachable(f"the workspace database {self.path} was cut off as the call committed"
+                                           f" ({_first_line(exc)}): look before trying again, it may have been"
+                                           " done") from None
             except BaseException:
                 await self._end()
                 raise
@@ -303,17 +321,38 @@ class PgStore(Store):
                 await self._end()
 
     async def data_version(self) -> int:
-        """How many commits this process has heard of, from any process (``NOTIFY``)."""
-        if self._listener is None or self._listener.closed:
-            self._listener = await _connect(self.url)
+        """How many commits this process has heard of, from any process (``NOTIFY``): read from
+        what the server has sent, no query; a listener the server dropped is opened again."""
+        import psycopg
+
+        try:
+            return await self._hear()
+        except psycopg.Error:  # a listener the server dropped (restarted): another, once
+            await self._drop_listener()
+        try:
+            return await self._hear()
+        except psycopg.Error as exc:
+            await self._drop_listener()
+            raise self.unreachable(exc) from None
+
+    async def _hear(self) -> int:
+        if self._listener is None or self._listener.closed or self._listener.broken:
+            self._listener = await _connect(self.url, raw=True)
             await self._listener.execute(f"LISTEN {self.channel}")
             self._heard += 1  # commits missed while not listening count as a change
         async for _ in self._listener.notifies(timeout=0):
             self._heard += 1
         return self._heard
 
+    async def _drop_listener(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+        self._listener = None
 
-async def _connect(url: str) -> psycopg.AsyncConnection[Any]:
+
+async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[Any]:
+    """A connection to the workspace's database, its values adapted as SQLite's are; one that
+    cannot be made is a one-line ``WorkspaceError`` (``raw``: psycopg's own error)."""
     try:
         import psycopg
     except ImportError:
@@ -348,6 +387,8 @@ async def _connect(url: str) -> psycopg.AsyncConnection[Any]:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=_row_factory,
                                                      application_name="procession")
     except psycopg.OperationalError as exc:
+        if raw:
+            raise
         raise WorkspaceError(f"cannot open the workspace database {safe_url(url)}: {_first_line(exc)}") from None
     except psycopg.ProgrammingError as exc:
         raise WorkspaceError(f"{safe_url(url)} is not a PostgreSQL address libpq reads: {_first_line(exc)}") from None

@@ -1,4 +1,4 @@
-"""``Store.atomic``: a call's whole transaction as one job on SQLite's thread, still all or
+"""``SqliteStore.atomic``: a call's whole transaction as one job on SQLite's thread, still all or
 nothing: a caller cancelled half-way commits nothing, a body that waits on anything but the
 store is refused and commits nothing."""
 
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from procession.store.sqlite import Store, Tx
+from procession.store import Tx
+from procession.store.sqlite import SqliteStore as Store
 
 
 def _keys(path: Path) -> list[str]:

@@ -3,13 +3,18 @@ each store refuses, in one line, with nothing changed."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import Clock, sql
+from conftest import HANG_S, Clock, sql, until
 from procession import InvalidArgument, Workspace, WorkspaceError
+from procession.model.errors import StoreUnreachable
 from procession.store import open_store
 from procession.store.dialect import translate
 
@@ -143,12 +148,47 @@ async def test_a_viewer_role_reads_and_its_monitor_opens_read_only(cli, postgres
     assert sql(url, "SELECT count(*) FROM messages WHERE content = 'may I?'") == [(0,)]
 
 
+async def test_a_server_that_goes_away_and_comes_back(postgres, tmp_path) -> None:
+    """Calls while the database is down are refused in one line, changing nothing; an engine
+    (a process of its own, as the server is not its child) waits it out, saying so once; once
+    it is back both go on, on connections of their own."""
+    url = postgres.workspace()
+    ws = await Workspace.open(url)
+    engine = subprocess.Popen([sys.executable, "-m", "procession", "--db", url, "run", "--grace", "0.3"],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        sid = (await ws.spawn("steady", "ops", runner="builtin:echo", cwd=str(tmp_path))).sid
+        await ws.activate(sid)
+        await ws.wait(sid, HANG_S)  # the engine is at work, in its loop
+        postgres.down()
+        try:
+            with pytest.raises(StoreUnreachable, match="cannot be reached"):
+                await ws.send(sid, "into the void")
+            await asyncio.sleep(1.5)  # the engine's loop and heartbeat meet the outage a few times meanwhile
+        finally:
+            postgres.up()
+        await ws.send(sid, "hello again")
+        await ws.activate(sid)
+        waited = await ws.wait(sid, HANG_S)
+        assert waited.run is not None and waited.run.outcome == "ok"
+        assert "hello again" in [m.content for m in await ws.history(sid)]
+        assert len(await ws.runs(sid)) == 2
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        _, err = engine.communicate(timeout=HANG_S)
+        await ws.close()
+    assert engine.returncode == 0, err
+    said = err.count("engine loop: the workspace database")
+    assert 1 <= said <= 3 and "engine loop: going on" in err and "Traceback" not in err  # said as it changed
+
+
 @pytest.mark.parametrize(("sqlite", "postgresql"), [
     ("SELECT max(a, :lo) FROM t WHERE b = ? LIMIT -1", "SELECT GREATEST(a, %(lo)s) FROM t WHERE b = %s LIMIT ALL"),
     ("SELECT window FROM s INDEXED BY s_rev WHERE name LIKE '50%'", "SELECT \"window\" FROM s WHERE name LIKE '50%%'"),
     ("SELECT CAST(x AS INTEGER), CAST(y AS REAL), max(z) FROM t", "SELECT CAST(x AS BIGINT), CAST(y AS DOUBLE PRECISION), max(z) FROM t"),
     ("SELECT json_extract(spec, '$.session') = ?/*pg:::text*/", "SELECT (spec::jsonb ->> 'session') = %s::text"),
     ("SELECT /*sqlite*/a(?)/*pg:b(?)*/, 'it''s ?' LIMIT ?", "SELECT b(%s), 'it''s ?' LIMIT NULLIF(GREATEST(%s, -1), -1)"),
+    ("SELECT 1 WHERE 2 IN () OR 3 NOT IN ()", "SELECT 1 WHERE 2 = ANY ('{}') OR 3 <> ALL ('{}')"),
 ])
 def test_statements_are_said_in_postgresql(sqlite: str, postgresql: str) -> None:
     assert translate(sqlite) == postgresql

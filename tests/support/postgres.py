@@ -14,6 +14,7 @@ import itertools
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -59,23 +60,40 @@ class Server:
         subprocess.run([*self.prefix, str(bin_dir / "initdb"), "-D", str(self.data), "-U", "procession",
                         "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
                        check=True, capture_output=True, env={**os.environ, "LC_ALL": "C"})
+        self.bin_dir = bin_dir
         self.proc: subprocess.Popen[bytes] | None = None
         for _ in range(5):  # another worker may take the port between its choice and the bind
             self.port = _free_port()
-            self.proc = subprocess.Popen(
-                [*self.prefix, str(bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
-                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                 "-c", "max_connections=300", "-c", "shared_buffers=32MB"],
-                stdout=subprocess.DEVNULL, stderr=(self.root / "server.log").open("ab"), start_new_session=True)
-            if self._ready():
+            if self._start():
                 break
-            self.proc.kill()
-            self.proc.wait()
         else:
             raise RuntimeError(f"PostgreSQL did not start: {(self.root / 'server.log').read_text()[-2000:]}")
         self.admin(f"CREATE DATABASE {DATABASE}", database="postgres")
         self._names = itertools.count(1)
+
+    def _start(self) -> bool:
+        self.proc = subprocess.Popen(
+            [*self.prefix, str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port),
+             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
+             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+             "-c", "max_connections=300", "-c", "shared_buffers=32MB"],
+            stdout=subprocess.DEVNULL, stderr=(self.root / "server.log").open("ab"), start_new_session=True)
+        if self._ready():
+            return True
+        self.proc.kill()
+        self.proc.wait()
+        return False
+
+    def down(self) -> None:
+        """Stop the server at once (what a cut network looks like to its clients)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)  # fast shutdown: clients are cut off
+        self.proc.wait(timeout=60)
+
+    def up(self) -> None:
+        """Start it again, on the same port, with everything it had."""
+        if not self._start():
+            raise RuntimeError(f"PostgreSQL did not start again: {(self.root / 'server.log').read_text()[-2000:]}")
 
     def _ready(self) -> bool:
         import psycopg
