@@ -479,7 +479,7 @@ def child_ticks(db: str, out: str, ticks: int, variant_ticks: int, profile_dir: 
 async def _ticks(db: Path, ticks: int, variant_ticks: int, profile: Path | None, kind: str) -> dict[str, Any]:
     """In this fresh process: start the app headless, time the first paint, then ticks."""
     import procession.tui.app as app_mod
-    from procession.store import Store
+    from procession.store.sqlite import SqliteStore as Store
     from procession.tui.config import Config
     from procession.tui.table import SessionTable
     from procession.tui.view import View

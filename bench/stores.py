@@ -15,7 +15,7 @@ same temporary folder, ``synchronous = NORMAL`` as always.
 - *ps*: ``ps --json`` of S sessions (made in SQLite, carried over by ``migrate-store``), whole
   process wall time.
 - *claims*: E engine processes (``--host hN``, 4 slots each) on one workspace, R sessions of
-  ``builtin:digest`` spread over their hosts, activated at once: runs ended per second, from
+  ``command:true`` spread over their hosts, activated at once: runs ended per second, from
   the first activation to the last run's end; every session must have run exactly once, on
   its own host's engine.
 """
@@ -117,7 +117,7 @@ def _claims(target: str, engines: int, runs: int) -> float:
         async with await Workspace.open(target) as ws:
             for i in range(runs):
                 os.environ[hosts.ENV] = names[i % engines]
-                made.append(((await ws.spawn(f"claim {i}", "bench", runner="builtin:digest")).sid, names[i % engines]))
+                made.append(((await ws.spawn(f"claim {i}", "bench", runner="command:true")).sid, names[i % engines]))
         del os.environ[hosts.ENV]
         return made
 

@@ -1,14 +1,16 @@
-"""The engine: one per workspace, it runs steps, fires triggers and obeys the store.
+"""The engine: one per host of a workspace, it runs steps, fires triggers and obeys the store.
 
-The store says what should be (a session's state); the engine makes it so. It holds the
-workspace lease (renewed by a thread of its own, ``lease.Heartbeat``), starts ready sessions
-into free run slots (highest priority first), and watches the store for changes made by any
-process — ``PRAGMA data_version``, polled every ``POLL_S`` — to apply them to live steps: a
+The store says what should be (a session's state); the engine makes it so. It holds its
+host's lease (renewed by a thread of its own, ``lease.Heartbeat``), starts its host's ready
+sessions into free run slots (highest priority first), and watches the store for changes made
+by any process — SQLite's ``PRAGMA data_version``, or what PostgreSQL's ``NOTIFY`` told it,
+looked at every ``POLL_S`` — to apply them to live steps: a
 suspended session's step is stopped in place, every process of it (``reaper``), a resumed one
 continued at once, an interrupted one stopped with SIGINT escalating to SIGKILL, a cancelled
 one killed. A suspended step gives up its run slot, as a stopped process gives up the CPU.
-Triggers are event-driven (``triggers``). When an engine dies, the next one to take the
-lease kills every process its runs left and puts their sessions back to sleep.
+Triggers are event-driven (``triggers``). When an engine dies, the next one to take its host's
+lease kills every process its runs left and puts their sessions back to sleep; no other host's
+engine touches them (their processes and folders are on that host).
 """
 
 from __future__ import annotations

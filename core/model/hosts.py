@@ -32,7 +32,7 @@ def check(name: str) -> str:
 def this() -> str:
     """The host this process acts as: ``$PROCESSION_HOST``, else the machine's name."""
     named = os.environ.get(ENV)
-    return check(named) if named else _machine()
+    return check(named) if named else _named()
 
 
 def machine() -> str:
@@ -41,7 +41,8 @@ def machine() -> str:
 
 
 @functools.cache
-def _machine() -> str:
+def _named() -> str:
+    """The machine's name as a host's: its first label, or localhost when it cannot name one."""
     name = socket.gethostname().split(".")[0] or "localhost"
     return name if _NAME.fullmatch(name) else "localhost"
 

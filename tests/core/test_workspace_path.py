@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from procession.store import Store, default_path
+from procession.store import default_target
+from procession.store.sqlite import SqliteStore as Store
 from procession.store import schema
 
 #: Runs the real CLI once every process of a batch has imported it, at one agreed moment.
@@ -58,7 +59,9 @@ async def test_a_relative_path_is_made_absolute_at_once(tmp_path, monkeypatch):
     finally:
         await store.close()
     monkeypatch.setenv("PROCESSION_DB", "rel/../other.db")
-    assert default_path() == tmp_path / "other.db"
+    assert default_target() == tmp_path / "other.db"
+    monkeypatch.setenv("PROCESSION_DB", "postgresql://procession@db/procession")  # an address, as it is
+    assert default_target() == "postgresql://procession@db/procession"
 
 
 def test_a_step_reads_the_workspace_path_absolute(cli, tmp_path):

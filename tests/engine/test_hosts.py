@@ -45,7 +45,7 @@ async def test_a_thousand_activations_across_three_engines_each_run_once_on_thei
     url = postgres.workspace()
     ws = await Workspace.open(url)
     try:
-        sessions = {host: [await spawn_on(ws, host, f"{host}-{i}", "builtin:digest")
+        sessions = {host: [await spawn_on(ws, host, f"{host}-{i}", "command:true")
                            for i in range(334 if host == "laptop" else 333)] for host in HOSTS}
         engines = [start_engine(url, host, "--slots", "4") for host in HOSTS]
         try:
@@ -53,10 +53,13 @@ async def test_a_thousand_activations_across_three_engines_each_run_once_on_thei
             for host in HOSTS:
                 for sid in sessions[host]:
                     await ws.activate(sid)
-            ran = await until(lambda: _runs_done(url, 1000))
+            try:
+                ran = await until(lambda: _runs_done(url, 1000))
+            except AssertionError:
+                raise AssertionError("\n".join(stop(e) for e in engines)) from None
             by_host = dict(sql(url, "SELECT e.host, e.token FROM engines e"))
         finally:
-            errs = [stop(e) for e in engines]
+            errs = [stop(e) for e in engines if e.returncode is None]
         assert len(ran) == 1000 and Counter(sid for sid, _, _ in ran) == Counter(
             sid for host in HOSTS for sid in sessions[host])  # every activation ran, none twice
         host_of = {sid: host for host in HOSTS for sid in sessions[host]}

@@ -77,7 +77,9 @@ class Server:
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
              "-c", "max_connections=300", "-c", "shared_buffers=32MB"],
-            stdout=subprocess.DEVNULL, stderr=(self.root / "server.log").open("ab"), start_new_session=True)
+            # in the test process's own session: an engine run inside a test ends the orphans of
+            # other sessions its process is given (``reaper.reap``), and would end the server
+            stdout=subprocess.DEVNULL, stderr=(self.root / "server.log").open("ab"))
         if self._ready():
             return True
         self.proc.kill()
