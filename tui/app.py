@@ -391,6 +391,8 @@ class ProcessionApp(App[str]):
         slots = engine["slots"] if engine else 0
         if self.host is not None and self.host.running and self.host.took_over:
             label += f", after {self.host.took_over}"
+        if changed := self.feed.mark_lost(header.engines):
+            self.main.table.refresh_keys(changed)
         others = [e for e in header.engines if engine is None or e["host"] != engine["host"]]
         if others:  # the other hosts of a shared workspace, and whether their engines live
             label += "; " + ", ".join(f"{e['host']} {'up' if e['alive'] else 'LOST'}" for e in others)

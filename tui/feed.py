@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from procession.calls import Workspace
@@ -73,6 +73,8 @@ class Feed:
     #: sessions an agent CLI runs outside Procession (``look_outside``), and the looker
     outside: dict[int, Live] = field(default_factory=dict)
     looker: Looker = field(default_factory=Looker)
+    #: the hosts whose engine died, as the sessions' rows show them (``host_lost``)
+    lost: frozenset[str] = frozenset()
 
     async def load_first(self) -> int:
         """The first screenful; returns the SID to go on from (0: everything is read)."""
@@ -139,6 +141,20 @@ class Feed:
         for sid in changed:
             if sid in self.sessions:
                 self.sessions[sid] = self._marked(self.sessions[sid])
+        return changed
+
+    def mark_lost(self, engines: list[dict[str, Any]]) -> list[int]:
+        """A host's engine died, or came back: no session row changed in the store for it (it is
+        read from the engines' leases), so the rows of that host's sessions are marked here;
+        returns those whose rows changed."""
+        lost = frozenset(e["host"] for e in engines if not e["alive"])
+        if lost == self.lost:
+            return []
+        flipped, self.lost = lost ^ self.lost, lost
+        changed = [s.id for s in self.sessions.values() if s.host in flipped]
+        for sid in changed:
+            info = self.sessions[sid]
+            self.sessions[sid] = replace(info, host_lost=info.host in lost)
         return changed
 
     def _marked(self, info: SessionInfo) -> SessionInfo:

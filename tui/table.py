@@ -334,8 +334,8 @@ class SessionTable(ScrollView, can_focus=True):
             session = self.sessions[key]
             flags = (index == self.cursor, key in self.tags, self.highlights.get(key, ""))
             ages = self._drawn_ages[key] = self._ages(session)
-            cache_key = (key, session.rev, self.prefixes.get(key, ""), width, flags, len(self.columns), self.skip,
-                         ages)
+            cache_key = (key, session.rev, session.host_lost, self.prefixes.get(key, ""), width, flags,
+                         len(self.columns), self.skip, ages)
         strip = self._cache.get(cache_key)
         if strip is None:
             strip = self._render_row(key, width, *flags)

@@ -112,7 +112,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
            lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
-    Column("host", "HOST", 10, False, lambda s: (s.host, s.id), _host,
+    Column("host", "HOST", 12, False, lambda s: (s.host, s.id), _host,
            "the host its folder is on, whose engine runs it (lost: that engine died; its runs wait for it)"),
     Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name,
            "session name (and what a running agent is doing)"),
