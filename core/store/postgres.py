@@ -4,7 +4,7 @@ The driver is psycopg 3 (``psycopg[binary]``), not asyncpg: it speaks the DB-API
 ``sqlite3`` speaks (cursors, ``rowcount``, ``executemany``, named and positional parameters),
 so the calls' statements, written once in SQLite's dialect, run here through one small
 translation (``dialect.translate``) instead of a second set of queries; it has ``LISTEN``/
-``NOTIFY`` (``data_version``), server-side cursors (``Tx.stream``) and ``COPY``; and it is the
+``NOTIFY`` (``data_version``) and server-side cursors (``Tx.stream``); and it is the
 PostgreSQL project's own Python driver, kept by its maintainers. asyncpg is faster per row,
 but knows only ``$1`` parameters and its own types.
 
@@ -13,8 +13,9 @@ write transactions run one at a time across every process and machine, in the or
 commit (the change stamp ``rev`` only grows, as the monitor expects); reads
 (``snapshot``) are ``REPEATABLE READ``: one committed state. Values are checked as SQLite's
 binding checks them (64-bit integers, UTF-8 text), and text cannot hold a NUL character
-(PostgreSQL's rule, said in one line). Every committed write notifies ``procession``: another
-process's ``data_version`` moves without polling the tables.
+(PostgreSQL's rule, said in one line). Every committed write notifies the workspace's channel
+(``CHANNEL`` and its schema's hash): another process's ``data_version`` moves without polling
+the tables.
 """
 
 from __future__ import annotations
