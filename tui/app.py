@@ -395,7 +395,8 @@ class ProcessionApp(App[str]):
             self.main.table.refresh_keys(changed)
         others = [e for e in header.engines if engine is None or e["host"] != engine["host"]]
         if others:  # the other hosts of a shared workspace, and whether their engines live
-            label += "; " + ", ".join(f"{e['host']} {'up' if e['alive'] else 'LOST'}" for e in others)
+            label += "; " + ", ".join(f"{printable(e['host'], lines=False)} {'up' if e['alive'] else 'LOST'}"
+                                      for e in others)
         if header.several_hosts and all(c.key != "host" for c in self.main.table.columns):
             self.main.configure_columns(shown(self.settings.columns, True))
         spec = self.feed.view.spec

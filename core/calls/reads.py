@@ -28,7 +28,7 @@ from ..model.records import (
     Worktree,
 )
 from ..model.states import State
-from ..store import Row, Tx, rows, tokens
+from ..store import Tx, rows, tokens
 from . import history
 from .base import Calls
 from .budgets import spends
@@ -191,7 +191,7 @@ class ReadCalls(Calls):
             running = await tx.value("SELECT count(*) FROM runs r JOIN sessions s ON s.id = r.session_id"
                                      " WHERE r.ended IS NULL AND s.state = 'running'")
             frozen = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL") - running
-            engines = [(holder, _alive(tx, holder)) for holder in map(_holder, await rows.leases(tx))]
+            engines = [(holder, _alive(tx, holder)) for holder in (Holder(*r) for r in await rows.leases(tx))]
             here = hosts.this()
             # two seeks in the host index, whatever the sessions
             several = await tx.value("SELECT EXISTS (SELECT 1 FROM sessions WHERE host < ?)"
@@ -405,18 +405,14 @@ async def live_holder(tx: Tx, host: str | None = None) -> Holder | None:
     row = await rows.lease(tx, host or hosts.this())
     if row is None:
         return None
-    holder = _holder(row)
+    holder = Holder(*row)
     return holder if _alive(tx, holder) else None
 
 
 async def lost_hosts(tx: Tx) -> frozenset[str]:
     """The hosts whose engine died holding its lease (an engine that stopped gave it back):
     their sessions wait for them, never run elsewhere, until an engine there starts again."""
-    return frozenset(h.host for h in map(_holder, await rows.leases(tx)) if not _alive(tx, h))
-
-
-def _holder(row: Row) -> Holder:
-    return Holder(*row)
+    return frozenset(h.host for h in (Holder(*r) for r in await rows.leases(tx)) if not _alive(tx, h))
 
 
 def _alive(tx: Tx, holder: Holder) -> bool:
