@@ -38,7 +38,7 @@ class Heartbeat(threading.Thread):
         # would make a new, empty file there (a database's is opened again when it drops)
         beat: Beat | None = None
         failing = ""  # what the last beat could not do (said once, and once more when it can again)
-        with contextlib.suppress(*beat_errors()):
+        with contextlib.suppress(*beat_errors(self.path)):
             beat = _beat(self.path, self.busy_ms)
         try:
             while not self.stopped.wait(HEARTBEAT_S):
@@ -46,7 +46,7 @@ class Heartbeat(threading.Thread):
                     if beat is None:
                         beat = _beat(self.path, self.busy_ms)
                     renewed = beat.renew(self.token)
-                except beat_errors() as exc:  # busy, failing or out of reach: the next beat tries again
+                except beat_errors(self.path) as exc:  # busy, failing or out of reach: the next beat tries again
                     if beat is not None and is_url(self.path) and beat.broken():
                         beat.close()
                         beat = None
@@ -98,10 +98,11 @@ def _beat(path: Path | str, busy_ms: int) -> Beat:
     return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), "?")
 
 
-def beat_errors() -> tuple[type[Exception], ...]:
-    """What a beat may meet: SQLite's errors, and psycopg's when it is installed."""
-    try:
-        import psycopg
-    except ImportError:
+def beat_errors(path: Path | str) -> tuple[type[Exception], ...]:
+    """What a beat may meet: SQLite's errors, or psycopg's for a database (imported only then:
+    a file's beat opens at once, before anything can move the file away)."""
+    if not is_url(path):
         return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
+    import psycopg
+
+    return (psycopg.Error,)
