@@ -229,7 +229,7 @@ class Engine:
     async def _loop(self, stop: asyncio.Event) -> None:
         assert self.ledger is not None
         seen = None
-        failing = ""
+        failing: type[ProcessionError] | None = None
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
@@ -251,14 +251,14 @@ class Engine:
                     if self.triggers and await self.triggers.fire_due(self.only):
                         self.kick.set()
                 except ProcessionError as exc:  # the workspace held too long, its database out of reach: again
-                    if str(exc) != failing:  # said once, and once more when it goes on
+                    if type(exc) is not failing:  # said once, however its wording changes, and once more when it goes on
                         log.warning("engine loop: %s", exc)
-                        failing = str(exc)
+                        failing = type(exc)
                     seen = None
                 else:
-                    if failing:
+                    if failing is not None:
                         log.warning("engine loop: going on")
-                        failing = ""
+                        failing = None
                 wait = POLL_S
                 for when in (self.triggers.next() if self.triggers else None, self.backoff_until, self.budget_look):
                     if when is not None:
