@@ -1,15 +1,16 @@
-"""Commands on files and checkpoints: save and load."""
+"""Commands on files and checkpoints, and on where a session's files are: save, load, move."""
 
 from __future__ import annotations
 
 import argparse
-import os
 
 from procession.calls import Workspace
 from procession.model.calls import Call
+from procession.present import parse, results
 
 from .registry import SID, arg, command
-from .terminal import UsageError, done, progress_bar
+from .reads import TIMED_OUT
+from .terminal import UsageError, done, emit, notes, progress_bar
 
 
 @command(Call.SAVE, help="checkpoint a session in the store (NAME) or write a snapshot file (-o FILE)", args=[
@@ -41,17 +42,33 @@ async def load(ws: Workspace, args: argparse.Namespace) -> int:
             raise UsageError("--name applies to loading a checkpoint")
         update, stop = progress_bar(args, "loading")
         try:
-            outcome = await ws.load(args.source, progress=update, mapping=_pairs(args.mapping))
+            outcome = await ws.load(args.source, progress=update, mapping=parse.path_map(args.mapping))
         finally:
             stop()
     return done(args, outcome, str(outcome.sid))
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    found = {}
-    for item in items:
-        old, sep, new = item.partition("=")
-        if not sep or not old or not new:
-            raise UsageError(f"--map takes OLD=NEW, not {item!r}")
-        found[os.path.abspath(os.path.expanduser(old))] = os.path.abspath(os.path.expanduser(new))
-    return found
+@command(Call.MOVE, args=[
+    SID, arg("--to", required=True, metavar="HOST", help="the host it goes to (where an engine runs as"
+                                                        " procession --host HOST run); its own host takes back"
+                                                        " a move not placed yet"),
+    arg("--map", dest="mapping", action="append", default=[], metavar="OLD=NEW",
+        help="where its paths go on HOST: its folder (by default the same path there), its bound paths and watches"
+             " that start with folder OLD go to NEW (absolute paths; repeatable)"),
+    arg("--no-files", dest="files", action="store_false",
+        help="carry no file: its folder is on HOST already (you copied it, or it is a clone there)"),
+    arg("--no-wait", dest="wait", action="store_false", help="return once the move is asked for (show SID says how"
+                                                             " it goes)"),
+    arg("--timeout", type=float, default=300.0, metavar="S",
+        help="seconds to wait for the engines of both hosts (default 300; then exit 124, the move going on)"),
+])
+async def move(ws: Workspace, args: argparse.Namespace) -> int:
+    outcome = await ws.move(args.sid, args.to, mapping=parse.path_map(args.mapping, here_=False), files=args.files)
+    if not args.wait or outcome.cancelled:
+        return done(args, outcome)
+    notes(args, [outcome])
+    found = await ws.moved(args.sid, args.timeout)
+    emit(args, found.to_json(), results.moved(found))
+    if found.stage == "failed":
+        return 1
+    return TIMED_OUT if found.stage != "done" else 0

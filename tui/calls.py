@@ -353,6 +353,25 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
     ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
 
 
+#: The move form's choice of what travels.
+FILES_CHOICES = (("yes", "Its folder's files, made there (the folder there must be empty or not there)"),
+                 ("no", "No file: its folder is there already"))
+
+
+async def _move(ui: Calling, targets: Targets) -> None:
+    t = targets[0]
+
+    def move(v: dict[str, str]) -> Awaitable[Outcome]:
+        mapping = parse.path_map(_words(v["map"]), here_=False)
+        return ui.ws.move(t.id, v["host"].strip(), mapping=mapping, files=v["files"] == "yes")
+
+    await ui.form_call(f"Move session {t.id} ({printable(t.name)}) from host {printable(t.host)} to another host", [
+        Field("host", "Host", "", "a host whose engine runs: procession --host HOST run"),
+        Field("map", "Where its paths go there (blank: the same paths)", "", "OLD=NEW …, absolute paths"),
+        Field("files", "What travels", "yes", choices=FILES_CHOICES),
+    ], move, help="its engine and the new host's do the move; the HOST column shows it there once it is")
+
+
 async def _merge(ui: Calling, targets: Targets) -> None:
     source = targets[0]
     await ui.form_call(f"Merge session {source.id} ({printable(source.name)}) into which session?",
@@ -609,6 +628,7 @@ _FLOWS: dict[Call, tuple[Any, ...]] = {
     Call.ENV: ("V", _env, None),
     Call.NICE: ("N", _nice, None),
     Call.MIGRATE: ("g", _migrate, None),
+    Call.MOVE: ("G", _move, None),
     Call.MERGE: ("m", _merge, None),
     Call.SAVE: ("S", _save, None),
     Call.ADOPT: ("O", _adopt, None),

@@ -3,7 +3,7 @@
 ``Workspace`` is the table, one class made of its parts, each in a module named for what
 its calls act on: ``reads`` (what faces show), ``context`` (messages, memory, compress),
 ``lifecycle`` (birth, settings, the lifecycle moves), ``lineage`` (fork, merge), ``files``
-(save, load), ``bindings`` (resources, triggers, approval), ``adopt`` (the agent CLIs' own
+(save, load), ``moving`` (a session to another host), ``bindings`` (resources, triggers, approval), ``adopt`` (the agent CLIs' own
 sessions: adopt, sync, attach), ``permissions`` (what an agent asks a person) and ``agents`` (what an agent
 acting as a session reaches, and waiting for an answer). Every changing call is one
 ``BEGIN IMMEDIATE`` transaction made by ``@syscall``: it checks the lifecycle table, runs
@@ -22,12 +22,13 @@ from .context import ContextCalls
 from .files import FileCalls
 from .lifecycle import LifecycleCalls
 from .lineage import LineageCalls
+from .moving import MoveCalls
 from .permissions import PermissionCalls
 from .reads import ReadCalls
 
 
-class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, BindingCalls,
-                AgentCalls, PermissionCalls, BudgetCalls):
+class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, MoveCalls,
+                BindingCalls, AgentCalls, PermissionCalls, BudgetCalls):
     """An open workspace and every call that acts on it, on behalf of one actor.
 
     ``async with await Workspace.open(path) as ws: await ws.spawn("payroll", "hr")``

@@ -80,7 +80,7 @@ class AdoptCalls(LifecycleCalls):
         """Every session id of ``cli`` a session holds, or held before a migrate -> the first
         session holding it."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples(f"SELECT agent, MIN(sid) FROM ({HELD}) GROUP BY agent", (cli, cli))
+            found = await tx.tuples(f"SELECT agent, MIN(sid) FROM ({HELD}) AS held GROUP BY agent", (cli, cli))
         return {str(ident): int(sid) for ident, sid in found}
 
     async def agent_refs(self) -> dict[int, dict[str, Any]]:

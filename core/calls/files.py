@@ -119,7 +119,7 @@ class FileCalls(Calls):
         the paths inside the agent's own session it carries, which is written where this
         machine's CLI finds it, so that its next run resumes it here.
         """
-        mapping = _mapping(mapping)
+        mapping = map_paths(mapping)
         if checkpoint is not None:
             if not isinstance(source, int):
                 raise InvalidArgument("loading a checkpoint takes the session's SID first")
@@ -185,14 +185,14 @@ class FileCalls(Calls):
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
             confine=s.get("confine", bounds.BOUND), net=s.get("net", bounds.ANY),
             permissions=s.get("permissions", bounds.BOUND),
-            agent_ref=(ref := await _agent_ref(act, s, cwd, paths)),
+            agent_ref=(ref := await place_agent_session(act, s, cwd, paths)),
             agent_seen=s.get("agent_seen", 0) if ref else 0,
         )
         reading.folds = await _refold(tx, sid, parts["folds"], count, file)
         await rows.put_memory(tx, sid, {k: canonical(v) for k, v in parts["memory"].items()})
-        await rows.insert_resources(tx, sid, [(r["kind"], _moved(r["kind"], r["uri"], paths), r["mode"])
+        await rows.insert_resources(tx, sid, [(r["kind"], moved_uri(r["kind"], r["uri"], paths), r["mode"])
                                               for r in parts["resources"]])
-        await rows.insert_triggers(tx, sid, [(kind, _moved_spec(spec, paths)) for kind, spec in triggers])
+        await rows.insert_triggers(tx, sid, [(kind, moved_spec(spec, paths)) for kind, spec in triggers])
         reading.triggers = len(triggers)
         act.note("its runner and triggers are disarmed until it is approved", Call.APPROVE, sid)
         dropped = len(parts["triggers"]) - len(triggers)
@@ -219,12 +219,13 @@ class FileCalls(Calls):
 LOCAL_KINDS = limits.PATH_KINDS
 
 
-def _mapping(mapping: dict[str, str] | None) -> dict[str, str]:
-    """``load --map OLD=NEW`` pairs, each side an absolute path; refused in one line if not."""
+def map_paths(mapping: dict[str, str] | None) -> dict[str, str]:
+    """``--map OLD=NEW`` pairs (``load``, ``move``), each side an absolute path, normalised;
+    refused in one line if not."""
     for old, new in (mapping or {}).items():
         if not (os.path.isabs(old) and os.path.isabs(new)):
             raise InvalidArgument(f"--map takes absolute paths, OLD=NEW: {old}={new}")
-    return dict(mapping or {})
+    return {os.path.normpath(old): os.path.normpath(new) for old, new in (mapping or {}).items()}
 
 
 def _unmatched(act: Act, paths: dict[str, str], found: list[str]) -> None:
@@ -251,7 +252,8 @@ def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:
     return here
 
 
-async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str]) -> str | None:
+async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str], *,
+                              own: int | None = None) -> str | None:
     """The loaded session's agent reference: the agent's own session it carries, placed where
     this machine's CLI finds it (its paths moved), forked by its first run if a session here
     stands for it already; else a copy of the reference, which its first run forks (the
@@ -274,7 +276,7 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a carried session of another shape
         raise SnapshotError(f"the {title} session the snapshot carries cannot be"
                             f" placed here: {type(exc).__name__} {exc}") from None
-    held = await native.holder(act.tx, ref["cli"], placed["id"])
+    held = await native.holder(act.tx, ref["cli"], placed["id"], besides=own)
     if placed.pop("already", False) or held is not None:  # its source is here (this workspace or another)
         whose = f"session {held}'s" if held is not None else "on this machine already"
         act.note(f"its {title} session {placed['id']} is {whose}: its first run makes one of its own from it"
@@ -284,11 +286,11 @@ async def _agent_ref(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str
     return json.dumps({**placed, "position": read.position.as_json()})
 
 
-def _moved(kind: str, uri: str, paths: dict[str, str]) -> str:
+def moved_uri(kind: str, uri: str, paths: dict[str, str]) -> str:
     return transcripts.remap(uri, paths) if kind in LOCAL_KINDS else uri
 
 
-def _moved_spec(spec: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
+def moved_spec(spec: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
     """A watch's paths and a commit trigger's repository, moved by ``paths``."""
     moved = dict(spec)
     if isinstance(moved.get("paths"), list):
@@ -313,7 +315,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             "agent_ref": native.agent_ref(row),
             "agent_seen": row["agent_seen"],
             "cwd": row["cwd"],
-            **({"agent_session": carried} if (carried := await _carried(row)) else {}),
+            **({"agent_session": agent_session} if (agent_session := await carried(row)) else {}),
         },
         "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary, "created": f.created}
                   for f in await history.folds(tx, sid)],
@@ -323,7 +325,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
     }
 
 
-async def _carried(row: Any) -> dict[str, Any] | None:
+async def carried(row: Any) -> dict[str, Any] | None:
     """The agent's own session, as its CLI keeps it, for a snapshot to carry (None: it has
     none of its own yet, or its files are gone from here)."""
     ref = native.agent_ref(row)

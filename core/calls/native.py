@@ -26,9 +26,11 @@ HELD: Final = (
 )
 
 
-async def holder(tx: Tx, cli: str, ident: str) -> int | None:
-    """The first session that stands for the CLI's session ``ident`` (``HELD``)."""
-    found = await tx.value(f"SELECT MIN(sid) FROM ({HELD}) WHERE agent = ?", (cli, cli, ident))
+async def holder(tx: Tx, cli: str, ident: str, *, besides: int | None = None) -> int | None:
+    """The first session that stands for the CLI's session ``ident`` (``HELD``), but ``besides``
+    (a session that moves: it is the one that holds it)."""
+    found = await tx.value(f"SELECT MIN(sid) FROM ({HELD}) AS held WHERE agent = ? AND sid <> ?",
+                           (cli, cli, ident, -1 if besides is None else besides))
     return int(found) if found is not None else None
 
 

@@ -20,6 +20,7 @@ from ..model.records import (
     JournalEntry,
     LogChunk,
     Message,
+    MoveInfo,
     Resource,
     RunInfo,
     SessionDetail,
@@ -264,6 +265,7 @@ class ReadCalls(Calls):
             env=json.loads(env) if env else {},
             passed=tuple(json.loads(passed)) if passed else (),
             agent_ref=json.loads(ref) if ref else None,
+            move=await last_move(tx, sid),
         )
 
     async def history(self, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
@@ -398,6 +400,16 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
     wts = rows.worktree_infos(await tx.tuples(
         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
     return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid), await lost_hosts(tx))
+
+
+async def last_move(tx: Tx, sid: int) -> MoveInfo | None:
+    """``sid``'s last move to another host (``calls.moving``), None if it never moved."""
+    row = await tx.one("SELECT session_id, source, target, was, folder, files, stage, problem, said, created, updated"
+                       " FROM moves WHERE session_id = ?", (sid,))
+    if row is None:
+        return None
+    return MoveInfo(row["session_id"], row["source"], row["target"], row["was"], row["folder"], bool(row["files"]),
+                    row["stage"], row["problem"], tuple(json.loads(row["said"])), row["created"], row["updated"])
 
 
 async def live_holder(tx: Tx, host: str | None = None) -> Holder | None:

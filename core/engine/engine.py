@@ -35,7 +35,7 @@ from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBu
 from ..model.states import State
 from ..model.text import plural
 from ..store import Store, open_store
-from . import confinement, follow, reaper
+from . import confinement, follow, moving, reaper
 from .lease import Heartbeat
 from .notify import Notifier, Settings
 from .notify import load as load_notify
@@ -130,6 +130,8 @@ class Engine:
         self.backoff_until: float | None = None
         self.budget_look: float | None = None  # when to look again at sessions a budget holds
         self._background: list[asyncio.Task[None]] = []
+        self.moves: asyncio.Task[None] | None = None  # this host's part of moves (``moving.step``), one round at a time
+        self.moves_again = False  # a change came during the round: look again after it
         self.launching: set[reaper.Tracker] = set()  # trackers of steps started, not yet claimed
         self._stop: asyncio.Event | None = None
 
@@ -204,6 +206,8 @@ class Engine:
         tasks = [live.task for live in self.live.values() if live.task]
         if tasks:
             await asyncio.wait(tasks, timeout=self.grace * 3 + 2)
+        if self.moves is not None:  # a folder half made would fail its move: the round ends first
+            await asyncio.gather(self.moves, return_exceptions=True)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -246,6 +250,7 @@ class Engine:
                         if self.follower:
                             await self.follower.refresh()
                         await self._schedule()
+                        self._look_at_moves()
                         if self.notifier is not None:
                             await self.notifier.poll()
                     if self.triggers and await self.triggers.fire_due(self.only):
@@ -268,6 +273,23 @@ class Engine:
                 kicked.cancel()
         finally:
             stopped.cancel()
+
+    def _look_at_moves(self) -> None:
+        """Start a round of this host's part of moves (packing, placing, clearing: file work of
+        any size, on threads) beside the loop, or ask for another after the one under way."""
+        if self.moves is not None and not self.moves.done():
+            self.moves_again = True
+            return
+        assert self.ledger is not None
+        self.moves_again = False
+        self.moves = asyncio.ensure_future(moving.step(self.ledger))
+        self.moves.add_done_callback(self._moves_done)
+
+    def _moves_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None and not isinstance(exc, ProcessionError):
+            log.error("moves: %s: %s", type(exc).__name__, exc)
+        if self.moves_again:
+            self.kick.set()
 
     # ------------------------------------------------------------------ recovery
 

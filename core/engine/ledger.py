@@ -17,6 +17,7 @@ from ..calls import Workspace, budgets, history, native, waking
 from ..calls.budgets import Verdict
 from ..calls.context import deliver
 from ..calls.merge import canonical
+from ..calls.moving import MoveSteps
 from ..calls.reads import live_holder
 from ..calls.syscall import Act, syscall
 from ..model.calls import Call
@@ -124,7 +125,7 @@ class Orphan:
     tracker: str | None
 
 
-class Ledger(Workspace):
+class Ledger(MoveSteps, Workspace):
     """A workspace with the calls only an engine makes."""
 
     # ------------------------------------------------------------------ the lease
@@ -163,7 +164,8 @@ class Ledger(Workspace):
             return await tx.all(
                 f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
                 " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions FROM sessions s"
-                f" WHERE host = ? AND state = 'ready' AND armed = 1{among}"
+                f" WHERE host = ? AND state = 'ready' AND armed = 1{among} AND NOT EXISTS (SELECT 1 FROM moves m"
+                " WHERE m.session_id = s.id AND m.stage IN ('packing', 'placing'))"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
                 (hosts.this(), limit),
             )
@@ -281,6 +283,8 @@ class Ledger(Workspace):
             raise IllegalTransition(Call.START, sid, State(row["state"]), f"it belongs to host {row['host']}")
         if not row["armed"] or row["runner"] != runner:
             raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
+        if await tx.value("SELECT 1 FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')", (sid,)):
+            raise IllegalTransition(Call.START, sid, State(row["state"]), "it is moving to another host")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
         run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine, tracker)
         await tx.execute("UPDATE runs SET prompt_upto = ?, confinement = ? WHERE id = ?", (prompt_upto, confinement, run))

@@ -38,6 +38,7 @@ class Call(StrEnum):
     ENV = "env"
     NICE = "nice"
     MIGRATE = "migrate"
+    MOVE = "move"
     # lineage and files
     MERGE = "merge"
     SAVE = "save"
@@ -98,6 +99,7 @@ INFO: Final[dict[Call, CallInfo]] = {
     Call.SET: CallInfo("change a session's name, goal, system prompt, timeout or window"),
     Call.NICE: CallInfo("set the priority (higher runs first)", target="many"),
     Call.MIGRATE: CallInfo("move a session to another runner or window"),
+    Call.MOVE: CallInfo("move a session to another host, with its folder and its agent's own session"),
     Call.MERGE: CallInfo("merge a session into another (three-way); the source ends merged", confirm=True),
     Call.SAVE: CallInfo("checkpoint a session in the store, or write a snapshot file"),
     Call.ADOPT: CallInfo("adopt an agent CLI's own sessions (Claude Code, Codex, opencode) as sessions", target="none"),

@@ -233,6 +233,19 @@ class Migrated(Outcome):
 
 
 @dataclass(slots=True, frozen=True)
+class Moving(Outcome):
+    """A move to host ``target`` asked for (``stage`` packing), or a step of it done by an
+    engine (placing, clearing, done, failed); ``cancelled``: a move not yet placed, taken back."""
+
+    source: str
+    target: str
+    folder: str
+    files: bool
+    stage: str
+    cancelled: bool = False
+
+
+@dataclass(slots=True, frozen=True)
 class Merged(Outcome):
     """``source`` merged into ``sid``; ``base`` is the common ancestor (None: unrelated); a
     source forked with a worktree also changed ``files`` (``"M path"``), by ``commit`` in git."""

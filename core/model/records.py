@@ -396,6 +396,33 @@ class Holder:
 
 
 @dataclass(slots=True, frozen=True)
+class MoveInfo:
+    """A session's last move to another host (``move``): where from and to, the folder it
+    works in there, how far it got (``stage``: packing, placing, clearing, done, failed), why
+    it failed, and what the engines said of it."""
+
+    sid: int
+    source: str
+    target: str
+    was: str
+    folder: str
+    files: bool
+    stage: str
+    problem: str | None
+    said: tuple[str, ...]
+    created: float
+    updated: float
+
+    @property
+    def going(self) -> bool:
+        """Not placed yet: the session waits, on its old host, and runs nowhere meanwhile."""
+        return self.stage in ("packing", "placing")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**fields_of(self), "said": list(self.said)}
+
+
+@dataclass(slots=True, frozen=True)
 class SessionDetail:
     """Everything ``show`` prints about one session."""
 
@@ -419,6 +446,7 @@ class SessionDetail:
     passed: tuple[str, ...] = ()  # names whose engine value a run is given
     #: the agent CLI's own session: {"cli", "id", "cwd", "transcript", ...}; None until it announced one
     agent_ref: dict[str, Any] | None = None
+    move: MoveInfo | None = None  # its last move to another host
 
     def to_json(self) -> dict[str, Any]:
         data = self.info.to_json()
@@ -439,6 +467,7 @@ class SessionDetail:
             env=self.env,
             passed=list(self.passed),
             agent_ref=self.agent_ref,
+            move=self.move.to_json() if self.move else None,
         )
         return data
 

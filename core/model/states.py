@@ -94,7 +94,7 @@ TABLE: Final[dict[Call, dict[State, State | str]]] = {
     **{call: {s: SAME for s in LIVE} for call in (Call.SEND, Call.MEMORY, Call.NICE, Call.BIND, Call.UNBIND,
                                                   Call.TRIGGER, Call.APPROVE, Call.SET,
                                                   Call.ENV, Call.FORGET, Call.LIMIT)},
-    **{call: {s: SAME for s in IDLE} for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE)},
+    **{call: {s: SAME for s in IDLE} for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MOVE)},
     # any session, even an ended one, can be forked, saved, or loaded again from a checkpoint
     **{call: {s: SAME for s in State} for call in (Call.FORK, Call.SAVE, Call.LOAD)},
     # the engine's own moves
@@ -123,7 +123,7 @@ HINTS: Final[dict[tuple[Call, State], str]] = {
     (Call.INTERRUPT, T): "it is suspended: resume it first, or cancel it",
     (Call.SYNC, R): "a step of it is running: what the agent does arrives through the run",
     **{(call, s): f"it is {s}: interrupt it or wait for the step to finish"
-       for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MERGE, Call.ATTACH) for s in (R, W)},
+       for call in (Call.COMPRESS, Call.EXPAND, Call.MIGRATE, Call.MOVE, Call.MERGE, Call.ATTACH) for s in (R, W)},
     (Call.SYNC, W): "a step of it is waiting for an answer: allow or deny it (procession pending)",
 }
 

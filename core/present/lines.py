@@ -15,6 +15,7 @@ from ..calls.merge import MISSING
 from ..model.records import (
     ContextItem,
     JournalEntry,
+    MoveInfo,
     MergePlan,
     Message,
     Budget,
@@ -139,8 +140,10 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
                     f"{'as the agent reported it' if s.context_source == 'agent' else printable(d.tokenizer)}),"
                     f" {s.messages} items; history {s.length} messages"),
         ("created", f"{words.clock(s.created)}   last active {words.ago(s.last_active, now)}"),
-        ("folder", printable(s.cwd)),
+        ("folder", f"{printable(s.cwd)}  on host {printable(s.host)}" + ("  (lost: its engine died)" if s.host_lost else "")),
     ]
+    if d.move is not None:
+        out.append(("moved", move_text(d.move, now)))
     if s.timeout:
         out.append(("timeout", f"{s.timeout:g} s a run"))
     if d.restart != "no":
@@ -169,6 +172,18 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
     if s.worktree:
         out.append(("worktree", worktree_text(s.worktree)))
     return out
+
+
+def move_text(m: MoveInfo, now: float | None = None) -> str:
+    """A session's last move, as ``show`` says it."""
+    where = f"from host {printable(m.source)} to host {printable(m.target)}"
+    if m.stage == "failed":
+        return f"{where} failed {words.ago(m.updated, now)}: {printable(m.problem or '')}"
+    if m.stage == "cancelled":
+        return f"{where} taken back {words.ago(m.updated, now)}"
+    if m.stage == "done":
+        return f"{where} {words.ago(m.updated, now)}"
+    return f"{where} under way: {m.stage}, since {words.ago(m.created, now)}"
 
 
 #: What each ``--permissions`` lets an agent do unasked, as ``show`` says it.

@@ -41,6 +41,22 @@ def local_paths(kind: str, words: Sequence[str]) -> list[str]:
     return [here(w) for w in words] if kind in (*limits.PATH_KINDS, "watch", "commit") else list(words)
 
 
+def path_map(items: Sequence[str], *, here_: bool = True) -> dict[str, str]:
+    """``--map OLD=NEW`` pairs (``load``, ``move``): paths of this machine made absolute here
+    (``here_``); else paths of another host, taken as typed and refused unless absolute."""
+    found = {}
+    for item in items:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new:
+            raise Malformed(f"--map takes OLD=NEW, not {item[:QUOTED_MAX]!r}")
+        if here_:
+            old, new = here(old), here(new)
+        elif not (os.path.isabs(old) and os.path.isabs(new)):
+            raise Malformed(f"--map takes absolute paths of the other host, OLD=NEW: {item[:QUOTED_MAX]!r}")
+        found[old] = new
+    return found
+
+
 def json_value(text: str, what: str = "the value") -> Any:
     """A JSON value typed by a person, read strictly (``limits.json_loads``); a mistake says
     how to write text, showing the start of what was typed."""

@@ -32,6 +32,7 @@ from ..model.outcomes import (
     Merged,
     Migrated,
     Moved,
+    Moving,
     Niced,
     Note,
     Outcome,
@@ -45,7 +46,7 @@ from ..model.outcomes import (
     Updated,
     EnvChanged,
 )
-from ..model.records import JournalEntry, SessionInfo
+from ..model.records import JournalEntry, MoveInfo, SessionInfo
 from .lines import budget_line, resource_line, trigger_label
 from .words import plural, printable, size
 
@@ -69,6 +70,11 @@ def describe(o: Outcome) -> str:
             return f"loaded {printable(o.source)} as session {o.sid} ({plural(o.messages, 'message')})"
         case Moved():
             return f"{o.sid}: {o.state}"
+        case Moving(cancelled=True):
+            return f"session {o.sid} stays on host {o.source}: its move to host {o.target} is taken back"
+        case Moving():
+            return (f"session {o.sid} moves from host {printable(o.source)} to host {printable(o.target)}, to work in"
+                    f" {printable(o.folder)} there: {_MOVE_STAGES.get(o.stage, o.stage)}")
         case Adopted(already=True):
             return f"{o.cli} session {printable(o.agent)} is already session {o.sid}"
         case Adopted():
@@ -149,6 +155,25 @@ def describe(o: Outcome) -> str:
         case TriggerRemoved():
             return f"{o.sid}: trigger {o.trigger.id} removed: {trigger_label(o.trigger)}"
     return f"{o.sid}: done"
+
+
+#: What a move waits for, at each stage.
+_MOVE_STAGES = {"packing": "its old host's engine packs it", "placing": "its new host's engine places it",
+                "clearing": "it is there; its old host's engine removes what it left", "done": "done",
+                "failed": "failed", "cancelled": "taken back"}
+
+
+def moved(m: MoveInfo) -> str:
+    """How a session's last move went: a line, and what the engines said of it."""
+    if m.stage == "done":
+        head = f"session {m.sid} moved from host {m.source} to host {m.target}; it works in {m.folder} there"
+    elif m.stage == "failed":
+        head = f"session {m.sid} did not move to host {m.target}, and stays on host {m.source}: {m.problem}"
+    elif m.stage == "cancelled":
+        head = f"session {m.sid} stays on host {m.source}: its move to host {m.target} was taken back"
+    else:
+        head = f"session {m.sid} is still moving to host {m.target}: {_MOVE_STAGES.get(m.stage, m.stage)}"
+    return printable("\n".join([head, *(f"  {line}" for line in m.said)]))
 
 
 def adoption(a: Adoption, *, brief: bool = False) -> str:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import schema, tokens
 from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
-from .dialect import schema_ddl, translate
+from .dialect import Unupgradable, schema_ddl, translate
 from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, WorkspaceError
 
 if TYPE_CHECKING:
@@ -421,22 +421,38 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -
             await conn.cursor().executemany("INSERT INTO meta (key, value) VALUES (%s, %s)", [
                 ("uuid", str(uuid.uuid4())), ("created", repr(time.time())), ("tokenizer", tokens.choose()),
                 ("rev", "0"), ("schema", str(schema.VERSION))])
-        cur = await conn.execute("SELECT key, value FROM meta")
-        meta = {r[0]: r[1] for r in await cur.fetchall()}
         cur = await conn.execute("SELECT has_table_privilege('journal', 'INSERT'),"
                                  " hashtext(current_schema()) & 2147483647")
         row = await cur.fetchone()
         assert row is not None
         readonly = not row[0]
         channel = f"{CHANNEL}{row[1]}"
-    version = int(meta.get("schema", "0"))
-    if version > schema.VERSION:
-        raise WorkspaceError(f"{where} was made by a newer Procession (schema {version}; this one knows up to"
-                             f" {schema.VERSION}); upgrade procession to open it")
-    if version < schema.VERSION:
-        raise WorkspaceError(f"{where} was made by an older Procession (schema {version}); open it with that one"
-                             " and move it with `procession migrate-store` into a new database")
+        cur = await conn.execute("SELECT key, value FROM meta")
+        meta = {r[0]: r[1] for r in await cur.fetchall()}
+        version = int(meta.get("schema", "0"))
+        if version > schema.VERSION:
+            raise WorkspaceError(f"{where} was made by a newer Procession (schema {version}; this one knows up to"
+                                 f" {schema.VERSION}); upgrade procession to open it")
+        if version < schema.VERSION:
+            await _upgrade(conn, where, version, readonly)
+            meta["schema"] = str(schema.VERSION)
     return meta, readonly, channel
+
+
+async def _upgrade(conn: psycopg.AsyncConnection[Any], where: str, version: int, readonly: bool) -> None:
+    """Bring a workspace made by an older Procession up to this one's schema, in the opening
+    transaction (the writer lock held: one opener does it), as SQLite's migrations do."""
+    if readonly:
+        raise WorkspaceError(f"{where} was made by an older Procession (schema {version}): a role that may write"
+                             " must open it once first, to bring it up to date")
+    try:
+        statements = schema_ddl(version)
+    except Unupgradable:
+        raise WorkspaceError(f"{where} was made by an older Procession (schema {version}); open it with that one"
+                             " and move it with `procession migrate-store` into a new file") from None
+    for statement in statements:
+        await conn.execute(statement)
+    await conn.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (str(schema.VERSION),))
 
 
 def _first_line(exc: BaseException) -> str:

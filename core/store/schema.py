@@ -471,6 +471,32 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     DROP TABLE lease;
     ALTER TABLE journal ADD COLUMN who TEXT;
     """,
+    # 15: a session on its way to another host (``move``), the last move of each. The source
+    # host's engine packs its folder ``was`` (``pack``, a tar; ``manifest``: what was packed, to
+    # tell later whether the folder changed since) and its agent CLI's own session
+    # (``carried``); the target's engine places them in ``folder`` (its other paths moved by
+    # ``paths``) and takes the session; then the source's removes what it left, if unchanged.
+    # ``stage``: packing, placing, clearing, done, or failed (``problem``); ``said``: what
+    # the engines said of it, for the person who moved it.
+    """
+    CREATE TABLE moves (
+        session_id  INTEGER PRIMARY KEY REFERENCES sessions(id),
+        source      TEXT NOT NULL,
+        target      TEXT NOT NULL,
+        was         TEXT NOT NULL,
+        folder      TEXT NOT NULL,
+        paths       TEXT NOT NULL,
+        files       INTEGER NOT NULL,
+        stage       TEXT NOT NULL,
+        pack        BLOB,
+        manifest    TEXT,
+        carried     TEXT,
+        problem     TEXT,
+        said        TEXT NOT NULL DEFAULT '[]',
+        created     REAL NOT NULL,
+        updated     REAL NOT NULL
+    );
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from conftest import HANG_S, Clock, sql, until
+from conftest import HANG_S, Clock, sql
 from procession import InvalidArgument, Workspace, WorkspaceError
 from procession.model.errors import StoreUnreachable
 from procession.store import open_store
+from procession.store import dialect, schema
 from procession.store.dialect import translate
 
 
@@ -113,6 +114,27 @@ async def test_postgresql_refuses_a_foreign_database_and_a_newer_workspace(postg
         await open_store(url)
     with pytest.raises(WorkspaceError, match="cannot open the workspace database"):
         await open_store("postgresql://procession@127.0.0.1:1/none")
+
+
+async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_when_opened(postgres) -> None:
+    """Made by the release before moves (schema 14): its opener adds what came since, once,
+    keeping every row; a role that may only read is told to let a writer open it first."""
+    url = postgres.workspace()
+    ws = await Workspace.open(url)
+    sid = (await ws.spawn("kept", "ops")).sid
+    await ws.close()
+    sql(url, "DROP TABLE moves")
+    sql(url, "UPDATE meta SET value = '14' WHERE key = 'schema'")
+    viewer = postgres.viewer(url)
+    with pytest.raises(WorkspaceError, match="a role that may write must open it once first"):
+        await open_store(viewer)
+    ws = await Workspace.open(url)
+    try:
+        assert (await ws.info(sid)).name == "kept" and await ws.move_info(sid) is None
+        assert sql(url, "SELECT value FROM meta WHERE key = 'schema'") == [(str(schema.VERSION),)]
+    finally:
+        await ws.close()
+    assert dialect.schema_ddl(schema.VERSION) == []  # nothing to add to a workspace of this version
 
 
 async def test_values_postgresql_would_take_differently_are_refused_as_sqlite_refuses_them(postgres) -> None:

@@ -8,8 +8,6 @@ tests must: one machine stands for several); the database is the tests' real ser
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -17,35 +15,16 @@ from collections import Counter
 from conftest import HANG_S, sql, until
 from procession import State, Workspace
 from procession.model import hosts
+from support.hosts import spawn_on, start_engine, stop
 
 HOSTS = ("laptop", "devbox", "gpu")
-
-
-def start_engine(url: str, host: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "procession", "--db", url, "--host", host, "run", "--grace", "0.3",
-                             *extra], stderr=subprocess.PIPE, text=True)
-
-
-def stop(engine: subprocess.Popen[str]) -> str:
-    engine.send_signal(signal.SIGTERM)
-    _, err = engine.communicate(timeout=HANG_S)
-    assert engine.returncode == 0, err
-    return err
-
-
-async def spawn_on(ws: Workspace, host: str, name: str, runner: str) -> int:
-    os.environ[hosts.ENV] = host  # as `procession --host HOST spawn` does for its process
-    try:
-        return (await ws.spawn(name, "fleet", runner=runner)).sid
-    finally:
-        del os.environ[hosts.ENV]
 
 
 async def test_a_thousand_activations_across_three_engines_each_run_once_on_their_host(postgres) -> None:
     url = postgres.workspace()
     ws = await Workspace.open(url)
     try:
-        sessions = {host: [await spawn_on(ws, host, f"{host}-{i}", "command:true")
+        sessions = {host: [await spawn_on(ws, host, f"{host}-{i}", "builtin:echo")
                            for i in range(334 if host == "laptop" else 333)] for host in HOSTS}
         engines = [start_engine(url, host, "--slots", "4") for host in HOSTS]
         try:

@@ -574,7 +574,9 @@ class ClaudeFormat:
               mapping: Mapping[str, str]) -> dict[str, Any]:
         """The session under this home's folder for ``cwd``: its records' ``cwd`` mapped (the
         carried folder becoming ``cwd`` unless ``mapping`` says otherwise), the paths of its
-        own folder's files moved with them. Placing the same session again changes nothing."""
+        own folder's files moved with them. Placing the same session again changes nothing; a
+        copy here that is an earlier part of it (it was moved away and went on there) is
+        replaced by the whole; one that went another way is ``Differs``, left as it is."""
         ident, records, files = str(carried.get("id", "")), carried.get("records"), carried.get("files") or {}
         if not _SESSION_FILE.match(f"{ident}.jsonl") or not isinstance(records, list) or not isinstance(files, dict):
             raise InvalidArgument("the carried Claude Code session has no session id or no records")
@@ -593,15 +595,16 @@ class ClaudeFormat:
         for file, text in kept.items():
             if os.path.exists(file) and Path(file).read_text("utf-8", "replace") != text:
                 raise Differs(f"Claude Code session {ident} is already at {path}, with another history")
-        if os.path.exists(path) and _read_lines(path, 0).records != placed:
+        there = _read_lines(path, 0).records if os.path.exists(path) else None
+        if there is not None and placed[:len(there)] != there:
             raise Differs(f"Claude Code session {ident} is already at {path}, with another history")
         for file, text in kept.items():
             if not os.path.exists(file):
                 os.makedirs(os.path.dirname(file), exist_ok=True)
                 Path(file).write_text(text, "utf-8")
-        already = os.path.exists(path)
-        if not already:
-            _write(path, placed)
+        already = there == placed
+        if not already:  # new here, or an earlier part of it is (it left, went on elsewhere, came back)
+            _write(path, placed, replace=there is not None)
         return {"cli": CLI, "id": ident, "cwd": cwd, "transcript": path, **({"already": True} if already else {})}
 
     # -------------------------------------------------------------------------- writing
@@ -635,13 +638,17 @@ def _replaced(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def _write(path: str, records: list[dict[str, Any]]) -> None:
-    """A new session file, whole or not at all (the CLI may look at the folder meanwhile)."""
+def _write(path: str, records: list[dict[str, Any]], *, replace: bool = False) -> None:
+    """A new session file, whole or not at all (the CLI may look at the folder meanwhile);
+    ``replace``: the file there is replaced (never written into)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     text = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
     partial = f"{path}.{os.getpid()}.tmp"
     with open(partial, "w", encoding="utf-8") as out:
         out.write(text)
+    if replace:
+        os.replace(partial, path)
+        return
     try:
         os.link(partial, path)  # refuses a file that appeared meanwhile
     except FileExistsError:

@@ -427,12 +427,16 @@ def _remapped(line: str, mapping: Mapping[str, str]) -> str:
 
 def _there(path: Path, text: str, ancestor: bool) -> bool:
     """Whether a rollout to write is there already: the same one (or, for an ancestor, one
-    the CLI has appended to since); another history of the thread there refuses."""
+    the CLI has appended to since). The thread's own rollout there that is an earlier part of
+    it (it was moved away and went on there) is not: it is replaced by the whole. Another
+    history of the thread there refuses."""
     if not path.exists():
         return False
     there = path.read_text(encoding="utf-8", errors="replace")
     if there == text or (ancestor and there.startswith(text)):
         return True
+    if not ancestor and text.startswith(there):
+        return False
     raise Differs(f"Codex thread {thread_of(str(path))} is already at {path}, with another history")
 
 

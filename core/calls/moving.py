@@ -1,0 +1,254 @@
+"""``move``: a session to another host of the workspace, with its folder and its agent CLI's
+own session, and back.
+
+The call records the move and nothing else: the file work is done by the engines of the two
+hosts (``engine.moving``), each on its own machine, through the store; the steps they take
+are calls of the engine's (``engine.ledger``), journaled like this one. Until the target's
+engine has placed the session it stays on its old host and runs nowhere (a run asked for
+meanwhile waits, and runs on the new host); a move not placed yet is taken back by moving
+the session to the host it is on. Refused while a step of it runs: its process is on that
+host. A session that works in a fork's worktree is refused too: the worktree is a branch of
+a repository on that host, which the merge back needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from typing import Any, Protocol
+
+from ..model import hosts, transcripts
+from ..model.calls import Call
+from ..model.errors import IllegalTransition, InvalidArgument, NotFound
+from ..model.outcomes import Moving
+from ..model.records import MoveInfo
+from ..model.states import State
+from ..model.text import plural
+from ..store import Row, Tx, rows
+from . import native
+from .base import Calls
+from .files import LOCAL_KINDS, map_paths, moved_spec, moved_uri, place_agent_session
+from .reads import last_move, live_holder
+from .syscall import Act, syscall
+
+#: The stages of a move that are not over (``clearing``: the session is on its new host, the
+#: old one removes what it left).
+GOING = ("packing", "placing")
+UNDER_WAY = (*GOING, "clearing")
+#: How often ``moved`` looks at a move under way (it wakes at once on a change it hears of).
+LOOK_S = 0.1
+
+
+class MoveCalls(Calls):
+    @syscall(Call.MOVE)
+    async def move(self, act: Act, sid: int, to: str, *, mapping: dict[str, str] | None = None,
+                   files: bool = True) -> Moving:
+        """Move ``sid`` to host ``to``: its folder (moved by ``mapping``, old path prefix -> new;
+        the same path by default) made there with the files it holds (``files``; else the
+        folder must be there already), its bound paths and watches moved by ``mapping`` too,
+        its agent's own session placed where the CLI there finds it. To the host it is on: a
+        move not placed yet is taken back."""
+        tx, row = act.tx, act.row
+        to = hosts.check(to)
+        paths = map_paths(mapping)
+        last = await last_move(tx, sid)
+        if to == row["host"]:
+            if last is not None and last.going:
+                await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, carried = NULL, updated = ?"
+                                 " WHERE session_id = ?", (act.now, sid))
+                return Moving(sid, source=row["host"], target=last.target, folder=last.folder, files=last.files,
+                              stage="cancelled", cancelled=True)
+            raise InvalidArgument(f"session {sid} is on host {to} already")
+        if last is not None and last.stage in UNDER_WAY:
+            raise _refused(row, f"it is moving to host {last.target} already ({last.stage}): wait for it"
+                                + (f", or take it back (move {sid} --to {row['host']})" if last.going else ""))
+        if await tx.value("SELECT 1 FROM runs WHERE session_id = ? AND ended IS NULL", (sid,)):
+            raise _refused(row, "a step of it is held, suspended, on its host: interrupt it (or let it finish) first")
+        if (tree := await rows.worktree(tx, sid)) is not None:
+            raise _refused(row, f"it works in a fork's own folder {tree['folder']}, of a repository on host"
+                                f" {row['host']}: merge it (or cancel it with its folder) first")
+        was = row["cwd"]
+        folder = transcripts.remap(was, paths)
+        if files:
+            await _alone_in(tx, row, was)
+        await tx.execute("DELETE FROM moves WHERE session_id = ?", (sid,))
+        await tx.execute(
+            "INSERT INTO moves (session_id, source, target, was, folder, paths, files, stage, created, updated)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'packing', ?, ?)",
+            (sid, row["host"], to, was, folder, json.dumps(paths), int(files), act.now, act.now))
+        known = await tx.value("SELECT 1 FROM engines WHERE host = ? UNION ALL SELECT 1 FROM sessions WHERE host = ?"
+                               " UNION ALL SELECT 1 FROM moves WHERE source = ? LIMIT 1", (to, to, to))
+        for host in (row["host"], to):
+            if await live_holder(tx, host) is None:
+                act.note(f"no engine runs for host {host} now: the move waits for one (procession --host {host} run)"
+                         + ("" if known or host != to else f"; host {to} has no session and no engine in this"
+                            f" workspace: if the name is wrong, take the move back (move {sid} --to {row['host']})"))
+        if row["state"] == State.READY:
+            act.note(f"its queued run waits, and runs on host {to} once the session is there")
+        return Moving(sid, source=row["host"], target=to, folder=folder, files=files, stage="packing")
+
+    async def move_info(self, sid: int) -> MoveInfo | None:
+        """``sid``'s last move to another host, None if it never moved."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            return await last_move(tx, sid)
+
+    async def moved(self, sid: int, timeout: float) -> MoveInfo:
+        """Wait (at most ``timeout`` seconds) until ``sid``'s move is over: done, failed or taken
+        back; its state then, or as it is when the time is up."""
+        loop = asyncio.get_running_loop()
+        deadline, version = loop.time() + timeout, None
+        while True:
+            now = await self.store.data_version()
+            if now != version:
+                version = now
+                found = await self.move_info(sid)
+                if found is None:
+                    raise NotFound(f"session {sid} has not moved")
+                if found.stage not in UNDER_WAY or loop.time() >= deadline:
+                    return found
+            elif loop.time() >= deadline:
+                found = await self.move_info(sid)
+                assert found is not None
+                return found
+            await asyncio.sleep(max(0.0, min(LOOK_S, deadline - loop.time())))
+
+
+def _refused(row: Row, why: str) -> IllegalTransition:
+    return IllegalTransition(Call.MOVE, row["id"], State(row["state"]), why)
+
+
+async def _alone_in(tx: Tx, row: Row, folder: str) -> None:
+    """Refuse to carry off a folder another live session of the host works in (or in which,
+    or around which, it works): it would lose its files."""
+    other = await tx.one(
+        "SELECT id, cwd FROM sessions WHERE host = ? AND id <> ? AND state <> 'terminated'"
+        " AND (cwd = ? OR substr(cwd, 1, length(?) + 1) = ? || '/' OR substr(?, 1, length(cwd) + 1) = cwd || '/')"
+        " ORDER BY id LIMIT 1", (row["host"], row["id"], folder, folder, folder, folder))
+    if other is not None:
+        raise _refused(row, f"session {other['id']} works in {other['cwd']} too, and would lose its files: move it"
+                            " with --no-files (its folder stays, and must be on the other host already), or move"
+                            f" session {other['id']} first")
+
+
+def step_paths(move: Row) -> dict[str, str]:
+    """The paths a move maps: its folder to where it goes, and what ``--map`` said."""
+    return {move["was"]: move["folder"], **json.loads(move["paths"])}
+
+
+def said(move: Row, *lines: str) -> str:
+    return json.dumps([*json.loads(move["said"]), *lines])
+
+
+
+class Packed(Protocol):
+    """What the source's engine packed of the folder (``engine.moving.Packed``)."""
+
+    data: bytes
+    manifest: list[list[Any]]
+    files: int
+    size: int
+    left: list[str]
+
+    def journal(self) -> dict[str, Any]: ...
+
+
+class MoveSteps(Calls):
+    """The steps of a move the engines take, each on its own host (``engine.moving``)."""
+
+    async def moves_waiting(self, host: str) -> list[Row]:
+        """The moves that wait for ``host``'s engine: to pack or clear (its source), to place (its target)."""
+        async with self.store.snapshot() as tx:
+            return await tx.all(
+                "SELECT session_id, source, target, was, folder, files, stage, manifest FROM moves"
+                " WHERE (source = ? AND stage IN ('packing', 'clearing')) OR (target = ? AND stage = 'placing')"
+                " ORDER BY session_id", (host, host))
+
+    async def leaving(self, sid: int) -> Row:
+        """The session as its source's engine packs it."""
+        async with self.store.snapshot() as tx:
+            return await rows.session(tx, sid)
+
+    async def move_pack(self, sid: int) -> bytes:
+        async with self.store.snapshot() as tx:
+            return bytes(await tx.value("SELECT pack FROM moves WHERE session_id = ?", (sid,)) or b"")
+
+    @syscall(Call.MOVE, check=None)
+    async def packed(self, act: Act, sid: int, packed: Packed, carried: dict[str, Any] | None) -> Moving:
+        """The source's engine packed the folder (and the agent's own session): on to the target."""
+        move = await _step(act.tx, sid, "packing", "source")
+        lines = [f"host {move['source']} packed {plural(packed.files, 'file')} ({packed.size:,} bytes)"
+                 if move["files"] else f"host {move['source']} carries no file (moved with --no-files)"]
+        if packed.left:
+            lines.append(f"left out what is neither a file, a folder nor a link: {', '.join(packed.left[:5])}"
+                         + (f" and {len(packed.left) - 5} more" if len(packed.left) > 5 else ""))
+        await act.tx.execute(
+            "UPDATE moves SET stage = 'placing', pack = ?, manifest = ?, carried = ?, said = ?, updated = ?"
+            " WHERE session_id = ?", (packed.data if move["files"] else None, json.dumps(packed.manifest),
+                                      json.dumps(carried) if carried is not None else None, said(move, *lines),
+                                      act.now, sid))
+        return _moving(move, "placing")
+
+    @syscall(Call.MOVE, check=None)
+    async def placed(self, act: Act, sid: int) -> Moving:
+        """The target's engine made the folder: the session is its host's now, its folder and
+        paths moved, its agent's own session placed where the CLI here finds it."""
+        tx = act.tx
+        move = await _step(tx, sid, "placing", "target")
+        row = await rows.session(tx, sid)
+        paths = step_paths(move)
+        agent = row["agent_ref"]
+        if move["carried"] is not None:
+            s = {"agent_ref": native.agent_ref(row), "agent_session": json.loads(move["carried"]),
+                 "env": json.loads(row["env"]) if row["env"] else {}}
+            agent = await place_agent_session(act, s, move["folder"], paths, own=sid)
+        await rows.update_session(tx, sid, host=move["target"], cwd=move["folder"], agent_ref=agent)
+        for r in await rows.resources(tx, sid):
+            if r["kind"] in LOCAL_KINDS and (uri := moved_uri(r["kind"], r["uri"], paths)) != r["uri"]:
+                await tx.execute("UPDATE resources SET uri = ? WHERE id = ?", (uri, r["id"]))
+        for t in await rows.triggers(tx, sid):
+            spec = json.loads(t["spec"])
+            if (new := moved_spec(spec, paths)) != spec:
+                await tx.execute("UPDATE triggers SET spec = ? WHERE id = ?", (json.dumps(new), t["id"]))
+        lines = [f"host {move['target']} made its folder {move['folder']}" if move["files"]
+                 else f"host {move['target']} has its folder {move['folder']}", *(n.text for n in act.notes)]
+        await tx.execute("UPDATE moves SET stage = 'clearing', pack = NULL, carried = NULL, said = ?, updated = ?"
+                         " WHERE session_id = ?", (said(move, *lines), act.now, sid))
+        return _moving(move, "clearing")
+
+    @syscall(Call.MOVE, check=None)
+    async def cleared(self, act: Act, sid: int, kept: str | None) -> Moving:
+        """The source's engine removed the folder the session left (``kept``: why it did not)."""
+        move = await _step(act.tx, sid, "clearing", "source")
+        line = kept or (f"host {move['source']} removed its old folder {move['was']}" if move["files"]
+                        else f"its folder {move['was']} stays on host {move['source']} (moved with --no-files)")
+        await act.tx.execute("UPDATE moves SET stage = 'done', manifest = NULL, said = ?, updated = ?"
+                             " WHERE session_id = ?", (said(move, line), act.now, sid))
+        return _moving(move, "done")
+
+    @syscall(Call.MOVE, check=None)
+    async def move_failed(self, act: Act, sid: int, problem: str) -> Moving:
+        """A step could not be done: the move ends, the session where it was (the files it
+        made on the target are gone already; its old folder is untouched)."""
+        move = await act.tx.one("SELECT * FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')",
+                                (sid,))
+        if move is None:
+            raise NotFound(f"session {sid} has no move under way")
+        await act.tx.execute("UPDATE moves SET stage = 'failed', problem = ?, pack = NULL, carried = NULL,"
+                             " updated = ? WHERE session_id = ?", (problem, act.now, sid))
+        return _moving(move, "failed")
+
+
+async def _step(tx: Tx, sid: int, stage: str, side: str) -> Row:
+    """The move of ``sid`` at ``stage``, this host its ``side`` (else it was taken back meanwhile)."""
+    move = await tx.one(f"SELECT * FROM moves WHERE session_id = ? AND stage = ? AND {side} = ?",
+                        (sid, stage, hosts.this()))
+    if move is None:
+        raise NotFound(f"session {sid}'s move is not at {stage} for host {hosts.this()} (taken back meanwhile)")
+    return move
+
+
+def _moving(move: Row, stage: str) -> Moving:
+    return Moving(move["session_id"], source=move["source"], target=move["target"], folder=move["folder"],
+                  files=bool(move["files"]), stage=stage)

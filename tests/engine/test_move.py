@@ -1,0 +1,314 @@
+"""``move``: a session to another host and back, with its folder and its agent's own session,
+carried by the two hosts' engines through the store.
+
+The hosts are engine processes on this machine, each named by ``--host``, each host's folders
+in a folder of its own (one machine stands for several, as the issue's tests must). The
+multi-host moves run on the tests' real PostgreSQL server; the refusals and failures, which
+need no second machine's view, on an SQLite file shared by two engines, as hosts work there
+too.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import HANG_S, sql, until
+from procession import State, Workspace
+from procession.engine import moving
+from support.agent_clis import ClaudeSandbox, session_env
+from support.hosts import spawn_on, start_engine, stop
+from support.models import ModelServer, say
+from support.runs import finished
+
+SHOW = "command:sh -c 'pwd; cat a.txt'"
+
+
+def make_folder(folder: Path) -> dict[str, bytes | str]:
+    """A session's folder as a user leaves it, with what a model may have put there: a file
+    with every byte, a link inside, a link out to a secret, a FIFO. What it holds, as ``held``."""
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("hello\n")
+    (folder / "sub" / "bytes.bin").write_bytes(bytes(range(256)) * 4)
+    (folder / "sub" / "bytes.bin").chmod(0o640)
+    (folder / "link").symlink_to("a.txt")
+    (folder / "secret").symlink_to("/etc/shadow")
+    os.mkfifo(folder / "pipe")
+    return held(folder)
+
+
+def held(folder: Path) -> dict[str, bytes | str]:
+    """Every file's bytes and mode, every link's target, under ``folder`` (FIFOs named)."""
+    out: dict[str, bytes | str] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = str(path.relative_to(folder))
+        if path.is_symlink():
+            out[rel] = f"-> {os.readlink(path)}"
+        elif path.is_fifo():
+            out[rel] = "fifo"
+        elif path.is_file():
+            out[rel] = path.read_bytes() + oct(path.stat().st_mode & 0o777).encode()
+    return out
+
+
+def cli(db: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "procession", "--db", db, *args], capture_output=True, text=True,
+                          timeout=HANG_S)
+
+
+async def run_once(ws: Workspace, sid: int, n: int) -> str:
+    """Activate ``sid`` and wait for its run ``n``: the host whose engine ran it."""
+    await ws.activate(sid)
+    run = await until(lambda: finished(ws, sid, n))
+    assert run.outcome == "ok", run.error
+    [(host,)] = sql(str(ws.path), "SELECT e.host FROM runs r JOIN engines e ON e.token = r.engine WHERE r.id = ?",
+                    (run.id,))
+    return str(host)
+
+
+async def test_a_session_moves_to_another_host_with_its_folder_and_paths_and_comes_back(postgres, tmp_path) -> None:
+    url = postgres.workspace()
+    here, there = tmp_path / "alpha" / "proj", tmp_path / "beta" / "proj"
+    before = make_folder(here)
+    ws = await Workspace.open(url)
+    engines = {host: start_engine(url, host) for host in ("alpha", "beta")}
+    try:
+        sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
+        await ws.bind(sid, "file", str(here / "a.txt"))
+        await ws.trigger_add(sid, "watch", [str(here / "sub")])
+        assert await run_once(ws, sid, 1) == "alpha"
+
+        out = cli(url, "move", str(sid), "--to", "beta", "--map", f"{here}={there}")
+        assert out.returncode == 0, out.stderr
+        assert f"session {sid} moved from host alpha to host beta; it works in {there} there" in out.stdout
+        assert "left out what is neither a file, a folder nor a link: pipe" in out.stdout
+        info = await ws.info(sid)
+        assert (info.host, info.cwd) == ("beta", str(there))
+        assert not here.exists()  # the old folder went, as nothing in it changed
+        assert held(there) == {k: v for k, v in before.items() if k != "pipe"}
+        assert os.readlink(there / "secret") == "/etc/shadow"  # carried as a link, never read through
+        detail = await ws.show(sid)
+        assert [r.uri for r in detail.resources] == [str(there / "a.txt")]
+        assert [t.spec["paths"] for t in info.triggers] == [[str(there / "sub")]]
+        assert detail.move is not None and detail.move.stage == "done"
+        assert await run_once(ws, sid, 2) == "beta"
+
+        out = cli(url, "move", str(sid), "--to", "alpha", "--map", f"{there}={here}")
+        assert out.returncode == 0, out.stderr
+        assert not there.exists() and held(here) == {k: v for k, v in before.items() if k != "pipe"}
+        assert await run_once(ws, sid, 3) == "alpha"
+        said = [m.content for m in await ws.history(sid)]
+        assert said == [f"{here}\nhello", f"{there}\nhello", f"{here}\nhello"]  # one history, all along
+        moves = [(e.actor, e.outcome["stage"]) for e in await ws.journal(sid) if e.call == "move"]
+        assert moves == [("cli", "packing"), ("engine", "placing"), ("engine", "clearing"), ("engine", "done")] * 2
+    finally:
+        for engine in engines.values():
+            stop(engine)
+        await ws.close()
+
+
+@pytest.fixture
+async def two_hosts(tmp_path):
+    """An SQLite workspace with an engine for host alpha and one for host beta."""
+    db = str(tmp_path / "ws.db")
+    ws = await Workspace.open(db)
+    engines = {host: start_engine(db, host) for host in ("alpha", "beta")}
+    await until(lambda: len(_engines(db)) == 2)
+    try:
+        yield db, ws, engines
+    finally:
+        for engine in engines.values():
+            if engine.poll() is None:
+                stop(engine)
+        await ws.close()
+
+
+def _engines(db: str) -> list[str]:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return [r[0] for r in con.execute("SELECT host FROM engines")]
+    finally:
+        con.close()
+
+
+async def test_a_running_session_is_refused_in_one_line_and_a_full_target_fails_the_move_whole(
+        two_hosts, tmp_path) -> None:
+    db, ws, _ = two_hosts
+    here, there = tmp_path / "a", tmp_path / "b"
+    sleeper = await spawn_on(ws, "alpha", "sleeper", "command:sleep 60", cwd=str(tmp_path))
+    await ws.activate(sleeper)
+    await until(lambda: _state(ws, sleeper, State.RUNNING))
+    out = cli(db, "move", str(sleeper), "--to", "beta")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "cannot move session" in out.stderr and "it is running" in out.stderr
+    await ws.cancel(sleeper)
+
+    before = make_folder(here)
+    there.mkdir()
+    (there / "mine.txt").write_text("the user's own\n")
+    sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
+    out = cli(db, "move", str(sid), "--to", "beta", "--map", f"{here}={there}")
+    assert out.returncode == 1
+    assert f"did not move to host beta, and stays on host alpha: {there} is there already and holds files" in out.stdout
+    assert held(here) == before and held(there) == {"mine.txt": b"the user's own\n0o644"}  # nothing touched
+    assert (await ws.info(sid)).host == "alpha"
+    await run_once(ws, sid, 1)  # it runs where it is
+
+    other = await spawn_on(ws, "alpha", "neighbour", SHOW, cwd=str(here / "sub"))
+    out = cli(db, "move", str(sid), "--to", "beta", "--map", f"{here}={tmp_path / 'c'}")
+    assert out.returncode == 1 and f"session {other} works in {here / 'sub'} too" in out.stderr
+    assert held(here) == before
+
+
+async def test_a_move_not_placed_yet_is_taken_back_and_nothing_is_made_on_the_other_host(two_hosts, tmp_path) -> None:
+    db, ws, engines = two_hosts
+    stop(engines["beta"])
+    here, there = tmp_path / "a", tmp_path / "b"
+    before = make_folder(here)
+    sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
+    moving = await ws.move(sid, "beta", mapping={str(here): str(there)})
+    [note] = moving.notes
+    assert note.text.startswith("no engine runs for host beta now: the move waits for one (procession --host beta run)")
+    typo = await spawn_on(ws, "alpha", "typo", SHOW, cwd=str(tmp_path))
+    wrong = await ws.move(typo, "betta", files=False)
+    assert "host betta has no session and no engine in this workspace: if the name is wrong, take the move back" \
+           f" (move {typo} --to alpha)" in wrong.notes[-1].text
+    assert (await ws.move(typo, "alpha")).cancelled
+    await until(lambda: _stage(ws, sid, "placing"))  # alpha packed it; beta is not there to place it
+    await ws.activate(sid)  # asked meanwhile: it waits for the move, runs nowhere
+    back = await ws.move(sid, "alpha")
+    assert back.cancelled and (await ws.move_info(sid)).stage == "cancelled"  # type: ignore[union-attr]
+    engines["beta"] = start_engine(db, "beta")
+    await until(lambda: "beta" in _engines(db))  # up: it would place what it was given
+    run = await until(lambda: finished(ws, sid, 1))  # the run asked meanwhile, on its own host
+    assert run.outcome == "ok" and [m.content for m in await ws.history(sid)] == [f"{here}\nhello"]
+    assert not there.exists() and held(here) == before and (await ws.info(sid)).host == "alpha"
+
+
+async def _state(ws: Workspace, sid: int, state: State) -> bool:
+    return (await ws.info(sid)).state is state
+
+
+async def _stage(ws: Workspace, sid: int, stage: str) -> bool:
+    found = await ws.move_info(sid)
+    return found is not None and found.stage == stage
+
+
+async def test_a_claude_code_session_moves_to_another_home_and_back_and_resumes_its_own_session(
+        postgres, model_server: ModelServer, tmp_path, monkeypatch) -> None:
+    """Each host has a HOME of its own: the transcript goes with the session, into the other
+    host's Claude Code folder for the new folder, and comes back grown."""
+    url = postgres.workspace()
+    sandbox = ClaudeSandbox(_claude(), model_server, tmp_path / "alpha")
+    elsewhere = tmp_path / "beta"
+    (elsewhere / "home").mkdir(parents=True)
+    machine: dict[str, str] = {}
+    settings, passed = session_env([sandbox], machine.__setitem__, machine=True)
+    env = {host: {**os.environ, **machine, **({"HOME": str(elsewhere / "home")} if host == "beta" else {})}
+           for host in ("alpha", "beta")}
+    ws = await Workspace.open(url)
+    engines = {host: start_engine(url, host, env=env[host]) for host in ("alpha", "beta")}
+    try:
+        sid = await spawn_on(ws, "alpha", "coder", "claude:", cwd=str(sandbox.workdir), env=settings, passed=passed)
+        prompts = ["remember the word kiwi", "which word?", "and now?"]
+        for n, (host, prompt) in enumerate(zip(("alpha", "beta", "alpha"), prompts), start=1):
+            if n > 1:
+                source, target = (sandbox.workdir, elsewhere / "work") if host == "beta" else (
+                    elsewhere / "work", sandbox.workdir)
+                await ws.move(sid, host, mapping={str(source): str(target)})
+                moved = await ws.moved(sid, HANG_S)
+                assert moved.stage == "done", moved
+            model_server.script.add(say(f"answer {n}"))
+            await ws.send(sid, prompt)
+            assert await run_once(ws, sid, n) == host
+            ref = (await ws.show(sid)).agent_ref
+            assert ref is not None and Path(ref["transcript"]).is_file()
+            assert str(env[host]["HOME"]) in ref["transcript"]  # under this host's own Claude Code folder
+            if n == 1:
+                first = ref["id"]
+            assert ref["id"] == first  # the same session of Claude Code's, resumed on each host
+            asked = model_server.turn_requests()[-1].texts("user")
+            assert all(any(p in t for t in asked) for p in prompts[:n]), asked  # it remembers what came before
+        assert [m.content for m in await ws.history(sid) if m.role == "assistant"] == ["answer 1", "answer 2",
+                                                                                       "answer 3"]
+        lines = Path(ref["transcript"]).read_text().splitlines()
+        assert sum('"answer 3"' in line for line in lines) == 1 and sum('"answer 1"' in line for line in lines) == 1
+        assert not (elsewhere / "work").exists()
+        # every record names the folder it is in now, those written on the other host too
+        assert {json.loads(line).get("cwd") for line in lines} - {None} == {str(sandbox.workdir)}
+    finally:
+        for engine in engines.values():
+            stop(engine)
+        await ws.close()
+
+
+def _claude():
+    from support.agent_clis import require_cli
+
+    return require_cli("claude")
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", mode: int = 0o644) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, mode
+    return info
+
+
+@pytest.mark.parametrize("members", [
+    [(_member("out", tarfile.SYMTYPE, "/"), None), (_member("out/escaped"), b"x")],  # a file written through a link
+    [(_member("../escaped"), b"x")],  # a member above the folder
+    [(_member("/escaped"), b"x"), (_member("sub/../../escaped"), b"x")],
+], ids=["through-a-link", "dot-dot", "absolute"])
+def test_a_crafted_pack_writes_nothing_outside_the_folder_it_makes(tmp_path, members) -> None:
+    """What a move unpacks came through the store, where anyone who may write could have put
+    it: no member lands outside the new folder, and a refused pack leaves no folder at all."""
+    target = tmp_path / "deep" / "target"
+    try:
+        moving.unpack(_tar(*members), str(target))
+    except moving.MoveFailed as exc:
+        assert str(target) in str(exc)
+        assert not target.exists()
+    else:  # an absolute name is taken as relative, inside the folder (as tar itself does)
+        assert {str(p.relative_to(target)) for p in target.rglob("*")} <= {"escaped", "sub"}
+    assert not (tmp_path / "deep" / "escaped").exists() and not Path("/escaped").exists()
+    assert [p.name for p in (tmp_path / "deep").iterdir()] in ([], ["target"])  # no half-made folder left
+
+
+def test_set_id_bits_and_owners_do_not_travel_and_a_changed_old_folder_is_kept(tmp_path) -> None:
+    target = tmp_path / "target"
+    moving.unpack(_tar((_member("tool", mode=0o6755), b"#!/bin/sh\n")), str(target))
+    assert (target / "tool").stat().st_mode & 0o7777 == 0o755 and (target / "tool").stat().st_uid == os.getuid()
+
+    folder = tmp_path / "old"
+    make_folder(folder)
+    packed = moving.pack(str(folder))
+    assert packed.left == ["pipe"] and packed.files == 2
+    (folder / "sub" / "new.txt").write_text("written after it was packed")
+    kept = moving.clear(str(folder), packed.manifest)
+    assert kept is not None and "is kept" in kept and (folder / "sub" / "new.txt").exists()
+    (folder / "sub" / "new.txt").unlink()
+    assert moving.clear(str(folder), packed.manifest) is None and not folder.exists()
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    with pytest.raises(moving.MoveFailed, match="cannot be opened"):
+        moving.pack(str(tmp_path / "alias"))  # a folder that is a link is not followed either
