@@ -16,20 +16,21 @@ import asyncio
 import contextlib
 import gc
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from procession.calls import Workspace
 from procession.model import hosts
-from procession.model.errors import ProcessionError, WorkspaceError
+from procession.model.errors import ProcessionError, StoreUnreachable, WorkspaceError
 from procession.present.parse import Malformed
 from procession.present.words import printable
 from procession.store import default_target, is_url, workspace_path
 
 from . import agents, bindings, budgets, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads, stores  # noqa: F401  (they register)
 from .registry import Command, build_parser
-from .terminal import UsageError, error
+from .terminal import PROG, UsageError, error, refusal
 
 __all__ = ["main"]
 
@@ -41,12 +42,16 @@ async def run(command: Command, args: object) -> int:
     target = (given if is_url(given) else workspace_path(given)) if given else default_target()
     new = command.creates and not is_url(target) and not Path(target).exists()
     try:
-        ws = await Workspace.open(given, actor="cli", create=command.creates)
+        opened = await (_patiently(given) if command.patient else Workspace.open(given, actor="cli",
+                                                                                 create=command.creates))
     except WorkspaceError as exc:
         demo = monitor.demo_path()
         if given or os.environ.get("PROCESSION_DB") or Path(default_target()).exists() or not demo.exists():
             raise  # not the default workspace missing where the demo's is at hand
         raise WorkspaceError(f"{exc}; the demo's is {demo}: give --db {demo}, or set PROCESSION_DB to it") from None
+    if opened is None:
+        return 0  # stopped while it waited
+    ws = opened
     try:
         return await command.handler(ws, args)
     except ProcessionError:
@@ -58,6 +63,37 @@ async def run(command: Command, args: object) -> int:
         raise
     finally:
         await ws.close()
+
+
+async def _patiently(given: str | None) -> Workspace | None:
+    """The workspace, once its database can be reached: a daemon started before the server
+    (a reboot, an outage) waits for it, saying so once, instead of giving up. None: stopped by
+    SIGINT or SIGTERM meanwhile."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        delay, said = 0.5, False
+        while True:
+            try:
+                ws = await Workspace.open(given, actor="cli")
+            except StoreUnreachable as exc:
+                if not said:
+                    print(f"{PROG}: {refusal(str(exc))}; waiting for it", file=sys.stderr, flush=True)
+                    said = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                if stop.is_set():
+                    return None
+                delay = min(delay * 2, 5.0)
+                continue
+            if said:
+                print(f"{PROG}: the workspace database is reached: going on", file=sys.stderr, flush=True)
+            return ws
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,7 +23,8 @@ class PrintableFormatter(logging.Formatter):
         return printable(super().format(record))
 
 
-@command("run", "run the engine in the foreground (no monitor); logs to stderr", args=[
+@command("run", "run the engine in the foreground (no monitor); logs to stderr; waits for a database that"
+         " cannot be reached yet", patient=True, args=[
     arg("--slots", type=int, default=2, help="how many steps may run at once"),
     arg("--grace", type=float, default=2.0, help="seconds between SIGINT, SIGTERM and SIGKILL"),
     arg("--tracker", choices=("auto", "cgroup", "marker"), default="auto",

@@ -94,6 +94,7 @@ class Command:
     default_op: str | None = None  # the operation when none is given
     workspace: bool = True  # the handler takes an open workspace
     creates: bool = False  # it may make a new workspace (any other on a missing file is a typo)
+    patient: bool = False  # a daemon: it waits for a database that cannot be reached yet
 
 
 COMMANDS: dict[str, Command] = {}
@@ -105,14 +106,14 @@ def arg(*flags: str, shell: str = "", **options: Any) -> Arg:
 
 def command(name: str | Call, help: str | None = None, *, args: list[Arg] | None = None,
             ops: dict[str, list[Arg]] | None = None, default_op: str | None = None, workspace: bool = True,
-            creates: bool = False) -> Callable[[Handler], Handler]:
+            creates: bool = False, patient: bool = False) -> Callable[[Handler], Handler]:
     """Register ``handler`` as the command ``name`` (a call's name, or a read's verb)."""
     call = name if isinstance(name, Call) else None
     text = help or (INFO[call].summary if call else "")
 
     def wrap(handler: Handler) -> Handler:
         COMMANDS[str(name)] = Command(str(name), text, handler, call, list(args or ()), dict(ops or {}),
-                                      default_op, workspace, creates)
+                                      default_op, workspace, creates, patient)
         return handler
 
     return wrap

@@ -24,7 +24,7 @@ from procession.model.outcomes import Outcome
 from procession.present import results
 from procession.present.words import printable
 
-from .registry import PROG
+from .registry import PROG as PROG
 
 Progress = Callable[[int, int], None]
 #: Characters JSON may hold raw (``ensure_ascii=False``) that a terminal takes as controls.

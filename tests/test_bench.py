@@ -8,12 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def test_chaos_tiny_loses_nothing() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "chaos.py"), "--tiny"], capture_output=True, text=True,
-                          timeout=240)
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_chaos_tiny_loses_nothing(store: str, request: pytest.FixtureRequest) -> None:
+    if store == "postgresql":
+        request.getfixturevalue("postgres")  # skipped (or failed, where it is required) without the server
+    proc = subprocess.run([sys.executable, str(BENCH / "chaos.py"), "--tiny", "--store", store], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "lost: 0" in proc.stdout.splitlines()[-1]
 

@@ -3,8 +3,8 @@
 The store says what should be (a session's state); the engine makes it so. It holds its
 host's lease (renewed by a thread of its own, ``lease.Heartbeat``), starts its host's ready
 sessions into free run slots (highest priority first), and watches the store for changes made
-by any process — SQLite's ``PRAGMA data_version``, or what PostgreSQL's ``NOTIFY`` told it,
-looked at every ``POLL_S`` — to apply them to live steps: a
+by any process — SQLite's ``PRAGMA data_version``, looked at every ``POLL_S``, or PostgreSQL's
+``NOTIFY``, which wakes it (``Store.hear``) — to apply them to live steps: a
 suspended session's step is stopped in place, every process of it (``reaper``), a resumed one
 continued at once, an interrupted one stopped with SIGINT escalating to SIGKILL, a cancelled
 one killed. A suspended step gives up its run slot, as a stopped process gives up the CPU.
@@ -55,6 +55,9 @@ T = TypeVar("T")
 log = logging.getLogger("procession.engine")
 
 POLL_S = 0.05
+#: The longest the loop waits where the store wakes it on another's commit (``Store.hear``):
+#: it looks anyway, then (a notification lost with a dropped connection is caught up then).
+HEARD_S = 1.0
 SAMPLE_S = 1.0
 DEFAULT_SLOTS = 2
 DEFAULT_GRACE_S = 2.0
@@ -264,13 +267,18 @@ class Engine:
                     if failing is not None:
                         log.warning("engine loop: going on")
                         failing = None
-                wait = POLL_S
+                store = self.ledger.store
+                wait = HEARD_S if store.hears else POLL_S
                 for when in (self.triggers.next() if self.triggers else None, self.backoff_until, self.budget_look):
                     if when is not None:
                         wait = max(0.0, min(wait, when - time.time()))
-                kicked = asyncio.ensure_future(self.kick.wait())
-                await asyncio.wait([kicked, stopped], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                kicked.cancel()
+                waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.kick.wait())]
+                if store.hears:  # another host's commit wakes the loop: no look every POLL_S
+                    waits.append(asyncio.ensure_future(store.hear(wait)))
+                await asyncio.wait([*waits, stopped], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                for task in waits:
+                    task.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
         finally:
             stopped.cancel()
 

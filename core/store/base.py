@@ -10,6 +10,8 @@ written in SQLite's dialect (the PostgreSQL store translates them once each, see
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Sequence
@@ -182,3 +184,11 @@ class Store(ABC):
     async def data_version(self) -> int:
         """Changes when another connection commits: a cheap "something changed" signal."""
         ...
+
+    #: Whether ``hear`` waits for other connections' commits (PostgreSQL's ``NOTIFY``); else
+    #: (SQLite) ``data_version`` must be looked at now and then.
+    hears = False
+
+    async def hear(self, timeout: float) -> None:
+        """Return when another connection commits, or after ``timeout`` seconds."""
+        await asyncio.sleep(timeout)

@@ -21,6 +21,7 @@ the tables.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 import urllib.parse
@@ -147,6 +148,7 @@ class PgTx(Tx):
         return [tuple(r) for r in await self.all(sql, params)]
 
     async def stream(self, sql: str, params: Params = (), size: int = 1000) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+        import psycopg
         from psycopg.rows import tuple_row
 
         name = f"stream_{uuid.uuid4().hex}"
@@ -161,7 +163,8 @@ class PgTx(Tx):
                     return
                 yield found
         finally:
-            await cur.close()
+            with contextlib.suppress(psycopg.Error):  # a connection cut meanwhile: said by the read, if it was
+                await cur.close()  # (the transaction's end closes whatever is left, or the server drops it)
 
     async def defer_references(self) -> None:
         await self.execute("SET CONSTRAINTS ALL DEFERRED")
@@ -336,6 +339,22 @@ class PgStore(Store):
             await self._drop_listener()
             raise self.unreachable(exc) from None
 
+    hears = True
+
+    async def hear(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for another commit's ``NOTIFY`` (counted, as
+        ``data_version`` counts them); a listener that broke meanwhile is left for
+        ``data_version`` to open again, and say if it cannot."""
+        import psycopg
+
+        if self._listener is None or self._listener.closed or self._listener.broken:
+            return
+        try:
+            async for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                self._heard += 1
+        except psycopg.Error:
+            await self._drop_listener()
+
     async def _hear(self) -> int:
         if self._listener is None or self._listener.closed or self._listener.broken:
             self._listener = await _connect(self.url, raw=True)
@@ -353,7 +372,9 @@ class PgStore(Store):
 
 async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[Any]:
     """A connection to the workspace's database, its values adapted as SQLite's are; one that
-    cannot be made is a one-line ``WorkspaceError`` (``raw``: psycopg's own error)."""
+    cannot be made is a one-line ``StoreUnreachable`` (no server answers: it may later) or
+    ``WorkspaceError`` (it refused: a role, a password, a database that is not there), or
+    (``raw``) psycopg's own error."""
     try:
         import psycopg
     except ImportError:
@@ -390,6 +411,9 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
     except psycopg.OperationalError as exc:
         if raw:
             raise
+        if exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P")):  # no server there, or it is going or coming
+            raise StoreUnreachable(f"cannot open the workspace database {safe_url(url)}: it cannot be reached"
+                                   f" ({_first_line(exc)})") from None
         raise WorkspaceError(f"cannot open the workspace database {safe_url(url)}: {_first_line(exc)}") from None
     except psycopg.ProgrammingError as exc:
         raise WorkspaceError(f"{safe_url(url)} is not a PostgreSQL address libpq reads: {_first_line(exc)}") from None

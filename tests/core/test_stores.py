@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import HANG_S, Clock, sql
+from conftest import HANG_S, Clock, sql, until
 from procession import InvalidArgument, Workspace, WorkspaceError
 from procession.model.errors import StoreUnreachable
 from procession.store import open_store
@@ -112,8 +112,42 @@ async def test_postgresql_refuses_a_foreign_database_and_a_newer_workspace(postg
     sql(url, "UPDATE meta SET value = '999' WHERE key = 'schema'")
     with pytest.raises(WorkspaceError, match="newer Procession"):
         await open_store(url)
-    with pytest.raises(WorkspaceError, match="cannot open the workspace database"):
+    with pytest.raises(StoreUnreachable, match="cannot open the workspace database .*: it cannot be reached"):
         await open_store("postgresql://procession@127.0.0.1:1/none")
+
+
+async def test_an_engine_started_while_the_server_is_down_waits_for_it_then_runs(postgres, tmp_path) -> None:
+    """A daemon started before its database (a reboot, an outage) waits, says so once, and
+    goes on once the server is there; stopped while it waits, it ends cleanly."""
+    url = postgres.workspace()
+    ws = await Workspace.open(url)
+    sid = (await ws.spawn("early", "ops", runner="builtin:echo", cwd=str(tmp_path))).sid
+    await ws.close()
+    said = {name: tmp_path / f"{name}.err" for name in ("gave_up", "engine")}
+    postgres.down()
+    try:
+        procs = {name: subprocess.Popen([sys.executable, "-m", "procession", "--db", url, "run", "--grace", "0.3"],
+                                        stderr=path.open("w")) for name, path in said.items()}
+        await until(lambda: all("waiting for it" in path.read_text() for path in said.values()))
+        procs["gave_up"].send_signal(signal.SIGTERM)
+        assert procs["gave_up"].wait(timeout=HANG_S) == 0
+        err = said["gave_up"].read_text()
+        assert err.count("cannot be reached") == 1 and "Traceback" not in err
+    finally:
+        postgres.up()
+    engine = procs["engine"]
+    ws = await Workspace.open(url)
+    try:
+        await ws.send(sid, "after the outage")
+        await ws.activate(sid)
+        assert (await ws.wait(sid, HANG_S)).run.outcome == "ok"  # type: ignore[union-attr]
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        engine.wait(timeout=HANG_S)
+        await ws.close()
+    err = said["engine"].read_text()
+    assert engine.returncode == 0 and err.count("cannot be reached") == 1, err
+    assert "the workspace database is reached: going on" in err and "Traceback" not in err
 
 
 async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_when_opened(postgres) -> None:
