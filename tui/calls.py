@@ -354,8 +354,7 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
 
 
 #: The move form's choice of what travels.
-FILES_CHOICES = (("yes", "Its folder's files, made there (the folder there must be empty or not there)"),
-                 ("no", "No file: its folder is there already"))
+FILES_CHOICES = (("yes", "Its folder's files, made there"), ("no", "No file: its folder is there already"))
 
 
 async def _move(ui: Calling, targets: Targets) -> None:
@@ -369,7 +368,8 @@ async def _move(ui: Calling, targets: Targets) -> None:
         Field("host", "Host", "", "a host whose engine runs: procession --host HOST run"),
         Field("map", "Where its paths go there (blank: the same paths)", "", "OLD=NEW …, absolute paths"),
         Field("files", "What travels", "yes", choices=FILES_CHOICES),
-    ], move, help="its engine and the new host's do the move; the HOST column shows it there once it is")
+    ], move, help="the files go into a new or empty folder there (one holding anything is refused); its engine and"
+                  " the new host's do the move, and the HOST column shows it there once it is")
 
 
 async def _merge(ui: Calling, targets: Targets) -> None:

@@ -143,7 +143,8 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         ("folder", f"{printable(s.cwd)}  on host {printable(s.host)}" + ("  (lost: its engine died)" if s.host_lost else "")),
     ]
     if d.move is not None:
-        out.append(("moved", move_text(d.move, now)))
+        out.append(({"done": "moved", "failed": "move", "cancelled": "move"}.get(d.move.stage, "moving"),
+                    move_text(d.move, now)))
     if s.timeout:
         out.append(("timeout", f"{s.timeout:g} s a run"))
     if d.restart != "no":
@@ -183,7 +184,7 @@ def move_text(m: MoveInfo, now: float | None = None) -> str:
         return f"{where} taken back {words.ago(m.updated, now)}"
     if m.stage == "done":
         return f"{where} {words.ago(m.updated, now)}"
-    return f"{where} under way: {m.stage}, since {words.ago(m.created, now)}"
+    return f"{where}: {m.stage}, since {words.ago(m.created, now)}"
 
 
 #: What each ``--permissions`` lets an agent do unasked, as ``show`` says it.

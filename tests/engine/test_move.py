@@ -98,6 +98,8 @@ async def test_a_session_moves_to_another_host_with_its_folder_and_paths_and_com
         assert [r.uri for r in detail.resources] == [str(there / "a.txt")]
         assert [t.spec["paths"] for t in info.triggers] == [[str(there / "sub")]]
         assert detail.move is not None and detail.move.stage == "done"
+        shown = cli(url, "show", str(sid)).stdout
+        assert f"folder   {there}  on host beta" in shown and "moved    from host alpha to host beta" in shown
         assert await run_once(ws, sid, 2) == "beta"
 
         out = cli(url, "move", str(sid), "--to", "alpha", "--map", f"{there}={here}")
@@ -131,13 +133,7 @@ async def two_hosts(tmp_path):
 
 
 def _engines(db: str) -> list[str]:
-    import sqlite3
-
-    con = sqlite3.connect(db)
-    try:
-        return [r[0] for r in con.execute("SELECT host FROM engines")]
-    finally:
-        con.close()
+    return [r[0] for r in sql(db, "SELECT host FROM engines")]
 
 
 async def test_a_running_session_is_refused_in_one_line_and_a_full_target_fails_the_move_whole(
