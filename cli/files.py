@@ -64,7 +64,7 @@ async def load(ws: Workspace, args: argparse.Namespace) -> int:
 ])
 async def move(ws: Workspace, args: argparse.Namespace) -> int:
     outcome = await ws.move(args.sid, args.to, mapping=parse.path_map(args.mapping, here_=False), files=args.files)
-    if not args.wait or outcome.cancelled:
+    if not args.wait or outcome.cancelled or outcome.waiting:  # no engine to wait for: said in its notes
         return done(args, outcome)
     notes(args, [outcome])
     found = await ws.moved(args.sid, args.timeout)

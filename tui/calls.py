@@ -366,7 +366,8 @@ async def _move(ui: Calling, targets: Targets) -> None:
 
     await ui.form_call(f"Move session {t.id} ({printable(t.name)}) from host {printable(t.host)} to another host", [
         Field("host", "Host", "", "a host whose engine runs: procession --host HOST run"),
-        Field("map", "Where its paths go there (blank: the same paths)", "", "OLD=NEW …, absolute paths"),
+        Field("map", f"Where its paths go there (blank: the same paths; its folder is {printable(t.cwd)})", "",
+              f"{printable(t.cwd)}=NEW …"),
         Field("files", "What travels", "yes", choices=FILES_CHOICES),
     ], move, help="the files go into a new or empty folder there (one holding anything is refused); its engine and"
                   " the new host's do the move, and the HOST column shows it there once it is")

@@ -281,7 +281,11 @@ class LifecycleCalls(Calls):
         await waking.queue(act.tx, act.row, [cause or {"kind": "manual", "by": self.actor}])
         if act.row["not_before"]:  # asked for by hand: no back-off of failed trigger-fired runs
             await rows.update_session(act.tx, sid, not_before=None)
-        if await live_holder(act.tx, act.row["host"]) is None:
+        if (going := await act.tx.value("SELECT target FROM moves WHERE session_id = ? AND stage IN"
+                                        " ('packing', 'placing')", (sid,))) is not None:
+            act.note(f"it is moving to host {going}: the run waits, and runs there once the session is (or here, if"
+                     f" the move is taken back: move {sid} --to {act.row['host']})")
+        elif await live_holder(act.tx, act.row["host"]) is None:
             act.note(f"no engine runs on this workspace for host {act.row['host']} (where its folder is): the run"
                      " waits in the queue until one starts there (`procession run`, or a monitor)")
         return Moved(sid, act.target)

@@ -68,7 +68,17 @@ class MoveCalls(Calls):
         if (tree := await rows.worktree(tx, sid)) is not None:
             raise _refused(row, f"it works in a fork's own folder {tree['folder']}, of a repository on host"
                                 f" {row['host']}: merge it (or cancel it with its folder) first")
+        if not await tx.value("SELECT 1 FROM engines WHERE host = ? UNION ALL SELECT 1 FROM sessions WHERE host = ?"
+                              " LIMIT 1", (to, to)):
+            raise NotFound(f"no host {to} has an engine or a session in this workspace: start its engine first"
+                           f" (procession --host {to} run, on that machine), then move the session")
         was = row["cwd"]
+        resources = [r for r in await rows.resources(tx, sid) if r["kind"] in LOCAL_KINDS]
+        watched = [p for t in await rows.triggers(tx, sid) for spec in [json.loads(t["spec"])]
+                   for p in [*spec.get("paths", []), spec.get("repo") or ""] if isinstance(p, str) and p]
+        for old in paths:
+            if not any(transcripts.within(p, old) for p in [was, *(r["uri"] for r in resources), *watched]):
+                raise InvalidArgument(f"--map {old}: no path of session {sid} is in that folder (its folder: {was})")
         folder = transcripts.remap(was, paths)
         if files:
             await _alone_in(tx, row, was)
@@ -77,16 +87,18 @@ class MoveCalls(Calls):
             "INSERT INTO moves (session_id, source, target, was, folder, paths, files, stage, created, updated)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, 'packing', ?, ?)",
             (sid, row["host"], to, was, folder, json.dumps(paths), int(files), act.now, act.now))
-        known = await tx.value("SELECT 1 FROM engines WHERE host = ? UNION ALL SELECT 1 FROM sessions WHERE host = ?"
-                               " UNION ALL SELECT 1 FROM moves WHERE source = ? LIMIT 1", (to, to, to))
-        for host in (row["host"], to):
-            if await live_holder(tx, host) is None:
-                act.note(f"no engine runs for host {host} now: the move waits for one (procession --host {host} run)"
-                         + ("" if known or host != to else f"; host {to} has no session and no engine in this"
-                            f" workspace: if the name is wrong, take the move back (move {sid} --to {row['host']})"))
+        for r in resources:
+            if not transcripts.within(r["uri"], was):
+                there = transcripts.remap(r["uri"], paths)
+                act.note(f"its bound {r['kind']} {r['uri']} is outside its folder and does not travel: on host {to} it"
+                         f" is {there}" + (" (--map moves it)" if there == r["uri"] else "") + ", which must be there")
+        waiting = tuple([host for host in (row["host"], to) if await live_holder(tx, host) is None])
+        for host in waiting:
+            act.note(f"no engine runs for host {host} now: the move waits for one (procession --host {host} run),"
+                     f" or is taken back (move {sid} --to {row['host']})")
         if row["state"] == State.READY:
             act.note(f"its queued run waits, and runs on host {to} once the session is there")
-        return Moving(sid, source=row["host"], target=to, folder=folder, files=files, stage="packing")
+        return Moving(sid, source=row["host"], target=to, folder=folder, files=files, stage="packing", waiting=waiting)
 
     async def move_info(self, sid: int) -> MoveInfo | None:
         """``sid``'s last move to another host, None if it never moved."""
@@ -211,7 +223,7 @@ class MoveSteps(Calls):
             spec = json.loads(t["spec"])
             if (new := moved_spec(spec, paths)) != spec:
                 await tx.execute("UPDATE triggers SET spec = ? WHERE id = ?", (json.dumps(new), t["id"]))
-        lines = [f"host {move['target']} made its folder {move['folder']}" if move["files"]
+        lines = [f"host {move['target']} filled its folder {move['folder']}" if move["files"]
                  else f"host {move['target']} has its folder {move['folder']}", *(n.text for n in act.notes)]
         await tx.execute("UPDATE moves SET stage = 'clearing', pack = NULL, carried = NULL, said = ?, updated = ?"
                          " WHERE session_id = ?", (said(move, *lines), act.now, sid))
@@ -223,8 +235,8 @@ class MoveSteps(Calls):
         move = await _step(act.tx, sid, "clearing", "source")
         line = kept or (f"host {move['source']} removed its old folder {move['was']}" if move["files"]
                         else f"its folder {move['was']} stays on host {move['source']} (moved with --no-files)")
-        await act.tx.execute("UPDATE moves SET stage = 'done', manifest = NULL, said = ?, updated = ?"
-                             " WHERE session_id = ?", (said(move, line), act.now, sid))
+        await act.tx.execute("UPDATE moves SET stage = 'done', manifest = NULL, problem = ?, said = ?, updated = ?"
+                             " WHERE session_id = ?", (kept, said(move, line), act.now, sid))
         return _moving(move, "done")
 
     @syscall(Call.MOVE, check=None)

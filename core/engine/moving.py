@@ -101,6 +101,7 @@ def pack(folder: str, limit: int = CARRIED_MAX) -> Packed:
                     out.manifest.append([rel, "f", st.st_size, st.st_mtime_ns])
                 else:
                     out.left.append(rel)
+                    out.manifest.append([rel, "o"])
     except OSError as exc:  # a file gone or shortened as it was read, or one that cannot be read
         raise MoveFailed(f"its folder {folder} could not be packed ({exc}); moving it again tries again") from None
     out.data = buf.getvalue()
@@ -109,7 +110,8 @@ def pack(folder: str, limit: int = CARRIED_MAX) -> Packed:
 
 def survey(folder: str) -> list[list[Any]]:
     """What ``folder`` holds now, as ``pack``'s manifest says it (nothing read but names and
-    times): equal to the manifest when nothing in it changed."""
+    times; ``o``: what a move does not carry, a FIFO, a socket): equal to the manifest when
+    nothing in it changed."""
     found: list[list[Any]] = []
     for rel, st, target in _walk(folder, read=False):
         if stat.S_ISDIR(st.st_mode):
@@ -118,6 +120,8 @@ def survey(folder: str) -> list[list[Any]]:
             found.append([rel, "l", target])
         elif stat.S_ISREG(st.st_mode):
             found.append([rel, "f", st.st_size, st.st_mtime_ns])
+        else:
+            found.append([rel, "o"])
     return found
 
 
@@ -183,25 +187,32 @@ def _unowned(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
 
 def _free(folder: str) -> None:
     if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
-        raise MoveFailed(f"{folder} is there already and is not a folder; nothing was written")
+        raise MoveFailed(f"{folder} is there already and is not a folder; nothing was written (move it with --map to"
+                         " another folder)")
     if os.path.isdir(folder) and os.listdir(folder):
         raise MoveFailed(f"{folder} is there already and holds files; nothing was written there"
                          " (move it with --map to another folder, or with --no-files to work in this one)")
 
 
 def clear(folder: str, manifest: list[list[Any]]) -> str | None:
-    """Remove ``folder`` if it holds exactly what was packed of it; else keep it and say why
-    (None: removed, or gone already)."""
+    """Remove ``folder`` if it holds exactly what was carried of it; else keep it and say why
+    (None: removed, or gone already). What a move does not carry (a FIFO, a socket) keeps it."""
     if not os.path.lexists(folder):
         return None
+    left = [e[0] for e in manifest if e[1] == "o"]
+    if left:
+        return (f"its old folder {folder} is kept: it holds what a move does not carry ({', '.join(left[:3])}"
+                + (f" and {len(left) - 3} more" if len(left) > 3 else "") + "); remove it yourself when done with it")
     try:
         now = survey(folder)
     except (OSError, MoveFailed) as exc:
         return f"its old folder {folder} is kept: it could not be looked at ({exc})"
     if now != manifest:
-        changed = len({json.dumps(e) for e in now} ^ {json.dumps(e) for e in manifest})
-        return (f"its old folder {folder} is kept: {plural(changed, 'path')} changed since it was packed"
-                " (see what, then remove it yourself)")
+        before, after = {e[0]: e for e in manifest}, {e[0]: e for e in now}
+        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        return (f"its old folder {folder} is kept: {plural(len(changed), 'path')} changed there since it was packed"
+                f" ({', '.join(changed[:3])}{' …' if len(changed) > 3 else ''}), which the session's folder now"
+                " lacks: compare the two, then remove it yourself")
     try:
         shutil.rmtree(folder)  # descriptor-based: a link put in meanwhile is removed, not followed
     except OSError as exc:
@@ -223,12 +234,15 @@ async def step(ledger: Ledger) -> None:
                 row = await ledger.leaving(sid)
                 packed = await asyncio.to_thread(pack, row["cwd"]) if move["files"] else Packed()
                 await ledger.packed(sid, packed, await carried(row))
+                log.info("session %d: packed for host %s (%d files)", sid, move["target"], packed.files)
             elif move["stage"] == "placing":
                 await _place(ledger, sid, move)
+                log.info("session %d: placed here from host %s, in %s", sid, move["source"], move["folder"])
             elif move["stage"] == "clearing":
                 kept = await asyncio.to_thread(clear, move["was"], json.loads(move["manifest"] or "[]")) \
                     if move["files"] else None
                 await ledger.cleared(sid, kept)
+                log.info("session %d: moved to host %s%s", sid, move["target"], f"; {kept}" if kept else "")
         except (StoreBusy, NotFound):  # out of reach: again at the next look; taken back: nothing to do
             continue
         except Exception as exc:  # noqa: BLE001 - a step that cannot be done ends its move, never hangs it

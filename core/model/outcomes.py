@@ -235,7 +235,8 @@ class Migrated(Outcome):
 @dataclass(slots=True, frozen=True)
 class Moving(Outcome):
     """A move to host ``target`` asked for (``stage`` packing), or a step of it done by an
-    engine (placing, clearing, done, failed); ``cancelled``: a move not yet placed, taken back."""
+    engine (placing, clearing, done, failed); ``cancelled``: a move not yet placed, taken back;
+    ``waiting``: hosts whose engine must start before it can go on."""
 
     source: str
     target: str
@@ -243,6 +244,7 @@ class Moving(Outcome):
     files: bool
     stage: str
     cancelled: bool = False
+    waiting: tuple[str, ...] = ()  # the hosts of the two whose engine did not run when it was asked
 
 
 @dataclass(slots=True, frozen=True)

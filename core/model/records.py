@@ -398,8 +398,9 @@ class Holder:
 @dataclass(slots=True, frozen=True)
 class MoveInfo:
     """A session's last move to another host (``move``): where from and to, the folder it
-    works in there, how far it got (``stage``: packing, placing, clearing, done, failed), why
-    it failed, and what the engines said of it."""
+    works in there, how far it got (``stage``: packing, placing, clearing, done, failed,
+    cancelled), what went wrong (``problem``: why it failed, or why its old folder was kept),
+    and what the engines said of it."""
 
     sid: int
     source: str

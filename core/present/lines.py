@@ -183,7 +183,7 @@ def move_text(m: MoveInfo, now: float | None = None) -> str:
     if m.stage == "cancelled":
         return f"{where} taken back {words.ago(m.updated, now)}"
     if m.stage == "done":
-        return f"{where} {words.ago(m.updated, now)}"
+        return f"{where} {words.ago(m.updated, now)}" + (f"; {printable(m.problem)}" if m.problem else "")
     return f"{where}: {m.stage}, since {words.ago(m.created, now)}"
 
 

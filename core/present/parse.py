@@ -52,7 +52,8 @@ def path_map(items: Sequence[str], *, here_: bool = True) -> dict[str, str]:
         if here_:
             old, new = here(old), here(new)
         elif not (os.path.isabs(old) and os.path.isabs(new)):
-            raise Malformed(f"--map takes absolute paths of the other host, OLD=NEW: {item[:QUOTED_MAX]!r}")
+            raise Malformed(f"--map takes absolute paths, OLD=NEW (OLD where it is, NEW on the other host):"
+                            f" {item[:QUOTED_MAX]!r}")
         found[old] = new
     return found
 
