@@ -26,6 +26,7 @@ SIZE = (160, 45)
 OUT = Path(__file__).resolve().parent
 
 os.environ["TZ"] = "UTC"
+os.environ["PROCESSION_HOST"] = "devbox"  # the sessions' host, not the name of the machine that made the pictures
 time.tzset()
 for _name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
     os.environ.pop(_name, None)

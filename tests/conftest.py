@@ -159,9 +159,12 @@ def dump(path: Path | str) -> list[str]:
     import sqlite3
 
     if isinstance(path, str) and path.startswith("postgresql://"):
-        tables = [r[0] for r in sql(path, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-                                          " ORDER BY tablename")]
-        return [f"{t}: {row!r}" for t in tables for row in sql(path, f"SELECT * FROM {t} ORDER BY 1, 2")]
+        import psycopg
+
+        with psycopg.connect(path, autocommit=True) as conn:  # one connection: a test dumps dozens of times
+            tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                                                 " ORDER BY tablename")]
+            return [f"{t}: {tuple(row)!r}" for t in tables for row in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
     con = sqlite3.connect(path)
     try:
         return list(con.iterdump())

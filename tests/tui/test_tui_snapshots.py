@@ -3,7 +3,7 @@
 Regenerate after a deliberate change of the look (or a Textual upgrade) with
 ``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the new SVGs before
 committing them. Everything that could differ between machines is pinned: the clock (the
-store's and the monitor's), the time zone and the token counter; the demo's runners are
+store's and the monitor's), the time zone, the host and the token counter; the demo's runners are
 relative commands, so no machine path shows.
 """
 
@@ -34,6 +34,7 @@ REVIEW, STRICT = 6, 7
 def _pinned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.chdir("/")  # the demo's sessions without a folder of their own work where it was built
+    monkeypatch.setenv("PROCESSION_HOST", "devbox")  # not this machine's name
     for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):  # always the bytes/4 estimator
         monkeypatch.delenv(name, raising=False)
     old_tz = os.environ.get("TZ")
