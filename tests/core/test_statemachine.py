@@ -663,7 +663,7 @@ class ProcessionMachine(RuleBasedStateMachine):
 
 
 ProcessionMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("PROCESSION_SM_EXAMPLES", "50")),
+    max_examples=int(os.environ.get("PROCESSION_SM_EXAMPLES", "35")),
     stateful_step_count=int(os.environ.get("PROCESSION_SM_STEPS", "30")),
     deadline=None,
     database=None,
