@@ -316,3 +316,11 @@ def test_set_id_bits_and_owners_do_not_travel_and_a_changed_old_folder_is_kept(t
     (tmp_path / "alias").symlink_to(tmp_path / "real")
     with pytest.raises(moving.MoveFailed, match="cannot be opened"):
         moving.pack(str(tmp_path / "alias"))  # a folder that is a link is not followed either
+
+
+def test_a_folder_larger_than_a_move_carries_is_refused_in_one_line_before_it_is_read_whole(tmp_path) -> None:
+    (tmp_path / "big").mkdir()
+    for i in range(3):
+        (tmp_path / "big" / f"part{i}").write_bytes(b"x" * 4096)
+    with pytest.raises(moving.MoveFailed, match="holds more than 0 MiB of files, more than a move carries"):
+        moving.pack(str(tmp_path / "big"), limit=5000)  # over at the second file: the third is never read
