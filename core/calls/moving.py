@@ -22,7 +22,7 @@ from ..model import hosts, transcripts
 from ..model.calls import Call
 from ..model.errors import IllegalTransition, InvalidArgument, NotFound
 from ..model.outcomes import Moving
-from ..model.records import MoveInfo
+from ..model.records import MOVE_GOING, MoveInfo
 from ..model.states import State
 from ..model.text import plural
 from ..store import Row, Tx, rows
@@ -34,8 +34,7 @@ from .syscall import Act, syscall
 
 #: The stages of a move that are not over (``clearing``: the session is on its new host, the
 #: old one removes what it left).
-GOING = ("packing", "placing")
-UNDER_WAY = (*GOING, "clearing")
+UNDER_WAY = (*MOVE_GOING, "clearing")
 #: How often ``moved`` looks at a move under way (it wakes at once on a change it hears of).
 LOOK_S = 0.1
 

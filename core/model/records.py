@@ -395,6 +395,10 @@ class Holder:
     machine: str  # the machine its process runs on (``hosts.machine``)
 
 
+#: The stages of a move in which the session waits for it, on its old host, running nowhere.
+MOVE_GOING: Final = ("packing", "placing")
+
+
 @dataclass(slots=True, frozen=True)
 class MoveInfo:
     """A session's last move to another host (``move``): where from and to, the folder it
@@ -417,7 +421,7 @@ class MoveInfo:
     @property
     def going(self) -> bool:
         """Not placed yet: the session waits, on its old host, and runs nowhere meanwhile."""
-        return self.stage in ("packing", "placing")
+        return self.stage in MOVE_GOING
 
     def to_json(self) -> dict[str, Any]:
         return {**fields_of(self), "said": list(self.said)}
