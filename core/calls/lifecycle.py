@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..model import agents, bounds, environ, limits, runner_spec, sampling
+from ..model import agents, bounds, environ, hosts, limits, runner_spec, sampling
 from ..model.calls import Call
 from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
 from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Outcome, Recounted, Spawned, Updated
@@ -73,8 +73,10 @@ class LifecycleCalls(Calls):
         refuses a fork's folder that holds work that would be lost."""
         if call is Call.CANCEL and options.get("clean"):
             async with self.store.snapshot() as tx:
+                row = await rows.session(tx, sid)
                 record = await rows.worktree(tx, sid)
             if record is not None:
+                hosts.refuse_elsewhere(row["host"], f"session {sid}'s own folder {record['path']}")
                 unsaved = await asyncio.to_thread(worktrees.unsaved, record)
                 if unsaved:
                     what = "uncommitted changes" if record["kind"] == "git" else "changed files"

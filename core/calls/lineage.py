@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import limits, states
+from ..model import hosts, limits, states
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, MergeConflict, ProcessionError
 from ..model.outcomes import Forked, Merged, Note
@@ -48,6 +48,7 @@ class LineageCalls(Calls):
             return await self._fork(sid, name, at=at)
         async with self.store.snapshot() as tx:
             row = await rows.session(tx, sid)
+            hosts.refuse_elsewhere(row["host"], f"session {sid}'s folder")
             folder = await rows.workdir(tx, sid)
             name = limits.name(name if name is not None else await _next_name(tx, row), "session name")
         made = await asyncio.to_thread(worktrees.make, folder, name, carry, str(self.store.path))
@@ -131,6 +132,12 @@ class LineageCalls(Calls):
             record = await rows.worktree(tx, source)
             folder = await rows.workdir(tx, target)
         files = None
+        if record is not None:
+            if src["host"] != dst["host"]:
+                raise InvalidArgument(f"session {source}'s own folder is on host {src['host']} and session {target}'s"
+                                      f" folder on host {dst['host']}: merging files needs both on one host (move one"
+                                      " of them to the other's host first)")
+            hosts.refuse_elsewhere(src["host"], f"session {source}'s own folder {record['path']}")
         gone = record is not None and await asyncio.to_thread(worktrees.gone, record)
         if record is not None and not gone:
             files = await asyncio.to_thread(worktrees.plan, record, source, target, folder, resolution)

@@ -7,8 +7,9 @@ are calls of the engine's (``engine.ledger``), journaled like this one. Until th
 engine has placed the session it stays on its old host and runs nowhere (a run asked for
 meanwhile waits, and runs on the new host); a move not placed yet is taken back by moving
 the session to the host it is on. Refused while a step of it runs: its process is on that
-host. A session that works in a fork's worktree is refused too: the worktree is a branch of
-a repository on that host, which the merge back needs.
+host. A fork's own folder (``fork --worktree``) moves whole: a git worktree into a clone of
+its repository on the new host (``--map`` moves the repository's path), its branch with it;
+merging it back then needs its parent on the same host.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class MoveCalls(Calls):
         last = await last_move(tx, sid)
         if to == row["host"]:
             if last is not None and last.going:
-                await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, carried = NULL, updated = ?"
-                                 " WHERE session_id = ?", (act.now, sid))
+                await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, bundle = NULL, carried = NULL,"
+                                 " updated = ? WHERE session_id = ?", (act.now, sid))
                 return Moving(sid, source=row["host"], target=last.target, folder=last.folder, files=last.files,
                               stage="cancelled", cancelled=True)
             raise InvalidArgument(f"session {sid} is on host {to} already")
@@ -64,23 +65,26 @@ class MoveCalls(Calls):
                                 + (f", or take it back (move {sid} --to {row['host']})" if last.going else ""))
         if await tx.value("SELECT 1 FROM runs WHERE session_id = ? AND ended IS NULL", (sid,)):
             raise _refused(row, "a step of it is held, suspended, on its host: interrupt it (or let it finish) first")
-        if (tree := await rows.worktree(tx, sid)) is not None:
-            raise _refused(row, f"it works in a fork's own folder {tree['folder']}, of a repository on host"
-                                f" {row['host']}: merge it (or cancel it with its folder) first")
+        tree = await rows.worktree(tx, sid)
+        if tree is not None and not files:
+            raise InvalidArgument(f"session {sid} works in a fork's own folder {tree['path']}, which moves with its"
+                                  " files: move it without --no-files")
         if not await tx.value("SELECT 1 FROM engines WHERE host = ? UNION ALL SELECT 1 FROM sessions WHERE host = ?"
                               " LIMIT 1", (to, to)):
             raise NotFound(f"no host {to} has an engine or a session in this workspace: start its engine first"
                            f" (procession --host {to} run, on that machine), then move the session")
-        was = row["cwd"]
+        was = tree["path"] if tree is not None else row["cwd"]  # a fork's own folder travels whole
         resources = [r for r in await rows.resources(tx, sid) if r["kind"] in LOCAL_KINDS]
         watched = [p for t in await rows.triggers(tx, sid) for spec in [json.loads(t["spec"])]
                    for p in [*spec.get("paths", []), spec.get("repo") or ""] if isinstance(p, str) and p]
         for old in paths:
-            if not any(transcripts.within(p, old) for p in [was, *(r["uri"] for r in resources), *watched]):
+            repo = [tree["repo"]] if tree is not None and tree["repo"] else []
+            if not any(transcripts.within(p, old) for p in [was, *repo, *(r["uri"] for r in resources), *watched]):
                 raise InvalidArgument(f"--map {old}: no path of session {sid} is in that folder (its folder: {was})")
         folder = transcripts.remap(was, paths)
         if files:
             await _alone_in(tx, row, was)
+            await _no_forks_in(tx, row, was)
         await tx.execute("DELETE FROM moves WHERE session_id = ?", (sid,))
         await tx.execute(
             "INSERT INTO moves (session_id, source, target, was, folder, paths, files, stage, created, updated)"
@@ -95,6 +99,9 @@ class MoveCalls(Calls):
         for host in waiting:
             act.note(f"no engine runs for host {host} now: the move waits for one (procession --host {host} run),"
                      f" or is taken back (move {sid} --to {row['host']})")
+        if tree is not None and tree["kind"] == "git":
+            act.note(f"its branch {tree['branch']} goes with it, into the repository {transcripts.remap(tree['repo'], paths)}"
+                     f" on host {to}, which must be a clone of this one there (--map moves the repository's path)")
         if row["state"] == State.READY:
             act.note(f"its queued run waits, and runs on host {to} once the session is there")
         return Moving(sid, source=row["host"], target=to, folder=folder, files=files, stage="packing", waiting=waiting)
@@ -143,6 +150,19 @@ async def _alone_in(tx: Tx, row: Row, folder: str) -> None:
                             f" session {other['id']} first")
 
 
+async def _no_forks_in(tx: Tx, row: Row, folder: str) -> None:
+    """Refuse to carry off a repository a live fork's worktree on this host belongs to: the
+    worktree would be left without its git folder, its branch gone with it."""
+    fork = await tx.one(
+        "SELECT w.session_id, w.path FROM worktrees w JOIN sessions s ON s.id = w.session_id WHERE w.removed IS NULL"
+        " AND w.kind = 'git' AND s.host = ? AND s.state <> 'terminated' AND s.id <> ?"
+        " AND (w.repo = ? OR substr(w.repo, 1, length(?) + 1) = ? || '/') ORDER BY w.session_id LIMIT 1",
+        (row["host"], row["id"], folder, folder, folder))
+    if fork is not None:
+        raise _refused(row, f"session {fork['session_id']} works in {fork['path']}, a worktree of the repository in"
+                            f" its folder: merge it, or move session {fork['session_id']} first")
+
+
 def step_paths(move: Row) -> dict[str, str]:
     """The paths a move maps: its folder to where it goes, and what ``--map`` said."""
     return {move["was"]: move["folder"], **json.loads(move["paths"])}
@@ -154,13 +174,15 @@ def said(move: Row, *lines: str) -> str:
 
 
 class Packed(Protocol):
-    """What the source's engine packed of the folder (``engine.moving.Packed``)."""
+    """What the source's engine packed of the folder (``engine.packing.Packed``)."""
 
     data: bytes
     manifest: list[list[Any]]
     files: int
     size: int
     left: list[str]
+    bundle: bytes | None
+    tip: str | None
 
     def journal(self) -> dict[str, Any]: ...
 
@@ -172,18 +194,22 @@ class MoveSteps(Calls):
         """The moves that wait for ``host``'s engine: to pack or clear (its source), to place (its target)."""
         async with self.store.snapshot() as tx:
             return await tx.all(
-                "SELECT session_id, source, target, was, folder, files, stage, manifest FROM moves"
+                "SELECT session_id, source, target, was, folder, paths, files, stage, manifest, tree FROM moves"
                 " WHERE (source = ? AND stage IN ('packing', 'clearing')) OR (target = ? AND stage = 'placing')"
                 " ORDER BY session_id", (host, host))
 
-    async def leaving(self, sid: int) -> Row:
-        """The session as its source's engine packs it."""
+    async def leaving(self, sid: int) -> tuple[Row, Row | None]:
+        """The session as its source's engine packs it, and its own folder if it is a fork's."""
         async with self.store.snapshot() as tx:
-            return await rows.session(tx, sid)
+            return await rows.session(tx, sid), await rows.worktree(tx, sid)
 
-    async def move_pack(self, sid: int) -> bytes:
+    async def move_pack(self, sid: int) -> tuple[bytes, bytes | None]:
+        """The packed folder a move carries, and a worktree's branch bundled."""
         async with self.store.snapshot() as tx:
-            return bytes(await tx.value("SELECT pack FROM moves WHERE session_id = ?", (sid,)) or b"")
+            found = await tx.one("SELECT pack, bundle FROM moves WHERE session_id = ?", (sid,))
+        if found is None:
+            raise NotFound(f"session {sid} has no move under way")
+        return bytes(found["pack"] or b""), bytes(found["bundle"]) if found["bundle"] is not None else None
 
     @syscall(Call.MOVE, check=None)
     async def packed(self, act: Act, sid: int, packed: Packed, carried: dict[str, Any] | None) -> Moving:
@@ -191,20 +217,26 @@ class MoveSteps(Calls):
         move = await _step(act.tx, sid, "packing", "source")
         lines = [f"host {move['source']} packed {plural(packed.files, 'file')} ({packed.size:,} bytes)"
                  if move["files"] else f"host {move['source']} carries no file (moved with --no-files)"]
+        tree = await rows.worktree(act.tx, sid)
+        if packed.tip is not None and tree is not None:
+            lines.append(f"its branch {tree['branch']} goes with it, at {packed.tip[:12]}")
         if packed.left:
             lines.append(f"left out what is neither a file, a folder nor a link: {', '.join(packed.left[:5])}"
                          + (f" and {len(packed.left) - 5} more" if len(packed.left) > 5 else ""))
+        left = None if tree is None else json.dumps({"kind": tree["kind"], "repo": tree["repo"],
+                                                      "branch": tree["branch"], "tip": packed.tip})
         await act.tx.execute(
-            "UPDATE moves SET stage = 'placing', pack = ?, manifest = ?, carried = ?, said = ?, updated = ?"
-            " WHERE session_id = ?", (packed.data if move["files"] else None, json.dumps(packed.manifest),
-                                      json.dumps(carried) if carried is not None else None, said(move, *lines),
-                                      act.now, sid))
+            "UPDATE moves SET stage = 'placing', pack = ?, bundle = ?, tree = ?, manifest = ?, carried = ?, said = ?,"
+            " updated = ? WHERE session_id = ?",
+            (packed.data if move["files"] else None, packed.bundle, left, json.dumps(packed.manifest),
+             json.dumps(carried) if carried is not None else None, said(move, *lines), act.now, sid))
         return _moving(move, "placing")
 
     @syscall(Call.MOVE, check=None)
-    async def placed(self, act: Act, sid: int) -> Moving:
+    async def placed(self, act: Act, sid: int, repo: str | None = None) -> Moving:
         """The target's engine made the folder: the session is its host's now, its folder and
-        paths moved, its agent's own session placed where the CLI here finds it."""
+        paths moved, its agent's own session placed where the CLI here finds it (a fork's
+        worktree: in the repository ``repo`` here)."""
         tx = act.tx
         move = await _step(tx, sid, "placing", "target")
         row = await rows.session(tx, sid)
@@ -214,7 +246,11 @@ class MoveSteps(Calls):
             s = {"agent_ref": native.agent_ref(row), "agent_session": json.loads(move["carried"]),
                  "env": json.loads(row["env"]) if row["env"] else {}}
             agent = await place_agent_session(act, s, move["folder"], paths, own=sid)
-        await rows.update_session(tx, sid, host=move["target"], cwd=move["folder"], agent_ref=agent)
+        await rows.update_session(tx, sid, host=move["target"], cwd=transcripts.remap(row["cwd"], paths),
+                                  agent_ref=agent)
+        if (tree := await rows.worktree(tx, sid)) is not None:
+            await tx.execute("UPDATE worktrees SET path = ?, folder = ?, repo = ? WHERE session_id = ? AND removed IS NULL",
+                             (move["folder"], transcripts.remap(tree["folder"], paths), repo or tree["repo"], sid))
         for r in await rows.resources(tx, sid):
             if r["kind"] in LOCAL_KINDS and (uri := moved_uri(r["kind"], r["uri"], paths)) != r["uri"]:
                 await tx.execute("UPDATE resources SET uri = ? WHERE id = ?", (uri, r["id"]))
@@ -224,8 +260,8 @@ class MoveSteps(Calls):
                 await tx.execute("UPDATE triggers SET spec = ? WHERE id = ?", (json.dumps(new), t["id"]))
         lines = [f"host {move['target']} filled its folder {move['folder']}" if move["files"]
                  else f"host {move['target']} has its folder {move['folder']}", *(n.text for n in act.notes)]
-        await tx.execute("UPDATE moves SET stage = 'clearing', pack = NULL, carried = NULL, said = ?, updated = ?"
-                         " WHERE session_id = ?", (said(move, *lines), act.now, sid))
+        await tx.execute("UPDATE moves SET stage = 'clearing', pack = NULL, bundle = NULL, carried = NULL, said = ?,"
+                         " updated = ? WHERE session_id = ?", (said(move, *lines), act.now, sid))
         return _moving(move, "clearing")
 
     @syscall(Call.MOVE, check=None)
@@ -246,7 +282,7 @@ class MoveSteps(Calls):
                                 (sid,))
         if move is None:
             raise NotFound(f"session {sid} has no move under way")
-        await act.tx.execute("UPDATE moves SET stage = 'failed', problem = ?, pack = NULL, carried = NULL,"
+        await act.tx.execute("UPDATE moves SET stage = 'failed', problem = ?, pack = NULL, bundle = NULL, carried = NULL,"
                              " updated = ? WHERE session_id = ?", (problem, act.now, sid))
         return _moving(move, "failed")
 

@@ -1,226 +1,39 @@
-"""Moving a session to another host (``move``): the file work of the engines at either end.
+"""Moving a session to another host (``move``): the engines' part at either end.
 
 The call (``calls.moving``) only records the move. The source host's engine packs the
-session's folder and its agent CLI's own session into the move's row (``pack``); the target
-host's engine unpacks the folder where the session will work, places the agent's session
-where that host's CLI finds it, and takes the session in one call (``place``: its host,
-folder, bound paths and watches change together); then the source's engine removes the
-folder it left, if nothing in it changed since it was packed, and keeps it, saying so, if
-something did (``clear``). The hosts reach each other through the store only.
-
-The folder is read as an attacker may have left it (a model wrote in it): a link is carried
-as a link and never followed, only regular files' bytes are read (each opened without
-following a link, under a folder opened once), and a FIFO, a socket or a device is left out
-and named. It is unpacked into a new private folder beside the target, with tarfile's
-``tar`` filter (no member lands outside it, none is written through a link, set-id bits
-dropped, no owner taken from the archive), then renamed into place: nothing that was there
-is written to, and a target folder that holds anything is refused.
+session's folder (``packing``; a fork's worktree with its branch, ``branches``) and its agent
+CLI's own session into the move's row; the target host's engine unpacks the folder where the
+session will work, places the agent's session where that host's CLI finds it, and takes the
+session in one call (``placed``: its host, folder, bound paths and watches change together);
+then the source's engine removes the folder it left, if nothing in it changed since it was
+packed, and keeps it, saying so, if something did (``cleared``). The hosts reach each other
+through the store only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import os
 import shutil
-import stat
-import tarfile
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from ..model import hosts
 from ..calls.files import carried
+from ..calls.moving import step_paths
+from ..model import hosts, transcripts
 from ..model.errors import NotFound, ProcessionError, StoreBusy
-from ..model.text import plural
+from . import branches
+from .packing import CARRIED_MAX, MoveFailed, Packed, clear, pack, unpack
 
 if TYPE_CHECKING:
     from .ledger import Ledger
 
 log = logging.getLogger("procession.engine")
 
-#: The most a move carries of a folder's files through the store (a larger folder is copied
-#: by the user, then moved with ``--no-files``).
-CARRIED_MAX: Final = 256 * 2**20
-
-
-class MoveFailed(ProcessionError):
-    """A step of a move that cannot be done; the move ends failed with this line, the session
-    staying where it was."""
-
-
-@dataclass(slots=True)
-class Packed:
-    """A folder as a move carries it: a gzipped tar, what it held (``manifest``: each entry's
-    path, kind, and a regular file's size and change time, to tell later whether it changed),
-    and what was left out."""
-
-    data: bytes = b""
-    manifest: list[list[Any]] = field(default_factory=list)
-    files: int = 0
-    size: int = 0
-    left: list[str] = field(default_factory=list)
-
-    def journal(self) -> dict[str, Any]:
-        return {"files": self.files, "bytes": self.size, "left": self.left[:20]}
-
-
-def pack(folder: str, limit: int = CARRIED_MAX) -> Packed:
-    """``folder`` packed, as the module's docstring says; ``MoveFailed`` if it is not a folder
-    here, holds more than ``limit`` bytes of files, or changes as it is read."""
-    out = Packed()
-    buf = io.BytesIO()
-    try:
-        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-            for rel, st, opened in _walk(folder, read=True):
-                info = tarfile.TarInfo(rel)
-                info.mode, info.mtime = stat.S_IMODE(st.st_mode), st.st_mtime
-                if stat.S_ISDIR(st.st_mode):
-                    info.type = tarfile.DIRTYPE
-                    tar.addfile(info)
-                    out.manifest.append([rel, "d"])
-                elif stat.S_ISLNK(st.st_mode):
-                    assert isinstance(opened, str)
-                    info.type, info.linkname = tarfile.SYMTYPE, opened
-                    tar.addfile(info)
-                    out.manifest.append([rel, "l", opened])
-                elif opened is not None:
-                    assert not isinstance(opened, str)
-                    out.size += st.st_size
-                    if out.size > limit:
-                        raise MoveFailed(f"its folder {folder} holds more than {limit // 2**20} MiB of files, more than a move"
-                                         " carries through the store: copy the folder to the other host yourself,"
-                                         " then move the session with --no-files")
-                    info.size = st.st_size
-                    tar.addfile(info, opened)
-                    out.files += 1
-                    out.manifest.append([rel, "f", st.st_size, st.st_mtime_ns])
-                else:
-                    out.left.append(rel)
-                    out.manifest.append([rel, "o"])
-    except OSError as exc:  # a file gone or shortened as it was read, or one that cannot be read
-        raise MoveFailed(f"its folder {folder} could not be packed ({exc}); moving it again tries again") from None
-    out.data = buf.getvalue()
-    return out
-
-
-def survey(folder: str) -> list[list[Any]]:
-    """What ``folder`` holds now, as ``pack``'s manifest says it (nothing read but names and
-    times; ``o``: what a move does not carry, a FIFO, a socket): equal to the manifest when
-    nothing in it changed."""
-    found: list[list[Any]] = []
-    for rel, st, target in _walk(folder, read=False):
-        if stat.S_ISDIR(st.st_mode):
-            found.append([rel, "d"])
-        elif stat.S_ISLNK(st.st_mode):
-            found.append([rel, "l", target])
-        elif stat.S_ISREG(st.st_mode):
-            found.append([rel, "f", st.st_size, st.st_mtime_ns])
-        else:
-            found.append([rel, "o"])
-    return found
-
-
-def _walk(folder: str, *, read: bool) -> Iterator[tuple[str, os.stat_result, Any]]:
-    """Each entry under ``folder`` (itself first, as ``.``), in a stable order, with its
-    ``lstat`` and: a link's target; a regular file open for reading (``read``); else None.
-    The folder is opened once, not through a link; nothing under it is followed."""
-    try:
-        root = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise MoveFailed(f"its folder {folder} cannot be opened here ({exc.strerror})") from None
-    try:
-        yield ".", os.fstat(root), None
-        for top, dirs, names, dir_fd in os.fwalk(".", dir_fd=root, follow_symlinks=False):
-            dirs.sort()
-            for name in sorted(dirs + names):
-                rel = os.path.normpath(os.path.join(top, name))
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    yield rel, st, os.readlink(name, dir_fd=dir_fd)
-                elif stat.S_ISREG(st.st_mode) and read:
-                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-                    with os.fdopen(fd, "rb") as fh:
-                        now = os.fstat(fd)
-                        yield rel, now, fh if stat.S_ISREG(now.st_mode) else None
-                else:
-                    yield rel, st, None
-    finally:
-        os.close(root)
-
-
-def unpack(data: bytes, folder: str) -> None:
-    """The packed folder made at ``folder``, which must not be there or be an empty folder
-    (``MoveFailed`` if it holds anything: nothing there is written to or removed)."""
-    _free(folder)
-    parent = os.path.dirname(folder)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(folder)}.moving-", dir=parent)
-    except OSError as exc:
-        raise MoveFailed(f"{folder} cannot be made here ({exc.strerror})") from None
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(tmp, filter=_unowned)
-        _free(folder)
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(folder)  # the empty folder that was there (one that filled meanwhile is refused)
-        os.rename(tmp, folder)
-    except (OSError, tarfile.TarError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise MoveFailed(f"its folder could not be unpacked at {folder} ({exc})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _unowned(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    """tarfile's ``tar`` filter, and no owner taken from the archive: the files are the
-    engine's user's here, whoever owned them there."""
-    checked = tarfile.tar_filter(member, path)
-    return checked.replace(uid=os.getuid(), gid=os.getgid(), uname="", gname="", deep=False) if checked is not None else None
-
-
-def _free(folder: str) -> None:
-    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
-        raise MoveFailed(f"{folder} is there already and is not a folder; nothing was written (move it with --map to"
-                         " another folder)")
-    if os.path.isdir(folder) and os.listdir(folder):
-        raise MoveFailed(f"{folder} is there already and holds files; nothing was written there"
-                         " (move it with --map to another folder, or with --no-files to work in this one)")
-
-
-def clear(folder: str, manifest: list[list[Any]]) -> str | None:
-    """Remove ``folder`` if it holds exactly what was carried of it; else keep it and say why
-    (None: removed, or gone already). What a move does not carry (a FIFO, a socket) keeps it."""
-    if not os.path.lexists(folder):
-        return None
-    left = [e[0] for e in manifest if e[1] == "o"]
-    if left:
-        return (f"its old folder {folder} is kept: it holds what a move does not carry ({', '.join(left[:3])}"
-                + (f" and {len(left) - 3} more" if len(left) > 3 else "") + "); remove it yourself when done with it")
-    try:
-        now = survey(folder)
-    except (OSError, MoveFailed) as exc:
-        return f"its old folder {folder} is kept: it could not be looked at ({exc})"
-    if now != manifest:
-        before, after = {e[0]: e for e in manifest}, {e[0]: e for e in now}
-        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-        return (f"its old folder {folder} is kept: {plural(len(changed), 'path')} changed there since it was packed"
-                f" ({', '.join(changed[:3])}{' …' if len(changed) > 3 else ''}), which the session's folder now"
-                " lacks: compare the two, then remove it yourself")
-    try:
-        shutil.rmtree(folder)  # descriptor-based: a link put in meanwhile is removed, not followed
-    except OSError as exc:
-        return f"its old folder {folder} could not be removed whole ({exc})"
-    return None
-
-
-# ---------------------------------------------------------------------- the engine's part
+#: What a worktree's folder holds that is not carried: its link to its repository's git folder.
+GIT: Final = frozenset({".git"})
 
 
 async def step(ledger: Ledger) -> None:
@@ -231,16 +44,13 @@ async def step(ledger: Ledger) -> None:
         sid = move["session_id"]
         try:
             if move["stage"] == "packing":
-                row = await ledger.leaving(sid)
-                packed = await asyncio.to_thread(pack, row["cwd"]) if move["files"] else Packed()
-                await ledger.packed(sid, packed, await carried(row))
+                packed = await _pack(ledger, sid, move)
                 log.info("session %d: packed for host %s (%d files)", sid, move["target"], packed.files)
             elif move["stage"] == "placing":
                 await _place(ledger, sid, move)
                 log.info("session %d: placed here from host %s, in %s", sid, move["source"], move["folder"])
             elif move["stage"] == "clearing":
-                kept = await asyncio.to_thread(clear, move["was"], json.loads(move["manifest"] or "[]")) \
-                    if move["files"] else None
+                kept = await asyncio.to_thread(_clear, move) if move["files"] else None
                 await ledger.cleared(sid, kept)
                 log.info("session %d: moved to host %s%s", sid, move["target"], f"; {kept}" if kept else "")
         except (StoreBusy, NotFound):  # out of reach: again at the next look; taken back: nothing to do
@@ -252,19 +62,53 @@ async def step(ledger: Ledger) -> None:
                 await ledger.move_failed(sid, said)
 
 
+async def _pack(ledger: Ledger, sid: int, move: Any) -> Packed:
+    """The folder packed (a fork's worktree without its ``.git``, its branch bundled beside)."""
+    row, tree = await ledger.leaving(sid)
+    if not move["files"]:
+        packed = Packed()
+    elif tree is not None and tree["kind"] == "git":
+        packed = await asyncio.to_thread(pack, move["was"], CARRIED_MAX, GIT)
+        packed.bundle, packed.tip = await asyncio.to_thread(branches.bundle, tree["repo"], tree["branch"],
+                                                            CARRIED_MAX - packed.size)
+    else:
+        packed = await asyncio.to_thread(pack, move["was"])
+    await ledger.packed(sid, packed, await carried(row))
+    return packed
+
+
 async def _place(ledger: Ledger, sid: int, move: Any) -> None:
     folder = move["folder"]
-    if move["files"]:
-        await asyncio.to_thread(unpack, await ledger.move_pack(sid), folder)
+    tree = json.loads(move["tree"]) if move["tree"] else None
+    repo, made = None, False
+    if tree is not None and tree["kind"] == "git":
+        repo = transcripts.remap(tree["repo"], step_paths(move))
+        data, bundle = await ledger.move_pack(sid)
+        made = await asyncio.to_thread(branches.place, bundle, data, repo, tree["branch"], tree["tip"], folder)
+    elif move["files"]:
+        await asyncio.to_thread(unpack, (await ledger.move_pack(sid))[0], folder)
     elif not os.path.isdir(folder):
         raise MoveFailed(f"{folder} is not a folder on host {move['target']} (moved with --no-files: it must be"
                          " there already)")
     try:
-        await ledger.placed(sid)
+        await ledger.placed(sid, repo)
     except ProcessionError:
         if move["files"] and await _not_placed(ledger, sid):  # taken back meanwhile, or refused: it goes
-            await asyncio.to_thread(shutil.rmtree, folder, True)
+            if repo is not None and tree is not None:
+                await asyncio.to_thread(branches.take_back, repo, tree["branch"] if made else None, tree["tip"], folder)
+            else:
+                await asyncio.to_thread(shutil.rmtree, folder, True)
         raise
+
+
+def _clear(move: Any) -> str | None:
+    """The old folder removed if unchanged (a worktree's branch then too, if still where it was)."""
+    tree = json.loads(move["tree"]) if move["tree"] else None
+    git = tree is not None and tree["kind"] == "git"
+    kept = clear(move["was"], json.loads(move["manifest"] or "[]"), GIT if git else frozenset())
+    if kept is None and tree is not None and git:
+        return branches.let_go(tree["repo"], tree["branch"], tree["tip"])
+    return kept
 
 
 async def _not_placed(ledger: Ledger, sid: int) -> bool:

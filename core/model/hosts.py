@@ -35,6 +35,15 @@ def this() -> str:
     return check(named) if named else _named()
 
 
+def refuse_elsewhere(host: str, what: str) -> None:
+    """File work (making a fork's own folder, merging its files, removing it) is done by the
+    process that makes the call, on its own machine: refused in one line when ``what`` (a
+    folder of a session on ``host``) is on another host, where the same path names other files."""
+    if host != (here := this()):
+        raise InvalidArgument(f"{what} is on host {host}, and this is host {here}: make the call there"
+                              f" (procession --host {host} ..., on that machine)")
+
+
 def machine() -> str:
     """This machine's own name, whatever host it stands for: where a pid means a process."""
     return socket.gethostname()

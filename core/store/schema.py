@@ -497,6 +497,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         updated     REAL NOT NULL
     );
     """,
+    # 16: a fork's own folder moves too (``tree``: it as it left, JSON: its kind, the
+    # repository's common git folder, its branch, and the branch's tip then, so that the old
+    # host removes the branch only if it is still at that commit). A git worktree's branch
+    # travels as a bundle (``bundle``, all of its history: the other host's clone may lack any).
+    """
+    ALTER TABLE moves ADD COLUMN tree TEXT;
+    ALTER TABLE moves ADD COLUMN bundle BLOB;
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

@@ -23,8 +23,9 @@ import pytest
 
 from conftest import HANG_S, sql, until
 from procession import NotFound, State, Workspace
-from procession.engine import moving
+from procession.engine import branches, packing
 from support.agent_clis import ClaudeSandbox, session_env
+from support.git import Repo, git_identity  # noqa: F401 - a fixture
 from support.hosts import spawn_on, start_engine, stop
 from support.models import ModelServer, say
 from support.runs import finished
@@ -191,6 +192,96 @@ async def test_a_move_not_placed_yet_is_taken_back_and_nothing_is_made_on_the_ot
     assert not there.exists() and held(here) == before and (await ws.info(sid)).host == "alpha"
 
 
+async def test_a_forks_worktree_moves_into_a_clone_on_the_other_host_with_its_branch_and_back(
+        git_identity, two_hosts, tmp_path, monkeypatch) -> None:
+    db, ws, _ = two_hosts
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    repo = Repo.init(alpha / "proj", {"a.txt": "one\n", "gone.txt": "bye\n"})
+    subprocess.run(["git", "clone", "-q", str(repo.path), str(beta / "proj")], check=True, capture_output=True)
+    parent = await spawn_on(ws, "alpha", "parent", "command:true", cwd=str(repo.path))
+    monkeypatch.setenv("PROCESSION_HOST", "alpha")
+    fork = (await ws.fork(parent, "side", worktree=True)).sid
+    tree = Repo(Path((await ws.info(fork)).cwd))
+    branch = tree.git("branch", "--show-current")
+    tip = tree.commit({"a.txt": "two\n"}, "on the fork's branch")  # a commit the clone on beta never saw
+    tree.write({"a.txt": "three\n", "new.txt": "not added\n"})  # and work not committed
+    (tree.path / "gone.txt").unlink()
+    status, files = tree.git("status", "--short"), held(tree.path)
+
+    out = cli(db, "move", str(parent), "--to", "beta", "--map", f"{alpha}={beta}")
+    assert out.returncode == 1 and f"session {fork} works in {tree.path}, a worktree of the repository" in out.stderr
+
+    out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")
+    assert out.returncode == 0, out.stderr
+    assert f"its branch {branch} goes with it, into the repository {beta / 'proj' / '.git'} on host beta" in out.stderr
+    there = Repo(beta / "proj.forks" / tree.path.name)
+    assert (await ws.info(fork)).cwd == str(there.path)
+    assert there.head() == tip and there.git("branch", "--show-current") == branch
+    assert there.git("status", "--short") == status and held(there.path) == {**files, ".git": held(there.path)[".git"]}
+    assert Path(there.git("rev-parse", "--git-common-dir")).resolve() == (beta / "proj" / ".git").resolve()
+    assert not tree.path.exists() and branch not in repo.git("branch", "--list")  # gone from alpha, as unchanged
+    assert str(tree.path) not in repo.git("worktree", "list")
+
+    with pytest.raises(Exception, match=f"session {fork}'s own folder is on host beta and session {parent}'s folder on"
+                                        " host alpha: merging files needs both on one host"):
+        await ws.merge(fork, parent)
+    monkeypatch.setenv("PROCESSION_HOST", "beta")
+    with pytest.raises(Exception, match=f"session {parent}'s folder is on host alpha, and this is host beta: make the"
+                                        " call there"):
+        await ws.fork(parent, "elsewhere", worktree=True)
+
+    out = cli(db, "move", str(fork), "--to", "alpha", "--map", f"{beta}={alpha}")
+    assert out.returncode == 0, out.stderr
+    assert tree.head() == tip and tree.git("status", "--short") == status
+    assert not there.path.exists() and branch not in Repo(beta / "proj").git("branch", "--list")
+    monkeypatch.setenv("PROCESSION_HOST", "alpha")
+    tree.commit({}, "the rest")
+    await ws.merge(fork, parent)
+    assert repo.read("a.txt") == "three\n" and repo.read("new.txt") == "not added\n"
+    assert not (repo.path / "gone.txt").exists()
+
+
+async def test_a_worktree_with_no_clone_or_a_rival_branch_there_fails_its_move_and_nothing_is_left(
+        git_identity, two_hosts, tmp_path, monkeypatch) -> None:
+    db, ws, _ = two_hosts
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    repo = Repo.init(alpha / "proj")
+    parent = await spawn_on(ws, "alpha", "parent", "command:true", cwd=str(repo.path))
+    monkeypatch.setenv("PROCESSION_HOST", "alpha")
+    fork = (await ws.fork(parent, "side", worktree=True)).sid
+    tree = Repo(Path((await ws.info(fork)).cwd))
+    tree.write({"work.txt": "mine\n"})
+    before, branch = held(tree.path), tree.git("branch", "--show-current")
+
+    out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")  # no clone on beta
+    assert out.returncode == 1 and f"there is no git repository at {beta / 'proj' / '.git'} on this host: clone the" \
+        " repository there" in out.stdout, out.stdout
+    assert not (beta / "proj.forks").exists()
+
+    clone = Repo(beta / "proj")
+    subprocess.run(["git", "clone", "-q", str(repo.path), str(clone.path)], check=True, capture_output=True)
+    clone.git("switch", "-q", "-c", branch)
+    clone.commit({"theirs.txt": "x\n"}, "another line of work, under the same name")
+    clone.git("switch", "-q", "main")
+    rival = clone.head(branch)
+    out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")
+    assert out.returncode == 1 and f"has a branch {branch} already, at another commit ({rival[:12]})" in out.stdout
+    assert clone.head(branch) == rival and not (beta / "proj.forks").exists()
+    info = await ws.info(fork)
+    assert (info.host, info.cwd) == ("alpha", str(tree.path)) and held(tree.path) == before  # as it was
+    assert tree.git("branch", "--show-current") == branch
+
+
+def test_only_a_forks_branch_is_fetched_from_a_bundle(git_identity, tmp_path) -> None:
+    repo = Repo.init(tmp_path / "proj")
+    data, tip = branches.bundle(str(repo.path / ".git"), "main", 2**20)
+    with pytest.raises(packing.MoveFailed, match="'main' is not a fork's branch: the move carries none other"):
+        branches.place(data, b"", str(repo.path / ".git"), "main", tip, str(tmp_path / "there"))
+    with pytest.raises(packing.MoveFailed, match="could not be made"):
+        branches.place(b"not a bundle", b"", str(repo.path / ".git"), "procession/x", tip, str(tmp_path / "there"))
+    assert repo.git("branch", "--list") == "* main" and not (tmp_path / "there").exists()
+
+
 async def _state(ws: Workspace, sid: int, state: State) -> bool:
     return (await ws.info(sid)).state is state
 
@@ -280,8 +371,8 @@ def test_a_crafted_pack_writes_nothing_outside_the_folder_it_makes(tmp_path, mem
     it: no member lands outside the new folder, and a refused pack leaves no folder at all."""
     target = tmp_path / "deep" / "target"
     try:
-        moving.unpack(_tar(*members), str(target))
-    except moving.MoveFailed as exc:
+        packing.unpack(_tar(*members), str(target))
+    except packing.MoveFailed as exc:
         assert str(target) in str(exc)
         assert not target.exists()
     else:  # an absolute name is taken as relative, inside the folder (as tar itself does)
@@ -292,35 +383,35 @@ def test_a_crafted_pack_writes_nothing_outside_the_folder_it_makes(tmp_path, mem
 
 def test_set_id_bits_and_owners_do_not_travel_and_a_changed_old_folder_is_kept(tmp_path) -> None:
     target = tmp_path / "target"
-    moving.unpack(_tar((_member("tool", mode=0o6755), b"#!/bin/sh\n")), str(target))
+    packing.unpack(_tar((_member("tool", mode=0o6755), b"#!/bin/sh\n")), str(target))
     assert (target / "tool").stat().st_mode & 0o7777 == 0o755 and (target / "tool").stat().st_uid == os.getuid()
 
     folder = tmp_path / "old"
     make_folder(folder, fifo=True)
-    packed = moving.pack(str(folder))
+    packed = packing.pack(str(folder))
     assert packed.left == ["pipe"] and packed.files == 2
-    kept = moving.clear(str(folder), packed.manifest)  # a FIFO cannot travel: the folder stays, and says why
+    kept = packing.clear(str(folder), packed.manifest)  # a FIFO cannot travel: the folder stays, and says why
     assert kept is not None and "it holds what a move does not carry (pipe)" in kept and (folder / "pipe").exists()
     (folder / "pipe").unlink()
-    packed = moving.pack(str(folder))
+    packed = packing.pack(str(folder))
     (folder / "a.txt").write_text("written after it was packed")
-    kept = moving.clear(str(folder), packed.manifest)
+    kept = packing.clear(str(folder), packed.manifest)
     assert kept is not None and "1 path changed there since it was packed (a.txt)" in kept
     assert (folder / "a.txt").read_text() == "written after it was packed"
     (folder / "a.txt").write_text("hello\n")
     [when] = [e[3] for e in packed.manifest if e[0] == "a.txt"]
     os.utime(folder / "a.txt", ns=(when, when))  # as it was packed
-    assert moving.clear(str(folder), packed.manifest) is None and not folder.exists()
+    assert packing.clear(str(folder), packed.manifest) is None and not folder.exists()
 
     (tmp_path / "real").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "real")
-    with pytest.raises(moving.MoveFailed, match="cannot be opened"):
-        moving.pack(str(tmp_path / "alias"))  # a folder that is a link is not followed either
+    with pytest.raises(packing.MoveFailed, match="cannot be opened"):
+        packing.pack(str(tmp_path / "alias"))  # a folder that is a link is not followed either
 
 
 def test_a_folder_larger_than_a_move_carries_is_refused_in_one_line_before_it_is_read_whole(tmp_path) -> None:
     (tmp_path / "big").mkdir()
     for i in range(3):
         (tmp_path / "big" / f"part{i}").write_bytes(b"x" * 4096)
-    with pytest.raises(moving.MoveFailed, match="holds more than 0 MiB of files, more than a move carries"):
-        moving.pack(str(tmp_path / "big"), limit=5000)  # over at the second file: the third is never read
+    with pytest.raises(packing.MoveFailed, match="holds more than 0 MiB of files, more than a move carries"):
+        packing.pack(str(tmp_path / "big"), limit=5000)  # over at the second file: the third is never read

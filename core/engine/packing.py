@@ -1,0 +1,226 @@
+"""A folder as a move carries it between hosts (``move``): packed on the old host, unpacked on
+the new one, and removed from the old one only if nothing in it changed since.
+
+The folder is read as an attacker may have left it (a model wrote in it): a link is carried
+as a link and never followed, only regular files' bytes are read (each opened without
+following a link, under a folder opened once), and a FIFO, a socket or a device is left out
+and named. It is unpacked into a new private folder beside the target, with tarfile's
+``tar`` filter (no member lands outside it, none is written through a link, set-id bits
+dropped, no owner taken from the archive), then renamed into place: nothing that was there
+is written to, and a target folder that holds anything is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..model.errors import ProcessionError
+from ..model.text import plural
+
+#: The most a move carries of a folder's files through the store (a larger folder is copied
+#: by the user, then moved with ``--no-files``).
+CARRIED_MAX: Final = 256 * 2**20
+
+
+class MoveFailed(ProcessionError):
+    """A step of a move that cannot be done; the move ends failed with this line, the session
+    staying where it was."""
+
+
+@dataclass(slots=True)
+class Packed:
+    """A folder as a move carries it: a gzipped tar, what it held (``manifest``: each entry's
+    path, kind, and a regular file's size and change time, to tell later whether it changed),
+    and what was left out."""
+
+    data: bytes = b""
+    manifest: list[list[Any]] = field(default_factory=list)
+    files: int = 0
+    size: int = 0
+    left: list[str] = field(default_factory=list)
+    bundle: bytes | None = None  # a fork's worktree: its branch (``branches.bundle``), and its tip
+    tip: str | None = None
+
+    def journal(self) -> dict[str, Any]:
+        return {"files": self.files, "bytes": self.size, "left": self.left[:20], "branch": self.tip}
+
+
+def pack(folder: str, limit: int = CARRIED_MAX, skip: frozenset[str] = frozenset()) -> Packed:
+    """``folder`` packed, as the module's docstring says, but for the names in it ``skip`` (a
+    worktree's ``.git``); ``MoveFailed`` if it is not a folder here, holds more than ``limit``
+    bytes of files, or changes as it is read."""
+    out = Packed()
+    buf = io.BytesIO()
+    try:
+        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+            for rel, st, opened in _walk(folder, read=True, skip=skip):
+                info = tarfile.TarInfo(rel)
+                info.mode, info.mtime = stat.S_IMODE(st.st_mode), st.st_mtime
+                if stat.S_ISDIR(st.st_mode):
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                    out.manifest.append([rel, "d"])
+                elif stat.S_ISLNK(st.st_mode):
+                    assert isinstance(opened, str)
+                    info.type, info.linkname = tarfile.SYMTYPE, opened
+                    tar.addfile(info)
+                    out.manifest.append([rel, "l", opened])
+                elif opened is not None:
+                    assert not isinstance(opened, str)
+                    out.size += st.st_size
+                    if out.size > limit:
+                        raise MoveFailed(f"its folder {folder} holds more than {limit // 2**20} MiB of files, more than a move"
+                                         " carries through the store: copy the folder to the other host yourself,"
+                                         " then move the session with --no-files")
+                    info.size = st.st_size
+                    tar.addfile(info, opened)
+                    out.files += 1
+                    out.manifest.append([rel, "f", st.st_size, st.st_mtime_ns])
+                else:
+                    out.left.append(rel)
+                    out.manifest.append([rel, "o"])
+    except OSError as exc:  # a file gone or shortened as it was read, or one that cannot be read
+        raise MoveFailed(f"its folder {folder} could not be packed ({exc}); moving it again tries again") from None
+    out.data = buf.getvalue()
+    return out
+
+
+def survey(folder: str, skip: frozenset[str] = frozenset()) -> list[list[Any]]:
+    """What ``folder`` holds now, as ``pack``'s manifest says it (nothing read but names and
+    times; ``o``: what a move does not carry, a FIFO, a socket): equal to the manifest when
+    nothing in it changed."""
+    found: list[list[Any]] = []
+    for rel, st, target in _walk(folder, read=False, skip=skip):
+        if stat.S_ISDIR(st.st_mode):
+            found.append([rel, "d"])
+        elif stat.S_ISLNK(st.st_mode):
+            found.append([rel, "l", target])
+        elif stat.S_ISREG(st.st_mode):
+            found.append([rel, "f", st.st_size, st.st_mtime_ns])
+        else:
+            found.append([rel, "o"])
+    return found
+
+
+def _walk(folder: str, *, read: bool, skip: frozenset[str]) -> Iterator[tuple[str, os.stat_result, Any]]:
+    """Each entry under ``folder`` (itself first, as ``.``; none named in ``skip`` at its top),
+    in a stable order, with its ``lstat`` and: a link's target; a regular file open for
+    reading (``read``); else None. The folder is opened once, not through a link; nothing
+    under it is followed."""
+    try:
+        root = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise MoveFailed(f"its folder {folder} cannot be opened here ({exc.strerror})") from None
+    try:
+        yield ".", os.fstat(root), None
+        for top, dirs, names, dir_fd in os.fwalk(".", dir_fd=root, follow_symlinks=False):
+            if top == ".":
+                dirs[:] = [d for d in dirs if d not in skip]
+                names = [n for n in names if n not in skip]
+            dirs.sort()
+            for name in sorted(dirs + names):
+                rel = os.path.normpath(os.path.join(top, name))
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    yield rel, st, os.readlink(name, dir_fd=dir_fd)
+                elif stat.S_ISREG(st.st_mode) and read:
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+                    with os.fdopen(fd, "rb") as fh:
+                        now = os.fstat(fd)
+                        yield rel, now, fh if stat.S_ISREG(now.st_mode) else None
+                else:
+                    yield rel, st, None
+    finally:
+        os.close(root)
+
+
+def unpack(data: bytes, folder: str) -> None:
+    """The packed folder made at ``folder``, which must not be there or be an empty folder
+    (``MoveFailed`` if it holds anything: nothing there is written to or removed)."""
+    tmp = unpacked(data, folder)
+    try:
+        ready(folder)
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(folder)  # the empty folder that was there (one that filled meanwhile is refused)
+        os.rename(tmp, folder)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise MoveFailed(f"its folder could not be unpacked at {folder} ({exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def unpacked(data: bytes, folder: str) -> str:
+    """The packed files, unpacked into a new private folder beside ``folder`` (which must be
+    free: ``ready``): its path, for the caller to put in place and remove."""
+    ready(folder)
+    parent = os.path.dirname(folder)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(folder)}.moving-", dir=parent)
+    except OSError as exc:
+        raise MoveFailed(f"{folder} cannot be made here ({exc.strerror})") from None
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(tmp, filter=_unowned)
+    except (OSError, tarfile.TarError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise MoveFailed(f"its folder could not be unpacked at {folder} ({exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
+
+
+def _unowned(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's ``tar`` filter, and no owner taken from the archive: the files are the
+    engine's user's here, whoever owned them there."""
+    checked = tarfile.tar_filter(member, path)
+    return checked.replace(uid=os.getuid(), gid=os.getgid(), uname="", gname="", deep=False) if checked is not None else None
+
+
+def ready(folder: str) -> None:
+    """Refuse a target ``folder`` that is there and is not an empty folder (not through a link)."""
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        raise MoveFailed(f"{folder} is there already and is not a folder; nothing was written (move it with --map to"
+                         " another folder)")
+    if os.path.isdir(folder) and os.listdir(folder):
+        raise MoveFailed(f"{folder} is there already and holds files; nothing was written there"
+                         " (move it with --map to another folder, or with --no-files to work in this one)")
+
+
+def clear(folder: str, manifest: list[list[Any]], skip: frozenset[str] = frozenset()) -> str | None:
+    """Remove ``folder`` if it holds exactly what was carried of it (``skip``: what ``pack``
+    left out on purpose, removed too); else keep it and say why (None: removed, or gone
+    already). What a move does not carry (a FIFO, a socket) keeps it."""
+    if not os.path.lexists(folder):
+        return None
+    left = [e[0] for e in manifest if e[1] == "o"]
+    if left:
+        return (f"its old folder {folder} is kept: it holds what a move does not carry ({', '.join(left[:3])}"
+                + (f" and {len(left) - 3} more" if len(left) > 3 else "") + "); remove it yourself when done with it")
+    try:
+        now = survey(folder, skip)
+    except (OSError, MoveFailed) as exc:
+        return f"its old folder {folder} is kept: it could not be looked at ({exc})"
+    if now != manifest:
+        before, after = {e[0]: e for e in manifest}, {e[0]: e for e in now}
+        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        return (f"its old folder {folder} is kept: {plural(len(changed), 'path')} changed there since it was packed"
+                f" ({', '.join(changed[:3])}{' …' if len(changed) > 3 else ''}), which the session's folder now"
+                " lacks: compare the two, then remove it yourself")
+    try:
+        shutil.rmtree(folder)  # descriptor-based: a link put in meanwhile is removed, not followed
+    except OSError as exc:
+        return f"its old folder {folder} could not be removed whole ({exc})"
+    return None
