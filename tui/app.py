@@ -355,6 +355,10 @@ class ProcessionApp(App[str]):
             entry = self.feed.restarted.pop(0)
             known = self.feed.sessions.get(entry.session or 0)
             self.notify(results.restarted(entry, known.name if known else "?"), severity="warning", timeout=12)
+        while self.feed.moves_over:
+            if (move := await self.ws.move_info(self.feed.moves_over.pop(0))) is not None:
+                self.notify(results.moved(move), severity="error" if move.stage == "failed" else "information",
+                            timeout=12)
         if self.feed.asking:
             self.bell()
         while self.feed.asking:

@@ -67,6 +67,8 @@ class Feed:
     asking: list[SessionInfo] = field(default_factory=list)
     #: runs the engine started again by a restart policy (since it started), to tell the user of
     restarted: list[JournalEntry] = field(default_factory=list)
+    #: sessions whose move to another host ended since the last refresh (placed, failed, taken back)
+    moves_over: list[int] = field(default_factory=list)
     journal_tip: int | None = None  # the journal row read to for ``restarted`` (None: not yet)
     #: sid -> when: sessions whose run ended since the monitor opened, not looked at since
     finished: dict[int, float] = field(default_factory=dict)
@@ -124,6 +126,8 @@ class Feed:
                     self.asking.append(info)
                 if highlight and old.state in ACTIVE and info.state in (State.SLEEPING, State.TERMINATED):
                     self.finished[info.id] = now
+                if highlight and old.moving and not info.moving:
+                    self.moves_over.append(info.id)
             elif highlight:
                 self.highlights[info.id] = ("new", now + HIGHLIGHT_S)
             info = self._marked(info)

@@ -55,6 +55,7 @@ class MoveCalls(Calls):
         last = await last_move(tx, sid)
         if to == row["host"]:
             if last is not None and last.going:
+                await tx.touch(sid)  # the rows that showed it moving show it here again
                 await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, bundle = NULL, carried = NULL,"
                                  " updated = ? WHERE session_id = ?", (act.now, sid))
                 return Moving(sid, source=row["host"], target=last.target, folder=last.folder, files=last.files,
@@ -85,6 +86,7 @@ class MoveCalls(Calls):
         if files:
             await _alone_in(tx, row, was)
             await _no_forks_in(tx, row, was)
+        await tx.touch(sid)  # its row shows where it goes
         await tx.execute("DELETE FROM moves WHERE session_id = ?", (sid,))
         await tx.execute(
             "INSERT INTO moves (session_id, source, target, was, folder, paths, files, stage, created, updated)"
@@ -282,6 +284,7 @@ class MoveSteps(Calls):
                                 (sid,))
         if move is None:
             raise NotFound(f"session {sid} has no move under way")
+        await act.tx.touch(sid)
         await act.tx.execute("UPDATE moves SET stage = 'failed', problem = ?, pack = NULL, bundle = NULL, carried = NULL,"
                              " updated = ? WHERE session_id = ?", (problem, act.now, sid))
         return _moving(move, "failed")

@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
 
 from ..model import hosts
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
+    MOVE_GOING,
     Checkpoint,
     Fold,
     Holder,
@@ -40,14 +42,33 @@ ENGINE_STALE_S = 5.0
 _STATES = {s.value: s for s in State}
 
 
+@dataclass(slots=True, frozen=True)
+class Whereabouts:
+    """What a host cell shows besides the host, read once for a page of rows: the hosts whose
+    engine died (``lost_hosts``), and the sessions on their way to another host, to which."""
+
+    lost: frozenset[str] = frozenset()
+    moving: Mapping[int, str] = field(default_factory=dict)
+
+
+NOWHERE: Final = Whereabouts()
+
+
+async def whereabouts(tx: Tx) -> Whereabouts:
+    marks = ", ".join("?" * len(MOVE_GOING))
+    moving = dict(await tx.tuples(f"SELECT session_id, target FROM moves WHERE stage IN ({marks})", MOVE_GOING))
+    return Whereabouts(await lost_hosts(tx), moving)
+
+
 def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None,
-          spend: float | None = None, lost: frozenset[str] = frozenset()) -> SessionInfo:
+          spend: float | None = None, where: Whereabouts = NOWHERE) -> SessionInfo:
     """A ``SessionInfo`` from a row of ``rows.PS_COLUMNS`` (read by position: this runs 100,000
     times when a monitor opens a big workspace)."""
     return SessionInfo(r[0], r[1], r[2], r[3], r[4], _STATES[r[5]], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
                        r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19], r[20], r[21], r[22], r[23],
                        tuple(trigs), r[24], r[25], r[26], r[27], "agent" if r[28] else "procession", r[29], r[30],
-                       bool(r[31]), r[32], r[33], r[34], r[35], r[36], r[36] in lost, worktree, spend=spend)
+                       bool(r[31]), r[32], r[33], r[34], r[35], r[36], r[36] in where.lost, worktree, spend=spend,
+                       moving=where.moving.get(r[0]))
 
 
 #: Sessions read from SQLite at a time by ``ps``.
@@ -68,7 +89,7 @@ _LAST = SessionInfo.__slots__[30:]  # after context_source: the rest of the row,
 
 
 def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None,
-               spend: float | None = None, lost: frozenset[str] = frozenset()) -> dict[str, Any]:
+               spend: float | None = None, where: Whereabouts = NOWHERE) -> dict[str, Any]:
     """``_info(r, trigs, worktree).to_json()``, in a third of the time (the state is stored as
     its value)."""
     data = {"sid": r[0]}  # and "id", its old name, for one release (``SessionInfo.to_json``)
@@ -79,10 +100,11 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Wo
     data["context_source"] = "agent" if r[28] else "procession"
     data.update(zip(_LAST, r[29:]))
     data["adopted"] = bool(r[31])
-    data["host_lost"] = r[36] in lost
+    data["host_lost"] = r[36] in where.lost
     data["worktree"] = worktree.to_json() if worktree else None
     data["outside"] = None
     data["spend"] = spend
+    data["moving"] = where.moving.get(r[0])
     return data
 
 
@@ -118,8 +140,8 @@ class ReadCalls(Calls):
         SQL: memory flat in the number of sessions, and the cost of ``--limit 50`` that of 50
         rows plus the sort. Each batch reads the triggers of its own sessions only."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs, wts, spends, lost in pages:
-                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0]), lost) for r in found]
+            async for found, trigs, wts, spends, where in pages:
+                yield [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0]), where) for r in found]
 
     async def ps_json_batches(self, *, all: bool = False, agent: str | None = None, state: str | None = None,
                               sort: str | None = None, reverse: bool = False, limit: int | None = None,
@@ -127,13 +149,13 @@ class ReadCalls(Calls):
         """``ps_batches`` as ``SessionInfo.to_json`` dicts, made from the rows directly (no
         record in between): what ``ps --json`` prints for 100,000 sessions."""
         async with aclosing(self._ps_rows(all, agent, state, sort, reverse, limit, size)) as pages:
-            async for found, trigs, wts, spends, lost in pages:
-                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0]), lost) for r in found]
+            async for found, trigs, wts, spends, where in pages:
+                yield [_info_json(r, trigs.get(r[0], ()), wts.get(r[0]), spends.get(r[0]), where) for r in found]
 
     async def _ps_rows(self, all: bool, agent: str | None, state: str | None, sort: str | None, reverse: bool,
                        limit: int | None, size: int,
                        ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]],
-                                             dict[int, Worktree], dict[int, float], frozenset[str]], None]:
+                                             dict[int, Worktree], dict[int, float], Whereabouts], None]:
         where: list[str] = []
         params: list[Any] = []
         if not all and state != State.TERMINATED:
@@ -156,7 +178,7 @@ class ReadCalls(Calls):
         if limit is not None:
             params.append(limit)
         async with self.store.snapshot() as tx:
-            lost = await lost_hosts(tx)
+            around = await whereabouts(tx)
             async with aclosing(tx.stream(sql, params, size)) as batches:
                 async for found in batches:
                     ids = [r[0] for r in found]
@@ -166,7 +188,7 @@ class ReadCalls(Calls):
                     wts = rows.worktree_infos(await tx.tuples(
                         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
                         f" ({marks})", ids))
-                    yield found, trigs, wts, await spends(tx, ids), lost
+                    yield found, trigs, wts, await spends(tx, ids), around
 
     async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
         """Sessions changed after revision ``since`` (every session for 0), in SID order from
@@ -180,8 +202,8 @@ class ReadCalls(Calls):
             trigs = rows.trigger_infos(await tx.tuples(trig_sql, (since, after, limit))) if found else {}
             wts = rows.worktree_infos(await tx.tuples(wt_sql, (since, after, limit))) if found else {}
             spent = await spends(tx, [r[0] for r in found])
-            lost = await lost_hosts(tx) if found else frozenset()
-        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0]), lost) for r in found]
+            where = await whereabouts(tx) if found else NOWHERE
+        return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0]), where) for r in found]
 
     async def activity(self, window_s: float = 60.0) -> dict[str, Any]:
         """What a monitor's header shows besides its own rows: recent firings, live runs, this
@@ -399,7 +421,7 @@ async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
         f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
     wts = rows.worktree_infos(await tx.tuples(
         f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
-    return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid), await lost_hosts(tx))
+    return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid), await whereabouts(tx))
 
 
 async def last_move(tx: Tx, sid: int) -> MoveInfo | None:

@@ -137,6 +137,8 @@ class SessionInfo:
     outside: int | None = None
     #: the largest part of a cap it has spent, of its budgets (its own, its agent's); None: no limit
     spend: float | None = None
+    #: the host it is on its way to (``move``, packed or being placed there); None: not moving
+    moving: str | None = None
 
     @property
     def last_fired(self) -> float | None:

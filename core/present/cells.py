@@ -99,7 +99,8 @@ def _last(s: SessionInfo, now: float) -> Parts:
 
 
 def _host(s: SessionInfo, now: float) -> Parts:
-    return [(printable(s.host), "")] + ([(" lost", "outcome--bad")] if s.host_lost else [])
+    return ([(printable(s.host), "")] + ([(" lost", "outcome--bad")] if s.host_lost else [])
+            + ([(f"→{printable(s.moving)}", "state--ready")] if s.moving else []))
 
 
 def _spend(s: SessionInfo, now: float) -> list[tuple[str, str]]:
@@ -113,7 +114,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
            lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
     Column("host", "HOST", 12, False, lambda s: (s.host, s.id), _host,
-           "the host its folder is on, whose engine runs it (lost: that engine died; its runs wait for it)"),
+           "the host its folder is on, whose engine runs it (lost: that engine died; its runs wait for it; →B: on its"
+           " way to host B)"),
     Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name,
            "session name (and what a running agent is doing)"),
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),

@@ -14,7 +14,8 @@ from procession.model.calls import USER_CALLS
 from procession.present import lines
 from procession.tui.calls import FLOWS
 from procession.tui.dialogs import ActionMenu, Form
-from support.monitor import answer
+from support.hosts import spawn_on, start_engine, stop
+from support.monitor import answer, line_of, to
 
 
 async def choose(pilot: Any, app: Any, option: str) -> None:
@@ -196,3 +197,32 @@ async def test_a_refusal_naming_a_flag_keeps_the_form_and_points_at_its_field(tm
         assert app.focused is app.screen.query_one("#field-model")
         await pilot.press("escape")
         await until(lambda: not isinstance(app.screen, Form))
+
+
+async def test_g_moves_a_session_the_host_column_shows_it_going_and_a_failed_move_is_told(
+        tmp_path: Path, monitor: Any, monkeypatch: Any) -> None:
+    db = tmp_path / "ws.db"
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir()
+    (here / "work.txt").write_text("mine\n")
+    there.mkdir()
+    (there / "theirs.txt").write_text("not to be written over\n")
+    async with await Workspace.open(db) as ws:
+        await spawn_on(ws, "beta", "resident", "builtin:echo", cwd=str(tmp_path))
+        sid = await spawn_on(ws, "alpha", "mover", "builtin:echo", cwd=str(here))
+    monkeypatch.setenv("PROCESSION_HOST", "alpha")
+    app = await monitor(db)
+    async with app.run_test(size=(160, 45), notifications=True) as pilot:
+        await to(pilot, app, sid)
+        await pilot.press("G")
+        await answer(pilot, app, "beta", f"{here}={there}")
+        await until(lambda: "alpha→beta" in line_of(app, sid))  # no engine yet: it waits to be packed
+        engines = [start_engine(str(db), host) for host in ("alpha", "beta")]
+        try:
+            await until(lambda: app.said(f"session {sid} did not move to host beta, and stays on host alpha: {there}"
+                                         " is there already and holds files", severity="error"))
+            assert "→" not in line_of(app, sid) and "alpha" in line_of(app, sid)
+        finally:
+            for engine in engines:
+                stop(engine)
+    assert (there / "theirs.txt").read_text() == "not to be written over\n" and (here / "work.txt").exists()
