@@ -272,6 +272,28 @@ async def test_a_worktree_with_no_clone_or_a_rival_branch_there_fails_its_move_a
     assert tree.git("branch", "--show-current") == branch
 
 
+async def test_a_forks_copy_outside_git_moves_and_comes_back_to_be_merged(two_hosts, tmp_path, monkeypatch) -> None:
+    db, ws, _ = two_hosts
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    (alpha / "notes").mkdir(parents=True)
+    (alpha / "notes" / "plan.txt").write_text("one\n")
+    parent = await spawn_on(ws, "alpha", "parent", "command:true", cwd=str(alpha / "notes"))
+    monkeypatch.setenv("PROCESSION_HOST", "alpha")
+    fork = (await ws.fork(parent, "side", worktree=True)).sid
+    copy = Path((await ws.info(fork)).cwd)
+    (copy / "plan.txt").write_text("two\n")
+
+    out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")
+    assert out.returncode == 0, out.stderr
+    info = await ws.info(fork)
+    moved = beta / copy.relative_to(alpha)
+    assert (info.host, info.cwd) == ("beta", str(moved)) and info.worktree is not None
+    assert info.worktree.path == str(moved) and (moved / "plan.txt").read_text() == "two\n" and not copy.exists()
+    assert cli(db, "move", str(fork), "--to", "alpha", "--map", f"{beta}={alpha}").returncode == 0
+    await ws.merge(fork, parent)  # the copy's manifest, its base, held by relative paths: it merges as made
+    assert (alpha / "notes" / "plan.txt").read_text() == "two\n"
+
+
 def test_only_a_forks_branch_is_fetched_from_a_bundle(git_identity, tmp_path) -> None:
     repo = Repo.init(tmp_path / "proj")
     data, tip = branches.bundle(str(repo.path / ".git"), "main", 2**20)
