@@ -102,6 +102,14 @@ def test_a_carried_session_is_placed_in_another_home_and_folder_and_resumed_ther
     shorter = {**carried, "messages": carried["messages"][:-1]}  # the session went on here: a fork cannot cut it
     with pytest.raises(InvalidArgument, match="is already in .*, with another history"):
         FORMAT.place(shorter, there.env, str(there.workdir), mapping)
+    back = OpencodeSandbox(agent.cli, model_server, tmp_path / "back")  # it left from here early, went on, came back
+    FORMAT.place(shorter, back.env, str(back.workdir), {str(agent.workdir): str(back.workdir)})
+    assert FORMAT.place(carried, back.env, str(back.workdir), {str(agent.workdir): str(back.workdir)}) == {
+        **ref, "cwd": str(back.workdir), "transcript": database(back.env)}  # brought up to date, not refused
+    assert len(FORMAT.read(FORMAT.find(back.env, sid)).messages) == len(original.messages)
+    skipped = {**carried, "messages": carried["messages"][1:]}  # held here: a message the carried one lacks
+    with pytest.raises(InvalidArgument, match="is already in .*, with another history"):
+        FORMAT.place(skipped, back.env, str(back.workdir), {str(agent.workdir): str(back.workdir)})
 
     model_server.script.add(say("Resumed there."))
     resumed = there.prompt("third prompt", resume=sid)

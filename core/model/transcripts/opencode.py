@@ -294,29 +294,23 @@ class Opencode:
               mapping: Mapping[str, str]) -> dict[str, Any]:
         """``opencode import`` of the carried JSON, started in ``cwd`` (the folder it gives the
         session), each step's recorded folder rewritten by ``mapping``. A session of the same id
-        already here is taken as it is when it holds every carried message and is in ``cwd``;
-        otherwise refused."""
+        already here, in ``cwd``, is taken as it is when it holds every carried message, and
+        brought up to date when it holds an earlier part of them (it was moved away and went on
+        there: the import adds the rest); one that went another way is ``Differs``."""
         info, messages = carried.get("info"), carried.get("messages")
         if not isinstance(info, dict) or not str(info.get("id", "")).startswith("ses_") or not isinstance(messages, list):
             raise InvalidArgument("the carried opencode session is not an opencode export (no info.id, no messages)")
         sid, path = str(info["id"]), database(env)
+        already = False
         if os.path.isfile(path) and (row := _session(path, sid)) is not None:
-            return self._same(path, sid, str(row[5]), cwd, messages)
-        moved = [{**m, "info": _moved(m.get("info") or {}, mapping)} for m in messages]
-        _import(env, cwd, {"info": info, "messages": moved})
+            already = _earlier(path, sid, str(row[5]), cwd, messages)
+        if not already:
+            moved = [{**m, "info": _moved(m.get("info") or {}, mapping)} for m in messages]
+            _import(env, cwd, {"info": info, "messages": moved})
         row = _session(path, sid)
         if row is None:
             raise InvalidArgument(f"opencode import did not make session {sid} in {path}")
-        return {"cli": CLI, "id": sid, "cwd": row[5], "transcript": path}
-
-    @staticmethod
-    def _same(path: str, sid: str, directory: str, cwd: str, messages: list[Any]) -> dict[str, Any]:
-        held = {mid for mid, *_ in _messages(path, sid)[0]}
-        if held != {(m.get("info") or {}).get("id") for m in messages}:  # a fork cannot cut a longer one
-            raise Differs(f"opencode session {sid} is already in {path}, with another history")
-        if os.path.realpath(directory) != os.path.realpath(cwd):
-            raise InvalidArgument(f"opencode session {sid} is already here, in {directory}, not in {cwd}")
-        return {"cli": CLI, "id": sid, "cwd": directory, "transcript": path, "already": True}
+        return {"cli": CLI, "id": sid, "cwd": row[5], "transcript": path, **({"already": True} if already else {})}
 
     def write(self, history: list[Said], env: Mapping[str, str], cwd: str, model: str) -> dict[str, Any] | None:
         """A new session holding ``history``, imported as ``place`` does: user prompts, the
@@ -331,6 +325,25 @@ class Opencode:
         carried = Built(cwd, provider, model_id).of(history)
         _import(env, cwd, carried)
         return {"cli": CLI, "id": carried["info"]["id"], "cwd": cwd, "transcript": database(env)}
+
+
+def _earlier(path: str, sid: str, directory: str, cwd: str, messages: list[Any]) -> bool:
+    """Whether session ``sid`` here holds every carried message (True) or an earlier part of
+    them (False: the rest is to be imported); refused when it holds one they do not (a fork
+    cannot cut a longer one) or works in another folder than ``cwd``."""
+    held = {mid for mid, *_ in _messages(path, sid)[0]}
+    carried = {(m.get("info") or {}).get("id") for m in messages}
+    if not held <= carried or not _prefix(messages, held):
+        raise Differs(f"opencode session {sid} is already in {path}, with another history")
+    if os.path.realpath(directory) != os.path.realpath(cwd):
+        raise InvalidArgument(f"opencode session {sid} is already here, in {directory}, not in {cwd}")
+    return held == carried
+
+
+def _prefix(messages: list[Any], held: set[Any]) -> bool:
+    """Whether the messages held here are the first of the carried ones, with none missing between."""
+    ids = [(m.get("info") or {}).get("id") for m in messages]
+    return set(ids[:len(held)]) == held
 
 
 def _moved(info: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
