@@ -100,7 +100,7 @@ def _last(s: SessionInfo, now: float) -> Parts:
 
 def _host(s: SessionInfo, now: float) -> Parts:
     return ([(printable(s.host), "")] + ([(" lost", "outcome--bad")] if s.host_lost else [])
-            + ([(f"→{printable(s.moving)}", "state--ready")] if s.moving else []))
+            + ([(f"→{printable(s.moving)}", "state--Q")] if s.moving else []))
 
 
 def _spend(s: SessionInfo, now: float) -> list[tuple[str, str]]:

@@ -208,7 +208,7 @@ async def test_g_moves_a_session_the_host_column_shows_it_going_and_a_failed_mov
     there.mkdir()
     (there / "theirs.txt").write_text("not to be written over\n")
     async with await Workspace.open(db) as ws:
-        await spawn_on(ws, "beta", "resident", "builtin:echo", cwd=str(tmp_path))
+        resident = await spawn_on(ws, "beta", "resident", "builtin:echo", cwd=str(tmp_path))
         sid = await spawn_on(ws, "alpha", "mover", "builtin:echo", cwd=str(here))
     monkeypatch.setenv("PROCESSION_HOST", "alpha")
     app = await monitor(db)
@@ -217,6 +217,8 @@ async def test_g_moves_a_session_the_host_column_shows_it_going_and_a_failed_mov
         await pilot.press("G")
         await answer(pilot, app, "beta", f"{here}={there}")
         await until(lambda: "alpha→beta" in line_of(app, sid))  # no engine yet: it waits to be packed
+        await to(pilot, app, resident)
+        assert "alpha→beta" in line_of(app, sid)  # drawn in its own styles, off the cursor's row
         engines = [start_engine(str(db), host) for host in ("alpha", "beta")]
         try:
             await until(lambda: app.said(f"session {sid} did not move to host beta, and stays on host alpha: {there}"
