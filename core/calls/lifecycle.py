@@ -21,6 +21,7 @@ from . import counting, native, waking, worktrees
 from .base import Calls
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
+from .moving import take_back
 from .reads import live_holder
 from .syscall import Act, all_or_none, syscall, transition
 
@@ -131,6 +132,7 @@ class LifecycleCalls(Calls):
                          " it runs", Call.BIND, sid)
         if not armed:
             act.note("its runner waits for a person's approval", Call.APPROVE, sid)
+        await _new_host(act, sid)
         return Spawned(sid)
 
     @syscall(Call.ENV)
@@ -327,6 +329,8 @@ class LifecycleCalls(Calls):
         await rows.update_session(act.tx, sid, state=act.target.value, reason=Reason.CANCELLED.value,
                                   resume_to=None, queued_at=None, causes=None)
         await rows.withdraw(act.tx, session=sid)
+        if (move := await take_back(act.tx, sid, act.now)) is not None:
+            act.note(f"its move to host {move.target} is taken back: it stays on host {act.row['host']}")
         record = await rows.worktree(act.tx, sid)
         if record is not None and not clean:
             how = f"git worktree remove {record['path']}" if record["kind"] == "git" else f"rm -r {record['path']}"
@@ -470,6 +474,20 @@ def _syscall_of(cls: type, name: str) -> Any:
         if getattr(method, "call", None) is not None:
             return method
     raise ValueError(f"no system call named {name}")
+
+
+async def _new_host(act: Act, sid: int) -> None:
+    """Say so when a session is spawned on a host the workspace has never seen while it knows
+    others (a mistyped ``--host``): nothing runs it until an engine runs there."""
+    host = hosts.this()
+    if await act.tx.value("SELECT 1 FROM sessions WHERE host = ? AND id <> ? UNION ALL SELECT 1 FROM engines"
+                          " WHERE host = ? LIMIT 1", (host, sid, host)):
+        return
+    known = sorted(h for (h,) in await act.tx.tuples("SELECT host FROM engines UNION SELECT DISTINCT host FROM sessions"
+                                                     " WHERE id <> ?", (sid,)))
+    if known:
+        act.note(f"host {host} is new to this workspace (its hosts: {', '.join(known[:5])}): the session runs once an"
+                 f" engine runs for host {host} (procession --host {host} run)")
 
 
 def _restart(value: str) -> str:

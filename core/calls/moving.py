@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 from typing import Any, Protocol
 
-from ..model import hosts, transcripts
+from ..model import bounds, hosts, transcripts
 from ..model.calls import Call
 from ..model.errors import IllegalTransition, InvalidArgument, NotFound
 from ..model.outcomes import Moving
@@ -52,15 +53,12 @@ class MoveCalls(Calls):
         tx, row = act.tx, act.row
         to = hosts.check(to)
         paths = map_paths(mapping)
-        last = await last_move(tx, sid)
         if to == row["host"]:
-            if last is not None and last.going:
-                await tx.touch(sid)  # the rows that showed it moving show it here again
-                await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, bundle = NULL, carried = NULL,"
-                                 " updated = ? WHERE session_id = ?", (act.now, sid))
+            if (last := await take_back(tx, sid, act.now)) is not None:
                 return Moving(sid, source=row["host"], target=last.target, folder=last.folder, files=last.files,
                               stage="cancelled", cancelled=True)
             raise InvalidArgument(f"session {sid} is on host {to} already")
+        last = await last_move(tx, sid)
         if last is not None and last.stage in UNDER_WAY:
             raise _refused(row, f"it is moving to host {last.target} already ({last.stage}): wait for it"
                                 + (f", or take it back (move {sid} --to {row['host']})" if last.going else ""))
@@ -84,6 +82,10 @@ class MoveCalls(Calls):
                 raise InvalidArgument(f"--map {old}: no path of session {sid} is in that folder (its folder: {was})")
         folder = transcripts.remap(was, paths)
         if files:
+            if why := _shared(was):
+                raise InvalidArgument(f"session {sid}'s folder {was} cannot be carried off ({why}): a move takes a"
+                                      " folder's files and removes them here; give the session a folder of its own,"
+                                      " or move it with --no-files")
             await _alone_in(tx, row, was)
             await _no_forks_in(tx, row, was)
         await tx.touch(sid)  # its row shows where it goes
@@ -137,6 +139,27 @@ class MoveCalls(Calls):
 
 def _refused(row: Row, why: str) -> IllegalTransition:
     return IllegalTransition(Call.MOVE, row["id"], State(row["state"]), why)
+
+
+def _shared(folder: str) -> str | None:
+    """Why ``folder`` is not a session's own to carry off, or None: the root, a system folder,
+    one that holds the home folder, or a folder right beneath the root (``/tmp``, ``/srv``)."""
+    real = os.path.realpath(folder)
+    if why := bounds.too_wide(real, os.path.realpath(os.path.expanduser("~")), write=True):
+        return why
+    return "it is a folder of the whole system" if os.path.dirname(real) == "/" else None
+
+
+async def take_back(tx: Tx, sid: int, now: float) -> MoveInfo | None:
+    """End ``sid``'s move while it is not placed (taken back, or the session cancelled): the
+    move as it was, None when none was going."""
+    last = await last_move(tx, sid)
+    if last is None or not last.going:
+        return None
+    await tx.touch(sid)  # the rows that showed it moving show it where it is again
+    await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, bundle = NULL, carried = NULL,"
+                     " updated = ? WHERE session_id = ?", (now, sid))
+    return last
 
 
 async def _alone_in(tx: Tx, row: Row, folder: str) -> None:

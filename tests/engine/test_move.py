@@ -304,6 +304,34 @@ def test_only_a_forks_branch_is_fetched_from_a_bundle(git_identity, tmp_path) ->
     assert repo.git("branch", "--list") == "* main" and not (tmp_path / "there").exists()
 
 
+async def test_a_mistyped_host_is_said_at_spawn_a_cancelled_session_stops_moving_and_tmp_is_never_carried_off(
+        two_hosts, tmp_path) -> None:
+    db, ws, engines = two_hosts
+    await spawn_on(ws, "beta", "resident", SHOW, cwd=str(tmp_path))  # a host the workspace knows
+    stop(engines["beta"])
+    os.environ["PROCESSION_HOST"] = "alhpa"
+    try:
+        made = await ws.spawn("typo", "fleet", runner=SHOW, cwd=str(tmp_path))
+    finally:
+        del os.environ["PROCESSION_HOST"]
+    assert [n.text for n in made.notes] == ["host alhpa is new to this workspace (its hosts: alpha, beta): the session"
+                                            " runs once an engine runs for host alhpa (procession --host alhpa run)"]
+    here = tmp_path / "a"
+    make_folder(here)
+    sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
+    await ws.move(sid, "beta", mapping={str(here): str(tmp_path / "b")})
+    assert (await ws.info(sid)).moving == "beta"
+    cancelled = await ws.cancel(sid)
+    assert [n.text for n in cancelled.notes] == ["its move to host beta is taken back: it stays on host alpha"]
+    assert (await ws.info(sid)).moving is None and (await ws.move_info(sid)).stage == "cancelled"  # type: ignore[union-attr]
+
+    shared = await spawn_on(ws, "alpha", "in tmp", SHOW, cwd="/tmp")
+    out = cli(db, "move", str(shared), "--to", "beta", "--map", "/tmp=/srv/tmp")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert f"session {shared}'s folder /tmp cannot be carried off (it is a folder of the whole system)" in out.stderr
+    assert await ws.move_info(shared) is None
+
+
 async def _state(ws: Workspace, sid: int, state: State) -> bool:
     return (await ws.info(sid)).state is state
 
