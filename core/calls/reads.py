@@ -383,10 +383,10 @@ class ReadCalls(Calls):
         on: for ``procession logs`` and the detail view, which follow a live run this way."""
         async with self.store.snapshot() as tx:
             await rows.session(tx, sid)
-            found = await tx.one("SELECT * FROM runs WHERE session_id = ? AND (? IS NULL OR id = ?)"
-                                 " ORDER BY id DESC LIMIT 1", (sid, run, run))
+            found = await tx.one("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT 1", (sid,)) \
+                if run is None else await tx.one("SELECT * FROM runs WHERE session_id = ? AND id = ?", (sid, run))
             if found is None:
-                raise NotFound(f"session {sid} has {'no run ' + str(run) if run else 'had no run yet'}")
+                raise NotFound(f"session {sid} has no run {run}" if run else f"session {sid} has had no run yet")
             chunks = await tx.tuples("SELECT id, stream, ts, data FROM run_output WHERE run_id = ? AND id > ?"
                                      " ORDER BY id", (found["id"], after))
         return run_info(found), [LogChunk(*c) for c in chunks]

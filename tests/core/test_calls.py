@@ -227,6 +227,10 @@ async def test_reads_write_no_journal_row_and_change_nothing(ws: Workspace) -> N
     await ws.triggers(sid)
     await ws.journal(sid)
     await ws.runs(sid)
+    with pytest.raises(NotFound, match=f"session {sid} has had no run yet"):  # the last run's log, of none
+        await ws.run_log(sid)
+    with pytest.raises(NotFound, match=f"session {sid} has no run 7"):
+        await ws.run_log(sid, 7)
     assert dump(ws.path) == before
     assert len(await journal_all(ws)) == rows
 
