@@ -431,10 +431,14 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -
     async with conn.transaction():
         await conn.execute(f"SELECT {_WRITER}")  # two first openers make it once
         cur = await conn.execute("SELECT to_regclass('meta') IS NOT NULL,"
-                                 " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema())")
+                                 " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()),"
+                                 " current_schema() IS NULL, current_setting('search_path')")
         row = await cur.fetchone()
         assert row is not None
-        ours, tables = row
+        ours, tables, nowhere, path = row
+        if nowhere:  # a search_path naming a schema not made yet
+            raise WorkspaceError(f"no schema of {where}'s search_path ({path}) is in the database: make it first"
+                                 " (CREATE SCHEMA name AUTHORIZATION role), then open the workspace again")
         if not ours:
             if tables:
                 raise WorkspaceError(f"{where} holds tables of another program, not a Procession workspace")

@@ -114,6 +114,9 @@ async def test_postgresql_refuses_a_foreign_database_and_a_newer_workspace(postg
         await open_store(url)
     with pytest.raises(StoreUnreachable, match="cannot open the workspace database .*: it cannot be reached"):
         await open_store("postgresql://procession@127.0.0.1:1/none")
+    with pytest.raises(WorkspaceError, match=r"no schema of .*'s search_path \(team_b\) is in the database: make it"
+                                             r" first \(CREATE SCHEMA name AUTHORIZATION role\)"):
+        await open_store(postgres.url("team_b"))  # a schema not made yet: one line, as any refusal
 
 
 async def test_an_engine_started_while_the_server_is_down_waits_for_it_then_runs(postgres, tmp_path) -> None:
