@@ -80,6 +80,8 @@ class MoveCalls(Calls):
             repo = [tree["repo"]] if tree is not None and tree["repo"] else []
             if not any(transcripts.within(p, old) for p in [was, *repo, *(r["uri"] for r in resources), *watched]):
                 raise InvalidArgument(f"--map {old}: no path of session {sid} is in that folder (its folder: {was})")
+        if tree is not None and tree["kind"] == "git" and tree["repo"]:
+            paths = _forks_follow(paths, tree["repo"], was)
         folder = transcripts.remap(was, paths)
         if files:
             if why := _shared(was):
@@ -139,6 +141,17 @@ class MoveCalls(Calls):
 
 def _refused(row: Row, why: str) -> IllegalTransition:
     return IllegalTransition(Call.MOVE, row["id"], State(row["state"]), why)
+
+
+def _forks_follow(paths: dict[str, str], repo: str, was: str) -> dict[str, str]:
+    """``paths`` with a fork's worktree beside its repository (``TOP.forks/NAME``, where
+    ``fork --worktree`` makes it) going where they put the repository, unless they say where
+    the worktree goes."""
+    top = os.path.dirname(repo) if os.path.basename(repo) == ".git" else None
+    if top is None or transcripts.remap(was, paths) != was or transcripts.remap(top, paths) == top:
+        return paths
+    forks = f"{top}.forks"
+    return {**paths, forks: f"{transcripts.remap(top, paths)}.forks"} if transcripts.within(was, forks) else paths
 
 
 def _shared(folder: str) -> str | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..model import bounds, environ, mcp_binding, runner_spec
+from ..model import bounds, environ, hosts, mcp_binding, runner_spec
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
@@ -155,7 +155,8 @@ class Engine:
             self.heartbeat = Heartbeat(store.path, self.token, lambda: loop.call_soon_threadsafe(
                 self._give_up, "another engine took the workspace's lease"))
             self.heartbeat.start()
-            log.info("engine %s holds %s with %s", os.getpid(), store.path, plural(self.slots, "slot"))
+            log.info("engine %s of host %s holds %s with %s", os.getpid(), hosts.this(), store.path,
+                     plural(self.slots, "slot"))
             if took.took_over:
                 log.info("took over from engine pid %s", took.took_over["pid"])
             await _patiently(self._recover)

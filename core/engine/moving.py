@@ -106,8 +106,11 @@ def _clear(move: Any) -> str | None:
     tree = json.loads(move["tree"]) if move["tree"] else None
     git = tree is not None and tree["kind"] == "git"
     kept = clear(move["was"], json.loads(move["manifest"] or "[]"), GIT if git else frozenset())
-    if kept is None and tree is not None and git:
-        return branches.let_go(tree["repo"], tree["branch"], tree["tip"])
+    if kept is None and tree is not None:
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(move["was"]))  # the forks' folder beside the repository, if now empty
+        if git:
+            return branches.let_go(tree["repo"], tree["branch"], tree["tip"])
     return kept
 
 

@@ -397,7 +397,10 @@ def waited(w: Waited) -> str:
 
 
 def journal_line(e: JournalEntry, width: int = 60) -> str:
+    """A journal row: when, which face made the call and who (``cli ana@laptop``), the call,
+    its session, its arguments and what came of it."""
     session = e.session if e.session is not None else "-"
-    return (f"{words.clock(e.ts)}  {printable(e.actor):<7} {printable(e.call):<9} {session:>4}"
+    return (f"{words.clock(e.ts)}  {printable(e.actor):<7} {printable(e.who or '-', lines=False):<14}"
+            f" {printable(e.call):<9} {session:>4}"
             f"  {one_line(json.dumps(e.args, ensure_ascii=False, default=str), width)}"
             f" -> {one_line(json.dumps(e.outcome, ensure_ascii=False, default=str), 40)}")

@@ -211,7 +211,7 @@ async def test_a_forks_worktree_moves_into_a_clone_on_the_other_host_with_its_br
     out = cli(db, "move", str(parent), "--to", "beta", "--map", f"{alpha}={beta}")
     assert out.returncode == 1 and f"session {fork} works in {tree.path}, a worktree of the repository" in out.stderr
 
-    out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")
+    out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{repo.path}={beta / 'proj'}")  # the fork follows
     assert out.returncode == 0, out.stderr
     assert f"its branch {branch} goes with it, into the repository {beta / 'proj' / '.git'} on host beta" in out.stderr
     there = Repo(beta / "proj.forks" / tree.path.name)
@@ -220,6 +220,7 @@ async def test_a_forks_worktree_moves_into_a_clone_on_the_other_host_with_its_br
     assert there.git("status", "--short") == status and held(there.path) == {**files, ".git": held(there.path)[".git"]}
     assert Path(there.git("rev-parse", "--git-common-dir")).resolve() == (beta / "proj" / ".git").resolve()
     assert not tree.path.exists() and branch not in repo.git("branch", "--list")  # gone from alpha, as unchanged
+    assert not tree.path.parent.exists()  # and the forks' folder beside the repository, empty now
     assert str(tree.path) not in repo.git("worktree", "list")
 
     with pytest.raises(Exception, match=f"session {fork}'s own folder is on host beta and session {parent}'s folder on"
