@@ -8,8 +8,9 @@ What a confined run may do (``--confine bound``, the default, and ``strict``):
 
 - write: its folder (the first folder bound, if bound ``rw``; else the folder it was spawned
   in), every ``rw`` binding, a temporary folder of its own (``TMPDIR``), its agent CLI's own
-  state folder (where its sessions and login live), and the devices every program writes
-  (``/dev/null``, its terminal, ``/dev/shm``);
+  state folder (where its sessions and login live), the devices every program writes
+  (``/dev/null``, its terminal, ``/dev/shm``), and, in a fork's git worktree, what a commit
+  there writes of its repository (``worktree_git``: never its hooks or configuration);
 - read and execute: the system (``/usr``, ``/etc`` but for its secrets such as ``shadow``,
   ``/proc`` of its own processes), the folders of its ``PATH`` and the libraries beside them,
   the Python running Procession, its agent CLI's installation, every ``ro`` binding, and the
@@ -100,6 +101,44 @@ class Bounds:
                 *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require), "--", *argv]
 
 
+def worktree_git(common: str, top: str) -> tuple[list[str], list[str]]:
+    """What a run in a fork's git worktree reads and writes of its repository, outside its
+    folder, to commit on its branch: the common git folder read; its objects, refs and reflogs
+    written, and the worktree's own part of it (``worktrees/NAME``: its HEAD and index), found
+    by the path it names, never by what the folder's ``.git`` says (the run writes that file).
+    Never the hooks, the configuration or another worktree's part: a hook or a setting written
+    there would run, outside any bound, the next time git runs in the repository. Where the
+    repository reads a configuration per worktree (``extensions.worktreeConfig``), the worktree's
+    part is not written either (a setting there would run with the next ``git status``)."""
+    common, mine = _real(common), os.path.join(_real(top), ".git")
+    write = [os.path.join(common, part) for part in ("objects", "refs", "logs")]
+    admin = os.path.join(common, "worktrees")
+    try:
+        names = sorted(os.listdir(admin))
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            with open(os.path.join(admin, name, "gitdir"), encoding="utf-8", errors="replace") as fh:
+                named = fh.read(4096).strip()
+        except OSError:
+            continue
+        if _real(named) == mine and not _worktree_config(common):
+            write.append(os.path.join(admin, name))
+            break
+    return [common], [p for p in write if os.path.isdir(p)]
+
+
+def _worktree_config(common: str) -> bool:
+    """Whether the repository may read a configuration per worktree (or cannot be read)."""
+    try:
+        with open(os.path.join(common, "config"), encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20).lower()
+    except OSError:
+        return True
+    return "worktreeconfig" in text.replace(" ", "")
+
+
 def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
     return Bounds(confine, net, None, "off: the session runs with your own reach (--confine off)")
 
@@ -107,7 +146,7 @@ def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
 def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping[str, Any]], env: Mapping[str, str],
             tmp: str, program: str | None = None, state: Iterable[str] = (), reads: Iterable[str] = (),
             endpoints: Iterable[str] = (), commands: Iterable[str] = (), writes: bool = True,
-            read_only: str = "") -> Bounds:
+            read_only: str = "", worktree: tuple[str, str] | None = None) -> Bounds:
     """The bounds of a run: ``workdir`` (where it runs), the session's ``resources`` (its
     bindings), its environment (``PATH``, ``HOME``), its temporary folder, the agent CLI's
     ``program``, ``state`` folders and configuration files (``reads``), the URLs of its
@@ -117,7 +156,9 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     (a ``builtin:`` one), so its folder is neither granted nor checked; ``read_only`` (why):
     its folder and bindings are read, never written (its runner cannot ask a person, and its
     session's permissions let it do nothing unasked but read), and a run the kernel cannot hold
-    so does not start. ``InvalidArgument`` when the run may not start: a bound that is too
+    so does not start; ``worktree``: its folder is a fork's git worktree (its repository's
+    common git folder and its top, as the store has them), on whose branch it may commit
+    (``worktree_git``). ``InvalidArgument`` when the run may not start: a bound that is too
     wide, or ``strict`` on a kernel that cannot hold it."""
     if read_only and (confine == bounds.OFF or kernel() < 1):
         raise InvalidArgument(f"{read_only}, so the kernel must hold its run to reading its bounds, and "
@@ -147,6 +188,10 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
                                   " procession bind SID folder DIR, or run it with --confine off)")
         (read if read_only else write).append(path)
     write += [_real(p) for p in state]
+    if worktree is not None and writes:
+        git_read, git_write = worktree_git(*worktree)
+        read += git_read
+        (read if read_only else write).extend(git_write)
     lines = [*commands, *(_command_line(r) for r in resources if r["kind"] in ("tool", "mcp"))]
     read += [f for line in lines for f in _named(line, home)]
     read += _system() + _programs(env.get("PATH", ""), home) + _python()

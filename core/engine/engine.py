@@ -366,7 +366,7 @@ class Engine:
         assert self.ledger is not None
         sid = row["id"]
         spec = runner_spec.parse(row["runner"])
-        cwd, resources = await self.ledger.workdir(sid)
+        cwd, resources, worktree = await self.ledger.workdir(sid)
         tmp = tempfile.mkdtemp(prefix=f"procession-run-{sid}-")
         launch = uuid.uuid4().hex[:12]
         tracker: reaper.Tracker | None = None
@@ -384,7 +384,7 @@ class Engine:
                                                       for r in resources)):
                 own = OwnServers(str(self.ledger.path), sid, tmp, env)
                 env.update(await own.open(resources))
-            held, exe = run_bounds(row, spec, cwd, resources, env, tmp)
+            held, exe = run_bounds(row, spec, cwd, resources, env, tmp, worktree)
             if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
@@ -639,9 +639,11 @@ def run_environment(row: Any, kind: str, tmp: str, marks: dict[str, str]) -> dic
 
 
 def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list[dict[str, Any]],
-               env: dict[str, str], tmp: str) -> tuple[confinement.Bounds, str | None]:
-    """How a run of the session ``row`` is held (``confinement.for_run``), and the executable
-    of its agent CLI (None: it has none). ``InvalidArgument`` when it may not start."""
+               env: dict[str, str], tmp: str, worktree: tuple[str, str] | None = None,
+               ) -> tuple[confinement.Bounds, str | None]:
+    """How a run of the session ``row`` is held (``confinement.for_run``; ``worktree``: its
+    own git worktree's repository and top), and the executable of its agent CLI (None: it has
+    none). ``InvalidArgument`` when it may not start."""
     exe: str | None = None
     state: list[str] = []
     configs: list[str] = []
@@ -654,6 +656,7 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
     held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
                                tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
                                commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin",
+                               worktree=worktree,
                                read_only="" if row["permissions"] != bounds.ASK or asks else
                                f"its {spec.kind} runner cannot ask a person and its permissions are ask")
     return held, exe

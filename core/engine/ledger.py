@@ -233,12 +233,15 @@ class Ledger(MoveSteps, Workspace):
         """Resume the sessions under their budgets again (a new period, a raised limit)."""
         return Resumed(await budgets.release(act.tx))
 
-    async def workdir(self, sid: int) -> tuple[str, list[dict[str, Any]]]:
+    async def workdir(self, sid: int) -> tuple[str, list[dict[str, Any]], tuple[str, str] | None]:
         """Where a step runs (the first bound folder, else the folder the session was spawned
-        in), and what the session has bound (the bounds of its run)."""
+        in), what the session has bound (the bounds of its run), and its own git worktree (a
+        fork's: the repository's common git folder and the worktree's top), as made by ``fork``."""
         async with self.store.snapshot() as tx:
+            tree = await rows.worktree(tx, sid)
             return await rows.workdir(tx, sid), [{"kind": r["kind"], "uri": r["uri"], "mode": r["mode"]}
-                                                 for r in await rows.resources(tx, sid)]
+                                                 for r in await rows.resources(tx, sid)], \
+                (tree["repo"], tree["path"]) if tree is not None and tree["kind"] == "git" else None
 
     async def agent_turn(self, sid: int, spec: RunnerSpec, cwd: str, env: dict[str, str]) -> Turn:
         """What an agent CLI is given by the run about to start: the messages it has not seen

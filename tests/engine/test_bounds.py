@@ -373,3 +373,43 @@ async def test_launching_is_safe_when_asyncio_is_slow(monkeypatch: pytest.Monkey
     with reaper.starting():
         await asyncio.sleep(0)
         assert reaper.reap() == []
+
+
+#: A step in a fork's git worktree: commits there, then tries the repository's hooks and configuration.
+IN_WORKTREE = """
+import json, os, subprocess
+out = {}
+def git(*args):
+    return subprocess.run(["git", *args], capture_output=True, text=True)
+open("new.txt", "w").write("from the fork\\n")
+out["add"] = git("add", "new.txt").returncode
+done = git("-c", "user.name=Fork", "-c", "user.email=fork@example.invalid", "commit", "-qm", "the fork's commit")
+out["commit"] = done.stderr.strip() if done.returncode else 0
+common = git("rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
+for name in ("hooks/pre-commit", "config"):
+    try:
+        open(os.path.join(common, name), "a").write("x")
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = exc.strerror
+print(json.dumps(out))
+"""
+
+
+async def test_a_fork_commits_in_its_worktree_and_cannot_touch_the_repositorys_hooks_or_config(
+        live: Workspace, engine: object, tmp_path: Path) -> None:
+    from support.git import Repo
+
+    repo = Repo.init(tmp_path / "proj")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "commit.py").write_text(IN_WORKTREE)
+    env = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    parent = (await live.spawn("parent", "a", runner=f"command:{sys.executable} {tmp_path / 'tools' / 'commit.py'}",
+                               cwd=str(repo.path), env=env)).sid
+    fork = (await live.fork(parent, "side", worktree=True)).sid
+    await live.activate(fork)
+    run = await until(lambda: finished(live, fork))
+    said = json.loads((await live.history(fork))[-1].content)
+    assert said == {"add": 0, "commit": 0, "hooks/pre-commit": "Permission denied", "config": "Permission denied"}, run
+    assert repo.git("log", "-1", "--format=%s", "procession/side") == "the fork's commit"
+    assert not (repo.path / ".git" / "hooks" / "pre-commit").exists()
