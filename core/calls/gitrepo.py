@@ -55,6 +55,14 @@ class Commit:
     paths: tuple[str, ...]
 
 
+#: What Procession's own git runs without, whatever the repository's configuration says: hooks
+#: and the file system monitor run a program the repository names, and a repository a session
+#: works in is one its step could write (its ``.git`` is in the session's folder), so they
+#: would run what a confined step left, outside its bounds (a merge's commit, a fork's
+#: ``worktree add``, a ``status``, a ref's update).
+UNHOOKED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
 
@@ -65,7 +73,7 @@ def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = T
     environment; ``GitError`` when it fails and ``check`` is set."""
     if shutil.which("git") is None:
         raise GitError("git is not installed (or not on PATH)")
-    cmd = ["git", "-c", "core.quotePath=false"]
+    cmd = ["git", "-c", "core.quotePath=false", *UNHOOKED]
     if git_dir is not None:
         cmd.append(f"--git-dir={git_dir}")
     try:

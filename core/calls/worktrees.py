@@ -115,7 +115,7 @@ def _make_worktree(found: gitrepo.Repo, folder: str, name: str, carry: bool) -> 
 def _carry(top: str, into: str) -> None:
     """The uncommitted changes of the worktree ``top`` made in the worktree ``into`` too: the
     diff against HEAD (staged and not) applied there, untracked files copied."""
-    diff = gitrepo.run(top, "diff", "--binary", "HEAD").stdout
+    diff = gitrepo.run(top, "diff", "--binary", "--no-ext-diff", "--no-textconv", "HEAD").stdout  # no program it names
     if diff:
         gitrepo.run(into, "apply", "--whitespace=nowarn", "-", input=diff)
     for rel in gitrepo.untracked(top):

@@ -358,3 +358,26 @@ async def test_a_fifo_in_the_folder_is_left_out_of_a_copy_and_never_blocks_it(ws
     copy = Path(forked.worktree or "")
     assert sorted(p.name for p in copy.iterdir()) == ["link.db", "notes.md"]
     assert any(n.text.startswith("left out of the copy: pipe, trap.db") for n in forked.notes)
+
+
+async def test_what_a_step_left_in_the_repositorys_git_folder_never_runs_outside_its_bounds(ws, tmp_path):
+    """A session's step may write its repository's ``.git`` (it is in its folder): a hook, or a
+    file system monitor named in its configuration. Procession's own git (the fork's worktree,
+    the status it reads, the merge's commit, the branch's removal) runs none of them."""
+    repo = Repo.init(tmp_path / "repo", {"a.txt": "one\n"})
+    ran = tmp_path / "ran"
+    plant = f"#!/bin/sh\necho \"$0\" >> {ran}\n"
+    for hook in ("post-checkout", "pre-commit", "commit-msg", "post-commit", "post-merge", "reference-transaction"):
+        (repo.path / ".git" / "hooks" / hook).write_text(plant)
+        (repo.path / ".git" / "hooks" / hook).chmod(0o755)
+    (tmp_path / "monitor.sh").write_text(plant)
+    (tmp_path / "monitor.sh").chmod(0o755)
+    repo.git("config", "core.fsmonitor", str(tmp_path / "monitor.sh"))
+    parent = await session_in(ws, repo.path)
+    forked = await ws.fork(parent, worktree=True, carry=True)
+    assert not ran.exists()
+    Repo(Path(forked.worktree or "")).commit({"a.txt": "two\n"}, "the fork's", "--no-verify")
+    ran.unlink(missing_ok=True)  # what the test's own commit may have run
+    (repo.path / "a.txt").write_text("one\n")
+    await ws.merge(forked.sid, parent)
+    assert repo.read("a.txt") == "two\n" and not ran.exists()
