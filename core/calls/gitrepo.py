@@ -17,6 +17,7 @@ index under a user's feet). A failure is a ``GitError`` whose message is git's o
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -61,6 +62,16 @@ class Commit:
 #: would run what a confined step left, outside its bounds (a merge's commit, a fork's
 #: ``worktree add``, a ``status``, a ref's update).
 UNHOOKED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+#: What git runs that the repository's own configuration may name a program for: a filter
+#: (``clean``, ``smudge``, ``process``), a diff or merge driver, a signing program. Named
+#: there (not in the user's own configuration, whose filters, such as Git LFS's, stay), it is
+#: cleared for the subcommands that would run it: a filter and a diff driver then do nothing
+#: (the file as it is), a merge driver or a signing program fails the merge whole.
+PROGRAMS = re.compile(r"filter\..+\.(clean|smudge|process)|diff\..+\.(command|textconv)|diff\.external"
+                      r"|merge\..+\.driver|gpg\.program|gpg\..+\.program", re.IGNORECASE | re.DOTALL)
+#: The subcommands (of those Procession runs) that may run one.
+FILTERING = frozenset({"add", "apply", "checkout", "commit", "diff", "merge", "merge-tree", "reset", "status",
+                       "worktree"})
 
 
 def _env() -> dict[str, str]:
@@ -76,9 +87,11 @@ def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = T
     cmd = ["git", "-c", "core.quotePath=false", *UNHOOKED]
     if git_dir is not None:
         cmd.append(f"--git-dir={git_dir}")
+    base = {**_env(), **(env or {})}
     try:
-        proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env={**_env(), **(env or {})}, input=input,
-                              timeout=TIMEOUT_S)
+        if args and args[0] in FILTERING:
+            base.update(_programs_cleared(cmd, cwd, base))
+        proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env=base, input=input, timeout=TIMEOUT_S)
     except FileNotFoundError:
         raise GitError(f"{cwd} does not exist") from None
     except NotADirectoryError:
@@ -88,6 +101,22 @@ def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = T
     if check and proc.returncode != 0:
         raise GitError(said(proc) or f"git {args[0]} exited {proc.returncode}")
     return proc
+
+
+def _programs_cleared(cmd: list[str], cwd: str | None, env: dict[str, str]) -> dict[str, str]:
+    """The environment that clears every ``PROGRAMS`` setting of the repository's own
+    configuration (and what it includes), as git's ``GIT_CONFIG_KEY_n`` pairs: a key is passed
+    whole, whatever its name holds (``-c`` would split a name holding ``=``)."""
+    listed = subprocess.run([*cmd, "config", "--list", "--show-scope", "--name-only", "-z"], cwd=cwd,
+                            capture_output=True, env=env, timeout=TIMEOUT_S)
+    items = _lines(listed.stdout)
+    keys = [key for scope, key in zip(items[::2], items[1::2]) if scope in ("local", "worktree")
+            and PROGRAMS.fullmatch(key)]
+    given = int(env.get("GIT_CONFIG_COUNT", "0") or 0) if env.get("GIT_CONFIG_COUNT", "").isdigit() else 0
+    cleared = {"GIT_CONFIG_COUNT": str(given + len(keys))} if keys else {}
+    for n, key in enumerate(keys, start=given):  # after the caller's own pairs, if any
+        cleared[f"GIT_CONFIG_KEY_{n}"], cleared[f"GIT_CONFIG_VALUE_{n}"] = key, ""
+    return cleared
 
 
 def said(proc: subprocess.CompletedProcess[bytes]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from procession.calls.merge import Resolution
 from procession.model.errors import MergeConflict, ProcessionError
 from procession.model.errors import InvalidArgument
 from procession.model.states import State
-from support.git import Repo, git_identity  # noqa: F401  (the fixture, used by every test here)
+from support.git import Repo, git_identity, quiet_env  # noqa: F401  (the fixture, used by every test here)
 
 
 pytestmark = pytest.mark.usefixtures("git_identity")
@@ -361,23 +362,41 @@ async def test_a_fifo_in_the_folder_is_left_out_of_a_copy_and_never_blocks_it(ws
 
 
 async def test_what_a_step_left_in_the_repositorys_git_folder_never_runs_outside_its_bounds(ws, tmp_path):
-    """A session's step may write its repository's ``.git`` (it is in its folder): a hook, or a
-    file system monitor named in its configuration. Procession's own git (the fork's worktree,
-    the status it reads, the merge's commit, the branch's removal) runs none of them."""
+    """A session's step may write its repository's ``.git`` (it is in its folder): a hook, a
+    file system monitor, a filter or a diff driver named in its configuration (and picked by
+    attributes, its own or in ``info/``). Procession's own git (the fork's worktree, the status
+    it reads, the diff it carries, the merge's commit, the branch's removal) runs none of them."""
     repo = Repo.init(tmp_path / "repo", {"a.txt": "one\n"})
     ran = tmp_path / "ran"
     plant = f"#!/bin/sh\necho \"$0\" >> {ran}\n"
     for hook in ("post-checkout", "pre-commit", "commit-msg", "post-commit", "post-merge", "reference-transaction"):
         (repo.path / ".git" / "hooks" / hook).write_text(plant)
         (repo.path / ".git" / "hooks" / hook).chmod(0o755)
-    (tmp_path / "monitor.sh").write_text(plant)
-    (tmp_path / "monitor.sh").chmod(0o755)
-    repo.git("config", "core.fsmonitor", str(tmp_path / "monitor.sh"))
+    (tmp_path / "program.sh").write_text(plant)
+    (tmp_path / "program.sh").chmod(0o755)
+    planted = {"core.fsmonitor": "false", "core.hooksPath": "/dev/null", "filter.x=y.clean": "",
+               "filter.x=y.smudge": "", "diff.x.textconv": "", "diff.external": ""}  # a name with =, too
+    for key in planted:
+        repo.git("config", key, str(tmp_path / "program.sh"))
+    clear = {"GIT_CONFIG_COUNT": str(len(planted))}  # for the test's own git: it runs none of it either
+    for n, (key, value) in enumerate(planted.items()):
+        clear[f"GIT_CONFIG_KEY_{n}"], clear[f"GIT_CONFIG_VALUE_{n}"] = key, value
+
+    def plainly(folder: Path, message: str) -> None:
+        for args in (["add", "-A"], ["commit", "-qm", message]):
+            subprocess.run(["git", *args], cwd=folder, check=True, env={**quiet_env(), **clear})
+
+    (repo.path / ".gitattributes").write_text("*.txt filter=x=y diff=x\n")
+    plainly(repo.path, "attributes")
+    (repo.path / ".git" / "info" / "attributes").write_text("*.txt filter=x=y\n")
     parent = await session_in(ws, repo.path)
-    forked = await ws.fork(parent, worktree=True, carry=True)
+    (repo.path / "a.txt").write_text("one, not committed\n")
+    forked = await ws.fork(parent, worktree=True, carry=True)  # status, worktree add, the carried diff
     assert not ran.exists()
-    Repo(Path(forked.worktree or "")).commit({"a.txt": "two\n"}, "the fork's", "--no-verify")
-    ran.unlink(missing_ok=True)  # what the test's own commit may have run
+    fork = Path(forked.worktree or "")
+    assert (fork / "a.txt").read_text() == "one, not committed\n"
+    (fork / "a.txt").write_text("two\n")
+    plainly(fork, "the fork's")
     (repo.path / "a.txt").write_text("one\n")
     await ws.merge(forked.sid, parent)
     assert repo.read("a.txt") == "two\n" and not ran.exists()
