@@ -58,6 +58,11 @@ POLL_S = 0.05
 #: The longest the loop waits where the store wakes it on another's commit (``Store.hear``):
 #: it looks anyway, then (a notification lost with a dropped connection is caught up then).
 HEARD_S = 1.0
+#: Where another's commit wakes the loop, the least time between two of its looks: the commits
+#: heard meanwhile are taken in one look (as SQLite's ``POLL_S`` takes them), not one look each
+#: in every engine of every host (ten engines spent their time looking, at a hundred commits a
+#: second); what this engine's own steps do wakes it at once still (``kick``).
+SETTLE_S = POLL_S
 SAMPLE_S = 1.0
 DEFAULT_SLOTS = 2
 DEFAULT_GRACE_S = 2.0
@@ -239,6 +244,8 @@ class Engine:
         seen = None
         failing: type[ProcessionError] | None = None
         stopped = asyncio.ensure_future(stop.wait())
+        loop = asyncio.get_running_loop()
+        looked = -SETTLE_S
         try:
             while not stop.is_set():
                 try:
@@ -247,7 +254,7 @@ class Engine:
                                                                                     self.budget_look))
                     if version != seen or self.kick.is_set() or due:
                         self.kick.clear()
-                        seen = version
+                        seen, looked = version, loop.time()
                         await self._reconcile()
                         if self.triggers:
                             await self.triggers.refresh()
@@ -273,6 +280,12 @@ class Engine:
                 for when in (self.triggers.next() if self.triggers else None, self.backoff_until, self.budget_look):
                     if when is not None:
                         wait = max(0.0, min(wait, when - time.time()))
+                if store.hears and (settle := looked + SETTLE_S - loop.time()) > 0:
+                    kicked = asyncio.ensure_future(self.kick.wait())  # commits heard meanwhile: one look
+                    await asyncio.wait([kicked, stopped], timeout=min(settle, wait), return_when=asyncio.FIRST_COMPLETED)
+                    kicked.cancel()
+                    if self.kick.is_set() or stop.is_set() or await self._heard_since(seen):
+                        continue
                 waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.kick.wait())]
                 if store.hears:  # another host's commit wakes the loop: no look every POLL_S
                     waits.append(asyncio.ensure_future(store.hear(wait)))
@@ -282,6 +295,14 @@ class Engine:
                 await asyncio.gather(*waits, return_exceptions=True)
         finally:
             stopped.cancel()
+
+    async def _heard_since(self, seen: int | None) -> bool:
+        """Whether a commit was heard since the loop's last look (``seen``)."""
+        assert self.ledger is not None
+        try:
+            return await self.ledger.store.data_version() != seen
+        except ProcessionError:
+            return True  # the loop's next look says what
 
     def _look_at_moves(self) -> None:
         """Start a round of this host's part of moves (packing, placing, clearing: file work of
