@@ -60,12 +60,16 @@ async def load(ws: Workspace, args: argparse.Namespace) -> int:
     arg("--no-wait", dest="wait", action="store_false", help="return once the move is asked for (show SID says how"
                                                              " it goes)"),
     arg("--timeout", type=float, default=300.0, metavar="S",
-        help="seconds to wait for the engines of both hosts (default 300; then exit 124, the move going on)"),
+        help="seconds to wait for the engines of both hosts (default 300; then exit 124, the move going on; at"
+             " once when one of them runs no engine)"),
 ])
 async def move(ws: Workspace, args: argparse.Namespace) -> int:
     outcome = await ws.move(args.sid, args.to, mapping=parse.path_map(args.mapping, here_=False), files=args.files)
-    if not args.wait or outcome.cancelled or outcome.waiting:  # no engine to wait for: said in its notes
+    if not args.wait or outcome.cancelled:
         return done(args, outcome)
+    if outcome.waiting:  # no engine to wait for (said in its notes): not moved, and a script must not go on as if
+        done(args, outcome)
+        return TIMED_OUT
     notes(args, [outcome])
     found = await ws.moved(args.sid, args.timeout)
     emit(args, found.to_json(), results.moved(found))

@@ -320,7 +320,8 @@ async def test_a_mistyped_host_is_said_at_spawn_a_cancelled_session_stops_moving
     here = tmp_path / "a"
     make_folder(here)
     sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
-    await ws.move(sid, "beta", mapping={str(here): str(tmp_path / "b")})
+    out = cli(db, "move", str(sid), "--to", "beta", "--map", f"{here}={tmp_path / 'b'}")
+    assert out.returncode == 124 and "no engine runs for host beta now: the move waits for one" in out.stderr  # not moved
     assert (await ws.info(sid)).moving == "beta"
     cancelled = await ws.cancel(sid)
     assert [n.text for n in cancelled.notes] == ["its move to host beta is taken back: it stays on host alpha"]
