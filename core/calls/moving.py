@@ -88,7 +88,7 @@ class MoveCalls(Calls):
                 raise InvalidArgument(f"session {sid}'s folder {was} cannot be carried off ({why}): a move takes a"
                                       " folder's files and removes them here; give the session a folder of its own,"
                                       " or move it with --no-files")
-            await _alone_in(tx, row, was)
+            await _alone_in(act, was)
             await _no_forks_in(tx, row, was)
         await tx.touch(sid)  # its row shows where it goes
         await tx.execute("DELETE FROM moves WHERE session_id = ?", (sid,))
@@ -175,17 +175,23 @@ async def take_back(tx: Tx, sid: int, now: float) -> MoveInfo | None:
     return last
 
 
-async def _alone_in(tx: Tx, row: Row, folder: str) -> None:
-    """Refuse to carry off a folder another live session of the host works in (or in which,
-    or around which, it works): it would lose its files."""
-    other = await tx.one(
+async def _alone_in(act: Act, folder: str) -> None:
+    """Refuse to carry off a folder another live session of the host works in (or beneath):
+    it would lose its files. One working around it (in a folder that holds it) keeps its own
+    folder, and is told that this part of it goes."""
+    row = act.row
+    found = await act.tx.all(
         "SELECT id, cwd FROM sessions WHERE host = ? AND id <> ? AND state <> 'terminated'"
         " AND (cwd = ? OR substr(cwd, 1, length(?) + 1) = ? || '/' OR substr(?, 1, length(cwd) + 1) = cwd || '/')"
-        " ORDER BY id LIMIT 1", (row["host"], row["id"], folder, folder, folder, folder))
-    if other is not None:
+        " ORDER BY id LIMIT 6", (row["host"], row["id"], folder, folder, folder, folder))
+    inside = [r for r in found if transcripts.within(r["cwd"], folder)]
+    if inside:
+        other = inside[0]
         raise _refused(row, f"session {other['id']} works in {other['cwd']} too, and would lose its files: move it"
                             " with --no-files (its folder stays, and must be on the other host already), or move"
                             f" session {other['id']} first")
+    for other in found[:3]:
+        act.note(f"session {other['id']} works in {other['cwd']}, around the folder that goes: it stays, without it")
 
 
 async def _no_forks_in(tx: Tx, row: Row, folder: str) -> None:

@@ -327,6 +327,14 @@ async def test_a_mistyped_host_is_said_at_spawn_a_cancelled_session_stops_moving
     assert [n.text for n in cancelled.notes] == ["its move to host beta is taken back: it stays on host alpha"]
     assert (await ws.info(sid)).moving is None and (await ws.move_info(sid)).stage == "cancelled"  # type: ignore[union-attr]
 
+    around = await spawn_on(ws, "alpha", "around", SHOW, cwd=str(tmp_path))
+    (tmp_path / "c").mkdir()
+    inner = await spawn_on(ws, "alpha", "inner", SHOW, cwd=str(tmp_path / "c"))
+    out = cli(db, "move", str(inner), "--to", "beta", "--map", f"{tmp_path / 'c'}={tmp_path / 'd'}")
+    assert out.returncode == 124, out.stderr  # accepted, waiting for beta's engine
+    assert f"session {around} works in {tmp_path}, around the folder that goes: it stays, without it" in out.stderr
+    await ws.move(inner, "alpha")  # taken back
+
     shared = await spawn_on(ws, "alpha", "in tmp", SHOW, cwd="/tmp")
     out = cli(db, "move", str(shared), "--to", "beta", "--map", "/tmp=/srv/tmp")
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
