@@ -293,8 +293,10 @@ class MoveSteps(Calls):
         await rows.update_session(tx, sid, host=move["target"], cwd=transcripts.remap(row["cwd"], paths),
                                   agent_ref=agent)
         if (tree := await rows.worktree(tx, sid)) is not None:
-            await tx.execute("UPDATE worktrees SET path = ?, folder = ?, repo = ? WHERE session_id = ? AND removed IS NULL",
-                             (move["folder"], transcripts.remap(tree["folder"], paths), repo or tree["repo"], sid))
+            await tx.execute(  # the folder it came from, moved as its paths are: where it merges into on this host
+                "UPDATE worktrees SET path = ?, folder = ?, source = ?, repo = ? WHERE session_id = ? AND removed IS NULL",
+                (move["folder"], transcripts.remap(tree["folder"], paths), transcripts.remap(tree["source"], paths),
+                 repo or tree["repo"], sid))
         for r in await rows.resources(tx, sid):
             if r["kind"] in LOCAL_KINDS and (uri := moved_uri(r["kind"], r["uri"], paths)) != r["uri"]:
                 await tx.execute("UPDATE resources SET uri = ? WHERE id = ?", (uri, r["id"]))

@@ -219,6 +219,8 @@ async def test_a_forks_worktree_moves_into_a_clone_on_the_other_host_with_its_br
     assert there.head() == tip and there.git("branch", "--show-current") == branch
     assert there.git("status", "--short") == status and held(there.path) == {**files, ".git": held(there.path)[".git"]}
     assert Path(there.git("rev-parse", "--git-common-dir")).resolve() == (beta / "proj" / ".git").resolve()
+    worktree = (await ws.info(fork)).worktree
+    assert worktree is not None and worktree.source == str(beta / "proj")  # of the clone here, as show says
     assert not tree.path.exists() and branch not in repo.git("branch", "--list")  # gone from alpha, as unchanged
     assert not tree.path.parent.exists()  # and the forks' folder beside the repository, empty now
     assert str(tree.path) not in repo.git("worktree", "list")
