@@ -398,9 +398,11 @@ class ProcessionApp(App[str]):
         if changed := self.feed.mark_lost(header.engines):
             self.main.table.refresh_keys(changed)
         others = [e for e in header.engines if engine is None or e["host"] != engine["host"]]
-        if others:  # the other hosts of a shared workspace, and whether their engines live
-            label += "; " + ", ".join(f"{printable(e['host'], lines=False)} {'up' if e['alive'] else 'LOST'}"
-                                      for e in others)
+        running = {e["host"] for e in header.engines} | ({engine["host"]} if engine else set())
+        idle = sorted(h for h, n in self.feed.by_host.items() if n > 0 and h not in running)
+        if others or (idle and header.several_hosts):  # the other hosts of a shared workspace, and their engines
+            label += "; " + ", ".join([*(f"{printable(e['host'], lines=False)} {'up' if e['alive'] else 'LOST'}"
+                                         for e in others), *(f"{printable(h, lines=False)} none" for h in idle)])
         if header.several_hosts and all(c.key != "host" for c in self.main.table.columns):
             self.main.configure_columns(shown(self.settings.columns, True))
         spec = self.feed.view.spec

@@ -364,10 +364,12 @@ async def _move(ui: Calling, targets: Targets) -> None:
         mapping = parse.path_map(_words(v["map"]), here_=False)
         return ui.ws.move(t.id, v["host"].strip(), mapping=mapping, files=v["files"] == "yes")
 
+    folder = t.worktree.moves_with if t.worktree else t.cwd
     await ui.form_call(f"Move session {t.id} ({printable(t.name)}) from host {printable(t.host)} to another host", [
         Field("host", "Host", "", "a host whose engine runs: procession --host HOST run"),
-        Field("map", f"Where its paths go there (blank: the same paths; its folder is {printable(t.cwd)})", "",
-              f"{printable(t.cwd)}=NEW …"),
+        Field("map", f"Where its paths go there (blank: the same paths; its folder is {printable(t.cwd)}"
+                     + (f", in a worktree of {printable(folder)}" if folder != t.cwd and t.worktree else "") + ")", "",
+              f"{printable(folder)}=NEW …"),
         Field("files", "What travels", "yes", choices=FILES_CHOICES),
     ], move, help="the files go into a new or empty folder there (one holding anything is refused); its engine and"
                   " the new host's do the move, and the HOST column shows it there once it is")

@@ -54,6 +54,8 @@ class Feed:
     sessions: dict[int, SessionInfo] = field(default_factory=dict)
     view: View = field(default_factory=View)
     by_state: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in State})
+    #: host -> its sessions not terminated (the header names a host that has some and no engine)
+    by_host: dict[str, int] = field(default_factory=dict)
     tokens: int = 0
     windows: int = 0
     counted: dict[str, int] = field(default_factory=dict)
@@ -167,6 +169,7 @@ class Feed:
     def _count(self, info: SessionInfo, sign: int) -> None:
         self.by_state[info.state.value] += sign
         if info.state is not State.TERMINATED:
+            self.by_host[info.host] = self.by_host.get(info.host, 0) + sign
             self.tokens += sign * info.context_tokens
             self.windows += sign * info.context_window
             self.counted[info.context_source] = self.counted.get(info.context_source, 0) + sign

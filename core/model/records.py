@@ -76,6 +76,13 @@ class Worktree:
     source: str
     branch: str | None
 
+    @property
+    def moves_with(self) -> str:
+        """The folder a ``move --map`` of which takes this one along: a worktree beside its
+        repository (``REPO.forks/NAME``, as ``fork`` makes it) goes with ``REPO``."""
+        parent, _, _ = self.path.rpartition("/")
+        return parent.removesuffix(".forks") if self.kind == "git" and parent.endswith(".forks") else self.path
+
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)
 

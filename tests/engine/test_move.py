@@ -221,6 +221,7 @@ async def test_a_forks_worktree_moves_into_a_clone_on_the_other_host_with_its_br
     assert Path(there.git("rev-parse", "--git-common-dir")).resolve() == (beta / "proj" / ".git").resolve()
     worktree = (await ws.info(fork)).worktree
     assert worktree is not None and worktree.source == str(beta / "proj")  # of the clone here, as show says
+    assert worktree.moves_with == str(beta / "proj")  # what the monitor's move form offers to --map
     assert not tree.path.exists() and branch not in repo.git("branch", "--list")  # gone from alpha, as unchanged
     assert not tree.path.parent.exists()  # and the forks' folder beside the repository, empty now
     assert str(tree.path) not in repo.git("worktree", "list")
