@@ -76,8 +76,8 @@ class MoveCalls(Calls):
         resources = [r for r in await rows.resources(tx, sid) if r["kind"] in LOCAL_KINDS]
         watched = [p for t in await rows.triggers(tx, sid) for spec in [json.loads(t["spec"])]
                    for p in [*spec.get("paths", []), spec.get("repo") or ""] if isinstance(p, str) and p]
+        repo = [tree["repo"]] if tree is not None and tree["repo"] else []
         for old in paths:
-            repo = [tree["repo"]] if tree is not None and tree["repo"] else []
             if not any(transcripts.within(p, old) for p in [was, *repo, *(r["uri"] for r in resources), *watched]):
                 raise InvalidArgument(f"--map {old}: no path of session {sid} is in that folder (its folder: {was})")
         if tree is not None and tree["kind"] == "git" and tree["repo"]:
@@ -179,18 +179,15 @@ async def _alone_in(act: Act, folder: str) -> None:
     """Refuse to carry off a folder another live session of the host works in (or beneath):
     it would lose its files. One working around it (in a folder that holds it) keeps its own
     folder, and is told that this part of it goes."""
-    row = act.row
-    found = await act.tx.all(
-        "SELECT id, cwd FROM sessions WHERE host = ? AND id <> ? AND state <> 'terminated'"
-        " AND (cwd = ? OR substr(cwd, 1, length(?) + 1) = ? || '/' OR substr(?, 1, length(cwd) + 1) = cwd || '/')"
-        " ORDER BY id LIMIT 6", (row["host"], row["id"], folder, folder, folder, folder))
-    inside = [r for r in found if transcripts.within(r["cwd"], folder)]
-    if inside:
-        other = inside[0]
+    row, live = act.row, "SELECT id, cwd FROM sessions WHERE host = ? AND id <> ? AND state <> 'terminated'"
+    other = await act.tx.one(f"{live} AND (cwd = ? OR substr(cwd, 1, length(?) + 1) = ? || '/') ORDER BY id LIMIT 1",
+                             (row["host"], row["id"], folder, folder, folder))
+    if other is not None:
         raise _refused(row, f"session {other['id']} works in {other['cwd']} too, and would lose its files: move it"
                             " with --no-files (its folder stays, and must be on the other host already), or move"
                             f" session {other['id']} first")
-    for other in found[:3]:
+    for other in await act.tx.all(f"{live} AND substr(?, 1, length(cwd) + 1) = cwd || '/' ORDER BY id LIMIT 3",
+                                  (row["host"], row["id"], folder)):
         act.note(f"session {other['id']} works in {other['cwd']}, around the folder that goes: it stays, without it")
 
 
