@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..model import beneath
 from ..model.errors import InvalidArgument, ProcessionError
@@ -46,6 +46,8 @@ from .merge import Resolution, three_way
 
 #: Linux's FICLONE ioctl: the destination shares the source's blocks (btrfs, XFS, bcachefs...).
 FICLONE = 0x40049409
+#: What every fork's branch is called under.
+BRANCHES: Final = "procession/"
 #: Paths a refusal names before "and N more".
 NAMED = 5
 
@@ -91,10 +93,10 @@ def _make_worktree(found: gitrepo.Repo, folder: str, name: str, carry: bool) -> 
         raise InvalidArgument(f"{found.top} has uncommitted changes ({named(dirty)}): commit them, or fork with"
                               " --carry to take them into the fork's worktree")
     slug = _slug(name)
-    branch = f"procession/{slug}"
+    branch = f"{BRANCHES}{slug}"
     n = 2
     while gitrepo.has_branch(found.top, branch):
-        branch, n = f"procession/{slug}-{n}", n + 1
+        branch, n = f"{BRANCHES}{slug}-{n}", n + 1
     if not gitrepo.branch_name_ok(found.top, branch):
         raise InvalidArgument(f"cannot name a branch after the fork {name!r}: give it another name")
     path = _free(Path(found.top).parent / f"{Path(found.top).name}.forks" / slug)

@@ -21,15 +21,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Final
 
 from ..calls import gitrepo
+from ..calls.worktrees import BRANCHES
 from ..model.errors import ProcessionError
 from .packing import MoveFailed, ready, unpacked
-
-#: What every branch of a fork is called under (``worktrees._make_worktree``).
-PREFIX: Final = "procession/"
-
 
 def bundle(common: str, branch: str, limit: int) -> tuple[bytes, str]:
     """``branch`` of the repository ``common`` as a bundle of all its history, and its tip."""
@@ -53,7 +49,7 @@ def place(data: bytes | None, pack: bytes, common: str, branch: str, tip: str, f
     """The worktree made at ``folder`` on ``branch`` of the repository ``common`` here,
     fetched from ``data``, holding the files of ``pack``; whether the branch was made (it may
     be there already, at ``tip``). ``MoveFailed`` if it cannot be; then nothing is left of it."""
-    if not branch.startswith(PREFIX) or not gitrepo.run(None, "check-ref-format", f"refs/heads/{branch}",
+    if not branch.startswith(BRANCHES) or not gitrepo.run(None, "check-ref-format", f"refs/heads/{branch}",
                                                         check=False).returncode == 0:
         raise MoveFailed(f"{branch[:80]!r} is not a fork's branch: the move carries none other")
     if gitrepo.run(None, "rev-parse", "--git-dir", git_dir=common, check=False).returncode != 0:
