@@ -270,7 +270,8 @@ class JournalEntry:
     who: str | None = None  # user@host of the process that made the call (None: before schema 14)
 
     def to_json(self) -> dict[str, Any]:
-        return fields_of(self)
+        """``sid`` names its session, as every other output does; ``session`` is its old name."""
+        return {"sid": self.session, **fields_of(self)}
 
 
 @dataclass(slots=True, frozen=True)
@@ -292,7 +293,8 @@ class RunInfo:
     cost: float = 0.0  # US dollars: as its CLI reported, else by the price table (``model.prices``)
 
     def to_json(self) -> dict[str, Any]:
-        return fields_of(self)
+        """``sid`` names its session, as every other output does; ``session`` is its old name."""
+        return {"sid": self.session, **fields_of(self)}
 
 
 @dataclass(slots=True, frozen=True)
