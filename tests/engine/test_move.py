@@ -306,6 +306,17 @@ def test_only_a_forks_branch_is_fetched_from_a_bundle(git_identity, tmp_path) ->
     with pytest.raises(packing.MoveFailed, match="could not be made"):
         branches.place(b"not a bundle", b"", str(repo.path / ".git"), "procession/x", tip, str(tmp_path / "there"))
     assert repo.git("branch", "--list") == "* main" and not (tmp_path / "there").exists()
+    repo.git("branch", "procession/x")
+    data, tip = branches.bundle(str(repo.path / ".git"), "procession/x", 2**20)
+    repo.git("branch", "-D", "procession/x")
+    crafted = tmp_path / "crafted"
+    crafted.mkdir()
+    (crafted / ".git").write_text("gitdir: /somewhere/else\n")  # a pack that brings a .git of its own
+    with pytest.raises(packing.MoveFailed, match="the carried files hold a .git of their own: nothing was kept"):
+        branches.place(data, packing.pack(str(crafted)).data, str(repo.path / ".git"), "procession/x", tip,
+                       str(tmp_path / "there"))
+    assert repo.git("branch", "--list") == "* main" and not (tmp_path / "there").exists()  # the branch it made went
+    assert "there" not in repo.git("worktree", "list")
 
 
 async def test_a_mistyped_host_is_said_at_spawn_a_cancelled_session_stops_moving_and_tmp_is_never_carried_off(
