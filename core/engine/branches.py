@@ -49,8 +49,8 @@ def place(data: bytes | None, pack: bytes, common: str, branch: str, tip: str, f
     """The worktree made at ``folder`` on ``branch`` of the repository ``common`` here,
     fetched from ``data``, holding the files of ``pack``; whether the branch was made (it may
     be there already, at ``tip``). ``MoveFailed`` if it cannot be; then nothing is left of it."""
-    if not branch.startswith(BRANCHES) or not gitrepo.run(None, "check-ref-format", f"refs/heads/{branch}",
-                                                        check=False).returncode == 0:
+    if not branch.startswith(BRANCHES) or gitrepo.run(None, "check-ref-format", f"refs/heads/{branch}",
+                                                    check=False).returncode != 0:
         raise MoveFailed(f"{branch[:80]!r} is not a fork's branch: the move carries none other")
     if gitrepo.run(None, "rev-parse", "--git-dir", git_dir=common, check=False).returncode != 0:
         raise MoveFailed(f"there is no git repository at {common} on this host: clone the repository there, or move"
@@ -111,7 +111,7 @@ def let_go(common: str, branch: str, tip: str) -> str | None:
     gitrepo.run(None, "worktree", "prune", git_dir=common, check=False)
     try:
         gitrepo.run(None, "update-ref", "-d", f"refs/heads/{branch}", tip, git_dir=common)
-    except (gitrepo.GitError, ProcessionError):
+    except ProcessionError:  # git's refusal: the branch moved on
         return (f"its branch {branch} stays in {common}: it is not at the commit carried ({tip[:12]}) any more;"
                 " delete it yourself when done with it")
     return None
