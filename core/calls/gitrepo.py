@@ -112,7 +112,8 @@ def _programs_cleared(cmd: list[str], cwd: str | None, env: dict[str, str]) -> d
     items = _lines(listed.stdout)
     keys = [key for scope, key in zip(items[::2], items[1::2]) if scope in ("local", "worktree")
             and PROGRAMS.fullmatch(key)]
-    given = int(env.get("GIT_CONFIG_COUNT", "0") or 0) if env.get("GIT_CONFIG_COUNT", "").isdigit() else 0
+    count = env.get("GIT_CONFIG_COUNT", "")
+    given = int(count) if count.isdigit() else 0
     cleared = {"GIT_CONFIG_COUNT": str(given + len(keys))} if keys else {}
     for n, key in enumerate(keys, start=given):  # after the caller's own pairs, if any
         cleared[f"GIT_CONFIG_KEY_{n}"], cleared[f"GIT_CONFIG_VALUE_{n}"] = key, ""

@@ -332,18 +332,12 @@ def _earlier(path: str, sid: str, directory: str, cwd: str, messages: list[Any])
     them (False: the rest is to be imported); refused when it holds one they do not (a fork
     cannot cut a longer one) or works in another folder than ``cwd``."""
     held = {mid for mid, *_ in _messages(path, sid)[0]}
-    carried = {(m.get("info") or {}).get("id") for m in messages}
-    if not held <= carried or not _prefix(messages, held):
+    carried = [(m.get("info") or {}).get("id") for m in messages]
+    if set(carried[:len(held)]) != held:  # not the first of the carried ones, none missing between
         raise Differs(f"opencode session {sid} is already in {path}, with another history")
     if os.path.realpath(directory) != os.path.realpath(cwd):
         raise InvalidArgument(f"opencode session {sid} is already here, in {directory}, not in {cwd}")
-    return held == carried
-
-
-def _prefix(messages: list[Any], held: set[Any]) -> bool:
-    """Whether the messages held here are the first of the carried ones, with none missing between."""
-    ids = [(m.get("info") or {}).get("id") for m in messages]
-    return set(ids[:len(held)]) == held
+    return len(held) == len(carried)
 
 
 def _moved(info: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
