@@ -11,6 +11,7 @@ trace, and be said in the run's record; the same step with ``--confine off`` doe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -164,6 +165,13 @@ async def test_a_runs_temporary_folder_is_its_own_and_goes_with_it(live: Workspa
     assert folder.name.startswith(f"procession-run-{sid}-") and not folder.exists()
 
 
+def hang_up_on_each(server: socket.socket) -> None:
+    """Accepts each connection and closes it, until the server closes."""
+    with contextlib.suppress(OSError):
+        while True:
+            server.accept()[0].close()
+
+
 async def test_network_none_and_model(live: Workspace, engine: object, world: dict[str, Path]) -> None:
     """``--net none`` refuses every TCP connection; ``--net model`` those to ports but its model's
     and its bound services'. Two servers listen on 127.0.0.1; one is bound as the session's URL."""
@@ -171,7 +179,7 @@ async def test_network_none_and_model(live: Workspace, engine: object, world: di
         pytest.skip("this kernel's Landlock cannot restrict TCP")
     servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
     for server in servers:
-        threading.Thread(target=lambda s=server: [s.accept()[0].close() for _ in range(10)], daemon=True).start()
+        threading.Thread(target=hang_up_on_each, args=(server,), daemon=True).start()
     bound_port, other_port = (s.getsockname()[1] for s in servers)
     probe = (f"command:{sys.executable} -c \"import socket\nfor p in ({bound_port}, {other_port}):\n"
              f"    try:\n        socket.create_connection(('127.0.0.1', p), 5).close(); print(p, 'ok')\n"

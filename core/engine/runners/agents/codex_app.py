@@ -10,14 +10,17 @@ then sends notifications (``item/started`` / ``item/completed`` with camelCase i
 ``turn/completed``) and *requests*: ``item/commandExecution/requestApproval`` and
 ``item/fileChange/requestApproval``, answered ``{"decision": "accept" | "decline"}`` once a person
 answered (``Turn.decide``). A decline reaches the model as ``rejected by user`` and no more, so
-the reason goes before it as a ``turn/steer`` message of the same turn (sent first, it reaches
-the model in the same request as the refusal; sent after, it could come a request late). When the turn completes the
+the reason goes before it as a ``turn/steer`` message of the same turn, and the decline only once
+the server answered the steer: the steer is then among the turn's input, and reaches the model in
+the same request as the refusal (written one after the other, the server could take the decline
+first, and the reason came a model request late, measured in CI). When the turn completes the
 reader hangs up: the server exits on its closed stdin. ``exec`` stays the runner of every other
 session: the app server is marked experimental in this version.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 from typing import Any, Final
 
@@ -58,6 +61,7 @@ class CodexAppReader(CodexReader):
         self.transcript: str | None = None
         self.completed = False
         self.refused: dict[str, str] = {}  # item id -> why a person refused it
+        self.steers: dict[int, asyncio.Future[None]] = {}  # a steer's request id -> answered
         ref = turn.ref or {}
         opened: dict[str, Any] = {"cwd": turn.cwd, "approvalPolicy": "untrusted", "sandbox": sandbox(turn)}
         method = "thread/start"
@@ -91,7 +95,10 @@ class CodexAppReader(CodexReader):
             self.errors.append(f"Codex: {(params.get('error') or {}).get('message', 'an error')}")
 
     def _answered(self, reply: dict[str, Any]) -> None:
-        """A reply to one of Procession's requests: the thread opened, the turn started."""
+        """A reply to one of Procession's requests: the thread opened, the turn started, a steer taken."""
+        steered = self.steers.pop(reply.get("id"), None)
+        if steered is not None and not steered.done():
+            steered.set_result(None)
         error = reply.get("error")
         if error is not None:
             if reply.get("id") in (INITIALIZE, OPEN, TURN):  # the turn cannot happen: say why and end
@@ -125,12 +132,14 @@ class CodexAppReader(CodexReader):
     async def _decide(self, request_id: Any, item: str, tool: str, input: dict[str, Any]) -> None:
         assert self.talk is not None and self.turn.decide is not None
         ok, why = await self.turn.decide(tool, input)
-        if not ok:  # the reason first: it then goes to the model with the refusal, in the same request
+        if not ok:  # the reason first, taken: it then goes to the model with the refusal, in the same request
             self.refused[item] = why
             self.last_id += 1
+            self.steers[self.last_id] = steered = asyncio.get_running_loop().create_future()
             self.talk.write({"id": self.last_id, "method": "turn/steer", "params": {
                 "threadId": self.thread, "expectedTurnId": self.turn_id,
                 "input": [{"type": "text", "text": f"Procession: your {tool} call was refused: {why}"}]}})
+            await steered  # a server that ends instead: the reader hangs up and this work is cancelled
         self.talk.write({"id": request_id, "result": {"decision": "accept" if ok else "decline"}})
 
     def _item(self, item: dict[str, Any], done: bool) -> None:
