@@ -96,18 +96,19 @@ class CodexAppReader(CodexReader):
 
     def _answered(self, reply: dict[str, Any]) -> None:
         """A reply to one of Procession's requests: the thread opened, the turn started, a steer taken."""
-        steered = self.steers.pop(reply.get("id"), None)
+        answers = reply.get("id")
+        steered = self.steers.pop(answers, None) if isinstance(answers, int) else None
         if steered is not None and not steered.done():
             steered.set_result(None)
         error = reply.get("error")
         if error is not None:
-            if reply.get("id") in (INITIALIZE, OPEN, TURN):  # the turn cannot happen: say why and end
+            if answers in (INITIALIZE, OPEN, TURN):  # the turn cannot happen: say why and end
                 message = error.get("message") if isinstance(error, dict) else error
                 self.pending.problems.append(f"Codex: {message}")
                 self.hang_up()
             return  # a steer after the turn ended: the turn had its answer
         result = reply.get("result") or {}
-        if reply.get("id") == OPEN:
+        if answers == OPEN:
             thread = result.get("thread") or {}
             self.thread = str(thread.get("id"))
             path = thread.get("path")
@@ -116,7 +117,7 @@ class CodexAppReader(CodexReader):
             assert self.talk is not None
             self.talk.write({"id": TURN, "method": "turn/start",
                              "params": {"threadId": self.thread, "input": [{"type": "text", "text": self.turn.prompt}]}})
-        elif reply.get("id") == TURN:
+        elif answers == TURN:
             self.turn_id = str((result.get("turn") or {}).get("id") or "")
 
     def _requested(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
