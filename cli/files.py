@@ -10,7 +10,7 @@ from procession.present import parse, results
 
 from .registry import SID, arg, command
 from .reads import TIMED_OUT
-from .terminal import UsageError, done, emit, notes, progress_bar
+from .terminal import UsageError, done, emit, error, notes, progress_bar
 
 
 @command(Call.SAVE, help="checkpoint a session in the store (NAME) or write a snapshot file (-o FILE)", args=[
@@ -72,6 +72,9 @@ async def move(ws: Workspace, args: argparse.Namespace) -> int:
         return TIMED_OUT
     notes(args, [outcome])
     found = await ws.moved(args.sid, args.timeout)
+    if found.stage == "failed" and not args.json:  # a failure, said where the CLI says failures
+        error(results.move_failed(found), detail=found.said)
+        return 1
     emit(args, found.to_json(), results.moved(found))
     if found.stage == "failed":
         return 1

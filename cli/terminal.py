@@ -130,8 +130,12 @@ def refusal(message: str) -> str:
     return printable(message, lines=False)
 
 
-def error(message: str) -> None:
+def error(message: str, *, detail: Sequence[str] = ()) -> None:
+    """A refusal or a failure on standard error, in one line; ``detail``: lines beneath it (what
+    each part of a failed piece of work said), indented."""
     print(f"{PROG}: error: {refusal(message)}", file=sys.stderr)
+    for line in detail:
+        print(f"  {refusal(line)}", file=sys.stderr)
 
 
 def progress_bar(args: argparse.Namespace, label: str) -> tuple[Progress | None, Callable[[], None]]:

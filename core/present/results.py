@@ -163,12 +163,16 @@ _MOVE_STAGES = {"packing": "its old host's engine packs it", "placing": "its new
                 "failed": "failed", "cancelled": "taken back"}
 
 
+def move_failed(m: MoveInfo) -> str:
+    return f"session {m.sid} did not move to host {m.target}, and stays on host {m.source}: {m.problem}"
+
+
 def moved(m: MoveInfo) -> str:
     """How a session's last move went: a line, and what the engines said of it."""
     if m.stage == "done":
         head = f"session {m.sid} moved from host {m.source} to host {m.target}; it works in {m.folder} there"
     elif m.stage == "failed":
-        head = f"session {m.sid} did not move to host {m.target}, and stays on host {m.source}: {m.problem}"
+        head = move_failed(m)
     elif m.stage == "cancelled":
         head = f"session {m.sid} stays on host {m.source}: its move to host {m.target} was taken back"
     else:

@@ -155,8 +155,10 @@ async def test_a_running_session_is_refused_in_one_line_and_a_full_target_fails_
     (there / "mine.txt").write_text("the user's own\n")
     sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
     out = cli(db, "move", str(sid), "--to", "beta", "--map", f"{here}={there}")
-    assert out.returncode == 1
-    assert f"did not move to host beta, and stays on host alpha: {there} is there already and holds files" in out.stdout
+    assert out.returncode == 1 and not out.stdout  # a failure, said on standard error, each host's part beneath
+    assert out.stderr.startswith(f"procession: error: session {sid} did not move to host beta, and stays on host"
+                                 f" alpha: {there} is there already and holds files; nothing was written there"), out.stderr
+    assert out.stderr.endswith("\n  host alpha packed 2 files (1,030 bytes)\n"), out.stderr
     assert held(here) == before and held(there) == {"mine.txt": b"the user's own\n0o644"}  # nothing touched
     assert (await ws.info(sid)).host == "alpha"
     await run_once(ws, sid, 1)  # it runs where it is
@@ -259,7 +261,7 @@ async def test_a_worktree_with_no_clone_or_a_rival_branch_there_fails_its_move_a
 
     out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")  # no clone on beta
     assert out.returncode == 1 and f"there is no git repository at {beta / 'proj' / '.git'} on this host: clone the" \
-        " repository there" in out.stdout, out.stdout
+        " repository there" in out.stderr, out.stderr
     assert not (beta / "proj.forks").exists()
 
     clone = Repo(beta / "proj")
@@ -269,7 +271,7 @@ async def test_a_worktree_with_no_clone_or_a_rival_branch_there_fails_its_move_a
     clone.git("switch", "-q", "main")
     rival = clone.head(branch)
     out = cli(db, "move", str(fork), "--to", "beta", "--map", f"{alpha}={beta}")
-    assert out.returncode == 1 and f"has a branch {branch} already, at another commit ({rival[:12]})" in out.stdout
+    assert out.returncode == 1 and f"has a branch {branch} already, at another commit ({rival[:12]})" in out.stderr
     assert clone.head(branch) == rival and not (beta / "proj.forks").exists()
     info = await ws.info(fork)
     assert (info.host, info.cwd) == ("alpha", str(tree.path)) and held(tree.path) == before  # as it was
