@@ -105,7 +105,7 @@ def _clear(move: Any) -> str | None:
     """The old folder removed if unchanged (a worktree's branch then too, if still where it was)."""
     tree = json.loads(move["tree"]) if move["tree"] else None
     git = tree is not None and tree["kind"] == "git"
-    kept = clear(move["was"], json.loads(move["manifest"] or "[]"), GIT if git else frozenset())
+    kept = clear(move["was"], json.loads(move["manifest"] or "[]"), GIT if git else frozenset(), placed=move["folder"])
     if kept is None and tree is not None:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(move["was"]))  # the forks' folder beside the repository, if now empty

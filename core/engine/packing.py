@@ -199,12 +199,19 @@ def ready(folder: str) -> None:
                          " (move it with --map to another folder, or with --no-files to work in this one)")
 
 
-def clear(folder: str, manifest: list[list[Any]], skip: frozenset[str] = frozenset()) -> str | None:
+def clear(folder: str, manifest: list[list[Any]], skip: frozenset[str] = frozenset(), *,
+          placed: str | None = None) -> str | None:
     """Remove ``folder`` if it holds exactly what was carried of it (``skip``: what ``pack``
     left out on purpose, removed too); else keep it and say why (None: removed, or gone
-    already). What a move does not carry (a FIFO, a socket) keeps it."""
+    already). What a move does not carry (a FIFO, a socket) keeps it. ``placed``: where the
+    files went on the other host; a path inside ``folder`` that was not there when packed and
+    is now is that very folder, seen from here (the two hosts share a file system)."""
     if not os.path.lexists(folder):
         return None
+    inside = os.path.relpath(placed, folder) if placed and os.path.commonpath([folder, placed]) == folder else None
+    if inside and inside != "." and os.path.lexists(placed or "") and not any(e[0] == inside for e in manifest):
+        return (f"its old folder {folder} is kept: the session's new folder {placed} is inside it, and shows here"
+                " (the two hosts share this file system); remove the rest of it yourself")
     left = [e[0] for e in manifest if e[1] == "o"]
     if left:
         return (f"its old folder {folder} is kept: it holds what a move does not carry ({', '.join(left[:3])}"

@@ -169,6 +169,23 @@ async def test_a_running_session_is_refused_in_one_line_and_a_full_target_fails_
     assert held(here) == before
 
 
+async def test_a_move_into_its_own_subfolder_seen_from_one_file_system_keeps_the_old_folder_and_says_why(
+        two_hosts, tmp_path) -> None:
+    """One machine standing for two hosts: the new folder shows inside the old one, which is
+    therefore not what was packed; it is kept, and said to be for that, not for a change."""
+    db, ws, _ = two_hosts
+    here = tmp_path / "a"
+    before = make_folder(here)
+    sid = await spawn_on(ws, "alpha", "mover", SHOW, cwd=str(here))
+    out = cli(db, "move", str(sid), "--to", "beta", "--map", f"{here}={here / 'moved'}")
+    assert out.returncode == 0, out.stderr
+    assert f"its old folder {here} is kept: the session's new folder {here / 'moved'} is inside it, and shows here" \
+        " (the two hosts share this file system); remove the rest of it yourself" in out.stdout, out.stdout
+    assert held(here / "moved") == before
+    assert {k: v for k, v in held(here).items() if k.split("/")[0] != "moved"} == before
+    assert await run_once(ws, sid, 1) == "beta"
+
+
 async def test_a_move_not_placed_yet_is_taken_back_and_nothing_is_made_on_the_other_host(two_hosts, tmp_path) -> None:
     db, ws, engines = two_hosts
     await spawn_on(ws, "beta", "resident", SHOW, cwd=str(tmp_path))  # a host the workspace knows
