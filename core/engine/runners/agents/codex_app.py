@@ -13,7 +13,7 @@ answered (``Turn.decide``). A decline reaches the model as ``rejected by user`` 
 the reason goes before it as a ``turn/steer`` message of the same turn, and the decline only once
 the server answered the steer: the steer is then among the turn's input, and reaches the model in
 the same request as the refusal (written one after the other, the server could take the decline
-first, and the reason came a model request late, measured in CI). When the turn completes the
+first, and the reason came a model request late, as CI once saw). When the turn completes the
 reader hangs up: the server exits on its closed stdin. ``exec`` stays the runner of every other
 session: the app server is marked experimental in this version.
 """
