@@ -37,6 +37,16 @@ def test_agents_tiny_measures_each_cli_it_was_given() -> None:
         assert 0 < figures["results"][f"{name}_activate_first_request"]["median"] < 60
 
 
+def test_engine_tiny_measures_every_figure() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "engine.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["env"]["mode"] == "tiny" and figures["throughput"]["outcomes"] == {"ok": 10}
+    storm = figures["storm"]  # the calls made during it all answered; the debounce held
+    assert len(storm["calls_ms"]) == 10 and 1 <= storm["wakes"] <= storm["windows"] + 1, storm
+
+
 def test_mcp_server_tiny_measures_every_round_trip() -> None:
     proc = subprocess.run([sys.executable, str(BENCH / "mcp_server.py"), "--tiny"], capture_output=True, text=True,
                           timeout=120)

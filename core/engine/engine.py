@@ -384,6 +384,9 @@ class Engine:
         return True
 
     async def _launch(self, row: Any) -> bool:
+        """Start a run of the ready session ``row``: its step made ready, the run claimed (and
+        recorded, with the tracker its processes will carry), then the step launched, and its
+        process recorded. Nothing runs that the store does not name first."""
         assert self.ledger is not None
         sid = row["id"]
         spec = runner_spec.parse(row["runner"])
@@ -391,12 +394,21 @@ class Engine:
         tmp = tempfile.mkdtemp(prefix=f"procession-run-{sid}-")
         launch = uuid.uuid4().hex[:12]
         tracker: reaper.Tracker | None = None
-        step: ProcessStep | HttpStep
         turn: agents.Turn | None = None
         invocation = agents.Invocation([])
         reader: Reader = protocol.Reader()
         talk: agents.Conversation | None = None  # what an agent CLI it drives is told
         own: OwnServers | None = None
+
+        async def undo() -> None:
+            """What was made for the step, let go of (the step itself is the caller's)."""
+            if tracker is not None:
+                self.launching.discard(tracker)
+                tracker.close()
+            if own is not None:
+                await own.close()
+            _remove(invocation.files, tmp)
+
         try:
             env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
                                                         "PROCESSION_DB": str(self.ledger.path), "PWD": cwd})
@@ -416,54 +428,51 @@ class Engine:
                 invocation, reader = agents.prepare(spec.kind, turn, exe)
                 talk = reader.talk
                 env.update(invocation.env)
-            if spec.kind == "openai":  # its tools' processes (MCP servers, commands) carry the run's marker
-                tracker = reaper.MarkerTracker(f"{self.token[:12]}:{launch}")
-                step = await HttpStep.start(spec, cwd, tracker.environ(env), count=self.ledger.store.count_tokens,
-                                            wrap=held.wrap)
-                if row["permissions"] == bounds.ASK:  # its tools run in the engine: it asks the engine
-                    step.ask = self._asker(sid)
-            else:
-                tracker = reaper.tracker(self.token[:12], f"{self.token[:12]}:{launch}", self.tracker_mode, launch)
-                self.launching.add(tracker)  # its processes are owned from the start, not once it is claimed
-                step = await ProcessStep.start(spec, cwd, env, tracker, command=held.wrap(invocation.argv or argv(spec)),
-                                               talk=talk)
+            marker = f"{self.token[:12]}:{launch}"  # an openai: run's tools' processes carry it
+            tracker = (reaper.MarkerTracker(marker) if spec.kind == "openai"
+                       else reaper.tracker(self.token[:12], marker, self.tracker_mode, launch))
         except (OSError, InvalidArgument) as exc:
-            if tracker is not None:
-                self.launching.discard(tracker)
-                tracker.close()
-            if own is not None:
-                await own.close()
-            _remove(invocation.files, tmp)
-            why = str(exc) if isinstance(exc, InvalidArgument) else f"cannot start the step in {cwd}: {exc.strerror or exc}"
-            await self._fail_to_start(row, why)
+            await undo()
+            await self._fail_to_start(row, _unstartable(exc, cwd))
             return False
         try:
-            start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, pid=step.pid,
-                                                proc_start=proc_start(step.pid),
-                                                tracker=tracker.name if tracker else None,
+            start = await self.ledger.start_run(sid, runner=row["runner"], engine=self.token, tracker=tracker.name,
                                                 prompt_upto=turn.upto if turn else None, confinement=held.said)
-        except BaseException as exc:  # not claimed (or cancelled): the launched step must not linger
-            if isinstance(step, ProcessStep):
-                await step.abandon()
-            else:
-                step.kill()
-            if tracker is not None:
-                self.launching.discard(tracker)
-                tracker.close()
-            if own is not None:
-                await own.close()
-            _remove(invocation.files, tmp)
+        except BaseException as exc:  # not claimed (or cancelled): nothing was launched
+            await undo()
             if isinstance(exc, EngineBusy):
                 self._give_up(str(exc))
             if isinstance(exc, ProcessionError):
                 return False
             raise
+        step: ProcessStep | HttpStep
+        try:
+            if spec.kind == "openai":
+                step = await HttpStep.start(spec, cwd, tracker.environ(env), count=self.ledger.store.count_tokens,
+                                            wrap=held.wrap)
+                if row["permissions"] == bounds.ASK:  # its tools run in the engine: it asks the engine
+                    step.ask = self._asker(sid)
+            else:
+                self.launching.add(tracker)  # its processes are owned from the start
+                step = await ProcessStep.start(spec, cwd, env, tracker, command=held.wrap(invocation.argv or argv(spec)),
+                                               talk=talk)
+        except (OSError, InvalidArgument) as exc:
+            await undo()
+            await self._fail_to_start(row, _unstartable(exc, cwd), run=start.run)
+            return False
+        except BaseException:  # cancelled as it launched: the run, claimed, is the next engine's to recover
+            await undo()
+            raise
+        if step.pid is not None:
+            try:
+                await self.ledger.launch_run(sid, start.run, pid=step.pid, proc_start=proc_start(step.pid))
+            except ProcessionError as exc:  # the run and its tracker are recorded: the pid is for ps, not for safety
+                log.warning("session %d: run %d's pid %d not recorded: %s", sid, start.run, step.pid, exc)
         live = LiveRun(self.ledger, sid, start.run, step, tracker, row["timeout"] or DEFAULT_TIMEOUT_S,
                        reader=reader, files=invocation.files, tmp=tmp, own=own, confined=held.confined,
                        price=None if reader.reports_cost else self.prices.find(row["runner"]))
         self.live[sid] = live
-        if tracker is not None:
-            self.launching.discard(tracker)
+        self.launching.discard(tracker)
         document = turn.prompt.encode("utf-8", "surrogatepass") if turn else start.document
         live.task = asyncio.ensure_future(self._supervise(live, document))
         log.info("run %d of session %d started (%s, pid %s, %s)", start.run, sid, row["runner"], step.pid, held.said)
@@ -479,13 +488,13 @@ class Engine:
 
         return ask
 
-    async def _fail_to_start(self, row: Any, error: str) -> None:
-        """Record a run that could not even start, so the user sees why."""
+    async def _fail_to_start(self, row: Any, error: str, run: int | None = None) -> None:
+        """Record a run that could not even start (``run``: claimed already), so the user sees why."""
         assert self.ledger is not None
         try:
-            start = await self.ledger.start_run(row["id"], runner=row["runner"], engine=self.token, pid=None,
-                                                proc_start=None)
-            await self.ledger.finish_run(row["id"], start.run, FAILED, exit_code=None, events=protocol.Events(),
+            if run is None:
+                run = (await self.ledger.start_run(row["id"], runner=row["runner"], engine=self.token)).run
+            await self.ledger.finish_run(row["id"], run, FAILED, exit_code=None, events=protocol.Events(),
                                          error=error)
         except ProcessionError:
             pass
@@ -633,6 +642,11 @@ class Engine:
             return
         log.info("trigger %d (watch) fired: %s changed: %s", tid, plural(len(paths) + more, "path"), result)
         self.kick.set()
+
+
+def _unstartable(exc: OSError | InvalidArgument, cwd: str) -> str:
+    """Why a step could not start, as its run's error says it."""
+    return str(exc) if isinstance(exc, InvalidArgument) else f"cannot start the step in {cwd}: {exc.strerror or exc}"
 
 
 def _kill_orphan(orphan: Orphan) -> None:

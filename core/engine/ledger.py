@@ -71,6 +71,16 @@ class Start:
 
 
 @dataclass(slots=True, frozen=True)
+class Launched:
+    """A claimed run's process recorded (False: the run was over already, its process is not)."""
+
+    recorded: bool
+
+    def journal(self) -> str:
+        return "ok" if self.recorded else "over"
+
+
+@dataclass(slots=True, frozen=True)
 class Emitted:
     sid: int
     run: int
@@ -270,12 +280,14 @@ class Ledger(MoveSteps, Workspace):
                     mcp, env, permissions=row["permissions"], net=row["net"])
 
     @syscall(Call.START)
-    async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, pid: int | None,
-                        proc_start: float | None, tracker: str | None = None, prompt_upto: int | None = None,
-                        confinement: str | None = None) -> Start:
-        """Claim a ready session for a step already launched with ``runner``; returns its input.
+    async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, tracker: str | None = None,
+                        prompt_upto: int | None = None, confinement: str | None = None) -> Start:
+        """Claim a ready session for a run of ``runner``, before its step is launched; returns
+        its input. What runs is recorded before it runs: an engine killed as it launches the
+        step leaves a run whose ``tracker`` the next engine finds its processes by (``recover``),
+        never a process nothing names; the process is recorded once started (``launch_run``).
 
-        Refused (and the caller kills the step) if this engine no longer holds the lease, or the
+        Refused (and nothing is launched) if this engine no longer holds the lease, or the
         session left the queue or changed runner since the engine looked.
         """
         tx, row = act.tx, act.row
@@ -289,7 +301,7 @@ class Ledger(MoveSteps, Workspace):
         if await tx.value("SELECT 1 FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')", (sid,)):
             raise IllegalTransition(Call.START, sid, State(row["state"]), "it is moving to another host")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
-        run = await rows.insert_run(tx, sid, causes, pid, proc_start, engine, tracker)
+        run = await rows.insert_run(tx, sid, causes, None, None, engine, tracker)
         await tx.execute("UPDATE runs SET prompt_upto = ?, confinement = ? WHERE id = ?", (prompt_upto, confinement, run))
         await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None,
                                   **({"confinement": confinement} if confinement is not None else {}))
@@ -301,6 +313,14 @@ class Ledger(MoveSteps, Workspace):
             {"id": run, "cause": causes}, row["system"], context, memory, resources,
         )
         return Start(sid, run, document)
+
+    @syscall(Call.LAUNCH, check=None)
+    async def launch_run(self, act: Act, sid: int, run: int, *, pid: int, proc_start: float | None) -> Launched:
+        """The process of a claimed run, started: its pid (``ps``, the process stats) and its
+        start time (so that a later engine never kills a reused pid)."""
+        changed = await act.tx.execute("UPDATE runs SET pid = ?, proc_start = ? WHERE id = ? AND session_id = ?"
+                                       " AND ended IS NULL", (pid, proc_start, run, sid))
+        return Launched(changed > 0)
 
     @syscall(Call.EMIT, check=None)
     async def emit(self, act: Act, sid: int, run: int, events: Events) -> Emitted:

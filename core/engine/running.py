@@ -104,8 +104,9 @@ class LiveRun:
                     self.denied.append(line.strip()[:300])
 
     async def flush(self) -> None:
-        """Commit the events and the log read since the last flush (kept for the next one when
-        the workspace is busy)."""
+        """Commit the log and the events read since the last flush (kept for the next one when
+        the workspace is busy). The log first: what a reader of the store sees a step say (a
+        message in its history), its log holds already."""
         events = self._priced(self.reader.take())
         self.done = self.done or events.done  # a done event ends the session when the run ends
         for _, _, meta in events.messages:  # a tool that reports a refusal of the kernel's
@@ -115,6 +116,7 @@ class LiveRun:
         self.problems += events.problems
         events.problems = []
         self._logged_diagnostics(events)
+        await self._flush_log()
         if events:
             try:
                 emitted = await self.ledger.emit(self.sid, self.run, events)
@@ -126,7 +128,6 @@ class LiveRun:
             except Exception as exc:  # noqa: BLE001 - said in the run's error, never lost in silence
                 log.exception("run %d of session %d: its events could not be applied", self.run, self.sid)
                 self.problems.append(f"could not apply the step's events: {type(exc).__name__}: {exc}")
-        await self._flush_log()
 
     async def last_events(self) -> protocol.Events:
         """What the step's output held at its end (its diagnostics logged, as all before)."""

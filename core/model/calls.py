@@ -59,6 +59,7 @@ class Call(StrEnum):
     LIMIT = "limit"
     # the engine's own
     START = "start"
+    LAUNCH = "launch"
     EMIT = "emit"
     FINISH = "finish"
     RECOVER = "recover"
@@ -118,5 +119,5 @@ INFO: Final[dict[Call, CallInfo]] = {
 #: The calls people and agents make, in the order faces list them.
 USER_CALLS: Final[tuple[Call, ...]] = tuple(INFO)
 #: The calls only the engine makes.
-ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE,
+ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.LAUNCH, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE,
                                          Call.ASK)

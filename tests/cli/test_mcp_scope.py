@@ -169,7 +169,7 @@ async def test_an_agent_answers_only_what_the_sessions_it_spawned_ask_never_itse
         asked = {}
         for sid in (lead, sibling, child):
             await ledger.activate(sid)
-            await ledger.start_run(sid, runner="builtin:echo", engine="test", pid=None, proc_start=None)
+            await ledger.start_run(sid, runner="builtin:echo", engine="test")
             asked[sid] = (await ledger.as_actor("agent").ask(sid, "Bash", {"command": "git push"})).request
     async with served(db, "--session", str(lead)) as c:
         assert "not the session itself" in await refused(c, "allow", request=asked[lead])

@@ -34,7 +34,8 @@ async def test_the_embedding_example_runs_a_session_to_its_end(tmp_path: Path) -
         "refused: cannot resume session 1: it is sleeping, not suspended"]
     async with await Workspace.open(db, create=False) as ws:  # the store says what the program printed
         assert [(e.actor, e.call) for e in await ws.journal(1)] == [
-            ("embed", "spawn"), ("embed", "send"), ("embed", "activate"), ("engine", "start"), ("engine", "finish")]
+            ("embed", "spawn"), ("embed", "send"), ("embed", "activate"), ("engine", "start"), ("engine", "launch"),
+            ("engine", "finish")]
         assert (await ws.info(1)).state is State.SLEEPING
 
 

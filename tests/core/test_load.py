@@ -76,26 +76,21 @@ async def test_watch_storm_queues_one_activation_per_debounce_window(db, live, t
     calm = (await live.spawn("calm", "a")).sid
     engine = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run"], stderr=subprocess.DEVNULL)
     try:
-        await until(lambda: _lease(db), timeout=10)
+        await until(lambda: _lease(db))
         await asyncio.sleep(0.5)
         start = time.time()
-        latencies = []
         for i in range(10_000):
             (storm / f"f{i % 2000}.txt").write_text(str(i))
-            if i % 1000 == 0:
-                t0 = time.perf_counter()
+            if i % 1000 == 0:  # the workspace answers during the storm (how soon: bench/engine.py's storm)
                 await live.nice(calm, 1, relative=True)
-                latencies.append(time.perf_counter() - t0)
-        written = time.time()
         await asyncio.sleep(1.5)
         async with live.store.snapshot() as tx:
             wakes = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND session_id = ?", (sid,))
         windows = (time.time() - start) / 0.5
         assert 1 <= wakes <= windows + 1, f"{wakes} activations for {windows:.1f} debounce windows"
-        assert max(latencies) < 2.0, "the workspace stopped answering during the storm"
         runs = await live.runs(sid)
         assert sum(len(r.cause[0].get("paths", [])) + r.cause[0].get("more", 0) for r in runs if r.cause) > 0
-        assert written - start < 10
+        assert (await live.info(calm)).priority == 10
     finally:
         engine.send_signal(signal.SIGTERM)
         engine.wait(timeout=30)

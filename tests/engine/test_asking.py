@@ -167,7 +167,7 @@ async def test_what_an_agent_asks_is_checked_before_anything_is_written(live, tm
     ledger = Ledger(live.store, actor="engine")
     await ledger.acquire("test", 1, None)
     await ledger.activate(sid)
-    await ledger.start_run(sid, runner="builtin:echo", engine="test", pid=None, proc_start=None)
+    await ledger.start_run(sid, runner="builtin:echo", engine="test")
     deep: Any = "x"
     for _ in range(100_000):
         deep = [deep]

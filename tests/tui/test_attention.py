@@ -44,7 +44,7 @@ async def asking(db: Path, sid: int, *commands: str) -> list[int]:
         await ledger.acquire("test", 1, None)
         await ledger.activate(sid)
         runner = (await ledger.info(sid)).runner
-        await ledger.start_run(sid, runner=runner, engine="test", pid=None, proc_start=None)
+        await ledger.start_run(sid, runner=runner, engine="test")
         agent = ledger.as_actor("agent")
         return [(await agent.ask(sid, "Bash", {"command": c})).request for c in commands]
     finally:
