@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The monitor benchmark: the Textual app (``procession.tui``) on big workspaces.
 
-    python bench/monitor.py [--quick] [--json-out FILE] [--reps N] [--idle S] [--sizes 1000,10000]
+    python bench/monitor.py [--quick | --tiny] [--json-out FILE] [--reps N] [--idle S] [--sizes 1000,10000]
                             [--profile DIR] [--keep]
 
 Builds workspaces of 1,000, 10,000 and 100,000 sessions in a temporary folder (rows are
@@ -61,6 +61,7 @@ except ImportError:  # pragma: no cover - a usage error, not a benchmark result
 
 FULL = {"sizes": (1_000, 10_000, 100_000), "reps": 5, "ticks": 15, "variant_ticks": 7, "idle_s": 20.0}
 QUICK = {"sizes": (1_000, 10_000), "reps": 3, "ticks": 7, "variant_ticks": 3, "idle_s": 6.0}
+TINY = {"sizes": (100,), "reps": 1, "ticks": 2, "variant_ticks": 1, "idle_s": 1.0}
 
 SCREEN = (160, 45)  # columns, lines
 CHANGED_FRACTION = 0.01  # of the sessions, changed by another connection before each measured tick
@@ -803,6 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return child_ticks(argv[2], argv[3], int(argv[4]), int(argv[5]), argv[6], argv[7])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 sessions, fewer runs (~1 min)")
+    parser.add_argument("--tiny", action="store_true", help="100 sessions, one run of each (the suite runs it)")
     parser.add_argument("--json-out", metavar="FILE", help="also write the JSON object here")
     parser.add_argument("--reps", type=int, help="first-paint processes per size (default 5, --quick 3)")
     parser.add_argument("--idle", type=float, help="seconds of the idle-CPU window (default 20, --quick 6)")
@@ -811,7 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary workspaces")
     parser.add_argument("--label", help="free text recorded in the JSON")
     args = parser.parse_args(argv)
-    sizes = dict(QUICK if args.quick else FULL)
+    sizes = dict(TINY if args.tiny else QUICK if args.quick else FULL)
     if args.sizes:
         sizes["sizes"] = tuple(int(s) for s in args.sizes.split(","))
     sizes["reps"] = args.reps or sizes["reps"]
@@ -853,7 +855,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     report = {
-        "mode": "quick" if args.quick else "full",
+        "mode": "tiny" if args.tiny else "quick" if args.quick else "full",
         "label": args.label,
         "goals": {"size": goal_size, "paint_s": GOAL_PAINT_S, "tick_loop_s": GOAL_TICK_S, "rss_mb": GOAL_RSS_MB,
                   "idle_cpu_pct": GOAL_IDLE_CPU},

@@ -1,6 +1,6 @@
 """Soak: 1,000 sessions with triggers, about 200 runs a minute, for 10 minutes.
 
-    python bench/soak.py [--minutes 10] [--sessions 1000] [--json-out FILE]
+    python bench/soak.py [--minutes 10] [--sessions 1000] [--tiny] [--json-out FILE]
 
 A ``procession run`` engine works a workspace of ``--sessions`` sessions, each woken by an
 ``every`` trigger spread so that about 200 runs start a minute, plus a watch trigger on a
@@ -57,8 +57,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--tiny", action="store_true", help="20 sessions for 30 s (the suite runs it)")
     parser.add_argument("--json-out")
     args = parser.parse_args()
+    if args.tiny:
+        args.minutes, args.sessions = 0.5, 20
     with tempfile.TemporaryDirectory() as tmp:
         db, folder = Path(tmp) / "soak.db", Path(tmp) / "watched"
         folder.mkdir()

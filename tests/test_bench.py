@@ -71,6 +71,24 @@ def test_core_tiny_measures_every_figure() -> None:
     assert all(f["median"] > 0 for f in figures.values())
 
 
+def test_monitor_tiny_measures_every_figure() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "monitor.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["mode"] == "tiny"
+    assert {"paint_100", "tick_loop_100", "tick_sort_100", "tick_tree_100", "rss_peak_100", "idle_cpu_100"} <= set(
+        report["results"]), sorted(report["results"])
+
+
+def test_soak_tiny_runs_its_sessions_and_keeps_the_store_whole() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["sessions"] == 20 and result["runs"] > 0 and result["integrity"] == "ok", result
+
+
 def test_scale_tiny_measures_every_figure_without_an_error() -> None:
     proc = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--tiny"], capture_output=True, text=True,
                           timeout=240)
