@@ -208,6 +208,7 @@ def clear(folder: str, manifest: list[list[Any]], skip: frozenset[str] = frozens
     is now is that very folder, seen from here (the two hosts share a file system)."""
     if not os.path.lexists(folder):
         return None
+    placed = os.path.normpath(placed) if placed else None  # a path with '..' is not taken for one inside
     inside = os.path.relpath(placed, folder) if placed and os.path.commonpath([folder, placed]) == folder else None
     if inside and inside != "." and os.path.lexists(placed or "") and not any(e[0] == inside for e in manifest):
         return (f"its old folder {folder} is kept: the session's new folder {placed} is inside it, and shows here"

@@ -494,7 +494,9 @@ def test_set_id_bits_and_owners_do_not_travel_and_a_changed_old_folder_is_kept(t
     (folder / "a.txt").write_text("hello\n")
     [when] = [e[3] for e in packed.manifest if e[0] == "a.txt"]
     os.utime(folder / "a.txt", ns=(when, when))  # as it was packed
-    assert packing.clear(str(folder), packed.manifest) is None and not folder.exists()
+    (tmp_path / "beside").mkdir()  # a new folder named through '..' is not one inside: it is cleared as any
+    assert packing.clear(str(folder), packed.manifest, placed=str(folder / ".." / "beside")) is None
+    assert not folder.exists() and (tmp_path / "beside").exists()
 
     (tmp_path / "real").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "real")
