@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,24 @@ def kernel() -> int:
     return landlock.abi()
 
 
+@cache
+def namespaces() -> str:
+    """Whether a run can have a world of its own here ("", else why not): asked once, by
+    starting the launcher in one, as every run will be."""
+    if kernel() < 1:
+        return "this kernel has no Landlock"
+    probe = Policy(tuple(_system() + _python()), (), (), world=True, own_net=True)
+    try:
+        done = subprocess.run(Bounds(bounds.BOUND, bounds.NONE, probe, "").wrap([sys.executable, "-I", "-S", "-c", ""]),
+                              capture_output=True, timeout=30, cwd="/", env={})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the launcher could not be started: {exc}"
+    if done.returncode == 0:
+        return ""
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return said[-1].removeprefix("procession: ") if said else f"the launcher ended with {done.returncode}"
+
+
 @dataclass(slots=True, frozen=True)
 class Policy:
     """What the launcher confines a run's processes to (``landlock.restrict``): paths read,
@@ -76,6 +95,8 @@ class Policy:
     connect: tuple[int, ...] | None = None
     scoped: bool = True
     require: tuple[str, ...] = ()
+    world: bool = False  # a world of its own (``world``): namespaces, a root holding only what it reads and writes
+    own_net: bool = False  # and a network of its own, empty (``--net none``)
 
 
 @dataclass(slots=True, frozen=True)
@@ -97,8 +118,8 @@ class Bounds:
         if self.policy is None:
             return list(argv)
         p = self.policy
-        return [sys.executable, "-I", "-S", LAUNCHER,
-                *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require), "--", *argv]
+        return [sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require),
+                *(["-W"] if p.world else []), *(["-N"] if p.own_net else []), "--", *argv]
 
 
 def worktree_git(common: str, top: str) -> tuple[list[str], list[str]]:
@@ -199,8 +220,6 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
         read.append(_installation(program))
     read += [os.path.join(home, p) for p in HOME_READ] + [_real(p) for p in reads]
     connect = None if net == bounds.ANY else tuple(_ports(endpoints, resources)) if net == bounds.MODEL else ()
-    policy = Policy(_unique(read), _unique(write), connect,
-                    require=("net", "scope") if confine == bounds.STRICT else ())
     abi = kernel()
     if confine == bounds.STRICT:
         if abi < STRICT_ABI:
@@ -208,11 +227,31 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
                                                           f" {STRICT_ABI} can)" if abi else "this kernel has no Landlock"))
     if abi < 1:
         return Bounds(confine, net, None, "none: this kernel has no Landlock (the step runs with your own reach)")
-    notes = [what for need, what in ((3, "truncating a file is not limited"),
-                                     (4, "its network is not limited" if net != bounds.ANY else ""),
-                                     (6, "signals to other processes are not limited")) if abi < need and what]
-    said = f"landlock ABI {abi}" + "".join(f"; {n} (ABI {abi})" for n in notes) + ("; read only" if read_only else "")
-    return Bounds(confine, net, policy, said)
+    alone = namespaces()
+    if alone and confine == bounds.STRICT:
+        raise InvalidArgument(f"--confine strict: a run cannot have a world of its own here: {alone}")
+    policy = Policy(_unique(read), _unique(write), connect, require=("net", "scope") if confine == bounds.STRICT else (),
+                    world=not alone, own_net=not alone and net == bounds.NONE)
+    return Bounds(confine, net, policy, _said(abi, net, alone, read_only))
+
+
+def said_here(net: str, read_only: str = "") -> str:
+    """What the record of a run confined here says (a run of ``--net net``)."""
+    return _said(kernel(), net, namespaces(), read_only)
+
+
+def _said(abi: int, net: str, alone: str, read_only: str) -> str:
+    """What a confined run's record says of its bounds: the Landlock ABI, its world, and what
+    either could not hold here."""
+    notes = [f"{what} (ABI {abi})" for need, what in ((3, "truncating a file is not limited"),
+                                                      (4, "its network is not limited" if net != bounds.ANY else ""),
+                                                      (6, "signals to other processes are not limited"))
+             if abi < need and what]
+    if alone:
+        notes.append(f"no world of its own ({alone}): other processes, terminals and sockets are in its view"
+                     + ("; MPTCP and UDP are not limited" if net != bounds.ANY else ""))
+    world = "" if alone else " in a world of its own" + (" with no network" if net == bounds.NONE else "")
+    return f"landlock ABI {abi}{world}" + "".join(f"; {n}" for n in notes) + ("; read only" if read_only else "")
 
 
 def _real(path: str) -> str:

@@ -165,7 +165,7 @@ def main(argv: list[str]) -> None:
             if argv[at] in given:
                 given[argv[at]].append(argv[at + 1])
                 at += 2
-            elif argv[at] in ("-n", "-s"):
+            elif argv[at] in ("-n", "-s", "-W", "-N"):
                 flags.add(argv[at])
                 at += 1
             else:
@@ -175,9 +175,18 @@ def main(argv: list[str]) -> None:
             raise IndexError
     except (IndexError, ValueError):
         sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-c PORT]"
-                         " [-n] [-s] [-q net|scope] -- PROGRAM [ARGS...]\n")
+                         " [-n] [-s] [-q net|scope] [-W [-N]] -- PROGRAM [ARGS...]\n")
         raise SystemExit(126) from None
     os.get_exec_path()  # execvp's first use imports ``warnings``: while the interpreter's own files are readable
+    if "-W" in flags:  # a world of its own first (``world``), then confined in it
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import world
+
+        try:
+            world.enter([*given["-r"], *given["-w"]], net="-N" in flags)
+        except OSError as exc:
+            sys.stderr.write(f"procession: cannot make the run's world: {exc}\n")
+            raise SystemExit(126) from None
     try:
         restrict(given["-r"], given["-w"], [int(p) for p in given["-c"]] if "-n" in flags else None, "-s" in flags,
                  given["-q"])

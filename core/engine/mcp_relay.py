@@ -3,7 +3,9 @@
 Run as a script (``python -I -S mcp_relay.py SOCKET``), with nothing of ``procession``
 imported, by an agent CLI (or a step) inside a confined run, where Procession's own MCP
 server cannot run (it writes the workspace): the engine serves it on ``SOCKET``, in the
-run's own folder (``own_mcp``). Bytes go through unread, both ways, until either side ends.
+run's own folder (``own_mcp``). It first sends the socket's key, read from the file beside
+the socket (``key_file``: the run's bounds reach it, another run's do not), then bytes go
+through unread, both ways, until either side ends.
 """
 
 from __future__ import annotations
@@ -13,11 +15,22 @@ import socket
 import sys
 import threading
 
+#: The length of a socket's key (hexadecimal characters).
+KEY_BYTES = 32
+
+
+def key_file(path: str) -> str:
+    """The file holding the key of the socket at ``path``."""
+    return path + ".key"
+
 
 def main(path: str) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        with open(key_file(path), "rb") as fh:
+            key = fh.read(KEY_BYTES)
         conn.connect(path)
+        conn.sendall(key)
     except OSError as exc:
         sys.stderr.write(f"procession: cannot reach the session's MCP server at {path}: {exc.strerror}\n")
         raise SystemExit(1) from None

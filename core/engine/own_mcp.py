@@ -9,15 +9,25 @@ step as ``mcp_binding.server_command`` says (``RELAYS`` in its environment). Eac
 is served by a new server process, scoped as the binding says (its mode, its ``allow``), a
 process of the run: it ends with it. The server an agent CLI asks a person through
 (``asking``) is served by the engine itself, the same way reached.
+
+Each socket has an owner: the run. Its path is no secret (it is on the relay's command line,
+and a run with no world of its own sees other runs' command lines), so each socket has a key
+of its own, in a file beside it that only the run's bounds reach (``mcp_relay.key_file``); the
+relay sends it first, and a connection that does not is refused and logged, before anything
+of it is served. A run's connections are capped (``CONNECTIONS`` per socket): each one served
+is a server process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import importlib
 import json
+import logging
 import os
+import secrets
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -29,8 +39,11 @@ from ..model import mcp_binding
 from . import mcp_relay
 
 RELAY = str(Path(mcp_relay.__file__).resolve())
-#: The most connections a run's asking server serves at once (its agent CLI needs one).
-ASK_CONNECTIONS = 4
+#: The most connections a socket of a run serves at once (an agent CLI needs one).
+CONNECTIONS = 4
+#: How long a connection has to present its key.
+KEY_WAIT_S = 5.0
+log = logging.getLogger("procession.engine")
 
 
 class OwnServers:
@@ -63,26 +76,26 @@ class OwnServers:
         self.accepting.append(asyncio.ensure_future(self._accept(listener, argv)))
         return relay
 
-    def _listener(self, name: str) -> tuple[socket.socket, list[str]]:
+    def _listener(self, name: str) -> tuple[_Listener, list[str]]:
         path = os.path.join(self.tmp, f"{name}.sock")
+        key = secrets.token_hex(mcp_relay.KEY_BYTES // 2).encode()
+        fd = os.open(mcp_relay.key_file(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as fh:
+            fh.write(key)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
         os.chmod(path, 0o600)
         listener.listen()
         listener.setblocking(False)
-        return listener, [sys.executable, "-I", "-S", RELAY, path]
+        return _Listener(listener, key, name, self.sid), [sys.executable, "-I", "-S", RELAY, path]
 
-    async def _ask(self, listener: socket.socket, ws: Workspace, keep: Callable[[], bool]) -> None:
+    async def _ask(self, listener: _Listener, ws: Workspace, keep: Callable[[], bool]) -> None:
         """Serve each connection in the engine (its answers wait on the store, never block)."""
         # the MCP SDK, imported by the first run that asks: on a thread, not blocking the loop for a second
         asking = await asyncio.to_thread(importlib.import_module, f"{__package__}.asking")
-        loop = asyncio.get_running_loop()
-        with listener:
+        with listener.sock:
             while True:
-                conn, _ = await loop.sock_accept(listener)
-                if len(self.talking) >= ASK_CONNECTIONS:  # a CLI needs one: more is a run hoarding threads
-                    conn.close()
-                    continue
+                conn = await listener.accept(len(self.talking))
                 conn.setblocking(True)  # read by a worker thread
                 self.talking.add(conn)
                 self.accepting.append(asyncio.ensure_future(self._talk(asking.serve(conn, ws, self.sid, keep), conn)))
@@ -94,13 +107,12 @@ class OwnServers:
             self.talking.discard(conn)
             conn.close()
 
-    async def _accept(self, listener: socket.socket, argv: list[str]) -> None:
+    async def _accept(self, listener: _Listener, argv: list[str]) -> None:
         """Serve each connection with a server whose standard input and output are the socket
-        (never read here: what the client sends is the server's)."""
-        loop = asyncio.get_running_loop()
-        with listener:
+        (never read here past its key: what the client sends is the server's)."""
+        with listener.sock:
             while True:
-                conn, _ = await loop.sock_accept(listener)
+                conn = await listener.accept(len(self.serving))
                 with conn:
                     conn.setblocking(True)
                     try:  # in the engine's own session: the reaper of steps' orphans leaves it alone
@@ -133,3 +145,38 @@ class OwnServers:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+
+
+class _Listener:
+    """A run's socket, its key, and what it is for (``name``, in what is logged)."""
+
+    def __init__(self, sock: socket.socket, key: bytes, name: str, sid: int) -> None:
+        self.sock, self.key, self.name, self.sid = sock, key, name, sid
+
+    async def accept(self, serving: int) -> socket.socket:
+        """The next connection that presents the key, while fewer than ``CONNECTIONS`` are
+        served; any other is closed, and said in the engine's log."""
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(self.sock)
+            why = "the run has as many connections as it may" if serving >= CONNECTIONS else await self._unkeyed(conn)
+            if not why:
+                return conn
+            log.warning("session %d: a connection to its %s socket was refused: %s", self.sid, self.name, why)
+            conn.close()
+
+    async def _unkeyed(self, conn: socket.socket) -> str:
+        """Why ``conn`` is not the run's own ("" if it is): its first bytes must be the key,
+        read exactly (what follows is the server's)."""
+        loop = asyncio.get_running_loop()
+        got = b""
+        try:
+            async with asyncio.timeout(KEY_WAIT_S):
+                while len(got) < len(self.key):
+                    chunk = await loop.sock_recv(conn, len(self.key) - len(got))
+                    if not chunk:
+                        break
+                    got += chunk
+        except (TimeoutError, OSError):
+            pass
+        return "" if hmac.compare_digest(got, self.key) else "it did not present the run's key"

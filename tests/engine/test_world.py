@@ -1,0 +1,242 @@
+"""A run's own world (``world``): what a confined step sees of the machine, tried from inside
+real steps as an attacker would, each against the same step with ``--confine off`` (which is
+what shows the world is what holds it).
+
+From inside: its ``/dev/pts`` holds no terminal but its own (the test holds one open on the
+machine), its ``/proc`` only its own processes (the engine's environment is not there to
+read), and under ``--net none`` nothing is reached, by TCP, MPTCP, UDP, an abstract socket or
+a unix socket by its path. And a run's own sockets (its
+relay to Procession's MCP server, its agent CLI's asking one) are neither in another run's
+world nor served to a connection that lacks their key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import until
+from procession import Workspace
+from procession.engine import confinement
+from procession.engine.mcp_relay import key_file
+from procession.model import bounds
+from support.runs import finished
+
+pytestmark = pytest.mark.skipif(bool(confinement.namespaces()), reason="a run cannot have a world of its own here")
+
+#: What a step sees and reaches: argv: the engine's pid, a TCP port, a UDP port, a unix
+#: socket's path and an abstract socket's name, all of the machine's.
+LOOK = """
+import json, os, socket, sys
+engine, tcp, udp, path, abstract = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+out = {"pts": sorted(os.listdir("/dev/pts")), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = exc.strerror or str(exc)
+def connect(family, kind, proto, where):
+    with socket.socket(family, kind, proto) as s:
+        s.settimeout(5)
+        s.connect(where)
+def send_udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"escaped", ("127.0.0.1", udp))
+attempt("environ", lambda: open(f"/proc/{engine}/environ", "rb").read())
+attempt("tcp", lambda: connect(socket.AF_INET, socket.SOCK_STREAM, 0, ("127.0.0.1", tcp)))
+attempt("mptcp", lambda: connect(socket.AF_INET, socket.SOCK_STREAM, 262, ("127.0.0.1", tcp)))
+attempt("udp", send_udp)
+attempt("unix", lambda: connect(socket.AF_UNIX, socket.SOCK_STREAM, 0, path))
+attempt("abstract", lambda: connect(socket.AF_UNIX, socket.SOCK_STREAM, 0, "\\0" + abstract))
+print(json.dumps(out))
+"""
+
+
+class Machine:
+    """What the machine offers a step that gets out: a TCP server (counting connections), a UDP
+    server (counting datagrams), a unix socket in a folder no session is given, an abstract
+    socket, and a terminal held open."""
+
+    def __init__(self, folder: Path) -> None:
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.udp.settimeout(0.2)
+        folder.mkdir()
+        self.path = str(folder / "host.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.path)
+        self.unix.listen()
+        self.abstract_name = f"procession-test-{os.getpid()}-{id(self)}"
+        self.abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.abstract.bind("\0" + self.abstract_name)
+        self.abstract.listen()
+        self.terminal = os.openpty()
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        try:
+            while True:
+                self.tcp.accept()[0].close()
+                self.accepted += 1
+        except OSError:
+            pass
+
+    def datagrams(self) -> int:
+        got = 0
+        try:
+            while self.udp.recv(64):
+                got += 1
+        except OSError:
+            pass
+        return got
+
+    def argv(self) -> str:
+        return (f"{os.getpid()} {self.tcp.getsockname()[1]} {self.udp.getsockname()[1]} {self.path}"
+                f" {self.abstract_name}")
+
+    def close(self) -> None:
+        for s in (self.tcp, self.udp, self.unix, self.abstract):
+            s.close()
+        for fd in self.terminal:
+            os.close(fd)
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> object:
+    made = Machine(tmp_path / "outside")
+    yield made
+    made.close()
+
+
+async def look(live: Workspace, tmp_path: Path, machine: Machine, name: str, **settings: str
+               ) -> tuple[int, dict[str, object]]:
+    work = tmp_path / name
+    work.mkdir()
+    (work / "look.py").write_text(LOOK)
+    sid = (await live.spawn(name, "a", runner=f"command:{sys.executable} look.py {machine.argv()}", cwd=str(work),
+                            **settings)).sid
+    await live.activate(sid)
+    run = await until(lambda: finished(live, sid))
+    assert run.outcome == "ok", run.error
+    said: dict[str, object] = json.loads((await live.history(sid))[-1].content)
+    return sid, said
+
+
+async def test_a_run_sees_no_terminal_no_process_and_no_network_but_its_own(
+        live: Workspace, engine: object, tmp_path: Path, machine: Machine) -> None:
+    sid, said = await look(live, tmp_path, machine, "inside", net=bounds.NONE)
+    assert said["pts"] == ["ptmx"]  # the machine's terminals, the test's own included, are not there
+    pids = said["pids"]
+    assert isinstance(pids, list) and len(pids) <= 4 and os.getpid() not in pids  # its init, itself, its child
+    unseen = "No such file or directory"
+    assert said["environ"] == unseen
+    assert said["unix"] == unseen
+    assert said["abstract"] == "Connection refused"
+    assert said["tcp"] != "done" and said["mptcp"] != "done"  # (a datagram is sent: to nobody, below)
+    assert machine.accepted == 0 and machine.datagrams() == 0
+    assert (await live.info(sid)).confinement == confinement.said_here(bounds.NONE)
+
+
+async def test_the_same_step_unconfined_reaches_all_of_it(live: Workspace, engine: object, tmp_path: Path,
+                                                          machine: Machine) -> None:
+    """The control: the same step with ``--confine off`` reaches each of them."""
+    _, said = await look(live, tmp_path, machine, "free", confine=bounds.OFF, net=bounds.NONE)
+    assert len(said["pts"]) > 1  # type: ignore[arg-type]
+    assert os.getpid() in said["pids"]  # type: ignore[operator]
+    assert {said[k] for k in ("environ", "tcp", "mptcp", "udp", "unix", "abstract")} == {"done"}
+    await until(lambda: machine.accepted >= 2)
+    assert machine.datagrams() == 1
+
+
+async def test_under_net_any_a_run_still_sees_only_its_own(live: Workspace, engine: object, tmp_path: Path,
+                                                            machine: Machine) -> None:
+    """Its network is the machine's (``--net any``), its view of processes, terminals and
+    unix sockets by path is still its own."""
+    _, said = await look(live, tmp_path, machine, "any", net=bounds.ANY)
+    assert said["pts"] == ["ptmx"] and os.getpid() not in said["pids"]  # type: ignore[operator]
+    assert said["environ"] == said["unix"] == "No such file or directory"
+    assert said["tcp"] == said["mptcp"] == said["udp"] == "done"
+
+
+async def test_where_no_world_can_be_made_bound_says_so_and_strict_does_not_run(
+        live: Workspace, engine: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that allows no user namespaces (this machine does: the answer is taken from
+    the probe): ``bound`` runs with Landlock alone and says what it cannot hold; ``strict``
+    does not run."""
+    monkeypatch.setattr(confinement, "namespaces", lambda: "user namespaces are not allowed here")
+    bound = (await live.spawn("bound", "a", runner="command:echo ran", cwd=str(tmp_path), net=bounds.NONE)).sid
+    strict = (await live.spawn("strict", "a", runner="command:echo ran", cwd=str(tmp_path), confine="strict")).sid
+    for sid in (bound, strict):
+        await live.activate(sid)
+    ran = await until(lambda: finished(live, bound))
+    refused = await until(lambda: finished(live, strict))
+    assert ran.outcome == "ok"
+    said = (await live.info(bound)).confinement
+    assert said.startswith(f"landlock ABI {confinement.kernel()}") and "no world of its own" in said
+    assert "MPTCP and UDP are not limited" in said
+    assert refused.outcome == "failed"
+    assert "--confine strict: a run cannot have a world of its own here: user namespaces" in refused.error
+
+
+#: A session that holds its run open until told, after saying where its temporary folder is.
+HOLD = "command:echo $TMPDIR > tmp.txt; while [ ! -e stop ]; do sleep 0.05; done; echo held"
+
+
+async def test_a_runs_relay_socket_is_not_in_another_runs_world_nor_served_without_its_key(
+        live: Workspace, engine: object, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Finding: each session's relay socket path was in ``/proc/*/cmdline``, and any run could
+    connect to it and act as that session on Procession's MCP server."""
+    victim_dir, attacker_dir = tmp_path / "victim", tmp_path / "attacker"
+    victim_dir.mkdir()
+    attacker_dir.mkdir()
+    victim = (await live.spawn("victim", "a", runner=HOLD, cwd=str(victim_dir))).sid
+    await live.bind(victim, "mcp", "procession")
+    await live.activate(victim)
+    await until(lambda: (victim_dir / "tmp.txt").exists() and (victim_dir / "tmp.txt").read_text().strip())
+    sock = Path((victim_dir / "tmp.txt").read_text().strip()) / "mcp-0.sock"
+    assert sock.exists()
+    steal = (f"command:{sys.executable} -c \"import socket\ntry:\n    open('{key_file(str(sock))}').read()\n"
+             f"except OSError as e: print('key', e.strerror)\ns = socket.socket(socket.AF_UNIX)\n"
+             f"try:\n    s.connect('{sock}'); print('connected')\nexcept OSError as e: print('socket', e.strerror)\"")
+    attacker = (await live.spawn("attacker", "b", runner=steal, cwd=str(attacker_dir))).sid
+    await live.activate(attacker)
+    await until(lambda: finished(live, attacker))
+    said = (await live.history(attacker))[-1].content
+    assert said == "key No such file or directory\nsocket No such file or directory"
+
+    # A process outside every world (an unconfined run, or anything of the user's): no key, no server.
+    caplog.set_level(logging.WARNING, logger="procession.engine")
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+
+    def talk(key: bytes) -> bytes:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(30)
+            s.connect(str(sock))
+            s.sendall(key + hello.encode())
+            got = b""
+            try:
+                while b"\n" not in got and (chunk := s.recv(65536)):
+                    got += chunk
+            except ConnectionResetError:  # closed with what it sent unread
+                pass
+            return got
+
+    assert await asyncio.to_thread(talk, b"0" * 32) == b""
+    assert any("its mcp-0 socket was refused: it did not present the run's key" in r.getMessage()
+               for r in caplog.records)
+    answered = await asyncio.to_thread(talk, Path(key_file(str(sock))).read_bytes())
+    assert json.loads(answered)["id"] == 1  # the key is what it takes: the run's own relay is served
+    (victim_dir / "stop").touch()
+    await until(lambda: finished(live, victim))
