@@ -197,13 +197,14 @@ def test_adopt_tiny_adopts_every_transcript_and_follows_one() -> None:
     assert len(figures["sync_latency"]["runs"]) == 3
 
 
-def test_confine_tiny_measures_both_kinds_of_start() -> None:
+def test_confine_tiny_measures_each_kind_of_start() -> None:
     proc = subprocess.run([sys.executable, str(BENCH / "confine.py"), "--tiny"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
-    assert {"start_confined", "start_unconfined", "start_overhead", "start_ratio"} <= set(figures)
-    assert all(len(figures[k]["runs"]) == 3 for k in ("start_confined", "start_unconfined"))
+    assert {"start_confined", "start_landlock", "start_unconfined", "start_overhead", "world_overhead",
+            "start_ratio"} <= set(figures)
+    assert all(len(figures[k]["runs"]) == 3 for k in ("start_confined", "start_landlock", "start_unconfined"))
 
 
 def test_asking_tiny_measures_the_agent_clis_and_the_openai_loop() -> None:
