@@ -97,6 +97,7 @@ class Policy:
     require: tuple[str, ...] = ()
     world: bool = False  # a world of its own (``world``): namespaces, a root holding only what it reads and writes
     own_net: bool = False  # and a network of its own, empty (``--net none``)
+    plain_sockets: bool = False  # only plain TCP and UDP sockets (``sockets``): what the TCP rules hold
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,7 +120,8 @@ class Bounds:
             return list(argv)
         p = self.policy
         return [sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require),
-                *(["-W"] if p.world else []), *(["-N"] if p.own_net else []), "--", *argv]
+                *(["-W"] if p.world else []), *(["-N"] if p.own_net else []), *(["-P"] if p.plain_sockets else []),
+                "--", *argv]
 
 
 def worktree_git(common: str, top: str) -> tuple[list[str], list[str]]:
@@ -231,7 +233,7 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     if alone and confine == bounds.STRICT:
         raise InvalidArgument(f"--confine strict: a run cannot have a world of its own here: {alone}")
     policy = Policy(_unique(read), _unique(write), connect, require=("net", "scope") if confine == bounds.STRICT else (),
-                    world=not alone, own_net=not alone and net == bounds.NONE)
+                    world=not alone, own_net=not alone and net == bounds.NONE, plain_sockets=connect is not None)
     return Bounds(confine, net, policy, _said(abi, net, alone, read_only))
 
 
@@ -249,7 +251,7 @@ def _said(abi: int, net: str, alone: str, read_only: str) -> str:
              if abi < need and what]
     if alone:
         notes.append(f"no world of its own ({alone}): other processes, terminals and sockets are in its view"
-                     + ("; MPTCP and UDP are not limited" if net != bounds.ANY else ""))
+                     + ("; UDP is not limited" if net != bounds.ANY else ""))
     world = "" if alone else " in a world of its own" + (" with no network" if net == bounds.NONE else "")
     return f"landlock ABI {abi}{world}" + "".join(f"; {n}" for n in notes) + ("; read only" if read_only else "")
 

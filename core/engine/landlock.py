@@ -13,7 +13,9 @@ execute), ``write`` (that, and create, change, remove, rename, truncate), each f
 a single file; ``connect``: the TCP ports a process may connect to (None: any); ``scoped``:
 no signals to, and no abstract unix sockets of, processes outside the domain. On the command
 line: ``-r PATH``, ``-w PATH``, ``-c PORT``, ``-n`` (no TCP port but those given), ``-s``
-(scoped), ``-q net|scope`` (required of the kernel), then ``--`` and the program.
+(scoped), ``-q net|scope`` (required of the kernel), ``-W`` (in a world of its own first:
+``world``; ``-N``: with a network of its own), ``-P`` (plain TCP and UDP sockets only:
+``sockets``), then ``--`` and the program.
 Everything the running kernel's ABI can restrict and the policy does not grant is denied, for
 the process and everything it starts, whatever it does later (no way out of a domain). A path
 that does not exist is skipped (it cannot be reached either). Devices cannot be made.
@@ -165,7 +167,7 @@ def main(argv: list[str]) -> None:
             if argv[at] in given:
                 given[argv[at]].append(argv[at + 1])
                 at += 2
-            elif argv[at] in ("-n", "-s", "-W", "-N"):
+            elif argv[at] in ("-n", "-s", "-W", "-N", "-P"):
                 flags.add(argv[at])
                 at += 1
             else:
@@ -175,12 +177,15 @@ def main(argv: list[str]) -> None:
             raise IndexError
     except (IndexError, ValueError):
         sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-c PORT]"
-                         " [-n] [-s] [-q net|scope] [-W [-N]] -- PROGRAM [ARGS...]\n")
+                         " [-n] [-s] [-q net|scope] [-W [-N]] [-P] -- PROGRAM [ARGS...]\n")
         raise SystemExit(126) from None
     os.get_exec_path()  # execvp's first use imports ``warnings``: while the interpreter's own files are readable
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules, imported if asked for
     if "-W" in flags:  # a world of its own first (``world``), then confined in it
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import world
+        if MYPY:
+            from . import world
+        else:
+            import world
 
         try:
             world.enter([*given["-r"], *given["-w"]], net="-N" in flags)
@@ -190,7 +195,14 @@ def main(argv: list[str]) -> None:
     try:
         restrict(given["-r"], given["-w"], [int(p) for p in given["-c"]] if "-n" in flags else None, "-s" in flags,
                  given["-q"])
-    except (Unavailable, ValueError) as exc:
+        if "-P" in flags:  # plain TCP and UDP sockets only (``sockets``): what Landlock's TCP rules hold
+            if MYPY:
+                from . import sockets
+            else:
+                import sockets
+
+            sockets.restrict()
+    except (OSError, ValueError) as exc:
         sys.stderr.write(f"procession: cannot confine the step: {exc}\n")
         raise SystemExit(126) from None
     try:

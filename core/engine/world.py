@@ -44,7 +44,10 @@ import sys
 
 MYPY = False
 if MYPY:
+    import signal as _signal
     from collections.abc import Iterable
+else:
+    import _signal  # ``signal`` itself imports ``enum``: a tenth of every step's start
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -103,7 +106,6 @@ def enter(paths: Iterable[str], *, net: bool) -> None:
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    import _signal
 
     def ignore(signum: int, frame: object) -> None:
         """The program's signal, sent to its whole group: its own to act on."""
@@ -135,12 +137,10 @@ def enter(paths: Iterable[str], *, net: bool) -> None:
 
 def _launcher(init: int, told: int) -> None:
     """Wait for the world to end; end as its program did."""
-    while True:
-        try:
-            _, status = os.waitpid(init, 0)
-            break
-        except ChildProcessError:
-            os._exit(1)
+    try:
+        _, status = os.waitpid(init, 0)
+    except ChildProcessError:
+        os._exit(1)
     said = b""
     while chunk := os.read(told, 16):
         said += chunk
@@ -148,8 +148,6 @@ def _launcher(init: int, told: int) -> None:
         os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 126)
     status = int(said)
     if os.WIFSIGNALED(status):
-        import _signal
-
         sig = os.WTERMSIG(status)
         _signal.signal(sig, _signal.SIG_DFL)
         os.kill(os.getpid(), sig)
