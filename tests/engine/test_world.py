@@ -16,8 +16,11 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from conftest import until
 from procession import Workspace
 from procession.engine import confinement
 from procession.engine.mcp_relay import key_file
+from procession.engine.own_mcp import CONNECTIONS
 from procession.model import bounds
 from support.runs import finished
 
@@ -208,15 +212,9 @@ async def test_a_runs_relay_socket_is_not_in_another_runs_world_nor_served_witho
         live: Workspace, engine: object, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Finding: each session's relay socket path was in ``/proc/*/cmdline``, and any run could
     connect to it and act as that session on Procession's MCP server."""
-    victim_dir, attacker_dir = tmp_path / "victim", tmp_path / "attacker"
-    victim_dir.mkdir()
+    attacker_dir = tmp_path / "attacker"
     attacker_dir.mkdir()
-    victim = (await live.spawn("victim", "a", runner=HOLD, cwd=str(victim_dir))).sid
-    await live.bind(victim, "mcp", "procession")
-    await live.activate(victim)
-    await until(lambda: (victim_dir / "tmp.txt").exists() and (victim_dir / "tmp.txt").read_text().strip())
-    sock = Path((victim_dir / "tmp.txt").read_text().strip()) / "mcp-0.sock"
-    assert sock.exists()
+    victim, sock = await holding_its_relay(live, tmp_path / "victim")
     steal = (f"command:{sys.executable} -c \"import socket\ntry:\n    open('{key_file(str(sock))}').read()\n"
              f"except OSError as e: print('key', e.strerror)\ns = socket.socket(socket.AF_UNIX)\n"
              f"try:\n    s.connect('{sock}'); print('connected')\nexcept OSError as e: print('socket', e.strerror)\"")
@@ -228,26 +226,111 @@ async def test_a_runs_relay_socket_is_not_in_another_runs_world_nor_served_witho
 
     # A process outside every world (an unconfined run, or anything of the user's): no key, no server.
     caplog.set_level(logging.WARNING, logger="procession.engine")
-    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
-
-    def talk(key: bytes) -> bytes:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(30)
-            s.connect(str(sock))
-            s.sendall(key + hello.encode())
-            got = b""
-            try:
-                while b"\n" not in got and (chunk := s.recv(65536)):
-                    got += chunk
-            except ConnectionResetError:  # closed with what it sent unread
-                pass
-            return got
-
-    assert await asyncio.to_thread(talk, b"0" * 32) == b""
+    assert await asyncio.to_thread(talk, sock, b"0" * 32) == b""
     assert any("its mcp-0 socket was refused: it did not present the run's key" in r.getMessage()
                for r in caplog.records)
-    answered = await asyncio.to_thread(talk, Path(key_file(str(sock))).read_bytes())
+    answered = await asyncio.to_thread(talk, sock, Path(key_file(str(sock))).read_bytes())
     assert json.loads(answered)["id"] == 1  # the key is what it takes: the run's own relay is served
-    (victim_dir / "stop").touch()
+    (tmp_path / "victim" / "stop").touch()
     await until(lambda: finished(live, victim))
+
+
+async def test_a_runs_connections_are_capped(live: Workspace, engine: object, tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Finding: each connection to a session's MCP socket started a server process, with no cap
+    (10 connections: 749 MB). Its own key does not get a run more than ``CONNECTIONS``."""
+    caplog.set_level(logging.WARNING, logger="procession.engine")
+    sid, sock = await holding_its_relay(live, tmp_path / "held")
+    key = Path(key_file(str(sock))).read_bytes()
+    held = [socket.socket(socket.AF_UNIX) for _ in range(CONNECTIONS + 2)]
+    try:
+        answered = []
+        for conn in held:  # each one open, and answered, before the next
+            conn.settimeout(30)
+            conn.connect(str(sock))
+            conn.sendall(key + HELLO.encode())
+            answered.append(await asyncio.to_thread(first_line, conn))
+        assert [bool(a) for a in answered] == [True] * CONNECTIONS + [False, False]
+        assert sum("as many connections as it may" in r.getMessage() for r in caplog.records) == 2
+    finally:
+        for conn in held:
+            conn.close()
+    (tmp_path / "held" / "stop").touch()
+    await until(lambda: finished(live, sid))
+
+
+#: An MCP client's first request.
+HELLO = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+
+
+async def holding_its_relay(live: Workspace, folder: Path) -> tuple[int, Path]:
+    """A session bound to Procession's MCP server whose run is held open; its relay socket."""
+    folder.mkdir()
+    sid = (await live.spawn(folder.name, "a", runner=HOLD, cwd=str(folder))).sid
+    await live.bind(sid, "mcp", "procession")
+    await live.activate(sid)
+    await until(lambda: (folder / "tmp.txt").exists() and (folder / "tmp.txt").read_text().strip())
+    sock = Path((folder / "tmp.txt").read_text().strip()) / "mcp-0.sock"
+    assert sock.exists()
+    return sid, sock
+
+
+def first_line(conn: socket.socket) -> bytes:
+    """What came back on ``conn`` up to its first line (b"": closed unanswered)."""
+    got = b""
+    try:
+        while b"\n" not in got and (chunk := conn.recv(65536)):
+            got += chunk
+    except ConnectionResetError:  # closed with what it was sent unread
+        pass
+    return got
+
+
+def talk(sock: Path, key: bytes) -> bytes:
+    """Connect, present ``key``, say hello: the first line of the answer."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(30)
+        conn.connect(str(sock))
+        conn.sendall(key + HELLO.encode())
+        return first_line(conn)
+
+
+def test_as_an_unprivileged_user_the_launcher_makes_the_same_world(machine: Machine) -> None:
+    """Every run starts through the launcher: run as a user with no privilege (``nobody``, with
+    Debian's own Python: the launcher needs the standard library only), it makes the same world,
+    and the same step without it reaches the machine (the control)."""
+    if os.geteuid() != 0:
+        pytest.skip("the suite runs unprivileged already: every other test here is this one")
+    python = "/usr/bin/python3"
+    runuser = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if not (os.access(python, os.X_OK) and runuser):
+        pytest.skip("needs the system's python3 and runuser")
+    launcher = Path(confinement.LAUNCHER)
+    if any(not os.stat(p).st_mode & 0o005 for p in [launcher, *launcher.parents]):
+        pytest.skip(f"{launcher} is not readable by another user here")
+    folder = Path(tempfile.mkdtemp(prefix="procession-world-"))
+    folder.chmod(0o755)
+    try:
+        for name in ("work", "tmp", "home"):
+            (folder / name).mkdir()
+            os.chown(folder / name, 65534, 65534)
+        (folder / "work" / "look.py").write_text(LOOK)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(folder / "home"), "LANG": "C.UTF-8"}
+        held = confinement.for_run(confine=bounds.BOUND, net=bounds.NONE, workdir=str(folder / "work"), resources=[], env=env,
+                                   tmp=str(folder / "tmp"))
+        step = [python, "look.py", *machine.argv().split()]
+        said = {}
+        for kind, argv in (("world", held.wrap(step)), ("free", step)):
+            argv = [python if a == sys.executable else a for a in argv]
+            done = subprocess.run([runuser, "-u", "nobody", "--", *argv], cwd=folder / "work", env=env, capture_output=True,
+                                  text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            said[kind] = json.loads(done.stdout)
+        assert said["world"]["pts"] == ["ptmx"] and len(said["free"]["pts"]) > 1
+        assert os.getpid() not in said["world"]["pids"] and os.getpid() in said["free"]["pids"]
+        assert said["world"]["mptcp"] == "Protocol not supported" and said["free"]["mptcp"] == "done"
+        assert said["world"]["tcp"] == "Permission denied" and said["free"]["tcp"] == "done"
+        assert said["world"]["abstract"] == "Connection refused" and said["free"]["abstract"] == "done"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
