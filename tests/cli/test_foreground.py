@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from conftest import Cli
-from support.runs import alive, pid_in
+from support.runs import PID_NS, alive, pid_in
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_foreground_run_stopped_by_a_signal_is_interrupted_and_recorded(cli: Cli, tmp_path: Path,
                                                                         sig: signal.Signals) -> None:
     pids = tmp_path / "pid"
-    cli("spawn", "long", "--agent", "a", "--runner", f"command:echo $$ > {pids}; exec sleep 60")
+    cli("spawn", "long", "--agent", "a", "--runner", f"command:echo $$ {PID_NS} > {pids}; exec sleep 60")
     proc = subprocess.Popen([sys.executable, "-m", "procession", "activate", "1", "--now"], cwd=tmp_path,
                             env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30

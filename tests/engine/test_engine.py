@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG_S, proc_state, until
+from support.runs import PID_NS, pid_in
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 
@@ -198,11 +199,10 @@ async def test_interrupt_escalates_to_sigkill(live, engine, tmp_path):
 
 async def test_cancel_kills_the_whole_group(live, engine, tmp_path):
     pids = tmp_path / "pids"
-    sid = (await live.spawn("forker", "a", runner=f"command:sleep 60 & echo $! > {pids}; sleep 60")).sid
+    sid = (await live.spawn("forker", "a", runner=f"command:sleep 60 & echo $! {PID_NS} > {pids}; sleep 60")).sid
     await live.activate(sid)
     await until(lambda: running_pid(live, sid))
-    await until(lambda: pids.exists() and pids.read_text().strip())
-    child = int(pids.read_text())
+    child = await until(lambda: pid_in(pids))
     await live.cancel(sid)
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "cancelled"
@@ -213,11 +213,12 @@ async def test_cancel_kills_the_whole_group(live, engine, tmp_path):
 
 async def test_children_that_outlive_the_step_are_cleaned_up(live, engine, tmp_path):
     pids = tmp_path / "pids"
-    sid = (await live.spawn("leaver", "a", runner=f"command:(sleep 60 >/dev/null 2>&1 & echo $! > {pids}); echo done")).sid
+    sid = (await live.spawn("leaver", "a", runner=f"command:(sleep 60 >/dev/null 2>&1 & echo $! {PID_NS} > {pids});"
+                                                  " sleep 0.5; echo done")).sid
     await live.activate(sid)
+    child = await until(lambda: pid_in(pids))
     run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok"
-    child = int(pids.read_text())
     await until(lambda: proc_state(child) in (None, "Z"))
 
 

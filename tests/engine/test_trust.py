@@ -22,7 +22,7 @@ from conftest import HANG_S, engine_on, until
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 from procession.store import sqlite as store_sqlite
-from support.runs import alive, finished, pid_in, proc_state, running_pid, state_of
+from support.runs import PID_NS, alive, finished, pid_in, proc_state, running_pid, state_of
 
 TRACKERS = ["cgroup", "marker"]
 
@@ -177,7 +177,7 @@ def _drop_wal(db: Path) -> str:
 async def test_an_engine_whose_workspace_file_is_moved_replaced_or_loses_its_wal_stops_and_says_why(
         db, live, tmp_path, change):
     pidfile = tmp_path / "step.pid"
-    sid = (await live.spawn("long", "a", runner=f"command:echo $$ > {pidfile}; exec sleep 60")).sid
+    sid = (await live.spawn("long", "a", runner=f"command:echo $$ {PID_NS} > {pidfile}; exec sleep 60")).sid
     engine = start_engine_process(db)
     try:
         await until(lambda: _engine_pid(live))
@@ -207,7 +207,7 @@ async def _engine_pid(ws: Workspace) -> int | None:
 
 async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_gone(tracked, live, tmp_path):
     pidfile = tmp_path / "grandchild.pid"
-    step = f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & echo started"
+    step = f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' & echo started"
     sid = (await live.spawn("leaves one behind", "a", runner=step)).sid
     await live.activate(sid)
     run = await until(lambda: finished(live, sid))
@@ -219,8 +219,9 @@ async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_
 async def test_an_orphan_that_cleared_its_environment_does_not_outlive_its_run(tracked, live, tmp_path):
     pidfile = tmp_path / "orphan.pid"
     # no marker to find it by, in a session of its own, and its parent gone at once
-    step = (f"command:{sys.executable} -c \"import subprocess; p = subprocess.Popen(['/bin/sleep', '300'], env={{}},"
-            f" start_new_session=True); open('{pidfile}', 'w').write(str(p.pid))\"")
+    step = (f"command:{sys.executable} -c \"import os, subprocess; p = subprocess.Popen(['/bin/sleep', '300'],"
+            f" env={{}}, start_new_session=True); open('{pidfile}', 'w').write(str(p.pid) + ' '"
+            f" + os.readlink('/proc/self/ns/pid'))\"")
     sid = (await live.spawn("clears its env", "a", runner=step)).sid
     await live.activate(sid)
     run = await until(lambda: finished(live, sid))
@@ -232,7 +233,7 @@ async def test_an_orphan_that_cleared_its_environment_does_not_outlive_its_run(t
 async def test_suspend_stops_and_cancel_kills_every_process_of_the_tree(tracked, live, tmp_path):
     pidfile = tmp_path / "tool.pid"
     # a tool in a session of its own, as agent CLIs start them; and one that double-forks
-    step = (f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & "
+    step = (f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' & "
             f"( ( sleep 300 & ) ) ; echo started; sleep 300")
     sid = (await live.spawn("tree", "a", runner=step)).sid
     await live.activate(sid)
@@ -256,7 +257,7 @@ def _tree(engine: Engine, sid: int) -> set[int]:
 
 async def test_an_orphan_grandchild_of_a_dead_engine_is_killed_by_the_next(db, live, tmp_path):
     pidfile = tmp_path / "tool.pid"
-    step = f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & sleep 300"
+    step = f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' & sleep 300"
     sid = (await live.spawn("orphan maker", "a", runner=step)).sid
     first = start_engine_process(db)
     try:
@@ -291,7 +292,7 @@ async def test_a_process_whose_engine_stopped_is_an_ordinary_parent_again(db, li
     ended and collected, and later ones are not given to it (no zombies nobody reaps)."""
     pidfile = tmp_path / "tool.pid"
     sid = (await live.spawn("leaves a tool", "a",
-                            runner=f"command:setsid sh -c 'echo $$ > {pidfile}; exec sleep 2' & echo left")).sid
+                            runner=f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 2' & echo left")).sid
     async with engine_on(db):
         assert _subreaper()
         await live.activate(sid)

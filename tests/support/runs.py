@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from procession import State, Workspace
@@ -43,12 +44,37 @@ def alive(pid: int) -> bool:
     return proc_state(pid) not in (None, "Z")
 
 
+#: What a shell step writes after a pid for ``pid_in`` to find that process: its PID namespace
+#: (a confined run's world numbers its processes its own way).
+PID_NS = "$(readlink /proc/self/ns/pid)"
+#: A pid no process has (above the kernel's largest): what ``pid_in`` gives for a process
+#: of a world that is gone, so that ``alive`` says no.
+GONE = 2**22 + 1
+
+
 def pid_in(path: Any) -> int | None:
-    """A pid a step wrote to a file, once it is there."""
+    """The machine's pid of the process a step wrote to a file as ``PID [PID_NS]`` (the pid
+    as its world knows it, and that world), once it is there: the process of that namespace
+    whose own pid it is (``GONE`` if none is left)."""
     try:
-        text = open(path).read().strip()
+        words = open(path).read().split()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    if not words or not words[0].isdigit() or len(words) > 2:
+        return None
+    inner = int(words[0])
+    if len(words) == 1 or words[1] == os.readlink("/proc/self/ns/pid"):
+        return inner
+    for entry in os.listdir("/proc"):
+        try:
+            if not entry.isdigit() or os.readlink(f"/proc/{entry}/ns/pid") != words[1]:
+                continue
+            with open(f"/proc/{entry}/status") as fh:
+                nspid = next(line.split()[1:] for line in fh if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if nspid and int(nspid[-1]) == inner:
+            return int(entry)
+    return GONE
 
 
