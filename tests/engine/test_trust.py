@@ -207,7 +207,8 @@ async def _engine_pid(ws: Workspace) -> int | None:
 
 async def test_a_step_whose_leader_left_a_grandchild_is_over_and_the_grandchild_gone(tracked, live, tmp_path):
     pidfile = tmp_path / "grandchild.pid"
-    step = f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' & echo started"
+    step = (f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' &"
+            f" until [ -s {pidfile} ]; do sleep 0.01; done; echo started")
     sid = (await live.spawn("leaves one behind", "a", runner=step)).sid
     await live.activate(sid)
     run = await until(lambda: finished(live, sid))
@@ -292,7 +293,8 @@ async def test_a_process_whose_engine_stopped_is_an_ordinary_parent_again(db, li
     ended and collected, and later ones are not given to it (no zombies nobody reaps)."""
     pidfile = tmp_path / "tool.pid"
     sid = (await live.spawn("leaves a tool", "a",
-                            runner=f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 2' & echo left")).sid
+                            runner=f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 2' &"
+                                   f" until [ -s {pidfile} ]; do sleep 0.01; done; echo left")).sid
     async with engine_on(db):
         assert _subreaper()
         await live.activate(sid)
