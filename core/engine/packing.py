@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..model import beneath
 from ..model.errors import ProcessionError
 from ..model.text import plural
 
@@ -231,7 +232,7 @@ def _extract(tar: tarfile.TarFile, root: int, limit: int) -> None:
             folders.append((rel, member))
             if rel == ".":
                 continue
-        parent = _folder(root, head)
+        parent = beneath.descend(root, head)
         try:
             if member.isdir():
                 os.mkdir(name, 0o700, dir_fd=parent)
@@ -242,7 +243,7 @@ def _extract(tar: tarfile.TarFile, root: int, limit: int) -> None:
         finally:
             os.close(parent)
     for rel, member in reversed(folders):
-        fd = _folder(root, rel)
+        fd = beneath.descend(root, rel)
         try:
             os.fchmod(fd, member.mode & _MODE)
             os.utime(fd, (member.mtime, member.mtime))
@@ -269,21 +270,6 @@ def _kind(member: tarfile.TarInfo) -> str:
     if member.isfifo():
         return "a FIFO"
     return f"a member of type {member.type!r}"
-
-
-def _folder(root: int, rel: str) -> int:
-    """A descriptor of the folder ``rel`` beneath ``root``, each component opened without
-    following a link (the caller closes it)."""
-    fd = os.dup(root)
-    try:
-        for part in rel.split("/") if rel not in ("", ".") else []:
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, parent: int) -> None:
