@@ -10,16 +10,18 @@ extraction (whose filters Python 3.11 before 3.11.4 lacks, and whose ``tar`` fil
 hard link to any absolute path). It takes regular files, folders and symbolic links only,
 and refuses the whole pack, naming the member, for anything else (a hard link, a device, a
 FIFO), a name that is absolute, holds ``..``, comes twice, or goes through a link or a
-file, and for files larger in all than a move carries. Each entry is made beneath the folder
-made before it, by descriptor (``O_NOFOLLOW``, ``O_EXCL``): no link is followed, none
-written through, a link is made as a link. No owner is taken from the pack, nor a set-id,
-sticky or group or other write bit. It is all made in a new private folder beside the
-target, then renamed into place: nothing that was there is written to, and a target folder
-that holds anything is refused.
+file, and for more files, entries or bytes than a move carries (whatever its gzip unpacks
+to, no more is read). Each entry is made beneath the folder made before it, by descriptor
+(``O_NOFOLLOW``, ``O_EXCL``): no link is followed, none written through, a link is made as a
+link. No owner is taken from the pack, nor a set-id, sticky or group or other write bit. It
+is all made in a new private folder beside the target, then renamed into place: nothing
+that was there is written to, and a target folder that holds anything is refused.
 """
+
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import os
 import shutil
@@ -37,6 +39,11 @@ from ..model.text import plural
 #: The most a move carries of a folder's files through the store (a larger folder is copied
 #: by the user, then moved with ``--no-files``).
 CARRIED_MAX: Final = 256 * 2**20
+#: The most entries (files, folders, links) a move carries of a folder: each is held in
+#: memory as it is unpacked, and a pack of empty entries compresses to next to nothing.
+ENTRIES_MAX: Final = 100_000
+#: What a pack may take, unpacked, beyond its files' bytes: each entry's headers and padding.
+_PER_ENTRY: Final = 4096
 
 
 class MoveFailed(ProcessionError):
@@ -71,6 +78,10 @@ def pack(folder: str, limit: int = CARRIED_MAX, skip: frozenset[str] = frozenset
     try:
         with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
             for rel, st, opened in _walk(folder, read=True, skip=skip):
+                if len(out.manifest) == ENTRIES_MAX:
+                    raise MoveFailed(f"its folder {folder} holds more than {ENTRIES_MAX:,} files, folders and links,"
+                                     " more than a move carries: copy the folder to the other host yourself, then"
+                                     " move the session with --no-files")
                 info = tarfile.TarInfo(rel)
                 info.mode, info.mtime = stat.S_IMODE(st.st_mode), st.st_mtime
                 if stat.S_ISDIR(st.st_mode):
@@ -182,7 +193,8 @@ def unpacked(data: bytes, folder: str, limit: int = CARRIED_MAX) -> str:
     try:
         root = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            capped = _Capped(gzip.GzipFile(fileobj=io.BytesIO(data)), limit + ENTRIES_MAX * _PER_ENTRY)
+            with tarfile.open(fileobj=io.BufferedReader(capped), mode="r|") as tar:
                 _extract(tar, root, limit)
         finally:
             os.close(root)
@@ -202,6 +214,25 @@ class _Refused(Exception):
     """A member of a pack that is not unpacked, and why (the pack is refused whole)."""
 
 
+class _Capped(io.RawIOBase):
+    """A stream read up to ``cap`` bytes, ``_Refused`` beyond: a pack's tar, which a small gzip
+    can make endless (tarfile holds a long name's or a header's bytes in memory)."""
+
+    def __init__(self, raw: gzip.GzipFile, cap: int) -> None:
+        super().__init__()
+        self.raw, self.left = raw, cap
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.raw.readinto(buffer)
+        self.left -= n
+        if self.left < 0:
+            raise _Refused("more than a move carries, unpacked")
+        return n
+
+
 #: The permission bits a carried file or folder keeps: no set-id or sticky bit, no write bit
 #: for its group or others (as tarfile's ``tar`` filter had it).
 _MODE: Final = 0o755
@@ -213,7 +244,9 @@ def _extract(tar: tarfile.TarFile, root: int, limit: int) -> None:
     kinds: dict[str, str] = {}  # each name made: "d", "f" or "l"
     folders: list[tuple[str, tarfile.TarInfo]] = []
     size = 0
-    for member in tar:
+    for n, member in enumerate(tar):
+        if n == ENTRIES_MAX:
+            raise _Refused(f"more than {ENTRIES_MAX:,} files, folders and links, more than a move carries")
         rel = _name(member.name)
         if rel in kinds:
             raise _Refused(f"{rel!r} twice")

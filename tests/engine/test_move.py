@@ -516,6 +516,24 @@ def test_a_pack_larger_than_a_move_carries_is_refused_before_its_bytes_are_writt
     assert os.listdir(tmp_path) == []
 
 
+def test_a_pack_of_more_entries_or_header_bytes_than_a_move_carries_is_refused(tmp_path, monkeypatch) -> None:
+    """A gzip of empty entries, or of one endless name, is small: neither is read past what a
+    move carries (here, three entries), on either host."""
+    monkeypatch.setattr(packing, "ENTRIES_MAX", 3)
+    many = _tar(*[(_member(f"f{i}"), b"") for i in range(4)])
+    with pytest.raises(packing.MoveFailed, match="more than 3 files, folders and links"):
+        packing.unpacked(many, str(tmp_path / "target"))
+    endless = _tar((_member("x" * 3 * 2**20), b""))
+    with pytest.raises(packing.MoveFailed, match="more than a move carries, unpacked"):
+        packing.unpacked(endless, str(tmp_path / "target"), limit=5000)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "old").mkdir()
+    for i in range(3):
+        (tmp_path / "old" / f"f{i}").touch()
+    with pytest.raises(packing.MoveFailed, match="more than 3 files, folders and links, more than a move carries"):
+        packing.pack(str(tmp_path / "old"))
+
+
 def test_a_pack_is_unpacked_without_tarfiles_extraction_filters_as_on_python_3_11_2(tmp_path, monkeypatch) -> None:
     """Python 3.11.2 (Debian 12's) has no extraction filter: ``extractall(filter=...)`` is a
     TypeError there, and every move that carried files failed. The unpacking neither extracts
