@@ -6,7 +6,9 @@ repository (``<repo>.forks/<fork name>``); its folder is the parent's, there. Me
 merges that branch into the branch checked out in the target's folder with git's own
 three-way merge. Outside git the fork gets a **copy** of the folder (``<folder>.forks/...``;
 reflinks where the file system has them), with a manifest of what was copied: merging it
-back is a three-way merge of files (the manifest is the base), done file by file.
+back is a three-way merge of files (the manifest is the base), done file by file, all or
+nothing: checked whole before anything changes, every change journaled and taken back
+exactly if the merge fails or its call is refused.
 
 Uncommitted changes in the parent's repository are refused, or carried into the worktree
 (``carry``: the diff against HEAD applied there, untracked files copied). A fork's folder is
@@ -31,7 +33,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -357,8 +359,8 @@ class Applied:
     plan: FilePlan
     before: str | None = None  # git: the target's commit before the merge
     commit: str | None = None  # git: the merge commit (None: nothing to merge)
-    backups: str | None = None  # copy: the folder holding the files the merge replaced
-    touched: list[str] = field(default_factory=list)
+    backups: str | None = None  # copy: the folder holding what the merge moved out of the target's
+    journal: list[tuple[str, str, str]] = field(default_factory=list)  # copy: each change, to undo (see _apply_copy)
 
 
 def gone(record: Any) -> bool:
@@ -435,10 +437,12 @@ def _plan_copy(record: dict[str, Any], source: int, target: int, folder: str, re
         raise ProcessionError(f"session {source}'s copy holds symbolic links that lead out of {folder}"
                               f" ({named(leading_out)}): a merge never brings one; remove or change them in"
                               f" {record['path']}, then merge")
+    updates = {p: v is not MISSING for p, v in changes.items()}
+    _refuse_obstacles(folder, record["path"], updates)
     statuses = tuple(("D" if v is MISSING else "M" if p in ours else "A", p) for p, v in sorted(changes.items()))
     summary = FileMerge("copy", record["path"], None, folder, None, statuses, kinds,
                         {p: str(side) for p, side in resolved.items()})
-    return FilePlan(summary, record, folder, {p: v is not MISSING for p, v in changes.items()})
+    return FilePlan(summary, record, folder, updates)
 
 
 def apply(plan: FilePlan, message: str) -> Applied:
@@ -483,81 +487,190 @@ def _leads_out(rel: str, entry: str) -> bool:
     return os.path.normpath(os.path.join(os.path.dirname(rel), target)).split("/")[0] == ".."
 
 
+def _refuse_obstacles(folder: str, fork: str, updates: dict[str, bool]) -> None:
+    """Refuse, changing nothing, a copy merge that ``folder`` cannot take whole (``_obstacles``)."""
+    with beneath.Folder(folder, "the target's folder") as target:
+        found = _obstacles(target.fd, updates)
+    if found:
+        shown = "; ".join(found[:NAMED]) + (f" and {len(found) - NAMED} more" if len(found) > NAMED else "")
+        raise ProcessionError(f"{folder} cannot take the fork's files as they are ({shown}): nothing was merged;"
+                              f" change them there or in the fork's folder {fork}, then merge")
+
+
+def _obstacles(root: int, updates: dict[str, bool]) -> list[str]:
+    """What in the target's folder (``root``, a descriptor) stands in the way of ``updates``
+    (path -> brought, or deleted), one phrase each: a link or a file where the fork has a
+    folder, a folder holding more than the merge deletes where the fork has a file, a FIFO,
+    a socket or a device where the merge changes a path. None: the merge can be made whole."""
+    found: list[str] = []
+    for rel in sorted(updates):
+        parts, mode = rel.split("/"), None
+        for n in range(1, len(parts) + 1):
+            path = "/".join(parts[:n])
+            try:
+                mode = os.stat(path, dir_fd=root, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                mode = None
+                break
+            except OSError as exc:
+                found.append(f"{path}: cannot be looked at ({exc.strerror})")
+                mode = None
+                break
+            if n < len(parts) and not stat.S_ISDIR(mode):
+                if path not in updates:  # one the merge sets aside holds nothing of the target's
+                    found.append(f"{path}: {beneath.what(mode)} where the fork has a folder")
+                mode = None
+                break
+        if mode is None or stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            continue
+        if not stat.S_ISDIR(mode):
+            found.append(f"{rel}: {beneath.what(mode)}, which a merge never replaces")
+        elif not updates[rel]:
+            found.append(f"{rel}: a folder where the fork deletes a file")
+        elif kept := [p for p in _held(root, rel) if updates.get(p) is not False]:
+            found.append(f"{rel}: a folder holding {named(kept)} where the fork has a file")
+    return found
+
+
+def _held(root: int, folder: str) -> list[str]:
+    """Everything but folders under ``folder`` beneath ``root`` (links not followed)."""
+    held: list[str] = []
+    for top, dirs, names, fd in os.fwalk(folder, dir_fd=root, follow_symlinks=False):
+        for name in sorted(dirs + names):  # a link to a folder is listed among dirs, never walked into
+            if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                held.append(f"{top}/{name}")
+    return held
+
+
 def _apply_copy(plan: FilePlan) -> Applied:
-    """Bring a copy's changed files back into the target's folder, every path resolved beneath
-    it (``model.beneath``: no link of the target's is written through) and each file read
-    from the fork without following a link out of it; a file's permission bits come along,
-    never a setuid or setgid bit. What is replaced is kept aside until ``finish``."""
+    """Bring a copy's changed files back into the target's folder, whole or not at all.
+
+    Everything is checked before anything changes (``_obstacles``). Then each change is
+    journaled as it is made, so that ``take_back`` restores exactly what was there: what a
+    path held (a file, a link, a folder the fork replaced by a file) is moved aside by rename
+    (its bytes, mode and times kept) into a private folder beside the target's, deepest
+    first; then each brought file is made in folders made as needed. Every folder of the
+    target's is opened without following a link (``beneath.descend``), every entry made with
+    ``O_EXCL``: no link there is followed or written through. A fork's file is read without
+    following a link out of the fork, with its permission bits, never a set-id or sticky bit;
+    a link comes as a link, never one leading out. A failure (a full disk, a permission)
+    takes it all back before it is said."""
     folder, fork = plan.top, plan.record["path"]
+    _refuse_obstacles(folder, fork, plan.updates)
     applied = Applied(plan, backups=tempfile.mkdtemp(prefix=".procession-merge-", dir=Path(folder).parent))
+    rel = "."
     try:
         with beneath.Folder(folder, "the target's folder") as target, \
-                beneath.Folder(fork, "the fork's folder") as source, beneath.Folder(applied.backups or "") as kept:
-            for rel, brought in sorted(plan.updates.items()):
-                head, _, name = rel.rpartition("/")
-                target.makedirs(head)
-                kept.makedirs(head)
-                here = target.open(head or ".", os.O_PATH | os.O_DIRECTORY)
-                aside = kept.open(head or ".", os.O_PATH | os.O_DIRECTORY)
-                try:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.replace(name, name, src_dir_fd=here, dst_dir_fd=aside)
-                    applied.touched.append(rel)
-                    if brought:
-                        _bring(source, rel, name, here)
-                finally:
-                    os.close(here)
-                    os.close(aside)
-    except BaseException:
+                beneath.Folder(fork, "the fork's folder") as source, _opened(applied.backups or "") as aside:
+            for rel in sorted(plan.updates, reverse=True):
+                _set_aside(applied, target.fd, aside, rel)
+            for rel in sorted(p for p, brought in plan.updates.items() if brought):
+                _bring(applied, source, target.fd, rel)
+    except BaseException as exc:
         take_back(applied)
+        if isinstance(exc, OSError):
+            raise ProcessionError(f"{folder} could not take the fork's files ({rel}: {exc.strerror or exc}): nothing"
+                                  " was merged, and every file there is as it was") from None
         raise
     return applied
 
 
-def _bring(source: beneath.Folder, rel: str, name: str, here: int) -> None:
-    """The fork's ``rel`` made as ``name`` in the folder ``here`` (a descriptor): a link as a
-    link, a regular file's bytes and permission bits (not setuid, setgid or sticky)."""
-    head = os.path.dirname(rel)
-    parent = source.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+@contextlib.contextmanager
+def _opened(folder: str) -> Iterator[int]:
+    """A folder Procession made, as a descriptor (not through a link)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        if stat.S_ISLNK(info.st_mode):
-            os.symlink(os.readlink(name, dir_fd=parent), name, dir_fd=here)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _set_aside(applied: Applied, root: int, aside: int, rel: str) -> None:
+    """What the target holds at ``rel`` moved into the folder ``aside``, journaled; nothing if
+    nothing is there (or it is under a link or a file set aside already)."""
+    head, _, name = rel.rpartition("/")
+    try:
+        parent = beneath.descend(root, head)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
             return
+        raise
+    try:
+        try:
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)) and not (
+                stat.S_ISDIR(mode) and applied.plan.updates[rel] and not _held(root, rel)):
+            raise ProcessionError(f"{rel}: {beneath.what(mode)} in {applied.plan.top} changed as it was merged:"
+                                  " nothing was merged")
+        key = str(len(applied.journal))
+        os.rename(name, key, src_dir_fd=parent, dst_dir_fd=aside)
+        applied.journal.append(("aside", rel, key))
     finally:
         os.close(parent)
-    with os.fdopen(source.regular(rel), "rb") as fin:
-        mode = os.fstat(fin.fileno()).st_mode & 0o777
-        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=here)
-        with os.fdopen(out, "wb") as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-            os.fchmod(fout.fileno(), mode)
+
+
+def _bring(applied: Applied, source: beneath.Folder, root: int, rel: str) -> None:
+    """The fork's ``rel`` made in the target's folder ``root`` (a descriptor), journaled: a
+    link as a link, a regular file's bytes and permission bits (not setuid, setgid or sticky)."""
+    head, _, name = rel.rpartition("/")
+    here = beneath.descend(root, head, made=lambda path: applied.journal.append(("made", path, "")))
+    try:
+        parent = source.open(head or ".", os.O_PATH | os.O_DIRECTORY)
+        try:
+            if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                target = os.readlink(name, dir_fd=parent)
+                if _leads_out(rel, "link:" + target):
+                    raise ProcessionError(f"{rel}: a symbolic link of the fork's that leads out, made as it was"
+                                          " merged: nothing was merged")
+                os.symlink(target, name, dir_fd=here)
+                applied.journal.append(("put", rel, ""))
+                return
+        finally:
+            os.close(parent)
+        with os.fdopen(source.regular(rel), "rb") as fin:
+            mode = os.fstat(fin.fileno()).st_mode & 0o777
+            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=here)
+            applied.journal.append(("put", rel, ""))
+            with os.fdopen(out, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+                os.fchmod(fout.fileno(), mode)
+    finally:
+        os.close(here)
 
 
 def take_back(applied: Applied) -> None:
-    """Undo a file merge whose call was refused after it was done."""
+    """Undo a file merge whose call was refused after it was done (or that failed as it was
+    made): a git merge reset; a copy merge's journal undone, last change first, each path
+    restored as it was. What was set aside is removed only once all of it is back; else it
+    is kept, and the error says where."""
     top = applied.plan.top
     if applied.plan.summary.kind == "git":
         if applied.commit and applied.before:
             gitrepo.run(top, "reset", "-q", "--keep", applied.before, check=False)
         return
-    with beneath.Folder(top, "the target's folder") as target, beneath.Folder(applied.backups or "") as kept:
-        for rel in reversed(applied.touched):
+    failed: list[str] = []
+    with beneath.Folder(top, "the target's folder") as target, _opened(applied.backups or "") as aside:
+        for change, rel, key in reversed(applied.journal):
             head, _, name = rel.rpartition("/")
-            target.makedirs(head)
-            here = target.open(head or ".", os.O_PATH | os.O_DIRECTORY)
             try:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=here)
-                with contextlib.suppress(FileNotFoundError):
-                    aside = kept.open(head or ".", os.O_PATH | os.O_DIRECTORY)
-                    try:
-                        os.replace(name, name, src_dir_fd=aside, dst_dir_fd=here)
-                    finally:
-                        os.close(aside)
-            finally:
-                os.close(here)
-    finish(applied)  # only once everything is back: what was kept aside is not lost
+                here = beneath.descend(target.fd, head)
+                try:
+                    if change == "put":
+                        os.unlink(name, dir_fd=here)
+                    elif change == "made":
+                        os.rmdir(name, dir_fd=here)
+                    else:
+                        os.rename(key, name, src_dir_fd=aside, dst_dir_fd=here)
+                finally:
+                    os.close(here)
+            except OSError as exc:
+                failed.append(f"{rel} ({exc.strerror})")
+    if failed:
+        raise ProcessionError(f"the merge into {top} could not be taken back whole ({named(failed)}): what it had"
+                              f" replaced is kept in {applied.backups}")
+    finish(applied)
 
 
 def finish(applied: Applied) -> None:

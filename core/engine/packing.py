@@ -4,15 +4,24 @@ the new one, and removed from the old one only if nothing in it changed since.
 The folder is read as an attacker may have left it (a model wrote in it): a link is carried
 as a link and never followed, only regular files' bytes are read (each opened without
 following a link, under a folder opened once), and a FIFO, a socket or a device is left out
-and named. It is unpacked into a new private folder beside the target, with tarfile's
-``tar`` filter (no member lands outside it, none is written through a link, set-id bits
-dropped, no owner taken from the archive), then renamed into place: nothing that was there
-is written to, and a target folder that holds anything is refused.
+and named. The pack is read as an attacker may have made it (it comes from another host,
+through the store): it is unpacked member by member, by this module, not by tarfile's
+extraction (whose filters Python 3.11 before 3.11.4 lacks, and whose ``tar`` filter links a
+hard link to any absolute path). It takes regular files, folders and symbolic links only,
+and refuses the whole pack, naming the member, for anything else (a hard link, a device, a
+FIFO), a name that is absolute, holds ``..``, comes twice, or goes through a link or a
+file, and for more files, entries or bytes than a move carries (whatever its gzip unpacks
+to, no more is read). Each entry is made beneath the folder made before it, by descriptor
+(``O_NOFOLLOW``, ``O_EXCL``): no link is followed, none written through, a link is made as a
+link. No owner is taken from the pack, nor a set-id, sticky or group or other write bit. It
+is all made in a new private folder beside the target, then renamed into place: nothing
+that was there is written to, and a target folder that holds anything is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import os
 import shutil
@@ -23,12 +32,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..model import beneath
 from ..model.errors import ProcessionError
 from ..model.text import plural
 
 #: The most a move carries of a folder's files through the store (a larger folder is copied
 #: by the user, then moved with ``--no-files``).
 CARRIED_MAX: Final = 256 * 2**20
+#: The most entries (files, folders, links) a move carries of a folder: each is held in
+#: memory as it is unpacked, and a pack of empty entries compresses to next to nothing.
+ENTRIES_MAX: Final = 100_000
+#: What a pack may take, unpacked, beyond its files' bytes: each entry's headers and padding.
+_PER_ENTRY: Final = 4096
 
 
 class MoveFailed(ProcessionError):
@@ -63,6 +78,10 @@ def pack(folder: str, limit: int = CARRIED_MAX, skip: frozenset[str] = frozenset
     try:
         with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
             for rel, st, opened in _walk(folder, read=True, skip=skip):
+                if len(out.manifest) == ENTRIES_MAX:
+                    raise MoveFailed(f"its folder {folder} holds more than {ENTRIES_MAX:,} files, folders and links,"
+                                     " more than a move carries: copy the folder to the other host yourself, then"
+                                     " move the session with --no-files")
                 info = tarfile.TarInfo(rel)
                 info.mode, info.mtime = stat.S_IMODE(st.st_mode), st.st_mtime
                 if stat.S_ISDIR(st.st_mode):
@@ -160,9 +179,10 @@ def unpack(data: bytes, folder: str) -> None:
         raise
 
 
-def unpacked(data: bytes, folder: str) -> str:
-    """The packed files, unpacked into a new private folder beside ``folder`` (which must be
-    free: ``ready``): its path, for the caller to put in place and remove."""
+def unpacked(data: bytes, folder: str, limit: int = CARRIED_MAX) -> str:
+    """The packed files, unpacked as the module's docstring says into a new private folder
+    beside ``folder`` (which must be free: ``ready``): its path, for the caller to put in place
+    and remove. ``MoveFailed``, and nothing left, if the pack is refused or cannot be written."""
     ready(folder)
     parent = os.path.dirname(folder)
     try:
@@ -171,8 +191,16 @@ def unpacked(data: bytes, folder: str) -> str:
     except OSError as exc:
         raise MoveFailed(f"{folder} cannot be made here ({exc.strerror})") from None
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(tmp, filter=_unowned)
+        root = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            capped = _Capped(gzip.GzipFile(fileobj=io.BytesIO(data)), limit + ENTRIES_MAX * _PER_ENTRY)
+            with tarfile.open(fileobj=io.BufferedReader(capped), mode="r|") as tar:
+                _extract(tar, root, limit)
+        finally:
+            os.close(root)
+    except _Refused as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise MoveFailed(f"its folder could not be unpacked at {folder}: the pack holds {exc}; nothing was kept") from None
     except (OSError, tarfile.TarError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise MoveFailed(f"its folder could not be unpacked at {folder} ({exc})") from None
@@ -182,11 +210,111 @@ def unpacked(data: bytes, folder: str) -> str:
     return tmp
 
 
-def _unowned(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    """tarfile's ``tar`` filter, and no owner taken from the archive: the files are the
-    engine's user's here, whoever owned them there."""
-    checked = tarfile.tar_filter(member, path)
-    return checked.replace(uid=os.getuid(), gid=os.getgid(), uname="", gname="", deep=False) if checked is not None else None
+class _Refused(Exception):
+    """A member of a pack that is not unpacked, and why (the pack is refused whole)."""
+
+
+class _Capped(io.RawIOBase):
+    """A stream read up to ``cap`` bytes, ``_Refused`` beyond: a pack's tar, which a small gzip
+    can make endless (tarfile holds a long name's or a header's bytes in memory)."""
+
+    def __init__(self, raw: gzip.GzipFile, cap: int) -> None:
+        super().__init__()
+        self.raw, self.left = raw, cap
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.raw.readinto(buffer)
+        self.left -= n
+        if self.left < 0:
+            raise _Refused("more than a move carries, unpacked")
+        return n
+
+
+#: The permission bits a carried file or folder keeps: no set-id or sticky bit, no write bit
+#: for its group or others (as tarfile's ``tar`` filter had it).
+_MODE: Final = 0o755
+
+
+def _extract(tar: tarfile.TarFile, root: int, limit: int) -> None:
+    """The members of ``tar`` made beneath the folder ``root`` (a descriptor), as the module's
+    docstring says; a folder's mode and time set last, so that a read-only one is filled first."""
+    kinds: dict[str, str] = {}  # each name made: "d", "f" or "l"
+    folders: list[tuple[str, tarfile.TarInfo]] = []
+    size = 0
+    for n, member in enumerate(tar):
+        if n == ENTRIES_MAX:
+            raise _Refused(f"more than {ENTRIES_MAX:,} files, folders and links, more than a move carries")
+        rel = _name(member.name)
+        if rel in kinds:
+            raise _Refused(f"{rel!r} twice")
+        head, _, name = rel.rpartition("/")
+        if head and kinds.get(head) != "d":
+            raise _Refused(f"{rel!r}, named through the symbolic link {head!r}" if kinds.get(head) == "l"
+                           else f"{rel!r} before its folder {head!r}")
+        if member.isreg():
+            size += member.size
+            if size > limit:
+                raise _Refused(f"more than {limit // 2**20} MiB of files, more than a move carries")
+        elif not (member.isdir() or member.issym()):
+            raise _Refused(f"{rel!r}, {_kind(member)}, which a move never carries")
+        kinds[rel] = "d" if member.isdir() else "l" if member.issym() else "f"
+        if member.isdir():
+            folders.append((rel, member))
+            if rel == ".":
+                continue
+        parent = beneath.descend(root, head)
+        try:
+            if member.isdir():
+                os.mkdir(name, 0o700, dir_fd=parent)
+            elif member.issym():
+                os.symlink(member.linkname, name, dir_fd=parent)
+            else:
+                _write(tar, member, name, parent)
+        finally:
+            os.close(parent)
+    for rel, member in reversed(folders):
+        fd = beneath.descend(root, rel)
+        try:
+            os.fchmod(fd, member.mode & _MODE)
+            os.utime(fd, (member.mtime, member.mtime))
+        finally:
+            os.close(fd)
+
+
+def _name(name: str) -> str:
+    """A member's name as a path beneath the folder (``.`` for the folder itself); ``_Refused``
+    if it is absolute or holds ``..``."""
+    if name.startswith("/"):
+        raise _Refused(f"{name!r}, an absolute name")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise _Refused(f"{name!r}, a name with '..'")
+    return "/".join(parts) or "."
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.islnk():
+        return "a hard link"
+    if member.ischr() or member.isblk():
+        return "a device"
+    if member.isfifo():
+        return "a FIFO"
+    return f"a member of type {member.type!r}"
+
+
+def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, parent: int) -> None:
+    """A regular member's bytes as a new file ``name`` in the folder ``parent`` (a descriptor)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+    with os.fdopen(fd, "wb") as out:
+        source = tar.extractfile(member)
+        assert source is not None  # a regular member always has its bytes
+        shutil.copyfileobj(source, out, 1 << 20)
+        os.fchmod(fd, member.mode & _MODE)
+        out.flush()
+        os.utime(fd, (member.mtime, member.mtime))
 
 
 def ready(folder: str) -> None:

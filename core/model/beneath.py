@@ -13,7 +13,8 @@ A file is opened as a path first (``O_PATH``: no side effect, whatever it is), c
 a regular file, then reopened through that descriptor: a FIFO, a device or a socket is
 refused before anything could block on it. A new file is made with ``O_EXCL``, which never
 follows a link. Used by the ``openai:`` runner's file tools, ``merge`` bringing a fork's
-files back, and ``save`` carrying an agent's session folder.
+files back, and ``save`` carrying an agent's session folder. Where Procession makes the
+folders itself (a move's unpacking, a merge's), ``descend`` follows no link at all.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import ctypes
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 from dataclasses import dataclass
 
@@ -180,7 +181,7 @@ class Folder:
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
-                raise NotRegular(f"{path}: {_what(mode)}, not a regular file; refused")
+                raise NotRegular(f"{path}: {what(mode)}, not a regular file; refused")
             return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
         finally:
             os.close(fd)
@@ -230,7 +231,7 @@ class Folder:
                 finally:
                     os.close(parent)
             elif not stat.S_ISDIR(mode):
-                raise NotRegular(f"{done}: {_what(mode)} where a folder must be; refused")
+                raise NotRegular(f"{done}: {what(mode)} where a folder must be; refused")
 
     def files(self, path: str = ".") -> Iterator[tuple[str, int]]:
         """Every regular file under ``path`` (relative to the folder) and its size, links not
@@ -266,11 +267,44 @@ def open_file(path: str) -> BinaryIO:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         fh.close()
-        raise NotRegular(f"{path}: {_what(mode)}, not a regular file; refused")
+        raise NotRegular(f"{path}: {what(mode)}, not a regular file; refused")
     return fh
 
 
-def _what(mode: int) -> str:
+def descend(root: int, path: str, made: Callable[[str], None] | None = None) -> int:
+    """A descriptor (``O_RDONLY``) of the folder ``path`` beneath the folder ``root`` (a
+    descriptor), each component a folder opened without following a link (a link, even one
+    leading inside, fails it: for folders Procession makes or restores, where a link could
+    only be someone else's). With ``made``, a missing component is made and passed to it,
+    so that the caller can take it back. The caller closes the descriptor."""
+    fd, done = os.dup(root), ""
+    try:
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            done = f"{done}/{part}" if done else part
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if made is None:
+                    raise
+                os.mkdir(part, dir_fd=fd)
+                made(done)
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def what(mode: int) -> str:
+    """What a ``st_mode`` names, as a refusal says it (``a FIFO``)."""
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):

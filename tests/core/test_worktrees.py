@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from procession.calls.merge import Resolution
 from procession.model.errors import MergeConflict, ProcessionError
 from procession.model.errors import InvalidArgument
 from procession.model.states import State
+from support.disk import fill, small_disk  # noqa: F401 - a fixture
 from support.git import Repo, git_identity, quiet_env  # noqa: F401  (the fixture, used by every test here)
 
 
@@ -257,7 +260,7 @@ async def test_a_copys_merge_never_writes_through_a_link_of_the_target(ws, tmp_p
     (copy / "docs").mkdir()
     (copy / "docs" / "planted.txt").write_text("gotcha\n")
     (folder / "docs").symlink_to(outside)
-    with pytest.raises(ProcessionError, match="a symbolic link leads out of the target's folder"):
+    with pytest.raises(ProcessionError, match="docs: a symbolic link where the fork has a folder"):
         await ws.merge(forked.sid, parent)
     assert list(outside.iterdir()) == [] and os.readlink(folder / "docs") == str(outside)
     assert (await ws.info(forked.sid)).state is not State.TERMINATED
@@ -298,6 +301,96 @@ async def test_a_copys_merge_never_brings_git_s_own_files_nor_a_link_leading_out
     with pytest.raises(ProcessionError, match="symbolic links that lead out of"):
         await ws.merge(again.sid, parent)
     assert not (folder / "key").exists() and not (folder / "key").is_symlink()
+
+
+def tree(folder: Path) -> dict[str, tuple[str, int, bytes | str]]:
+    """Everything under ``folder`` as it is, links not followed: each entry's kind, mode, and
+    a file's bytes or a link's target."""
+    out: dict[str, tuple[str, int, bytes | str]] = {}
+    for here, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = Path(here) / name
+            mode = path.lstat().st_mode
+            rel = str(path.relative_to(folder))
+            out[rel] = (("link", 0, os.readlink(path)) if stat.S_ISLNK(mode) else
+                        ("file", mode & 0o7777, path.read_bytes()) if stat.S_ISREG(mode) else
+                        ("folder" if stat.S_ISDIR(mode) else "other", mode & 0o7777, ""))
+    return out
+
+
+async def test_a_copys_merge_failing_midway_on_a_full_disk_leaves_every_byte_of_the_target_as_it_was(
+        ws, small_disk):
+    """The fork replaced the target's link out by a folder, a folder by a file, a file by a
+    folder, changed a file of a mode of its own and added some; the disk is full as its last
+    file comes. All that was done is taken back: the link where a folder was made, the folder
+    where a file was put, the modes; the fork stays, and merges once there is room."""
+    folder, outside = small_disk / "plain", small_disk / "outside"
+    (folder / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "kept.txt").write_text("outside\n")
+    (folder / "notes.md").write_text("base\n")
+    (folder / "notes.md").chmod(0o600)
+    (folder / "sub" / "data.csv").write_text("1,2\n")
+    (folder / "sub").chmod(0o750)
+    (folder / "plan.txt").write_text("a file\n")
+    (folder / "shared").symlink_to("../outside")
+    parent = await session_in(ws, folder)
+    forked = await ws.fork(parent, worktree=True)
+    copy = Path(forked.worktree or "")
+    (copy / "shared").unlink()
+    (copy / "shared").mkdir()
+    (copy / "shared" / "f.txt").write_text("in a folder now\n")
+    shutil.rmtree(copy / "sub")
+    (copy / "sub").write_text("a file now\n")
+    (copy / "plan.txt").unlink()
+    (copy / "plan.txt").mkdir()
+    (copy / "plan.txt" / "step1.md").write_text("1\n")
+    (copy / "notes.md").write_text("theirs\n")
+    (copy / "new.txt").write_text("new\n")
+    (copy / "zz.bin").write_bytes(os.urandom(1 << 20))
+    before, away = tree(folder), tree(outside)
+    filler = fill(small_disk, leave=64 * 1024)  # room for the small files, not the last one
+    with pytest.raises(ProcessionError, match=r"could not take the fork's files \(zz\.bin: No space left on device\):"
+                                              " nothing was merged"):
+        await ws.merge(forked.sid, parent)
+    assert tree(folder) == before and tree(outside) == away
+    assert (await ws.info(forked.sid)).state is not State.TERMINATED and copy.exists()
+    assert not [p for p in small_disk.iterdir() if p.name.startswith(".procession-merge")]
+    filler.unlink()
+    await ws.merge(forked.sid, parent)
+    assert (folder / "shared" / "f.txt").read_text() == "in a folder now\n" and not (folder / "shared").is_symlink()
+    assert (folder / "sub").read_text() == "a file now\n" and (folder / "plan.txt" / "step1.md").read_text() == "1\n"
+    assert (folder / "notes.md").read_text() == "theirs\n" and (folder / "zz.bin").stat().st_size == 1 << 20
+    assert tree(outside) == away and not copy.exists()
+
+
+async def test_a_copys_merge_the_target_cannot_take_whole_is_refused_before_anything_changes(ws, tmp_path):
+    """Since the fork, the target's folder gained a file where the fork made a folder, a file
+    in a folder the fork replaced by a file, and a FIFO where the fork added a file: the
+    merge (and its dry run) refuses, naming each, and no byte of the target changed."""
+    folder = tmp_path / "plain"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "docs" / "a.md").write_text("a\n")
+    parent = await session_in(ws, folder)
+    forked = await ws.fork(parent, worktree=True)
+    copy = Path(forked.worktree or "")
+    (copy / "d").mkdir()
+    (copy / "d" / "x.txt").write_text("x\n")
+    shutil.rmtree(copy / "docs")
+    (copy / "docs").write_text("one file now\n")
+    (copy / "pipe").write_text("a file\n")
+    (copy / "result.md").write_text("the fork's work\n")
+    (folder / "d").write_text("the target's own\n")
+    (folder / "docs" / "b.md").write_text("b\n")
+    os.mkfifo(folder / "pipe")
+    before = tree(folder)
+    said = (r"d: a file where the fork has a folder; docs: a folder holding docs/b\.md where the fork has a file;"
+            r" pipe: a FIFO, which a merge never replaces\): nothing was merged")
+    with pytest.raises(ProcessionError, match=said):
+        await ws.merge_plan(forked.sid, parent)
+    with pytest.raises(ProcessionError, match=said):
+        await ws.merge(forked.sid, parent)
+    assert tree(folder) == before and (await ws.info(forked.sid)).state is not State.TERMINATED
 
 
 async def test_a_copy_takes_databases_as_sqlite_committed_them_and_never_the_workspaces_own(tmp_path):

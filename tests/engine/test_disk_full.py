@@ -4,40 +4,15 @@ open, and the engine says so once, not every second."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import engine_on, until
 from procession import Workspace
+from support.disk import fill, small_disk  # noqa: F401 - a fixture
 from support.runs import finished
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB file system of the test's own (mounting one takes root: CI runs as root)."""
-    where = tmp_path / "small"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here (needs root): {mounted.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
-def fill(where: Path) -> Path:
-    filler = where / "filler"
-    with contextlib.suppress(OSError), filler.open("wb") as out:
-        while True:
-            out.write(b"\0" * 65536)
-            out.flush()
-    return filler
 
 
 async def test_a_run_ending_on_a_full_disk_is_recorded_once_there_is_room(

@@ -474,6 +474,86 @@ def test_a_crafted_pack_writes_nothing_outside_the_folder_it_makes(tmp_path, mem
     assert [p.name for p in (tmp_path / "deep").iterdir()] in ([], ["target"])  # no half-made folder left
 
 
+@pytest.mark.parametrize(("members", "named"), [
+    ([(_member("bashrc", tarfile.LNKTYPE, "{outside}"), None)], "'bashrc', a hard link"),
+    ([(_member("sub", tarfile.DIRTYPE), None), (_member("sub/bashrc", tarfile.LNKTYPE, "../../../bashrc"), None)],
+     "'sub/bashrc', a hard link"),
+    ([(_member("null", tarfile.CHRTYPE), None)], "'null', a device"),
+    ([(_member("disk", tarfile.BLKTYPE), None)], "'disk', a device"),
+    ([(_member("pipe", tarfile.FIFOTYPE), None)], "'pipe', a FIFO"),
+    ([(_member("sub", tarfile.DIRTYPE), None), (_member("in", tarfile.SYMTYPE, "sub"), None),
+      (_member("in/bashrc"), b"x")], "'in/bashrc', named through the symbolic link 'in'"),
+    ([(_member("a.txt"), b"one"), (_member("a.txt"), b"two")], "'a.txt' twice"),
+    ([(_member("a.txt", tarfile.SYMTYPE, "{outside}"), None), (_member("a.txt"), b"two")], "'a.txt' twice"),
+    ([(_member("deep/a.txt"), b"x")], "'deep/a.txt' before its folder"),
+    ([(_member("a.txt"), b"x"), (_member("a.txt/b"), b"x")], "'a.txt/b' before its folder"),
+    ([(_member("sub/../a.txt"), b"x")], "'sub/../a.txt', a name with '..'"),
+    ([(_member("/etc/bashrc"), b"x")], "'/etc/bashrc', an absolute name"),
+], ids=["hard-link-absolute", "hard-link-relative", "char-device", "block-device", "fifo", "through-a-link-inside",
+        "twice", "link-then-file", "no-folder", "file-as-folder", "dot-dot-inside", "absolute"])
+def test_a_pack_holding_anything_but_files_folders_and_links_is_refused_whole(tmp_path, members, named) -> None:
+    """A pack from a rogue host: a hard link to the user's ``~/.bashrc`` (here a file beside
+    the target) would put that very file in the session's folder, for its next step to write;
+    a device or a FIFO is no file. Each is refused by name, nothing is made, and the file
+    outside is neither changed nor linked."""
+    outside = tmp_path / "bashrc"
+    outside.write_text("export PATH=/usr/bin\n")
+    target = tmp_path / "deep" / "target"
+    crafted = [(_member(i.name, i.type, i.linkname.format(outside=outside)), data) for i, data in members]
+    with pytest.raises(packing.MoveFailed, match=re.escape(named)) as refused:
+        packing.unpack(_tar(*crafted), str(target))
+    assert str(target) in str(refused.value) and "\n" not in str(refused.value)
+    assert not target.exists() and os.listdir(tmp_path / "deep") == []  # nothing half made
+    assert outside.read_text() == "export PATH=/usr/bin\n" and outside.stat().st_nlink == 1
+
+
+def test_a_pack_larger_than_a_move_carries_is_refused_before_its_bytes_are_written(tmp_path) -> None:
+    """What a pack says its files hold is counted before they are written: a pack from another
+    host cannot fill this one's disk beyond what a move carries."""
+    crafted = _tar((_member("one"), b"x" * 3000), (_member("two"), b"x" * 3000))
+    with pytest.raises(packing.MoveFailed, match="more than a move carries"):
+        packing.unpacked(crafted, str(tmp_path / "target"), limit=5000)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_pack_of_more_entries_or_header_bytes_than_a_move_carries_is_refused(tmp_path, monkeypatch) -> None:
+    """A gzip of empty entries, or of one endless name, is small: neither is read past what a
+    move carries (here, three entries), on either host."""
+    monkeypatch.setattr(packing, "ENTRIES_MAX", 3)
+    many = _tar(*[(_member(f"f{i}"), b"") for i in range(4)])
+    with pytest.raises(packing.MoveFailed, match="more than 3 files, folders and links"):
+        packing.unpacked(many, str(tmp_path / "target"))
+    endless = _tar((_member("x" * 3 * 2**20), b""))
+    with pytest.raises(packing.MoveFailed, match="more than a move carries, unpacked"):
+        packing.unpacked(endless, str(tmp_path / "target"), limit=5000)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "old").mkdir()
+    for i in range(3):
+        (tmp_path / "old" / f"f{i}").touch()
+    with pytest.raises(packing.MoveFailed, match="more than 3 files, folders and links, more than a move carries"):
+        packing.pack(str(tmp_path / "old"))
+
+
+def test_a_pack_is_unpacked_without_tarfiles_extraction_filters_as_on_python_3_11_2(tmp_path, monkeypatch) -> None:
+    """Python 3.11.2 (Debian 12's) has no extraction filter: ``extractall(filter=...)`` is a
+    TypeError there, and every move that carried files failed. The unpacking neither extracts
+    with tarfile nor names a filter: it works with a tarfile that has neither."""
+    real = tarfile.TarFile.extractall
+
+    def extractall_of_3_11_2(self, path=".", members=None, *, numeric_owner=False):  # no filter= yet
+        return real(self, path, members, numeric_owner=numeric_owner, filter="fully_trusted")
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall_of_3_11_2)
+    for name in ("tar_filter", "data_filter", "fully_trusted_filter", "FilterError"):
+        monkeypatch.delattr(tarfile, name)
+    folder = tmp_path / "old"
+    before = make_folder(folder)
+    (folder / "sub").chmod(0o750)
+    packed = packing.pack(str(folder))
+    packing.unpack(packed.data, str(tmp_path / "new"))
+    assert held(tmp_path / "new") == before and (tmp_path / "new" / "sub").stat().st_mode & 0o777 == 0o750
+
+
 def test_set_id_bits_and_owners_do_not_travel_and_a_changed_old_folder_is_kept(tmp_path) -> None:
     target = tmp_path / "target"
     packing.unpack(_tar((_member("tool", mode=0o6755), b"#!/bin/sh\n")), str(target))
