@@ -79,9 +79,13 @@ class Commit:
 #: runs programs (ssh, a proxy, a credential helper, a remote helper) that a URL the repository
 #: rewrites (``url.*.insteadOf``) or a key git reads as a list (``core.gitProxy``, whose first
 #: value wins) would pick, and a value on the command line cannot take a list's back. A partial
-#: clone's missing object is therefore not fetched: the call fails, saying the transport.
+#: clone's missing object is therefore not fetched: the call fails, saying the transport. No
+#: git started in a submodule (a ``status`` of a modified one, a checkout or fetch that
+#: recurses): its configuration is another repository's, not listed, and as writable by the
+#: step (in ``.git/modules``); a submodule's own uncommitted changes are not seen.
 PINNED = ("-c", "core.quotePath=false", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-          "-c", "protocol.allow=never", "-c", "protocol.file.allow=always")
+          "-c", "protocol.allow=never", "-c", "protocol.file.allow=always", "-c", "diff.ignoreSubmodules=dirty",
+          "-c", "submodule.recurse=false", "-c", "fetch.recurseSubmodules=false")
 #: The keys of the repository's own configuration that Procession's own git reads (an allow-list:
 #: a key git adds in a later version is not read until it is named here). Each runs nothing:
 #: what the repository's format is (``core.repositoryformatversion``, ``extensions.*``,

@@ -155,6 +155,27 @@ async def test_a_worktree_elsewhere_is_refused_and_its_own_folder_is_not(ws, tmp
     await fork_and_merge(ws, repo, [])
 
 
+async def test_no_program_a_submodules_own_configuration_names_runs(ws, tmp_path):
+    """A submodule's configuration is in the superproject's ``.git`` (``modules/``), which a step
+    may write; the ``status`` a fork and a merge read would have git look into the modified
+    submodule with a git of its own, which cleans its file through the filter named there."""
+    run, ran = program(tmp_path)
+    Repo.init(tmp_path / "library", {"f.txt": "x\n", ".gitattributes": "* filter=x\n"})
+    repo = attributed(tmp_path)
+    repo.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(tmp_path / "library"), "library")
+    repo.git("commit", "-qm", "the library")
+    sub = Repo(repo.path / "library")
+    sub.git("config", "filter.x.clean", run)
+    (sub.path / "f.txt").write_text("changed in the submodule\n")
+    parent = await session_in(ws, repo.path)
+    forked = await ws.fork(parent, worktree=True)
+    fork = Path(forked.worktree or "")
+    (fork / "a.txt").write_text("ONE\n2\n3\n")
+    plainly(fork, "the fork's", [])  # the test's own git, where no submodule is checked out
+    await ws.merge(forked.sid, parent)
+    assert repo.read("a.txt") == "ONE\n2\n3\n" and not ran.exists()
+
+
 @pytest.mark.parametrize("url, key, value", [("ssh://example.invalid/", "core.sshCommand", "{program}"),
                                              ("git://example.invalid/", "core.gitProxy", "{program}"),
                                              ("ext::{program} %S ", "protocol.ext.allow", "always")],
