@@ -97,6 +97,15 @@ async def test_no_program_the_repositorys_configuration_names_runs(ws, tmp_path,
     not_read(repo, planted)
 
 
+async def test_a_clone_and_a_worktree_of_it_fork_and_merge_as_ever(ws, tmp_path):
+    """What ``git clone`` and ``git worktree add`` write (remotes, tracked branches, a linked
+    worktree's own git folder) is read, or harmless unread: an ordinary repository works."""
+    origin = attributed(tmp_path)
+    subprocess.run(["git", "clone", "-q", str(origin.path), str(tmp_path / "clone")], check=True, env=quiet_env())
+    Repo(tmp_path / "clone").git("worktree", "add", "-q", "-b", "side", str(tmp_path / "side"))
+    await fork_and_merge(ws, Repo(tmp_path / "side"), [])
+
+
 async def test_no_program_a_file_the_configuration_includes_names_runs(ws, tmp_path):
     """The included file is one a step wrote; signing in the openpgp format runs its program."""
     run, ran = program(tmp_path)
