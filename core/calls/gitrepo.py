@@ -12,6 +12,22 @@ Every function here is synchronous and blocking: the calls and the engine run th
 worker thread. Output is read with ``-z`` wherever it holds paths, in the C locale, and no
 read takes git's optional locks (``GIT_OPTIONAL_LOCKS=0``: ``status`` does not rewrite the
 index under a user's feet). A failure is a ``GitError`` whose message is git's own last line.
+
+Procession's own git reads no program from the repository. A repository a session works in
+is one its step could write (its ``.git`` is in the session's folder), and what git runs for
+Procession (a fork's ``worktree add``, a merge and its commit, a ``status``) runs outside the
+step's bounds. So of the repository's own configuration (its ``config``, a worktree's
+``config.worktree``, what they include) git reads only an allow-list of keys that run
+nothing (``READ``); every other key it sets is overridden on the command line. Why an
+allow-list: git names a program in ever more keys (filters, drivers, signing commands,
+``core.sshCommand``, ``gpg.ssh.defaultKeyCommand``...), and a deny-list of them misses the one
+git adds next. Why overriding, not another configuration: git has no switch to skip a
+repository's configuration (``GIT_CONFIG_GLOBAL``/``GIT_CONFIG_SYSTEM`` replace the user's,
+not the repository's), and a copy of the git folder would have to share its refs, which git
+rewrites by renaming files. What a value on the command line cannot undo is refused or
+pinned: a conditional include and a ``core.worktree`` elsewhere (``_refused``), and every
+transport but files (``PINNED``: a list-valued key keeps the repository's values). The cost
+is one ``git config --list`` before each call (a few milliseconds).
 """
 
 from __future__ import annotations
@@ -56,22 +72,44 @@ class Commit:
     paths: tuple[str, ...]
 
 
-#: What Procession's own git runs without, whatever the repository's configuration says: hooks
-#: and the file system monitor run a program the repository names, and a repository a session
-#: works in is one its step could write (its ``.git`` is in the session's folder), so they
-#: would run what a confined step left, outside its bounds (a merge's commit, a fork's
-#: ``worktree add``, a ``status``, a ref's update).
-UNHOOKED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
-#: What git runs that the repository's own configuration may name a program for: a filter
-#: (``clean``, ``smudge``, ``process``), a diff or merge driver, a signing program. Named
-#: there (not in the user's own configuration, whose filters, such as Git LFS's, stay), it is
-#: cleared for the subcommands that would run it: a filter and a diff driver then do nothing
-#: (the file as it is), a merge driver or a signing program fails the merge whole.
-PROGRAMS = re.compile(r"filter\..+\.(clean|smudge|process)|diff\..+\.(command|textconv)|diff\.external"
-                      r"|merge\..+\.driver|gpg\.program|gpg\..+\.program", re.IGNORECASE | re.DOTALL)
-#: The subcommands (of those Procession runs) that may run one.
-FILTERING = frozenset({"add", "apply", "checkout", "commit", "diff", "merge", "merge-tree", "reset", "status",
-                       "worktree"})
+#: What Procession's own git runs with, whatever any configuration says. No hook and no file
+#: system monitor: they run a program the repository names (its ``hooks`` folder, a key), and a
+#: repository a session works in is one its step could write (its ``.git`` is in the session's
+#: folder). No other repository reached but by a file path (a bundle, a folder): a transport
+#: runs programs (ssh, a proxy, a credential helper, a remote helper) that a URL the repository
+#: rewrites (``url.*.insteadOf``) or a key git reads as a list (``core.gitProxy``, whose first
+#: value wins) would pick, and a value on the command line cannot take a list's back. A partial
+#: clone's missing object is therefore not fetched: the call fails, saying the transport. No
+#: git started in a submodule (a ``status`` of a modified one, a checkout or fetch that
+#: recurses): its configuration is another repository's, not listed, and as writable by the
+#: step (in ``.git/modules``); a submodule's own uncommitted changes are not seen.
+PINNED = ("-c", "core.quotePath=false", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+          "-c", "protocol.allow=never", "-c", "protocol.file.allow=always", "-c", "diff.ignoreSubmodules=dirty",
+          "-c", "submodule.recurse=false", "-c", "fetch.recurseSubmodules=false")
+#: The keys of the repository's own configuration that Procession's own git reads (an allow-list:
+#: a key git adds in a later version is not read until it is named here). Each runs nothing:
+#: what the repository's format is (``core.repositoryformatversion``, ``extensions.*``,
+#: ``core.bare``: git reads them from the file itself, whatever the command line says), what
+#: the file system does (``filemode``, ``symlinks``, ``ignorecase``, ``precomposeunicode``),
+#: what a file's lines end with (``autocrlf``, ``eol``) and which files are checked out
+#: (``sparsecheckout*``, ``index.sparse``): without them ``status`` would see changes where the
+#: user's git sees none. Reflogs kept; the remotes a clone names, the branches that track
+#: them and the URLs rewritten (no transport but files reaches any of them, and an empty
+#: ``insteadOf`` would rewrite every URL, a bundle's path too); the identity of a merge's
+#: commit; the signing format (``gpg.format``: openpgp, x509 or ssh, a choice among programs
+#: each named by a key not read, whose empty value fails every commit); Git LFS's format
+#: version. ``include.path`` cannot be overridden, and what it includes is listed with the
+#: rest and read the same way (a conditional include is refused: see ``_refused``).
+#: ``core.worktree`` is read only once ``_refused`` found that it names the repository's own
+#: folder.
+READ = re.compile(r"core\.(repositoryformatversion|bare|worktree|filemode|symlinks|ignorecase|precomposeunicode"
+                  r"|logallrefupdates|autocrlf|eol|sparsecheckout|sparsecheckoutcone)|index\.sparse|extensions\.[^.]+"
+                  r"|remote\..+\.(url|fetch|promisor|partialclonefilter)|branch\..+\.(remote|merge)"
+                  r"|url\..+\.(push)?insteadof"
+                  r"|user\.(name|email)|gpg\.format|include\.path|lfs\.repositoryformatversion", re.DOTALL)
+#: The scopes that are the repository's own (its ``config``, a worktree's ``config.worktree``,
+#: and the files they include): those the user's own (system, global) and the command line are not.
+REPOSITORY = frozenset({"local", "worktree"})
 
 
 def _env() -> dict[str, str]:
@@ -81,43 +119,124 @@ def _env() -> dict[str, str]:
 def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = True,
         input: bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """``git args`` in ``cwd`` (or on the repository ``git_dir``), with ``env`` added to the
-    environment; ``GitError`` when it fails and ``check`` is set."""
+    environment; ``GitError`` when it fails and ``check`` is set.
+
+    Git reads of the repository's own configuration only the keys ``READ`` names: it is listed
+    first (``git config --list``, which runs nothing), and every other key it sets is given, on
+    the command line (``GIT_CONFIG_KEY_n``, which the git processes git starts inherit), the
+    value the user's own configuration gives it, else an empty one: as git takes a key's last
+    value, the repository's is not used. The user's own configuration (Git LFS's filter, the
+    identity, a signing set-up) applies as it is. A key whose empty value git refuses fails the
+    call, and the one line says to set it in the user's own configuration."""
     if shutil.which("git") is None:
         raise GitError("git is not installed (or not on PATH)")
-    cmd = ["git", "-c", "core.quotePath=false", *UNHOOKED]
+    cmd = ["git", *PINNED]
     if git_dir is not None:
         cmd.append(f"--git-dir={git_dir}")
     base = {**_env(), **(env or {})}
     try:
-        if args and args[0] in FILTERING:
-            base.update(_programs_cleared(cmd, cwd, base))
-        proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env=base, input=input, timeout=TIMEOUT_S)
+        proc = listed = _git(cmd, cwd, base, "config", "--list", "--show-scope", "--includes", "-z")
+        unread: dict[str, str] = {}
+        if listed.returncode == 0:  # else git cannot read it, and says why as the call would
+            settings = _settings(listed.stdout)
+            unread = _unread(settings)
+            confined = {**base, **_pairs(base, unread)}
+            _refused(cmd, cwd, confined, settings)
+            proc = _git(cmd, cwd, confined, *args, input=input)
     except FileNotFoundError:
         raise GitError(f"{cwd} does not exist") from None
     except NotADirectoryError:
         raise GitError(f"{cwd} is not a folder") from None
     except subprocess.TimeoutExpired:
         raise GitError(f"git {args[0]} took longer than {TIMEOUT_S:g} s") from None
-    if check and proc.returncode != 0:
-        raise GitError(said(proc) or f"git {args[0]} exited {proc.returncode}")
+    if proc.returncode != 0:
+        proc = _explained(proc, unread)
+        if check:
+            raise GitError(said(proc) or f"git {args[0]} exited {proc.returncode}")
     return proc
 
 
-def _programs_cleared(cmd: list[str], cwd: str | None, env: dict[str, str]) -> dict[str, str]:
-    """The environment that clears every ``PROGRAMS`` setting of the repository's own
-    configuration (and what it includes), as git's ``GIT_CONFIG_KEY_n`` pairs: a key is passed
-    whole, whatever its name holds (``-c`` would split a name holding ``=``)."""
-    listed = subprocess.run([*cmd, "config", "--list", "--show-scope", "--name-only", "-z"], cwd=cwd,
-                            capture_output=True, env=env, timeout=TIMEOUT_S)
-    items = _lines(listed.stdout)
-    keys = [key for scope, key in zip(items[::2], items[1::2]) if scope in ("local", "worktree")
-            and PROGRAMS.fullmatch(key)]
+def _git(cmd: list[str], cwd: str | None, env: dict[str, str], *args: str,
+         input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env=env, input=input, timeout=TIMEOUT_S)
+
+
+def _settings(listing: bytes) -> list[tuple[str, str, str | None]]:
+    """``(scope, key, value)`` of every setting ``config --list --show-scope -z`` lists, in the
+    order git reads them; a key written with no value (a boolean's true) has None."""
+    items = _text(listing).split("\0")
+    found: list[tuple[str, str, str | None]] = []
+    for scope, entry in zip(items[::2], items[1::2]):
+        key, newline, value = entry.partition("\n")
+        found.append((scope, key, value if newline else None))
+    return found
+
+
+def _refused(cmd: list[str], cwd: str | None, env: dict[str, str],
+             settings: list[tuple[str, str, str | None]]) -> None:
+    """``GitError`` for what a value on the command line cannot undo. A conditional include
+    (``includeIf.*.path``): its condition (the branch, the git folder) may hold in a git that
+    git starts (a new worktree's checkout, on its own branch) and not in the listing, which
+    would not have judged what it includes. A ``core.worktree`` naming a folder that is not the
+    repository's own (whose ``.git`` leads back to it): git reads it from the file itself, and
+    would check out, merge and read there, outside the session's folder."""
+    own = [key for scope, key, _ in settings if scope in REPOSITORY]
+    for key in own:
+        if key.lower().startswith("includeif.") and key.lower().endswith(".path"):
+            raise GitError(f"the repository's own configuration includes a file on a condition ({key}), which"
+                           " Procession's own git does not follow: include it without one, or from your own")
+    if "core.worktree" not in own:
+        return
+    where = _git(cmd, cwd, env, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-dir")
+    if where.returncode != 0:
+        raise GitError(f"the repository's own configuration sets core.worktree, and git cannot use it ({said(where)})")
+    top, _, git_dir = _text(where.stdout).strip().partition("\n")
+    dot = os.path.join(top, ".git")
+    if os.path.isfile(dot):  # a gitfile: "gitdir: <path>", relative to the folder it is in
+        with open(dot, encoding="utf-8", errors="surrogateescape") as gitfile:
+            dot = os.path.join(top, gitfile.read().removeprefix("gitdir:").strip())
+    if not os.path.exists(dot) or not os.path.samefile(dot, git_dir):
+        raise GitError(f"the repository's own configuration sets core.worktree to {top}, which is not the"
+                       " repository's own folder: Procession's own git works in no other")
+
+
+def _unread(settings: list[tuple[str, str, str | None]]) -> dict[str, str]:
+    """The value to give each key the repository's own configuration sets and ``READ`` does
+    not name: the user's own last one (system, global), else empty; none for a key the command
+    line already sets (Procession's, its caller's), as that value is read after the repository's."""
+    users: dict[str, str] = {}
+    commanded: set[str] = set()
+    for scope, key, value in settings:
+        if scope in ("system", "global"):
+            users[key] = "true" if value is None else value  # a key with no value is a boolean's true
+        elif scope == "command":
+            commanded.add(key)
+    return {key: users.get(key, "") for scope, key, _ in settings
+            if scope in REPOSITORY and not READ.fullmatch(key.lower()) and key not in commanded}
+
+
+def _pairs(env: dict[str, str], values: dict[str, str]) -> dict[str, str]:
+    """``values`` as git's ``GIT_CONFIG_KEY_n``/``GIT_CONFIG_VALUE_n`` pairs, after the caller's
+    own: a key is passed whole, whatever its name holds (``-c`` would split a name holding ``=``)."""
     count = env.get("GIT_CONFIG_COUNT", "")
     given = int(count) if count.isdigit() else 0
-    cleared = {"GIT_CONFIG_COUNT": str(given + len(keys))} if keys else {}
-    for n, key in enumerate(keys, start=given):  # after the caller's own pairs, if any
-        cleared[f"GIT_CONFIG_KEY_{n}"], cleared[f"GIT_CONFIG_VALUE_{n}"] = key, ""
-    return cleared
+    pairs = {"GIT_CONFIG_COUNT": str(given + len(values))} if values else {}
+    for n, (key, value) in enumerate(values.items(), start=given):
+        pairs[f"GIT_CONFIG_KEY_{n}"], pairs[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    return pairs
+
+
+def _explained(proc: subprocess.CompletedProcess[bytes], unread: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """``proc``, and when the line ``said`` finds in it names a key of the repository's own
+    configuration that was not read (git then speaks of the command line), that line again
+    last, saying where the key is read from: a caller that reads ``said`` says it too."""
+    line = said(proc)
+    named = [key for key in unread if key.lower() in line.lower()]
+    if not named:
+        return proc
+    why = (f"{line} (Procession's own git does not read the repository's own {named[0]}:"
+           " set it in your own configuration, e.g. git config --global)")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, proc.stderr + b"\n" + why.encode())
 
 
 def said(proc: subprocess.CompletedProcess[bytes]) -> str:

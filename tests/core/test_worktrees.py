@@ -21,18 +21,10 @@ from procession.model.errors import MergeConflict, ProcessionError
 from procession.model.errors import InvalidArgument
 from procession.model.states import State
 from support.disk import fill, small_disk  # noqa: F401 - a fixture
-from support.git import Repo, git_identity, quiet_env  # noqa: F401  (the fixture, used by every test here)
+from support.git import Repo, git_identity, quiet_env, session_in  # noqa: F401  (the fixture, used by every test here)
 
 
 pytestmark = pytest.mark.usefixtures("git_identity")
-
-
-async def session_in(ws: Workspace, folder: Path, name: str = "review") -> int:
-    sid = (await ws.spawn(name, "review", cwd=str(folder))).sid
-    await ws.bind(sid, "folder", str(folder))
-    await ws.bind(sid, "file", str(folder / "notes.md"), mode="ro")
-    await ws.memory_set(sid, "verdict", "undecided")
-    return sid
 
 
 async def test_a_fork_gets_its_own_worktree_and_the_parents_files_stay(ws, tmp_path):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from procession import Workspace
+
 #: Who commits in tests (and in Procession's own merge commits there): git needs a name.
 IDENTITY = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
             "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.invalid"}
@@ -68,3 +70,13 @@ class Repo:
 
     def read(self, name: str) -> str:
         return (self.path / name).read_text()
+
+
+async def session_in(ws: Workspace, folder: Path, name: str = "review") -> int:
+    """A session working in ``folder`` (bound to it, with a file of it and a memory key), as
+    a fork or a merge of it finds one."""
+    sid = (await ws.spawn(name, "review", cwd=str(folder))).sid
+    await ws.bind(sid, "folder", str(folder))
+    await ws.bind(sid, "file", str(folder / "notes.md"), mode="ro")
+    await ws.memory_set(sid, "verdict", "undecided")
+    return sid
