@@ -205,7 +205,7 @@ class AdoptCalls(LifecycleCalls):
             raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
                                   f" {ref['id']}): there is nothing of its own to sync yet")
         position = Position.of(ref.get("position"))
-        found = await asyncio.to_thread(located, ref, cli_environment(row))
+        found = await asyncio.to_thread(located, ref, cli_environment(row, self.path))
         return position, await asyncio.to_thread(transcripts.format_of(ref["cli"]).read, found, position)
 
     @syscall(Call.SYNC)
@@ -250,7 +250,7 @@ class AdoptCalls(LifecycleCalls):
         if ref.get("fork"):
             raise InvalidArgument(f"session {sid}'s own {agents.CLIS[ref['cli']].title} session is made by its"
                                   " first run (a fork): activate it once first")
-        env = cli_environment(act.row, passed=True)
+        env = cli_environment(act.row, act.tx.store.path, passed=True)
         agents.locate(ref["cli"], env)  # not installed here: refused before anything changes
         held = act.row["state"] != State.SUSPENDED
         if held:

@@ -253,11 +253,11 @@ def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:
 
 
 async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str], *,
-                              own: int | None = None) -> str | None:
+                              own: int | None = None, env: dict[str, str] | None = None) -> str | None:
     """The loaded session's agent reference: the agent's own session it carries, placed where
-    this machine's CLI finds it (its paths moved), forked by its first run if a session here
-    stands for it already; else a copy of the reference, which its first run forks (the
-    agent's session may be on this machine: it is not touched)."""
+    this machine's CLI finds it (under ``env``, default the user's own: its paths moved), forked
+    by its first run if a session here stands for it already; else a copy of the reference,
+    which its first run forks (the agent's session may be on this machine: it is not touched)."""
     ref = s.get("agent_ref")
     if not ref:
         return None
@@ -265,7 +265,7 @@ async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict
     if carried is None:
         return json.dumps({**ref, "fork": True})
     fmt = transcripts.format_of(ref["cli"])
-    env = environ.session_environment(ref["cli"], s.get("env") or {}, [], os.environ)
+    env = env or environ.session_environment(ref["cli"], s.get("env") or {}, [], os.environ)
     title = agents.CLIS[ref["cli"]].title
     try:  # on the store's own thread, as the call's body runs
         placed = fmt.place(carried, env, cwd, paths)
@@ -315,7 +315,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             "agent_ref": native.agent_ref(row),
             "agent_seen": row["agent_seen"],
             "cwd": row["cwd"],
-            **({"agent_session": agent_session} if (agent_session := await carried(row)) else {}),
+            **({"agent_session": agent_session} if (agent_session := await carried(row, tx.store.path)) else {}),
         },
         "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary, "created": f.created}
                   for f in await history.folds(tx, sid)],
@@ -325,14 +325,14 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
     }
 
 
-async def carried(row: Any) -> dict[str, Any] | None:
+async def carried(row: Any, workspace: Path | str) -> dict[str, Any] | None:
     """The agent's own session, as its CLI keeps it, for a snapshot to carry (None: it has
     none of its own yet, or its files are gone from here)."""
     ref = native.agent_ref(row)
     if ref is None or ref.get("fork"):
         return None
     fmt = transcripts.format_of(ref["cli"])
-    found: dict[str, Any] | None = await asyncio.to_thread(fmt.carry, ref, native.cli_environment(row))
+    found: dict[str, Any] | None = await asyncio.to_thread(fmt.carry, ref, native.cli_environment(row, workspace))
     return found
 
 
