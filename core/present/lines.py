@@ -166,7 +166,7 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
             said = f"forks {said}{' at ' + printable(str(ref['at'])) if ref.get('at') else ''} on its first run"
         out.append(("agent", said + (f"  {printable(str(ref['transcript']))}" if ref.get("transcript") else "")))
     if d.agent_home is not None:
-        out.append(("agent state", agent_home_text(d.agent_home)))
+        out.append(("agent home", agent_home_text(d.agent_home)))
     if d.env or d.passed:
         shown = [f"{printable(k)}={printable(v)}" for k, v in sorted(d.env.items())]
         out.append(("env", " ".join(shown + [f"{printable(k)} (passed)" for k in d.passed])))

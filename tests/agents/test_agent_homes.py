@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import until
+from conftest import Cli, until
 from procession import Workspace
 from support.agent_clis import AgentSandbox, ClaudeSandbox, session_env
 from support.models import ModelServer, say, shell
@@ -89,7 +89,7 @@ async def test_what_a_sessions_agent_writes_into_its_clis_global_instructions_no
 
 async def test_a_hook_one_claude_session_writes_into_the_settings_never_runs_in_another(
         claude_sandbox: ClaudeSandbox, model_server: ModelServer, engine: Any, live: Workspace,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     """The finding: A's agent writes a hook into the settings every Claude Code session reads
     (``~/.claude/settings.json``, the state folder when none is named); B's next run would run
     it within B's bounds. Now A's settings are A's: B never runs it, A's own next run does."""
@@ -112,6 +112,10 @@ async def test_a_hook_one_claude_session_writes_into_the_settings_never_runs_in_
     assert (folder_a / "hooked").exists()  # the hook is real: A's own CLI runs it
 
     assert fingerprint(claude_sandbox.home) == user
-    shown = await live.show(a)
-    assert shown.agent_home is not None and shown.agent_home.changed == ("settings.json",)
-    assert Path(shown.agent_home.folder).parent.name == shown.info.uuid
+    shown = cli.json("show", str(a))
+    assert isinstance(shown, dict)
+    home = shown["agent_home"]
+    assert home["changed"] == ["settings.json"] and Path(home["folder"]).parent.name == shown["uuid"]
+    said = cli("show", str(a)).stdout
+    assert f"agent home {home['folder']}" in said and "changed its settings there: settings.json" in said
+    assert "changed its settings" not in cli("show", str(b)).stdout
