@@ -20,7 +20,7 @@ import os
 
 from typing import Any, Protocol
 
-from ..model import agent_homes, bounds, environ, hosts, transcripts
+from ..model import bounds, hosts, transcripts
 from ..model.calls import Call
 from ..model.errors import IllegalTransition, InvalidArgument, NotFound
 from ..model.outcomes import Moving
@@ -284,12 +284,9 @@ class MoveSteps(Calls):
         paths = step_paths(move)
         agent = row["agent_ref"]
         if move["carried"] is not None:
-            ref, settings = native.agent_ref(row), json.loads(row["env"]) if row["env"] else {}
-            s = {"agent_ref": ref, "agent_session": json.loads(move["carried"]), "env": settings}
-            cli = str((ref or {}).get("cli"))  # its CLI's session goes into the session's own folder here
-            env = agent_homes.seeded(cli, environ.session_environment(cli, settings, [], os.environ), tx.store.path,
-                                     row, move["folder"])
-            agent = await place_agent_session(act, s, move["folder"], paths, own=sid, env=env)
+            s = {"agent_ref": native.agent_ref(row), "agent_session": json.loads(move["carried"]),
+                 "env": json.loads(row["env"]) if row["env"] else {}}
+            agent = await place_agent_session(act, s, move["folder"], paths, uuid=row["uuid"], own=sid)
         await rows.update_session(tx, sid, host=move["target"], cwd=transcripts.remap(row["cwd"], paths),
                                   agent_ref=agent)
         if (tree := await rows.worktree(tx, sid)) is not None:

@@ -39,18 +39,29 @@ def agent_ref(row: Any) -> dict[str, Any] | None:
     return json.loads(row["agent_ref"]) if row["agent_ref"] else None
 
 
-def cli_environment(row: Any, workspace: Path | str, *, cli: str | None = None,
-                    passed: bool = False) -> dict[str, str]:
-    """The environment agent CLI ``cli`` (default: the session's agent's, else its runner's)
-    sees from here, as a run would have it: what its runner takes of this process's, the
-    session's stored settings over it, (``passed``: to run the CLI here) the values of the
-    names it passes that this process has, and its state folder the session's own in
-    ``workspace`` (``agent_homes``): where its runs keep its transcripts."""
-    ref = agent_ref(row) if cli is None else None
-    kind = cli or (ref["cli"] if ref else runner_spec.parse(row["runner"]).kind)
+def cli_kind(row: Any) -> str:
+    """The agent CLI of the session ``row``: its agent session's, else its runner's."""
+    ref = agent_ref(row)
+    return str(ref["cli"]) if ref else runner_spec.parse(row["runner"]).kind
+
+
+def user_environment(row: Any, *, cli: str | None = None, passed: bool = False) -> dict[str, str]:
+    """The environment agent CLI ``cli`` (default: ``cli_kind``) is given from here, before
+    its state folder is the session's own: what its runner takes of this process's, the
+    session's stored settings over it (a setting may name the user's own folder of that CLI),
+    and (``passed``: to run the CLI here) the values of the names it passes that this process has."""
+    kind = cli or cli_kind(row)
     settings = json.loads(row["env"]) if row["env"] else {}
     names = [n for n in (json.loads(row["pass_env"]) if row["pass_env"] else []) if n in os.environ] if passed else []
-    return agent_homes.home(workspace, row, kind, environ.session_environment(kind, settings, names, os.environ))
+    return environ.session_environment(kind, settings, names, os.environ)
+
+
+def cli_environment(row: Any, workspace: Path | str, *, cli: str | None = None,
+                    passed: bool = False) -> dict[str, str]:
+    """``user_environment`` as a run has it: its state folder the session's own in ``workspace``
+    (``agent_homes``), where its runs keep its transcripts."""
+    kind = cli or cli_kind(row)
+    return agent_homes.home(workspace, row, kind, user_environment(row, cli=kind, passed=passed))
 
 
 def followed(ref: Mapping[str, Any]) -> Found:
