@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ..model import agents, bounds, limits, runner_spec, transcripts
+from ..model import agent_homes, agents, bounds, limits, runner_spec, transcripts
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, ProcessionError
 from ..model.outcomes import Adopted, Adoption, Attached, Moved, Synced
@@ -32,7 +32,7 @@ from ..model.transcripts import Position, Transcript
 from ..store import Tx, rows
 from .lifecycle import LifecycleCalls
 from . import outside
-from .native import HELD, agent_ref, carry_over, cli_environment, holder, located
+from .native import HELD, agent_ref, carry_over, cli_environment, holder, located, user_environment
 from .syscall import Act, all_or_none, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -205,7 +205,7 @@ class AdoptCalls(LifecycleCalls):
             raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
                                   f" {ref['id']}): there is nothing of its own to sync yet")
         position = Position.of(ref.get("position"))
-        found = await asyncio.to_thread(located, ref, cli_environment(row))
+        found = await asyncio.to_thread(located, ref, cli_environment(row, self.path))
         return position, await asyncio.to_thread(transcripts.format_of(ref["cli"]).read, found, position)
 
     @syscall(Call.SYNC)
@@ -250,13 +250,20 @@ class AdoptCalls(LifecycleCalls):
         if ref.get("fork"):
             raise InvalidArgument(f"session {sid}'s own {agents.CLIS[ref['cli']].title} session is made by its"
                                   " first run (a fork): activate it once first")
-        env = cli_environment(act.row, passed=True)
-        agents.locate(ref["cli"], env)  # not installed here: refused before anything changes
+        cwd = ref.get("cwd") or act.row["cwd"]
+        user = user_environment(act.row, passed=True)
+        agents.locate(ref["cli"], user)  # not installed here: refused before anything changes
+        # its CLI opens on the session's own state folder, holding its agent session (copied in
+        # if it lives elsewhere: adopted from the user's own, say), as a run would have it
+        env = agent_homes.seeded(ref["cli"], user, act.tx.store.path, act.row, cwd)
+        placed = agent_homes.brought(ref, env, cwd)
+        if placed is not None:
+            await rows.update_session(act.tx, sid, agent_ref=json.dumps({**ref, "transcript": placed["transcript"]}))
         held = act.row["state"] != State.SUSPENDED
         if held:
             await rows.update_session(act.tx, sid, state=State.SUSPENDED.value, resume_to=act.row["state"],
                                       reason=Reason.ATTACHED.value)
-        return Attached(sid, ref["cli"], ref["id"], ref.get("cwd") or act.row["cwd"], held, env)
+        return Attached(sid, ref["cli"], ref["id"], cwd, held, env)
 
     async def resume(self, sid: int) -> Moved:
         """``resume``, but of a session ``attach`` holds: refused while its CLI is open (the

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import agents, bounds, environ, limits, snapshot, snapshot_process, transcripts, trigger_spec
+from ..model import agent_homes, agents, bounds, environ, limits, snapshot, snapshot_process, transcripts, trigger_spec
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
@@ -150,7 +150,7 @@ class FileCalls(Calls):
         # in once read, its agent's reference checked when the transaction commits
         await tx.defer_references()
         sid = await rows.insert_session(tx, 0, agent_id=0, name="", runner="", window=0, cwd=os.getcwd(), armed=0)
-        fresh = await tx.one("SELECT id, length, history_tokens FROM sessions WHERE id = ?", (sid,))
+        fresh = await tx.one("SELECT id, uuid, length, history_tokens FROM sessions WHERE id = ?", (sid,))
         assert fresh is not None
         parts: dict[str, Any] = {}
         for key, value in reading.parts:
@@ -185,7 +185,7 @@ class FileCalls(Calls):
             pass_env=json.dumps(s["passed"]) if s.get("passed") else None,
             confine=s.get("confine", bounds.BOUND), net=s.get("net", bounds.ANY),
             permissions=s.get("permissions", bounds.BOUND),
-            agent_ref=(ref := await place_agent_session(act, s, cwd, paths)),
+            agent_ref=(ref := await place_agent_session(act, s, cwd, paths, uuid=fresh["uuid"])),
             agent_seen=s.get("agent_seen", 0) if ref else 0,
         )
         reading.folds = await _refold(tx, sid, parts["folds"], count, file)
@@ -252,12 +252,13 @@ def _folder(act: Act, saved: str | None, paths: dict[str, str]) -> str:
     return here
 
 
-async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str], *,
+async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict[str, str], *, uuid: str,
                               own: int | None = None) -> str | None:
     """The loaded session's agent reference: the agent's own session it carries, placed where
-    this machine's CLI finds it (its paths moved), forked by its first run if a session here
-    stands for it already; else a copy of the reference, which its first run forks (the
-    agent's session may be on this machine: it is not touched)."""
+    this machine's CLI finds it for the session ``uuid`` (its own state folder, seeded here:
+    ``agent_homes``; its paths moved), forked by its first run if a session here stands for it
+    already; else a copy of the reference, which its first run forks (the agent's session may
+    be on this machine: it is not touched)."""
     ref = s.get("agent_ref")
     if not ref:
         return None
@@ -265,7 +266,8 @@ async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict
     if carried is None:
         return json.dumps({**ref, "fork": True})
     fmt = transcripts.format_of(ref["cli"])
-    env = environ.session_environment(ref["cli"], s.get("env") or {}, [], os.environ)
+    user = environ.session_environment(ref["cli"], s.get("env") or {}, [], os.environ)
+    env = agent_homes.seeded(ref["cli"], user, act.tx.store.path, {"uuid": uuid}, cwd)
     title = agents.CLIS[ref["cli"]].title
     try:  # on the store's own thread, as the call's body runs
         placed = fmt.place(carried, env, cwd, paths)
@@ -315,7 +317,7 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
             "agent_ref": native.agent_ref(row),
             "agent_seen": row["agent_seen"],
             "cwd": row["cwd"],
-            **({"agent_session": agent_session} if (agent_session := await carried(row)) else {}),
+            **({"agent_session": agent_session} if (agent_session := await carried(row, tx.store.path)) else {}),
         },
         "folds": [{"lo": f.lo, "hi": f.hi, "summary": f.summary, "created": f.created}
                   for f in await history.folds(tx, sid)],
@@ -325,14 +327,14 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
     }
 
 
-async def carried(row: Any) -> dict[str, Any] | None:
+async def carried(row: Any, workspace: Path | str) -> dict[str, Any] | None:
     """The agent's own session, as its CLI keeps it, for a snapshot to carry (None: it has
     none of its own yet, or its files are gone from here)."""
     ref = native.agent_ref(row)
     if ref is None or ref.get("fork"):
         return None
     fmt = transcripts.format_of(ref["cli"])
-    found: dict[str, Any] | None = await asyncio.to_thread(fmt.carry, ref, native.cli_environment(row))
+    found: dict[str, Any] | None = await asyncio.to_thread(fmt.carry, ref, native.cli_environment(row, workspace))
     return found
 
 

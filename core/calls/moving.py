@@ -286,7 +286,7 @@ class MoveSteps(Calls):
         if move["carried"] is not None:
             s = {"agent_ref": native.agent_ref(row), "agent_session": json.loads(move["carried"]),
                  "env": json.loads(row["env"]) if row["env"] else {}}
-            agent = await place_agent_session(act, s, move["folder"], paths, own=sid)
+            agent = await place_agent_session(act, s, move["folder"], paths, uuid=row["uuid"], own=sid)
         await rows.update_session(tx, sid, host=move["target"], cwd=transcripts.remap(row["cwd"], paths),
                                   agent_ref=agent)
         if (tree := await rows.worktree(tx, sid)) is not None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
-from ..model import environ, runner_spec, transcripts
+from ..model import agent_homes, environ, runner_spec, transcripts
 from ..model.transcripts import Found, Said
 from ..store import Tx, rows
 from . import history
@@ -38,16 +39,29 @@ def agent_ref(row: Any) -> dict[str, Any] | None:
     return json.loads(row["agent_ref"]) if row["agent_ref"] else None
 
 
-def cli_environment(row: Any, *, cli: str | None = None, passed: bool = False) -> dict[str, str]:
-    """The environment agent CLI ``cli`` (default: the session's agent's, else its runner's)
-    sees from here, as a run would have it: what its runner takes of this process's, the
-    session's stored settings over it (a setting may move the CLI's home), and (``passed``: to
-    run the CLI here) the values of the names it passes that this process has."""
-    ref = agent_ref(row) if cli is None else None
-    kind = cli or (ref["cli"] if ref else runner_spec.parse(row["runner"]).kind)
+def cli_kind(row: Any) -> str:
+    """The agent CLI of the session ``row``: its agent session's, else its runner's."""
+    ref = agent_ref(row)
+    return str(ref["cli"]) if ref else runner_spec.parse(row["runner"]).kind
+
+
+def user_environment(row: Any, *, cli: str | None = None, passed: bool = False) -> dict[str, str]:
+    """The environment agent CLI ``cli`` (default: ``cli_kind``) is given from here, before
+    its state folder is the session's own: what its runner takes of this process's, the
+    session's stored settings over it (a setting may name the user's own folder of that CLI),
+    and (``passed``: to run the CLI here) the values of the names it passes that this process has."""
+    kind = cli or cli_kind(row)
     settings = json.loads(row["env"]) if row["env"] else {}
     names = [n for n in (json.loads(row["pass_env"]) if row["pass_env"] else []) if n in os.environ] if passed else []
     return environ.session_environment(kind, settings, names, os.environ)
+
+
+def cli_environment(row: Any, workspace: Path | str, *, cli: str | None = None,
+                    passed: bool = False) -> dict[str, str]:
+    """``user_environment`` as a run has it: its state folder the session's own in ``workspace``
+    (``agent_homes``), where its runs keep its transcripts."""
+    kind = cli or cli_kind(row)
+    return agent_homes.home(workspace, row, kind, user_environment(row, cli=kind, passed=passed))
 
 
 def followed(ref: Mapping[str, Any]) -> Found:
@@ -72,7 +86,7 @@ async def carry_over(tx: Tx, row: Any, spec: runner_spec.RunnerSpec) -> dict[str
             else Said(item.role, item.content, item.meta) for item in await history.context(tx, row["id"])
             if item.role in ("user", "assistant", "tool") or item.fold is not None]
     fmt = transcripts.format_of(spec.kind)
-    env = cli_environment(row)
+    env = cli_environment(row, tx.store.path)
     # a call's body runs on the store's own thread (``Store.atomic``): the files are written there
     ref = fmt.write(said, env, await rows.workdir(tx, row["id"]), spec.target)
     if ref is None:

@@ -3,6 +3,7 @@ table it looks at); none writes, none is journaled."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -11,10 +12,11 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from ..model import hosts
+from ..model import agent_homes, hosts, runner_spec
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
     MOVE_GOING,
+    AgentHome,
     Checkpoint,
     Fold,
     Holder,
@@ -288,7 +290,15 @@ class ReadCalls(Calls):
             passed=tuple(json.loads(passed)) if passed else (),
             agent_ref=json.loads(ref) if ref else None,
             move=await last_move(tx, sid),
+            agent_home=await self._agent_home(info, json.loads(ref) if ref else None),
         )
+
+    async def _agent_home(self, info: SessionInfo, ref: dict[str, Any] | None) -> AgentHome | None:
+        """The state folder of the session's agent CLI (its agent session's, else its runner's), if it has one."""
+        cli = str(ref["cli"]) if ref else runner_spec.parse(info.runner).kind
+        if cli not in agent_homes.VARIABLES:
+            return None
+        return await asyncio.to_thread(agent_homes.shown, self.path, info.uuid, cli)
 
     async def history(self, sid: int, lo: int = 0, hi: int | None = None) -> list[Message]:
         """The whole history (archived messages included), through the fork chain."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..model import bounds, environ, hosts, mcp_binding, runner_spec
+from ..model import agent_homes, bounds, environ, hosts, mcp_binding, runner_spec
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
@@ -412,6 +412,8 @@ class Engine:
         try:
             env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
                                                         "PROCESSION_DB": str(self.ledger.path), "PWD": cwd})
+            if spec.agent:  # its CLI's state: the session's own folder (``agent_homes``)
+                env = await asyncio.to_thread(agent_homes.prepared, spec.kind, env, self.ledger.path, row, cwd)
             asks = agents.asks(spec.kind)
             if spec.kind != "openai" and (asks == "mcp" or any(mcp_binding.is_procession(r["kind"], r["uri"])
                                                       for r in resources)):

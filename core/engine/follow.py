@@ -91,7 +91,7 @@ async def settled(ledger: Any, sid: int, announced: dict[str, Any] | None) -> di
     run's last events carry it), or None when it has none or its transcript cannot be read
     (a later sync may then read part of the run again: said in the log)."""
     async with ledger.store.snapshot() as tx:
-        row = await tx.one("SELECT agent_ref, env FROM sessions WHERE id = ?", (sid,))
+        row = await tx.one("SELECT uuid, agent_ref, env FROM sessions WHERE id = ?", (sid,))
     held = agent_ref(row) if row is not None else None
     ref = announced or held
     if not ref or ref.get("fork"):  # none, or the fork never started: its parent's is not its own
@@ -99,7 +99,7 @@ async def settled(ledger: Any, sid: int, announced: dict[str, Any] | None) -> di
     if announced and held and held.get("id") == announced.get("id") and not held.get("fork"):
         ref = {**announced, "position": held.get("position")}
     try:
-        return await asyncio.to_thread(settle, ref, cli_environment(row, cli=ref["cli"]))
+        return await asyncio.to_thread(settle, ref, cli_environment(row, ledger.path, cli=ref["cli"]))
     except (ProcessionError, OSError) as exc:
         log.warning("session %d: its agent's transcript could not be read after the run (%s)", sid, exc)
         return None

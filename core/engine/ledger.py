@@ -173,7 +173,8 @@ class Ledger(MoveSteps, Workspace):
         async with self.store.snapshot() as tx:
             return await tx.all(
                 f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
-                " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions FROM sessions s"
+                " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions, uuid, agent_ref"
+                " FROM sessions s"
                 f" WHERE host = ? AND state = 'ready' AND armed = 1{among} AND NOT EXISTS (SELECT 1 FROM moves m"
                 " WHERE m.session_id = s.id AND m.stage IN ('packing', 'placing'))"
                 " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",

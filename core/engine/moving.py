@@ -73,7 +73,7 @@ async def _pack(ledger: Ledger, sid: int, move: Any) -> Packed:
                                                             CARRIED_MAX - packed.size)
     else:
         packed = await asyncio.to_thread(pack, move["was"])
-    await ledger.packed(sid, packed, await carried(row))
+    await ledger.packed(sid, packed, await carried(row, ledger.path))
     return packed
 
 

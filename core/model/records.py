@@ -439,6 +439,20 @@ class MoveInfo:
 
 
 @dataclass(slots=True, frozen=True)
+class AgentHome:
+    """A session's state folder for its CLI, as ``show`` says it: where it is, whether a run
+    made it yet, and the settings its CLI changed there since it was seeded."""
+
+    cli: str
+    folder: str
+    made: bool
+    changed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cli": self.cli, "folder": self.folder, "made": self.made, "changed": list(self.changed)}
+
+
+@dataclass(slots=True, frozen=True)
 class SessionDetail:
     """Everything ``show`` prints about one session."""
 
@@ -463,6 +477,7 @@ class SessionDetail:
     #: the agent CLI's own session: {"cli", "id", "cwd", "transcript", ...}; None until it announced one
     agent_ref: dict[str, Any] | None = None
     move: MoveInfo | None = None  # its last move to another host
+    agent_home: AgentHome | None = None  # its agent CLI's state folder (``model.agent_homes``)
 
     def to_json(self) -> dict[str, Any]:
         data = self.info.to_json()
@@ -484,6 +499,7 @@ class SessionDetail:
             passed=list(self.passed),
             agent_ref=self.agent_ref,
             move=self.move.to_json() if self.move else None,
+            agent_home=self.agent_home.to_json() if self.agent_home else None,
         )
         return data
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..calls.merge import MISSING
 from ..model.records import (
+    AgentHome,
     ContextItem,
     JournalEntry,
     MoveInfo,
@@ -164,6 +165,8 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         if ref.get("fork"):
             said = f"forks {said}{' at ' + printable(str(ref['at'])) if ref.get('at') else ''} on its first run"
         out.append(("agent", said + (f"  {printable(str(ref['transcript']))}" if ref.get("transcript") else "")))
+    if d.agent_home is not None:
+        out.append(("agent home", agent_home_text(d.agent_home)))
     if d.env or d.passed:
         shown = [f"{printable(k)}={printable(v)}" for k, v in sorted(d.env.items())]
         out.append(("env", " ".join(shown + [f"{printable(k)} (passed)" for k in d.passed])))
@@ -173,6 +176,15 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
     if s.worktree:
         out.append(("worktree", worktree_text(s.worktree)))
     return out
+
+
+def agent_home_text(h: AgentHome) -> str:
+    """A session's agent state folder, as ``show`` says it: where, and what its CLI changed there."""
+    said = printable(h.folder) + ("" if h.made else "  (made by its first run)")
+    if h.changed:
+        said += (f"  its {printable(h.cli)} changed its settings there: {', '.join(printable(c) for c in h.changed)}"
+                 " (kept to this session; your own are as they were)")
+    return said
 
 
 def move_text(m: MoveInfo, now: float | None = None) -> str:

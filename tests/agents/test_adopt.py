@@ -400,7 +400,9 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
         agent_sandbox: AgentSandbox, model_server: ModelServer, tmp_path: Path, db: Path, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Saved and loaded on the same machine (a copy, twice): each copy's first run makes a CLI
-    session of its own from the carried one; neither writes into its source's."""
+    session of its own from the carried one; neither writes into its source's. Each copy's is
+    placed in its own state folder: loaded in another workspace it resumes its own copy there,
+    and a snapshot its source went on from still forks what it carries."""
     agent = agent_sandbox
     sid = (await live.spawn("source", "dev", runner=f"{agent.name}:"
                             + (agent.MODEL if isinstance(agent, OpencodeSandbox) else ""), cwd=str(agent.workdir),
@@ -430,8 +432,8 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
     other = await Workspace.open(tmp_path / "another.db")  # another workspace, the same machine
     try:
         elsewhere = await other.load(str(snap))
-        assert (await other.show(elsewhere.sid)).agent_ref["fork"]
-        assert any("is on this machine already: its first run makes one" in n.text for n in elsewhere.notes)
+        assert not (await other.show(elsewhere.sid)).agent_ref.get("fork")  # its own copy, nobody else's there
+        assert any("is placed where" in n.text for n in elsewhere.notes)
     finally:
         await other.close()
     assert (await live.sync(sid)).messages == 0  # its own session has nothing of the copies' turns
@@ -443,8 +445,8 @@ async def test_a_snapshot_loaded_where_its_agent_session_is_already_forks_it_on_
         await live.activate(sid)
         await _ran_again_if_locked(live, sid, 2)
         stale = await live.load(str(snap))
-        assert (await live.show(stale.sid)).agent_ref is None
-        assert any("with another history: its first run starts" in note.text for note in stale.notes)
+        assert (await live.show(stale.sid)).agent_ref["fork"]  # the snapshot's own history, in its own folder
+        assert any(f"is session {sid}'s: its first run makes one of its own" in note.text for note in stale.notes)
         await live.approve(stale.sid)
         await live.send(stale.sid, "which word, from the old snapshot?")
         asked = len(model_server.requests)
@@ -493,8 +495,8 @@ async def test_resume_of_an_attached_session_waits_for_its_cli_to_close(
         monkeypatch: pytest.MonkeyPatch) -> None:
     agent = claude_sandbox
     made = await _adopted_to_open(live, agent, model_server, monkeypatch, "made by hand", "answered in the cli")
-    attached = await live.attach(made.sid)  # what attach does before it starts the CLI
-    term = Terminal([str(agent.cli.exe), "--resume", attached.agent], agent.env, agent.workdir)
+    attached = await live.attach(made.sid)  # what attach does before it starts the CLI, with its environment
+    term = Terminal([str(agent.cli.exe), "--resume", attached.agent], attached.env, agent.workdir)
     try:
         term.read_until("made by hand")
         with pytest.raises(InvalidArgument, match=rf"session {made.sid} is attached: its Claude Code is open"

@@ -94,12 +94,10 @@ def allowed(turn: Turn) -> list[str]:
 
 
 def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
-    """Where Claude Code keeps its sessions and login (written by a confined run), and the
-    configuration it reads beside them: ``~/.claude.json``, which it rewrites by renaming a new
-    file over it in the home folder, so a confined run reads it and leaves it as it was."""
-    folder = home(env)
-    files = [] if env.get("CLAUDE_CONFIG_DIR") else [os.path.join(os.path.dirname(folder), ".claude.json")]
-    return [folder], files
+    """Where Claude Code keeps its sessions, login and settings, its ``.claude.json`` too
+    (``$CLAUDE_CONFIG_DIR``: a run's is its session's own folder, ``model.agent_homes``), written
+    by a confined run; nothing of the user's own is read."""
+    return [home(env)], []
 
 
 def endpoints(env: dict[str, str]) -> list[str]:

@@ -89,7 +89,8 @@ def settings(turn: Turn) -> list[str]:
 
 
 def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
-    """Where Codex keeps its threads, databases and login: ``$CODEX_HOME``."""
+    """Where Codex keeps its threads, databases, login and ``config.toml``: ``$CODEX_HOME`` (a
+    run's is its session's own folder, ``model.agent_homes``); nothing of the user's own is read."""
     return [str(home(env))], []
 
 

@@ -82,7 +82,8 @@ def configured(made: Invocation, turn: Turn, permission: dict[str, str] | None =
 
 def state(env: dict[str, str]) -> tuple[list[str], list[str]]:
     """Where opencode keeps its sessions (a database), cache, state and configuration (it
-    installs its plugins there), and a configuration file the user named."""
+    installs its plugins there): its XDG folders, for a run its session's own
+    (``model.agent_homes``); and a configuration file the user named, read."""
     home = env.get("HOME") or os.path.expanduser("~")
     folders = [os.path.join(env.get(var) or os.path.join(home, *default), "opencode")
                for var, default in (("XDG_DATA_HOME", (".local", "share")), ("XDG_CACHE_HOME", (".cache",)),
