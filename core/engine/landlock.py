@@ -38,7 +38,7 @@ if MYPY:
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
-_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
@@ -145,6 +145,17 @@ def _add_path(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
+def _die_with_parent() -> None:
+    """End (and so the run with it) when the process that started this one ends: the engine,
+    or a foreground ``activate --now``. A run the engine is no longer there to follow, answer or
+    record must not go on alone (a killed engine left an agent CLI running to the end of its
+    turn); the next engine recovers the session. If that parent is already gone, end now."""
+    parent = os.getppid()
+    _libc().prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL: its world's init follows it (``world``)
+    if os.getppid() != parent:
+        raise SystemExit(126)
+
+
 def command_line(read: Iterable[str], write: Iterable[str], connect: Iterable[int] | None, scoped: bool,
                  require: Iterable[str]) -> list[str]:
     """The arguments ``main`` reads for a policy (before ``--`` and the program)."""
@@ -179,6 +190,7 @@ def main(argv: list[str]) -> None:
         sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-c PORT]"
                          " [-n] [-s] [-q net|scope] [-W [-N]] [-P] -- PROGRAM [ARGS...]\n")
         raise SystemExit(126) from None
+    _die_with_parent()
     os.get_exec_path()  # execvp's first use imports ``warnings``: while the interpreter's own files are readable
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling modules, imported if asked for
     if "-W" in flags:  # a world of its own first (``world``), then confined in it

@@ -257,9 +257,11 @@ def _tree(engine: Engine, sid: int) -> set[int]:
 
 
 async def test_an_orphan_grandchild_of_a_dead_engine_is_killed_by_the_next(db, live, tmp_path):
+    """Unconfined (a confined run's world ends with its engine: the test below), a tool in a
+    session of its own outlives a SIGKILLed engine; the next engine finds it by its tracker."""
     pidfile = tmp_path / "tool.pid"
     step = f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' & sleep 300"
-    sid = (await live.spawn("orphan maker", "a", runner=step)).sid
+    sid = (await live.spawn("orphan maker", "a", runner=step, confine="off")).sid
     first = start_engine_process(db)
     try:
         await until(lambda: _engine_pid(live))
@@ -278,6 +280,33 @@ async def test_an_orphan_grandchild_of_a_dead_engine_is_killed_by_the_next(db, l
     finally:
         if first.poll() is None:
             first.kill()
+
+
+async def test_a_confined_run_ends_with_the_engine_that_started_it(db, live, tmp_path):
+    """Its launcher dies with the engine (a parent-death signal), and its world with it: no
+    process of the run goes on alone; the next engine records the run lost."""
+    pidfile = tmp_path / "tool.pid"
+    step = f"command:setsid sh -c 'echo $$ {PID_NS} > {pidfile}; exec sleep 300' & sleep 300"
+    sid = (await live.spawn("dies with its engine", "a", runner=step)).sid
+    first = start_engine_process(db)
+    try:
+        await until(lambda: _engine_pid(live))
+        await live.activate(sid)
+        tool = await until(lambda: pid_in(pidfile))
+        leader = await until(lambda: running_pid(live, sid))
+        assert alive(tool) and alive(leader)
+        first.kill()
+        first.wait()
+        await until(lambda: not alive(tool) and not alive(leader))
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = start_engine_process(db)
+    try:
+        assert (await until(lambda: finished(live, sid))).outcome == "lost"
+    finally:
+        second.terminate()
+        second.communicate(timeout=HANG_S)
 
 
 def _subreaper() -> bool:
