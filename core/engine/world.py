@@ -62,6 +62,7 @@ DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 #: Made by the world itself, never bound from the machine.
 OWN = ("/proc", "/dev")
 _IFF_UP, _SIOCGIFFLAGS, _SIOCSIFFLAGS = 1, 0x8913, 0x8914
+_OPENAT2, _AT_FDCWD, _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS = 437, -100, 0x02, 0x04
 
 
 class Refused(OSError):
@@ -209,7 +210,10 @@ def _build(libc: ctypes.CDLL, paths: list[str], cwd: str) -> None:
 
 def _bind(libc: ctypes.CDLL, source: str, target: str) -> bool:
     """``source`` shown at ``target``: a link as the same link (never followed), a folder or a
-    file bound; False when there is nothing at ``source``."""
+    file bound; False when there is nothing at ``source``. The policy's paths were resolved
+    by the engine: a link met on the way now (another run may have put one in a folder it
+    writes, to have this run's world show what it leads to) means the path is not what was
+    checked, and it is left out."""
     try:
         st = os.lstat(source)
     except OSError:
@@ -220,12 +224,30 @@ def _bind(libc: ctypes.CDLL, source: str, target: str) -> bool:
     if st.st_mode & 0o170000 == 0o120000:
         os.symlink(os.readlink(source), target)
         return False  # what it leads to is bound by its own name, if the policy names it
-    if st.st_mode & 0o170000 == 0o040000:
-        os.mkdir(target)
-    else:
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    _mount(libc, source, target, None, MS_BIND | MS_REC)
+    fd = _open_beneath(libc, source)
+    if fd < 0:
+        return False
+    try:
+        if os.fstat(fd).st_mode & 0o170000 == 0o040000:
+            os.mkdir(target)
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        _mount(libc, f"/oldroot/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+    finally:
+        os.close(fd)
     return True
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _open_beneath(libc: ctypes.CDLL, path: str) -> int:
+    """``path`` opened (``O_PATH``) with no link followed anywhere on the way (``openat2``'s
+    ``RESOLVE_NO_SYMLINKS``, Linux 5.6, older than Landlock); -1 if that cannot be."""
+    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    fd: int = libc.syscall(_OPENAT2, _AT_FDCWD, path.encode(), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    return fd
 
 
 def _dev(libc: ctypes.CDLL) -> None:

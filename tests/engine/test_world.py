@@ -13,6 +13,7 @@ world nor served to a connection that lacks their key.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -334,3 +335,22 @@ def test_as_an_unprivileged_user_the_launcher_makes_the_same_world(machine: Mach
         assert said["world"]["abstract"] == "Connection refused" and said["free"]["abstract"] == "done"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_path_that_became_a_link_since_it_was_checked_is_not_in_the_world(tmp_path: Path) -> None:
+    """The engine resolves a run's paths; one that has a link on its way by the time the world
+    is made (another run swapped a folder for a link to a secret) is left out, not followed."""
+    (tmp_path / "secrets" / "data").mkdir(parents=True)
+    (tmp_path / "secrets" / "data" / "key").write_text("TOP-SECRET")
+    (tmp_path / "shared").symlink_to("secrets")  # ``shared`` was a folder when checked
+    for name in ("work", "home"):
+        (tmp_path / name).mkdir()
+    base = confinement.for_run(confine=bounds.BOUND, net=bounds.ANY, workdir=str(tmp_path / "work"), resources=[],
+                               env={"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}, tmp=str(tmp_path / "work"))
+    assert base.policy is not None
+    raw = dataclasses.replace(base.policy, read=(*base.policy.read, str(tmp_path / "shared" / "data")))
+    key = tmp_path / "shared" / "data" / "key"
+    step = confinement.Bounds(bounds.BOUND, bounds.ANY, raw, "").wrap(["/bin/sh", "-c", f"cat {key} || true"])
+    done = subprocess.run(step, cwd=tmp_path / "work", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "TOP-SECRET" not in done.stdout and "No such file or directory" in done.stderr
