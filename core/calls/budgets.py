@@ -139,7 +139,8 @@ async def spends(tx: Tx, sids: list[int]) -> dict[int, float]:
     found = await tx.all("SELECT * FROM limits")
     if not found or not sids:
         return {}
-    wanted, out = set(sids), {}
+    wanted = set(sids)
+    out: dict[int, float] = {}
     for r in found:
         owner = _owner(r)
         part = max((await _budget(tx, r, tx.now)).used.values(), default=0.0)

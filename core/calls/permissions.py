@@ -220,7 +220,7 @@ def _reading(r: Row) -> str | None:
 
 async def _rules(tx: Tx, sid: int, tool: str) -> dict[str, int]:
     """Session ``sid``'s rules of ``tool``, by what each matches now (one that matches nothing left out)."""
-    found = {}
+    found: dict[str, int] = {}
     for r in await tx.all(_RULES + " WHERE r.session_id = ? AND r.tool = ? ORDER BY r.id", (sid, tool)):
         reads = _reading(r)
         if reads is not None:

@@ -511,7 +511,7 @@ async def _first(conn: psycopg.AsyncConnection[Any], sql: str) -> Any:
     return row[0]
 
 
-def _read_only(path: str) -> WorkspaceError:
+def _read_only(path: object) -> WorkspaceError:
     return WorkspaceError(f"{path} is read-only for this database role; nothing was changed")
 
 
