@@ -293,10 +293,10 @@ class Store:
     def hold_writer(self, seconds: float) -> None:
         import psycopg
 
-        from procession.store.postgres import WRITER_LOCK
+        from procession.store.postgres import WRITE_LOCK
 
         with psycopg.connect(self.db, connect_timeout=10) as conn:
-            conn.execute(f"SELECT pg_advisory_xact_lock({WRITER_LOCK}, hashtext(current_schema()))")
+            conn.execute(WRITE_LOCK)
             time.sleep(seconds)
             conn.commit()
 

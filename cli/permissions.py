@@ -32,7 +32,8 @@ async def pending(ws: Workspace, args: argparse.Namespace) -> int:
 
 @command(Call.ALLOW, args=[
     REQ, arg("--always", action="store_true",
-             help="and every call of its tool on the same subject (a shell command's program), for that session"),
+             help="and from now on, for that session: a shell command exactly as asked (a program known to run no"
+                  " other, such as ls or grep: with any arguments); any other tool, every call of it"),
 ])
 async def allow(ws: Workspace, args: argparse.Namespace) -> int:
     return done(args, await ws.allow(args.request, always=args.always))
@@ -49,7 +50,7 @@ async def deny(ws: Workspace, args: argparse.Namespace) -> int:
 async def rules(ws: Workspace, args: argparse.Namespace) -> int:
     found = await ws.rules(args.sid)
     emit(args, [r.to_json() for r in found], lambda: "\n".join(
-        ["#RULE  SID  tool(subject)", *map(lines.rule_line, found)] if found else ["no rules"]))
+        ["#RULE  SID  tool(what it matches: exactly, or any arguments)", *map(lines.rule_line, found)] if found else ["no rules"]))
     return 0
 
 

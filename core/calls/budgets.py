@@ -2,6 +2,12 @@
 period (``model.budgets``); ``budgets`` reads the spend against each limit. The engine checks
 them before it starts a run (``verdict``): over a cap, the session is suspended with reason
 ``budget`` instead (a run under way finishes); raising the limit (or a new period) resumes it.
+
+A limit follows its lineage, whichever face forks or spawns: it holds its own sessions and
+every session forked from one of them or spawned by one (through a session's MCP server,
+``spawned_by``), at any depth, whatever agent that names; and their spend counts against it
+together. So a fork of a capped session is capped by the same limit, sharing what is left of
+it, and a spawn cannot leave its spawner's agent's cap behind: neither can multiply a budget.
 """
 
 from __future__ import annotations
@@ -20,10 +26,17 @@ from ..store import Row, Tx, rows
 from .base import Calls
 from .syscall import Act, syscall
 
-#: The spend of runs started since ``?`` (the period's start), of the sessions ``WHERE`` names.
+#: The sessions a limit holds, as ``held(id)``: those ``seed`` names and, at any depth, the
+#: sessions forked from them or spawned by them.
+_HELD = ("WITH RECURSIVE held(id) AS ({seed} UNION SELECT s.id FROM sessions s JOIN held h"
+         " ON s.parent_id = h.id OR s.spawned_by = h.id) ")
+#: Where a limit's sessions start: a session's, from it; an agent's, from its sessions.
+_SEEDS = {"session_id": "SELECT id FROM sessions WHERE id = ?",
+          "agent_id": "SELECT id FROM sessions WHERE agent_id = ?"}
+#: The spend of runs started since ``?`` (the period's start), of the sessions ``held``.
 _SPEND = ("SELECT COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(cost), 0),"
           " COALESCE(SUM(MAX(0, COALESCE(ended, ?) - started - frozen_s)), 0), COUNT(*) FROM runs"
-          " WHERE started >= ? AND outcome IS NOT 'outside' AND session_id IN ")
+          " WHERE started >= ? AND (outcome IS NULL OR outcome != 'outside') AND session_id IN (SELECT id FROM held)")
 
 
 class BudgetCalls(Calls):
@@ -92,13 +105,16 @@ class Verdict:
 
 async def verdict(tx: Tx, sid: int, now: float) -> Verdict:
     over, warn = None, []
+    row = await rows.session(tx, sid)
+    own = {("session", str(sid)), ("agent", row["agent"])}
     for b in await spent(tx, sid, None, now):
+        whose = f"its {b.scope} budget" if (b.scope, b.name) in own else f"the budget of {b.scope} {b.name}"
         for cap, part in b.used.items():
             if part >= 1 and over is None:
-                over = f"its {b.scope} budget: {cap} {_figure(cap, b.spend[cap])} of {_figure(cap, b.caps[cap])}" \
+                over = f"{whose}: {cap} {_figure(cap, b.spend[cap])} of {_figure(cap, b.caps[cap])}" \
                        f" {'in total' if b.per == 'total' else 'this ' + b.per}"
             elif part >= budgets.WARN and b.warned != budgets.period_start(b.per, now):
-                warn.append((b.id, f"{int(part * 100)}% of its {b.scope} budget's {cap}"
+                warn.append((b.id, f"{int(part * 100)}% of {whose}'s {cap}"
                                    f" ({_figure(cap, b.spend[cap])} of {_figure(cap, b.caps[cap])})"))
     return Verdict(over, warn)
 
@@ -117,35 +133,33 @@ async def release(tx: Tx) -> list[int]:
 
 
 async def spends(tx: Tx, sids: list[int]) -> dict[int, float]:
-    """Each of ``sids``' largest part of a cap spent, of its budgets (its own, its agent's);
-    sessions with none are left out. One read when no limit exists at all (most workspaces)."""
+    """Each of ``sids``' largest part of a cap spent, of the budgets that hold it (its own, its
+    agent's, its lineage's); sessions with none are left out. One read when no limit exists at
+    all (most workspaces); else two a limit, whatever the number of sessions."""
     found = await tx.all("SELECT * FROM limits")
     if not found or not sids:
         return {}
-    marks = ",".join("?" * len(sids))
-    agents = {sid: agent for sid, agent in await tx.tuples(f"SELECT id, agent_id FROM sessions WHERE id IN ({marks})",
-                                                            sids)}
-    by_session = {r["session_id"]: r for r in found if r["session_id"] is not None}
-    by_agent = {r["agent_id"]: r for r in found if r["agent_id"] is not None}
-    parts: dict[int, float] = {}
-    out = {}
-    for sid in sids:
-        over = [r for r in (by_session.get(sid), by_agent.get(agents.get(sid))) if r is not None]
-        for r in over:
-            if r["id"] not in parts:
-                parts[r["id"]] = max((await _budget(tx, r, tx.now)).used.values(), default=0.0)
-        if over:
-            out[sid] = max(parts[r["id"]] for r in over)
+    wanted = set(sids)
+    out: dict[int, float] = {}
+    for r in found:
+        owner = _owner(r)
+        part = max((await _budget(tx, r, tx.now)).used.values(), default=0.0)
+        for (sid,) in await tx.tuples(_HELD.format(seed=_SEEDS[owner[0]]) + "SELECT id FROM held", (owner[1],)):
+            if sid in wanted:
+                out[sid] = max(out.get(sid, 0.0), part)
     return out
 
 
 async def spent(tx: Tx, sid: int | None, owner: tuple[str, int] | None, now: float) -> list[Budget]:
-    """The limits over session ``sid`` (its own, its agent's), or ``owner``'s, or all; each
-    with what was spent in its period."""
+    """The limits that hold session ``sid`` (its own first, then its lineage's: the sessions it
+    was forked from or spawned by, at any depth, then their agents'), or ``owner``'s, or all;
+    each with what was spent in its period."""
     if sid is not None:
-        agent_id = (await rows.session(tx, sid))["agent_id"]
-        found = await tx.all("SELECT * FROM limits WHERE session_id = ? OR agent_id = ? ORDER BY agent_id IS NULL DESC",
-                             (sid, agent_id))
+        sessions, agents = await _lineage(tx, sid)
+        s_marks, a_marks = ",".join("?" * len(sessions)), ",".join("?" * len(agents))
+        found = sorted(await tx.all(f"SELECT * FROM limits WHERE session_id IN ({s_marks}) OR agent_id IN ({a_marks})",
+                                    [*sessions, *agents]),
+                       key=lambda r: (r["session_id"] is None, r["session_id"] != sid, r["id"]))
     elif owner is not None:
         found = await tx.all(f"SELECT * FROM limits WHERE {owner[0]} = ?", (owner[1],))
     else:
@@ -153,15 +167,36 @@ async def spent(tx: Tx, sid: int | None, owner: tuple[str, int] | None, now: flo
     return [await _budget(tx, row, now) for row in found]
 
 
+async def _lineage(tx: Tx, sid: int) -> tuple[list[int], list[int]]:
+    """Session ``sid`` and every session it was forked from or spawned by, at any depth; and
+    the agents of those."""
+    sessions: set[int] = set()
+    agents: set[int] = set()
+    frontier = {sid}
+    while frontier:
+        sessions |= frontier
+        marks = ",".join("?" * len(frontier))
+        found = await tx.tuples(f"SELECT agent_id, parent_id, spawned_by FROM sessions WHERE id IN ({marks})",
+                                sorted(frontier))
+        agents.update(a for a, _, _ in found)
+        frontier = {up for _, *ups in found for up in ups if up is not None} - sessions
+    return sorted(sessions), sorted(agents)
+
+
+def _owner(row: Row) -> tuple[str, int]:
+    """Whose limit ``row`` is: ``("session_id", SID)`` or ``("agent_id", AGENT_ID)``."""
+    return ("session_id", row["session_id"]) if row["session_id"] is not None else ("agent_id", row["agent_id"])
+
+
 async def _budget(tx: Tx, row: Row, now: float) -> Budget:
     start = budgets.period_start(row["per"], now)
-    if row["session_id"] is not None:
-        scope, where, arg = "session", "(?)", row["session_id"]
-        name = str(row["session_id"])
+    owner = _owner(row)
+    if owner[0] == "session_id":
+        scope, name = "session", str(owner[1])
     else:
-        scope, where, arg = "agent", "(SELECT id FROM sessions WHERE agent_id = ?)", row["agent_id"]
-        name = str(await tx.value("SELECT name FROM agents WHERE id = ?", (row["agent_id"],)))
-    tokens, cost, secs, runs = (await tx.tuples(_SPEND + where, (now, start, arg)))[0]
+        scope, name = "agent", str(await tx.value("SELECT name FROM agents WHERE id = ?", (owner[1],)))
+    tokens, cost, secs, runs = (await tx.tuples(_HELD.format(seed=_SEEDS[owner[0]]) + _SPEND,
+                                                (owner[1], now, start)))[0]
     spend = Spend(int(tokens), float(cost), float(secs), int(runs))
     caps = {k: row[k] for k in budgets.CAPS}
     return Budget(row["id"], scope, name, row["per"], {k: v for k, v in caps.items() if v is not None},

@@ -51,10 +51,10 @@ class PermissionCalls(Calls):
         if act.row["permissions"] == bounds.ALL:
             answer = (requests.ALLOW, None, "its permissions (all)")
         else:
-            rule = await act.tx.value("SELECT id FROM rules WHERE session_id = ? AND tool = ? AND subject IN ('', ?)"
-                                      " ORDER BY subject DESC LIMIT 1", (sid, tool, subject))
-            if rule is not None:
-                answer = (requests.ALLOW, None, f"rule {rule}")
+            rules = await _rules(act.tx, sid, tool)
+            used = requests.cover(tool, input, rules)
+            if used is not None:
+                answer = (requests.ALLOW, None, _by_rules([rules[u] for u in used]))
             else:
                 carried = await act.tx.one("SELECT id, answer, why FROM requests WHERE session_id = ? AND carried = 1"
                                            " AND tool = ? AND input = ? ORDER BY id LIMIT 1", (sid, tool, text))
@@ -74,21 +74,25 @@ class PermissionCalls(Calls):
     @syscall(Call.ALLOW, session="result", check=None)
     async def allow(self, act: Act, request: int, *, always: bool = False) -> Answered:
         """Let the call ``request`` asked for run; ``always``: and every call of its tool on its
-        subject, for its session from now on (a rule, ``forget`` removes it), answering the
-        session's other open requests the rule matches too."""
+        subject (``requests.subject``: a shell command exactly, or a program known to run no
+        other with any arguments), for its session from now on (a rule, ``forget`` removes it),
+        answering the session's other open requests its rules now allow too."""
         asked = await _open(act, request)
         rule: int | None = None
         also: list[int] = []
         if always:
+            tool, input = asked["tool"], json.loads(asked["input"])
+            subject = requests.subject(tool, input)  # as this Procession reads it (the request may be older)
             await act.tx.execute("INSERT INTO rules (session_id, tool, subject, made, request_id)"
-                                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (asked["session_id"], asked["tool"], asked["subject"],
-                                                             act.now, request))
+                                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                                 (asked["session_id"], tool, subject, act.now, request))
             rule = await act.tx.value("SELECT id FROM rules WHERE session_id = ? AND tool = ? AND subject = ?",
-                                      (asked["session_id"], asked["tool"], asked["subject"]))
-            also = [r for (r,) in await act.tx.tuples(
-                "SELECT id FROM requests WHERE session_id = ? AND answer IS NULL AND id != ? AND tool = ?"
-                " AND (? = '' OR subject = ?)", (asked["session_id"], request, asked["tool"], asked["subject"],
-                                                 asked["subject"]))]
+                                      (asked["session_id"], tool, subject))
+            rules = await _rules(act.tx, asked["session_id"], tool)
+            also = [r["id"] for r in await act.tx.all(
+                "SELECT id, input FROM requests WHERE session_id = ? AND answer IS NULL AND id != ? AND tool = ?"
+                " ORDER BY id", (asked["session_id"], request, tool))
+                if requests.cover(tool, json.loads(r["input"]), rules) is not None]
         state = await _answer(act, asked, [request, *also], requests.ALLOW, None, self.store.count_tokens)
         return Answered(asked["session_id"], request, requests.ALLOW, state, rule, tuple(also))
 
@@ -191,13 +195,42 @@ class PermissionCalls(Calls):
             await asyncio.sleep(WAIT_POLL_S)
 
     async def rules(self, sid: int | None = None) -> list[Rule]:
-        """The rules ``allow --always`` made (of session ``sid``, when given)."""
+        """The rules ``allow --always`` made (of session ``sid``, when given), each with what it
+        matches now (``requests.reading``)."""
         async with self.store.snapshot() as tx:
             if sid is not None:
                 await rows.session(tx, sid)
-            found = await tx.all("SELECT * FROM rules" + (" WHERE session_id = ?" if sid is not None else "")
-                                 + " ORDER BY id", (sid,) if sid is not None else ())
-        return [Rule(r["id"], r["session_id"], r["tool"], r["subject"], r["made"], r["request_id"]) for r in found]
+            found = await tx.all(_RULES + (" WHERE r.session_id = ?" if sid is not None else "") + " ORDER BY r.id",
+                                 (sid,) if sid is not None else ())
+        out = []
+        for r in found:
+            reads = _reading(r)
+            out.append(Rule(r["id"], r["session_id"], r["tool"], r["subject"], r["made"], r["request_id"], reads,
+                            requests.matches(reads)))
+        return out
+
+
+#: The rules with the input of the call each was made from (what an old one is read as).
+_RULES = "SELECT r.*, q.input AS made_from FROM rules r LEFT JOIN requests q ON q.id = r.request_id"
+
+
+def _reading(r: Row) -> str | None:
+    return requests.reading(r["tool"], r["subject"], json.loads(r["made_from"]) if r["made_from"] else None)
+
+
+async def _rules(tx: Tx, sid: int, tool: str) -> dict[str, int]:
+    """Session ``sid``'s rules of ``tool``, by what each matches now (one that matches nothing left out)."""
+    found: dict[str, int] = {}
+    for r in await tx.all(_RULES + " WHERE r.session_id = ? AND r.tool = ? ORDER BY r.id", (sid, tool)):
+        reads = _reading(r)
+        if reads is not None:
+            found.setdefault(reads, r["id"])
+    return found
+
+
+def _by_rules(ids: list[int]) -> str:
+    """``rule 3``, ``rules 3, 5``: what answered a call."""
+    return f"rule {ids[0]}" if len(ids) == 1 else f"rules {', '.join(map(str, ids))}"
 
 
 _REQUEST = ("SELECT r.*, s.name AS session_name, a.name AS agent_name FROM requests r"

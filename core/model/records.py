@@ -358,8 +358,10 @@ class Request:
 
 @dataclass(slots=True, frozen=True)
 class Rule:
-    """What ``allow --always`` made: the session's agent may call ``tool`` on ``subject``
-    ('' : any) unasked."""
+    """What ``allow --always`` made: the session's agent may call ``tool`` on ``subject`` unasked
+    (``model.requests``), as stored; ``reads`` what it matches now (None: nothing, an old rule
+    for a program that may run others whose call is gone), ``matches`` that in words: any call,
+    any arguments (a program in ``commands.ALONE``), exactly, or nothing."""
 
     id: int
     sid: int
@@ -367,6 +369,8 @@ class Rule:
     subject: str
     made: float
     request: int | None
+    reads: str | None
+    matches: str
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)

@@ -239,9 +239,21 @@ def request_text(r: Request) -> list[str]:
 
 
 def rule_line(r: Rule, now: float | None = None) -> str:
-    """``   3  12  Bash(git)  made 2h ago (request 4)``."""
-    return printable(f"{r.id:>4} {r.sid:>4}  {requests.rule_name(r.tool, r.subject)}  made {words.ago(r.made, now)}"
-                     + (f" (request {r.request})" if r.request else ""))
+    """``   3  12  Bash(ls: any arguments)  made 2h ago (request 4)``; an old rule read otherwise
+    than it was made says so."""
+    said = [f"request {r.request}"] if r.request else []
+    if r.reads != r.subject:
+        said.append(_reread(r))
+    return printable(f"{r.id:>4} {r.sid:>4}  {requests.rule_name(r.tool, r.reads)}  made {words.ago(r.made, now)}"
+                     + (f" ({'; '.join(said)})" if said else ""))
+
+
+def _reread(r: Rule) -> str:
+    """Why an old program rule is read as it is now (``requests.reading``)."""
+    made = f"made as {requests.rule_name(r.tool, r.subject)}: {r.subject} may run other programs, so"
+    if r.reads is None:
+        return f"{made} it allows nothing now, its call gone (forget it)"
+    return f"{made} it allows only the call it was made from"
 
 
 def budget_line(b: Budget, now: float | None = None) -> str:

@@ -8,9 +8,13 @@ translation (``dialect.translate``) instead of a second set of queries; it has `
 PostgreSQL project's own Python driver, kept by its maintainers. asyncpg is faster per row,
 but knows only ``$1`` parameters and its own types.
 
-Semantics are SQLite's: a write transaction takes one workspace-wide advisory lock first, so
-write transactions run one at a time across every process and machine, in the order they
-commit (the change stamp ``rev`` only grows, as the monitor expects); reads
+Semantics are SQLite's: a write transaction first locks the workspace's one ``rev`` row of
+``meta`` (``WRITE_LOCK``), so write transactions run one at a time across every process and
+machine, in the order they commit (the change stamp ``rev`` only grows, as the monitor
+expects; a call's reads and its writes see one state no other writer changes meanwhile). A
+row lock needs the privilege to update the row: a role given ``SELECT`` only cannot take it
+(refused at once, in one line) and so can never hold up the writers (an advisory lock, which
+needs no privilege, could be held by any role that may connect); reads
 (``snapshot``) are ``REPEATABLE READ``: one committed state. Values are checked as SQLite's
 binding checks them (64-bit integers, UTF-8 text), and text cannot hold a NUL character
 (PostgreSQL's rule, said in one line). Every committed write notifies the workspace's channel
@@ -38,10 +42,16 @@ from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, Workspa
 if TYPE_CHECKING:
     import psycopg
 
-#: The advisory lock every write transaction holds: one writer at a time, as in SQLite; one per
-#: workspace (a database may hold several, each in a schema of its own)
-WRITER_LOCK = 0x70726F63  # "proc"
-_WRITER = f"pg_advisory_xact_lock({WRITER_LOCK}, hashtext(current_schema()))"
+#: The lock every write transaction takes first, held until it ends: one writer at a time, as in
+#: SQLite; one per workspace (a database may hold several, each in a schema of its own, each
+#: with its own ``meta``). ``FOR UPDATE`` needs the UPDATE privilege on ``meta``: a role that
+#: may only read is refused it at once, and never blocks a writer. A row lock, not ``LOCK
+#: TABLE``: nothing else (autovacuum, a reader) ever waits on it.
+WRITE_LOCK = "SELECT 1 FROM meta WHERE key = 'rev' FOR UPDATE"
+#: What two first openers of an empty schema take to make the workspace once: there is no row
+#: to lock yet. Taken only while there is no workspace (a role that holds it keeps no writer
+#: of an existing workspace waiting).
+_CREATOR = f"SELECT pg_advisory_xact_lock({0x70726F63}, hashtext(current_schema()))"  # "proc"
 #: The channel a commit notifies, of this workspace's schema (its hash's digits follow)
 CHANNEL = "procession_"
 #: How long a write transaction waits for the writer lock before it says the workspace is busy
@@ -186,7 +196,7 @@ class PgTx(Tx):
         except psycopg.errors.NumericValueOutOfRange:
             raise InvalidArgument("a number is out of range (integers are 64-bit)") from None
         except psycopg.errors.InsufficientPrivilege:
-            raise WorkspaceError(f"{self.store.path} is read-only for this database role; nothing was changed") from None
+            raise _read_only(self.store.path) from None
         except psycopg.OperationalError as exc:
             raise cast(PgStore, self.store).unreachable(exc) from None
 
@@ -276,6 +286,9 @@ class PgStore(Store):
                 await asyncio.wait([done])
                 await self._end()
                 raise
+            except psycopg.errors.InsufficientPrivilege:
+                await self._end()
+                raise _read_only(self.path) from None
             except psycopg.errors.LockNotAvailable:
                 await self._end()
                 raise StoreBusy(f"the workspace {self.path} stayed locked by another writer for over"
@@ -288,12 +301,13 @@ class PgStore(Store):
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
         """A write transaction: all of it commits, or none of it does, even when the task
-        running it is cancelled half-way; one at a time across every process."""
+        running it is cancelled half-way; one at a time across every process (``WRITE_LOCK``).
+        A role that may only read is refused at once, before anything is done."""
         import psycopg
 
         async with self._lock:
             await self._begin(f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s';"
-                              f" SELECT {_WRITER}; SET LOCAL lock_timeout = 0")
+                              f" {WRITE_LOCK}; SET LOCAL lock_timeout = 0")
             tx = PgTx(self)
             try:
                 yield tx
@@ -426,10 +440,17 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
 
 async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -> tuple[dict[str, str], bool, str]:
     """The workspace's meta rows, its schema made first in an empty database (``create``);
-    whether the role may only read it; the channel its commits notify."""
+    whether the role may only read it; the channel its commits notify. Two first openers make
+    it once (``_CREATOR``); a role that may write holds the writers' lock while it looks, so
+    that one opener brings an older workspace up to date while no call writes; a role that
+    may only read takes no lock."""
     where = safe_url(url)
+    exists = "SELECT to_regclass('meta') IS NOT NULL"
     async with conn.transaction():
-        await conn.execute(f"SELECT {_WRITER}")  # two first openers make it once
+        if not await _first(conn, exists):
+            await conn.execute(_CREATOR)
+        if await _first(conn, exists) and await _first(conn, "SELECT has_table_privilege('meta', 'UPDATE')"):
+            await conn.execute(WRITE_LOCK)
         cur = await conn.execute("SELECT to_regclass('meta') IS NOT NULL,"
                                  " (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()),"
                                  " current_schema() IS NULL, current_setting('search_path')")
@@ -481,6 +502,17 @@ async def _upgrade(conn: psycopg.AsyncConnection[Any], where: str, version: int,
     for statement in statements:
         await conn.execute(statement)
     await conn.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (str(schema.VERSION),))
+
+
+async def _first(conn: psycopg.AsyncConnection[Any], sql: str) -> Any:
+    cur = await conn.execute(sql)
+    row = await cur.fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _read_only(path: object) -> WorkspaceError:
+    return WorkspaceError(f"{path} is read-only for this database role; nothing was changed")
 
 
 def _first_line(exc: BaseException) -> str:

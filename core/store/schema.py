@@ -505,6 +505,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE moves ADD COLUMN tree TEXT;
     ALTER TABLE moves ADD COLUMN bundle BLOB;
     """,
+    # 17 (budgets follow the lineage, issue 34): the sessions a session spawned, found by index,
+    # as its forks are (``sessions_parent``): a limit holds both, at any depth. A step of its
+    # own, touching nothing else, so that it can be renumbered after any other migration.
+    """
+    CREATE INDEX sessions_spawned_by ON sessions(spawned_by) WHERE spawned_by IS NOT NULL;
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

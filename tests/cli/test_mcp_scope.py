@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import engine_on, until
+from conftest import STORES, engine_on, until
 from procession import ProcessionError, Workspace
 from support.git import Repo, git_identity  # noqa: F401  (a fixture)
 from support.runs import finished
@@ -181,3 +181,52 @@ async def test_an_agent_answers_only_what_the_sessions_it_spawned_ask_never_itse
         assert (await ws.request(asked[lead])).answered_by == "its permissions (all)"  # it asked nobody
     async with served(db, "--session", str(sibling)) as c:
         assert "could not do it unasked itself" in await refused(c, "allow", request=asked[lead])
+
+
+async def _held(ws: Workspace, sid: int) -> bool:
+    info = await ws.info(sid)
+    return info.state.value == "suspended" and info.reason == "budget"
+
+
+@STORES
+async def test_a_capped_sessions_fork_made_through_its_own_server_shares_its_budget(db: Path | str, tmp_path: Path) -> None:
+    """A fork carries its parent's limit, and their runs count against it together: forking
+    does not multiply a budget."""
+    async with await Workspace.open(db) as ws, engine_on(db):
+        lead = (await ws.spawn("lead", "lead", runner="command:true", cwd=str(tmp_path))).sid
+        await ws.limit(lead, runs=2, per="total")
+        await ws.activate(lead)
+        await until(lambda: finished(ws, lead))
+        async with served(db, "--session", str(lead)) as c:
+            fork = (await ok(c, "fork", sid=lead))["sid"]
+            await ok(c, "activate", sids=[fork])
+            await until(lambda: finished(ws, fork))  # the second run of the two
+            await ok(c, "activate", sids=[fork])
+            await ok(c, "activate", sids=[lead])
+        await until(lambda: _held(ws, fork))
+        await until(lambda: _held(ws, lead))
+        assert [len(await ws.runs(s)) for s in (lead, fork)] == [1, 1]
+        [budget] = await ws.budgets(fork)
+        assert (budget.scope, budget.name, budget.spend["runs"]) == ("session", str(lead), 2)
+
+
+@STORES
+async def test_a_spawn_for_another_agent_counts_against_the_spawners_agent(db: Path | str, tmp_path: Path) -> None:
+    """A session's server spawns for any agent, with its runner armed; what the spawn spends
+    counts against the spawning session's agent's cap too."""
+    async with await Workspace.open(db) as ws, engine_on(db):
+        lead = (await ws.spawn("lead", "lead", runner="command:true", cwd=str(tmp_path))).sid
+        await ws.limit(agent="lead", runs=2, per="total")
+        await ws.activate(lead)
+        await until(lambda: finished(ws, lead))
+        async with served(db, "--session", str(lead)) as c:
+            helper = (await ok(c, "spawn", name="helper", agent="other", runner="command:true"))["sid"]
+            assert (await ok(c, "show", sid=helper))["armed"] is True
+            await ok(c, "activate", sids=[helper])
+            await until(lambda: finished(ws, helper))  # the second run of the two
+            await ok(c, "activate", sids=[helper])
+            await ok(c, "activate", sids=[lead])
+        await until(lambda: _held(ws, helper))
+        await until(lambda: _held(ws, lead))
+        assert [len(await ws.runs(s)) for s in (lead, helper)] == [1, 1]
+        assert [(b.scope, b.name, b.spend["runs"]) for b in await ws.budgets(helper)] == [("agent", "lead", 2)]

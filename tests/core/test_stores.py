@@ -161,6 +161,7 @@ async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_w
     sid = (await ws.spawn("kept", "ops")).sid
     await ws.close()
     sql(url, "DROP TABLE moves")
+    sql(url, "DROP INDEX sessions_spawned_by")
     sql(url, "UPDATE meta SET value = '14' WHERE key = 'schema'")
     viewer = postgres.viewer(url)
     with pytest.raises(WorkspaceError, match="a role that may write must open it once first"):
@@ -205,6 +206,31 @@ async def test_a_viewer_role_reads_and_its_monitor_opens_read_only(cli, postgres
         await pilot.pause()
         assert app.readonly
     assert sql(url, "SELECT count(*) FROM messages WHERE content = 'may I?'") == [(0,)]
+
+
+async def test_a_select_only_role_cannot_take_the_write_lock_and_holds_up_no_writer(postgres) -> None:
+    """A role given SELECT only, trying the writers' lock (through Procession, or by hand), is
+    refused at once in one line; what it may hold (an advisory lock on the workspace's old
+    key) keeps no writer of another role waiting."""
+    import psycopg
+
+    from procession.store.postgres import WRITE_LOCK
+
+    url = postgres.workspace()
+    sid = await _populate(url)
+    viewer = postgres.viewer(url)
+    with psycopg.connect(viewer) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(WRITE_LOCK)
+        conn.rollback()
+        conn.execute("SELECT pg_advisory_xact_lock(1886547811, hashtext(current_schema()))")  # held till the end
+        async with await Workspace.open(viewer) as reader, await Workspace.open(url) as writer:
+            with pytest.raises(WorkspaceError, match=r"read-only for this database role; nothing was changed$"):
+                async with reader.store.tx():
+                    await writer.send(sid, "while a reader tries to write")  # never reached: refused at once
+            await writer.send(sid, "while a reader holds the old lock")
+    assert sql(url, "SELECT content FROM messages WHERE content LIKE 'while%'") == [
+        ("while a reader holds the old lock",)]
 
 
 async def test_a_server_that_goes_away_and_comes_back(postgres, tmp_path) -> None:
