@@ -39,6 +39,8 @@ _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+#: ``keyctl`` has no libc wrapper (it is libkeyutils'): its system call, per architecture.
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 283, "s390x": 280}
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
@@ -156,6 +158,15 @@ def _die_with_parent() -> None:
         raise SystemExit(126)
 
 
+def _own_keyring() -> None:
+    """A session keyring of the run's own, new and empty: the one it inherited is the engine's
+    and the person's (a login's keys, tokens), and a key a run added there would be read by
+    the engine and every later run. Landlock does not cover keys."""
+    number = _KEYCTL.get(os.uname().machine)
+    if number is None or _libc().syscall(number, 1, None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING, anonymous
+        raise Unavailable("a keyring of its own cannot be made here")
+
+
 def command_line(read: Iterable[str], write: Iterable[str], connect: Iterable[int] | None, scoped: bool,
                  require: Iterable[str]) -> list[str]:
     """The arguments ``main`` reads for a policy (before ``--`` and the program)."""
@@ -205,6 +216,7 @@ def main(argv: list[str]) -> None:
             sys.stderr.write(f"procession: cannot make the run's world: {exc}\n")
             raise SystemExit(126) from None
     try:
+        _own_keyring()
         restrict(given["-r"], given["-w"], [int(p) for p in given["-c"]] if "-n" in flags else None, "-s" in flags,
                  given["-q"])
         if "-P" in flags:  # plain TCP and UDP sockets only (``sockets``): what Landlock's TCP rules hold

@@ -354,3 +354,31 @@ def test_a_path_that_became_a_link_since_it_was_checked_is_not_in_the_world(tmp_
     done = subprocess.run(step, cwd=tmp_path / "work", capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "TOP-SECRET" not in done.stdout and "No such file or directory" in done.stderr
+
+
+KEYS = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+found = libc.syscall(250, 10, -3, b"user", sys.argv[1].encode(), 0)  # KEYCTL_SEARCH in the session keyring
+added = libc.syscall(248, b"user", b"planted_by_step", b"x", 1, -3)  # add_key to the session keyring
+print(found > 0, added > 0)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the test's system call numbers are x86_64's")
+async def test_a_run_has_a_keyring_of_its_own(live: Workspace, engine: object, tmp_path: Path) -> None:
+    """Found by an attack pass: a step read the person's session keyring (a login's tokens) and
+    planted a key the engine and every later run would see."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    name = f"person_secret_{os.getpid()}"
+    assert libc.syscall(248, b"user", name.encode(), b"hunter2", 7, -3) > 0  # in this process's session keyring
+    (tmp_path / "keys.py").write_text(KEYS)
+    sid = (await live.spawn("keys", "a", runner=f"command:{sys.executable} keys.py {name}", cwd=str(tmp_path))).sid
+    await live.activate(sid)
+    await until(lambda: finished(live, sid))
+    assert (await live.history(sid))[-1].content == "False True"  # it has a keyring: its own, empty
+    assert libc.syscall(250, 10, -3, b"user", b"planted_by_step", 0) < 0  # nothing reached the engine's
