@@ -28,15 +28,29 @@ rewrites by renaming files. What a value on the command line cannot undo is refu
 pinned: a conditional include and a ``core.worktree`` elsewhere (``_refused``), and every
 transport but files (``PINNED``: a list-valued key keeps the repository's values). The cost
 is one ``git config --list`` before each call (a few milliseconds).
+
+The listing and the call are two reads of a file a running step may write: a key it adds in
+between (found by an attack pass, racing a fork it asked for through its own MCP server) is
+read by the call, unlisted. So, where the kernel has Landlock, the call is also held to
+running git alone (``_held``): it may read and write what the user may, but execute only git,
+its own programs (``git --exec-path``), the loader that runs them, and the programs the
+user's own configuration names (``_users_programs``: Git LFS's filter, a signing program). A
+program a repository names, listed or not, cannot start. Where one of the user's programs
+runs through the shell (git runs a command holding a space or a shell character with
+``/bin/sh``), the shell may run too, and that one race stays open for such a user.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
+from functools import cache
 
 from ..model.errors import ProcessionError
 
@@ -142,7 +156,7 @@ def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = T
             unread = _unread(settings)
             confined = {**base, **_pairs(base, unread)}
             _refused(cmd, cwd, confined, settings)
-            proc = _git(cmd, cwd, confined, *args, input=input)
+            proc = _git(_held(cmd, settings), cwd, confined, *args, input=input)
     except FileNotFoundError:
         raise GitError(f"{cwd} does not exist") from None
     except NotADirectoryError:
@@ -159,6 +173,73 @@ def run(cwd: str | None, *args: str, git_dir: str | None = None, check: bool = T
 def _git(cmd: list[str], cwd: str | None, env: dict[str, str], *args: str,
          input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, env=env, input=input, timeout=TIMEOUT_S)
+
+
+#: The keys of the user's own configuration (system, global) that name a program git runs for
+#: Procession's calls (a filter, a text conversion, a merge driver, a signing program): what
+#: they name may run (``_held``); a program named by any other key does not.
+USERS_PROGRAMS = re.compile(r"filter\..+\.(clean|smudge|process)|diff\..+\.textconv|merge\..+\.driver"
+                            r"|gpg(\..+)?\.program", re.DOTALL)
+#: What git runs a command through when it holds a space or a shell character (git's own list).
+SHELL_CHARACTERS = frozenset("|&;<>()$`\\\"' \t\n*?[#~=%")
+#: The program each signing format runs when the user's configuration names none.
+SIGNERS = {"openpgp": "gpg", "x509": "gpgsm", "ssh": "ssh-keygen"}
+
+
+def _held(cmd: list[str], settings: list[tuple[str, str, str | None]]) -> list[str]:
+    """``cmd`` started through the launcher (``kernel.landlock``), executing nothing but git
+    itself and the user's own programs (as the module says); as it is where the kernel has no
+    Landlock."""
+    from ..kernel import landlock
+
+    if _landlock() < 1:
+        return cmd
+    runs = [*_git_itself(), *_users_programs(settings)]
+    return [sys.executable, "-I", "-S", os.path.realpath(landlock.__file__), "-a", "/",
+            *[word for path in runs for word in ("-r", path)], "--", *cmd]
+
+
+@cache
+def _landlock() -> int:
+    from ..kernel import landlock
+
+    return landlock.abi()
+
+
+@cache
+def _git_itself() -> tuple[str, ...]:
+    """What of git may run: its binary, its own programs, and the loader that runs them."""
+    found = {os.path.realpath(shutil.which("git") or "git")}
+    where = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, timeout=TIMEOUT_S).stdout.strip()
+    if where:
+        found.add(os.path.realpath(where))
+    for pattern in ("/lib64/ld-*.so*", "/lib/ld-*.so*", "/lib/*/ld-*.so*", "/usr/lib/*/ld-linux*.so*"):
+        found |= {os.path.realpath(p) for p in glob.glob(pattern)}
+    return tuple(sorted(found))
+
+
+def _users_programs(settings: list[tuple[str, str, str | None]]) -> list[str]:
+    """The programs the user's own configuration names for git to run (``USERS_PROGRAMS``, and
+    the signer a signed commit needs), each found on ``PATH``; ``/bin/sh`` too where git runs
+    one of them through the shell."""
+    users = {key.lower(): value for scope, key, value in settings if scope in ("system", "global")}
+    commands = [value for key, value in users.items() if value and USERS_PROGRAMS.fullmatch(key)]
+    if any(users.get(key) in (None, "true", "yes", "on", "1") for key in ("commit.gpgsign", "tag.gpgsign")
+           if key in users):
+        fmt = users.get("gpg.format") or "openpgp"
+        commands.append(users.get(f"gpg.{fmt}.program") or users.get("gpg.program") or SIGNERS.get(fmt, "gpg"))
+    found = []
+    for command in commands:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            continue
+        program = shutil.which(words[0]) if words else None
+        if program:
+            found.append(os.path.realpath(program))
+        if SHELL_CHARACTERS & set(command):
+            found.append(os.path.realpath("/bin/sh"))
+    return found
 
 
 def _settings(listing: bytes) -> list[tuple[str, str, str | None]]:

@@ -1,7 +1,7 @@
 """The bounds of a run, made a kernel policy: what its processes may read, write and reach.
 
 A run's processes (a ``command:`` step, an agent CLI and every tool it starts, the commands
-and MCP servers of the ``openai:`` loop) start through ``landlock.py``, which confines itself
+and MCP servers of the ``openai:`` loop) start through ``kernel/landlock.py``, which confines itself
 to the policy made here and then execs the program: nothing the step starts can leave it.
 
 What a confined run may do (``--confine bound``, the default, and ``strict``):
@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from ..model import bounds, limits
 from ..model.errors import InvalidArgument
-from . import landlock
+from ..kernel import landlock
 
 #: The launcher: run as a script, with nothing of procession imported (see ``landlock``).
 LAUNCHER = str(Path(landlock.__file__).resolve())

@@ -240,3 +240,19 @@ async def test_a_key_git_cannot_take_empty_fails_in_one_line_naming_it(ws, tmp_p
     assert "\n" not in str(failed.value)
     assert str(failed.value).endswith("(Procession's own git does not read the repository's own merge.renamelimit:"
                                       " set it in your own configuration, e.g. git config --global)")
+
+
+async def test_a_key_written_after_the_listing_still_runs_nothing(ws, tmp_path, monkeypatch):
+    """Found by an attack pass: a running step rewrote ``.git/config`` between Procession's
+    listing of it and the call, racing a fork it asked for; the key it added was read unlisted.
+    Here the listing is made to miss the planted filter (as the race did), and the call is
+    still held to running git alone: the program cannot start."""
+    run, ran = program(tmp_path)
+    repo = Repo.init(tmp_path / "repo", {"a.txt": "1\n2\n3\n", ".gitattributes": "a.txt filter=evil\n"})
+    repo.git("config", "filter.evil.clean", run)
+    (repo.path / "a.txt").write_text("changed\n")
+    monkeypatch.setattr(gitrepo, "_unread", lambda settings: {})  # the listing saw nothing to override
+    if gitrepo._landlock() < 1:
+        pytest.skip("this kernel has no Landlock to hold git to running git alone")
+    gitrepo.uncommitted(str(repo.path))
+    assert not ran.exists()

@@ -282,7 +282,7 @@ def test_the_cli_sets_and_shows_the_bounds(cli: object, tmp_path: Path) -> None:
 def test_the_launcher_never_runs_a_program_unconfined_that_was_to_be(tmp_path: Path) -> None:
     """A policy it cannot read, or one the kernel cannot hold (a requirement beyond its ABI):
     exit 126, a line saying why, and the program never ran."""
-    from procession.engine import landlock
+    from procession.kernel import landlock
 
     marker = tmp_path / "ran"
     launch = [sys.executable, "-I", "-S", confinement.LAUNCHER]

@@ -12,7 +12,7 @@ A policy names paths and what may be done beneath each: ``read`` (read files, li
 execute), ``write`` (that, and create, change, remove, rename, truncate), each for a folder or
 a single file; ``connect``: the TCP ports a process may connect to (None: any); ``scoped``:
 no signals to, and no abstract unix sockets of, processes outside the domain. On the command
-line: ``-r PATH``, ``-w PATH``, ``-c PORT``, ``-n`` (no TCP port but those given), ``-s``
+line: ``-r PATH``, ``-w PATH``, ``-a PATH`` (all but executing), ``-c PORT``, ``-n`` (no TCP port but those given), ``-s``
 (scoped), ``-q net|scope`` (required of the kernel), ``-W`` (in a world of its own first:
 ``world``; ``-N``: with a network of its own), ``-P`` (plain TCP and UDP sockets only:
 ``sockets``), then ``--`` and the program.
@@ -94,8 +94,9 @@ def abi() -> int:
 
 
 def restrict(read: Iterable[str] = (), write: Iterable[str] = (), connect: Iterable[int] | None = None,
-             scoped: bool = False, require: Iterable[str] = ()) -> int:
-    """Confine this process (and all it will start) as said; returns the ABI used.
+             scoped: bool = False, require: Iterable[str] = (), anything: Iterable[str] = ()) -> int:
+    """Confine this process (and all it will start) as said; returns the ABI used. ``anything``:
+    paths beneath which all but executing may be done (so that only what ``read`` names runs).
     ``Unavailable`` if the kernel has no Landlock, or lacks what ``require`` names (``net``:
     TCP rules, ``scope``: signal and socket scoping)."""
     version = abi()
@@ -116,7 +117,7 @@ def restrict(read: Iterable[str] = (), write: Iterable[str] = (), connect: Itera
     if ruleset < 0:
         raise Unavailable(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
-        for access, paths in ((WRITE, write), (READ, read)):
+        for access, paths in ((WRITE, write), (READ, read), (WRITE & ~EXECUTE, anything)):
             for path in paths:
                 _add_path(libc, ruleset, path, access & handled)
         for port in connect or () if net else ():
@@ -181,7 +182,7 @@ def main(argv: list[str]) -> None:
     """``landlock.py POLICY... -- PROGRAM ARGS...``: confine, then become the program. Any
     failure ends here, exit status 126, saying why on stderr: never run a program unconfined
     that was to run confined."""
-    given: dict[str, list[str]] = {"-r": [], "-w": [], "-c": [], "-q": []}
+    given: dict[str, list[str]] = {"-r": [], "-w": [], "-c": [], "-q": [], "-a": []}
     flags: set[str] = set()
     at = 0
     try:
@@ -198,7 +199,7 @@ def main(argv: list[str]) -> None:
         if not program:
             raise IndexError
     except (IndexError, ValueError):
-        sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-c PORT]"
+        sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-a PATH] [-c PORT]"
                          " [-n] [-s] [-q net|scope] [-W [-N]] [-P] -- PROGRAM [ARGS...]\n")
         raise SystemExit(126) from None
     _die_with_parent()
@@ -218,7 +219,7 @@ def main(argv: list[str]) -> None:
     try:
         _own_keyring()
         restrict(given["-r"], given["-w"], [int(p) for p in given["-c"]] if "-n" in flags else None, "-s" in flags,
-                 given["-q"])
+                 given["-q"], given["-a"])
         if "-P" in flags:  # plain TCP and UDP sockets only (``sockets``): what Landlock's TCP rules hold
             if MYPY:
                 from . import sockets
