@@ -44,7 +44,8 @@ async def sync(ws: Workspace, args: argparse.Namespace) -> int:
     return 0
 
 
-@command(Call.ATTACH, args=[SID])
+@command(Call.ATTACH, args=[SID, arg("--accept", action="store_true",
+                                     help="open it on the settings its runs changed in its state folder, once read")])
 async def attach(ws: Workspace, args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("attach opens the agent's own interactive CLI: run it on a terminal")
@@ -55,7 +56,7 @@ async def attach(ws: Workspace, args: argparse.Namespace) -> int:
                          " quit that one first")
     from procession.engine.runners import agents  # the engine's runners: only attach starts one
 
-    attached = await ws.attach(args.sid)
+    attached = await ws.attach(args.sid, accept=args.accept)
     notes(args, [attached])
     try:
         await asyncio.to_thread(agents.interactive, attached)

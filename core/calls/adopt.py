@@ -236,9 +236,13 @@ class AdoptCalls(LifecycleCalls):
         return Synced(sid, len(read.messages))
 
     @syscall(Call.ATTACH)
-    async def attach(self, act: Act, sid: int) -> Attached:
+    async def attach(self, act: Act, sid: int, *, accept: bool = False) -> Attached:
         """Hold the session for its agent's own interactive CLI: suspended (reason
-        ``attached``) so that no run starts while the person types; ``detach`` gives it back."""
+        ``attached``) so that no run starts while the person types; ``detach`` gives it back.
+        Its CLI runs with the person's own reach, on the session's state folder, which its
+        confined runs write: settings they changed there (a hook, an instruction) would run
+        with that reach, so it is refused until the person has read them and ``accept``s them
+        (the settings as they are are then the session's own, until its runs change them again)."""
         ref = agent_ref(act.row)
         if ref is None:
             spec = runner_spec.parse(act.row["runner"])
@@ -256,6 +260,14 @@ class AdoptCalls(LifecycleCalls):
         # its CLI opens on the session's own state folder, holding its agent session (copied in
         # if it lives elsewhere: adopted from the user's own, say), as a run would have it
         env = agent_homes.seeded(ref["cli"], user, act.tx.store.path, act.row, cwd)
+        home = agent_homes.folder(act.tx.store.path, str(act.row["uuid"]), ref["cli"])
+        changed = agent_homes.changed(ref["cli"], home)
+        if changed and not accept:
+            raise InvalidArgument(f"session {sid}'s runs changed its {agents.CLIS[ref['cli']].title} settings"
+                                  f" ({', '.join(changed)} in {home}), and attach runs its CLI with your own reach:"
+                                  f" read them, then attach {sid} --accept")
+        if changed:
+            agent_homes.accept(ref["cli"], home)
         placed = agent_homes.brought(ref, env, cwd)
         if placed is not None:
             await rows.update_session(act.tx, sid, agent_ref=json.dumps({**ref, "transcript": placed["transcript"]}))

@@ -202,6 +202,21 @@ def changed(cli: str, home: str) -> tuple[str, ...]:
     return tuple(rel for rel in SETTINGS.get(cli, ()) if _digest(os.path.join(home, rel)) != seeded.get(rel))
 
 
+def accept(cli: str, home: str) -> None:
+    """The settings as they are now, taken as the session's own: ``changed`` compares with
+    them from now on (a person read them and opens its CLI on them: ``attach --accept``)."""
+    record = Path(_record(home))
+    try:
+        kept = json.loads(record.read_text("utf-8"))
+    except (OSError, ValueError):
+        kept = {}
+    kept = kept if isinstance(kept, dict) else {}
+    kept["settings"] = {rel: _digest(os.path.join(home, rel)) for rel in SETTINGS.get(cli, ())}
+    aside = record.with_name(record.name + ".new")
+    aside.write_text(json.dumps(kept), "utf-8")
+    aside.replace(record)
+
+
 def shown(workspace: Path | str, uuid: str, cli: str) -> AgentHome:
     """The folder of the session ``uuid`` for ``cli``, as ``show`` says it. Reads the disk."""
     home = folder(workspace, uuid, cli)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import Cli, until
-from procession import Workspace
+from procession import InvalidArgument, State, Workspace
 from support.agent_clis import AgentSandbox, ClaudeSandbox, session_env
 from support.models import ModelServer, say, shell
 from support.runs import finished
@@ -119,3 +119,11 @@ async def test_a_hook_one_claude_session_writes_into_the_settings_never_runs_in_
     said = cli("show", str(a)).stdout
     assert f"agent home {home['folder']}" in said and "changed its settings there: settings.json" in said
     assert "changed its settings" not in cli("show", str(b)).stdout
+
+    # attach opens the CLI with the person's own reach: not on settings its runs changed, unread
+    with pytest.raises(InvalidArgument, match=r"changed its Claude Code settings \(settings.json in .*attach \d+ --accept"):
+        await live.attach(a)
+    assert (await live.info(a)).state is not State.SUSPENDED  # refused: nothing changed
+    attached = await live.attach(a, accept=True)
+    await live.detach(attached)
+    assert "changed its settings" not in cli("show", str(a)).stdout  # accepted: the session's own now
