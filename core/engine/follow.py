@@ -4,8 +4,10 @@ Procession (the person kept using the CLI, or attached to it) gets what was said
 The engine watches the transcript of every agent session that has not ended (the file, or
 for opencode its database and its ``-wal``) with one ``Watcher``, and on a change syncs the
 session (``sync``, quiet: nothing is journaled when nothing new was read). A session running
-a step is left alone: what its agent does arrives through the run, and the run's end settles
-the read position (``settle``), so nothing is appended twice.
+a step is left alone: what its agent does arrives through the run, whose stored messages move
+the read position with them (in the same transaction, where they name their transcript record)
+and whose end settles it (``settle``), so nothing is appended twice, an engine killed mid-run
+included.
 """
 
 from __future__ import annotations
