@@ -6,7 +6,9 @@ keeps a reference to the CLI's own session (``agent_ref``) and, in it, the posit
 transcript has been read to. What the CLI adds outside Procession (the user kept using it,
 or attached) is appended by ``sync`` exactly once: the read starts at that position, and the
 position moves in the same transaction as the messages. A run of the session moves it too
-(the engine settles it when the run ends), so what a run stored is never read again.
+(with each message it stores that names its transcript record, and past all it wrote when it
+ends), so what a run stored is never read again; nor is the prompt of a run that stored
+nothing (``native.PROMPTED``), whose engine died.
 
 Files are read before the call's transaction opens, never while the workspace is locked; the
 call then checks that the position it read from is still the session's.
@@ -32,7 +34,7 @@ from ..model.transcripts import Position, Transcript
 from ..store import Tx, rows
 from .lifecycle import LifecycleCalls
 from . import outside
-from .native import HELD, agent_ref, carry_over, cli_environment, holder, located, user_environment
+from .native import HELD, PROMPTED, agent_ref, carry_over, cli_environment, holder, located, user_environment
 from .syscall import Act, all_or_none, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -228,6 +230,10 @@ class AdoptCalls(LifecycleCalls):
                         " resumes; adopt the transcript again to have the new branch as a session of its own"
                         if moved is not None else ""))
             return Synced(sid, 0, branched=True)
+        if ref.get(PROMPTED) is not None and read.messages:  # a run's prompt first: in the history already
+            del ref[PROMPTED]
+            if read.messages[0].role == "user":
+                read.messages = read.messages[1:]
         ref["position"] = read.position.as_json()
         await rows.update_session(act.tx, sid, agent_ref=json.dumps(ref))
         await _take(act.tx, sid, read, self.store.count_tokens)

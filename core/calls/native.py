@@ -26,6 +26,12 @@ HELD: Final = (
     " WHERE s.agent_ref IS NOT NULL AND json_extract(w.value, '$.cli') = ?"
 )
 
+#: In an agent reference: the run whose prompt its CLI writes into the transcript after the
+#: position (set when the run announces the session, before the CLI writes its prompt; gone
+#: once what the run stored moves the position past it). That prompt stands for messages the
+#: history holds already: a sync leaves it out.
+PROMPTED: Final = "prompted"
+
 
 async def holder(tx: Tx, cli: str, ident: str, *, besides: int | None = None) -> int | None:
     """The first session that stands for the CLI's session ``ident`` (``HELD``), but ``besides``

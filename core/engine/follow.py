@@ -1,11 +1,13 @@
 """Following the agent CLIs' own transcripts: a session whose agent is used outside
 Procession (the person kept using the CLI, or attached to it) gets what was said there.
 
-The engine watches the transcript of every agent session that has not ended (the file, or
-for opencode its database and its ``-wal``) with one ``Watcher``, and on a change syncs the
-session (``sync``, quiet: nothing is journaled when nothing new was read). A session running
-a step is left alone: what its agent does arrives through the run, and the run's end settles
-the read position (``settle``), so nothing is appended twice.
+The engine watches the transcript of every agent session of its host that has not ended (the
+file, or for opencode its database and its ``-wal``) with one ``Watcher``, and on a change syncs
+the session (``sync``, quiet: nothing is journaled when nothing new was read). A session running
+a step is left alone: what its agent does arrives through the run, whose stored messages move
+the read position with them (in the same transaction, where they name their transcript record)
+and whose end settles it (``settle``), so nothing is appended twice, an engine killed mid-run
+included.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..calls.native import agent_ref, cli_environment, located
-from ..model import transcripts
+from ..model import hosts, transcripts
 from ..model.errors import ProcessionError
 from ..model.text import plural
 from ..model.transcripts import Position
@@ -37,8 +39,10 @@ def settle(ref: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
 
 
 class Follower:
-    """The transcripts of a workspace's agent sessions, watched; ``busy(sid)`` says a session
-    is running a step here (its transcript is the run's to read)."""
+    """The transcripts of this host's agent sessions, watched; ``busy(sid)`` says a session is
+    running a step here (its transcript is the run's to read). Another host's are its engine's:
+    its runs write them there (a path here, on one machine standing for two hosts, is the same
+    file, and syncing it beside that host's runs was refused at every run)."""
 
     def __init__(self, ledger: Any, busy: Callable[[int], bool]) -> None:
         self.ledger = ledger
@@ -51,12 +55,14 @@ class Follower:
         """Take in the agent sessions changed since the last refresh."""
         async with self.ledger.store.snapshot() as tx:
             rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            changed = await tx.all("SELECT id, state, agent_ref FROM sessions WHERE rev > ?", (self.rev,))
+            changed = await tx.all("SELECT id, state, host, agent_ref FROM sessions WHERE rev > ?", (self.rev,))
         self.rev = rev
         added: list[int] = []
+        here = hosts.this()
         for row in changed:
             ref = agent_ref(row)
-            path = ref.get("transcript") if ref and not ref.get("fork") and row["state"] != "terminated" else None
+            path = (ref.get("transcript") if ref and not ref.get("fork") and row["state"] != "terminated"
+                    and row["host"] == here else None)
             paths = [path, f"{path}-wal"] if path and ref and ref["cli"] == "opencode" else [path] if path else []
             if self.paths.get(row["id"], []) != paths:
                 added.append(row["id"])

@@ -18,6 +18,7 @@ from ..calls.budgets import Verdict
 from ..calls.context import deliver
 from ..calls.merge import canonical
 from ..calls.moving import MoveSteps
+from ..calls.native import PROMPTED
 from ..calls.reads import live_holder
 from ..calls.syscall import Act, syscall
 from ..model.calls import Call
@@ -30,6 +31,7 @@ from ..store import Row, Tx, rows
 from ..store.tokens import calibrate
 from ..model import hosts, mcp_binding
 from ..model.runner_spec import RunnerSpec
+from ..model.transcripts import Position
 from .runners import protocol
 from .runners.agents import McpServer, Turn
 from .runners.protocol import Events
@@ -603,6 +605,19 @@ def backoff(failures: int) -> float:
 _KEPT: Final = ("position", "adopted", "was")
 
 
+def _read_to(events: Events) -> dict[str, Any] | None:
+    """Where the session's transcript is read to once ``events`` are stored, or None where they
+    do not say. The run's end says it (``followed``: the transcript read past all the run
+    wrote); before, a message that names its transcript record (Claude Code's ``agent_uuid``)
+    is read to that record. Stored in the transaction that stores the messages: an engine that
+    dies mid-run leaves a position past every message it stored, and no sync reads them again
+    (offset 0: the format finds the record in the whole file)."""
+    if events.followed is not None:
+        return events.followed
+    named = [meta["agent_uuid"] for _, _, meta in events.messages if meta and meta.get("agent_uuid")]
+    return {"position": Position(0, str(named[-1])).as_json()} if named else None
+
+
 async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list[str]:
     """A step's messages, memory changes, sends and usage; returns what could not be done."""
     sid = row["id"]
@@ -612,10 +627,12 @@ async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list
         held = native.agent_ref(row) or {}
         if held.get("id") == ref["id"] and not held.get("fork"):  # the same session resumed: where it was read to
             ref.update({k: held[k] for k in _KEPT if k in held})
+        ref[PROMPTED] = run  # announced before the CLI writes the prompt: it comes after the position
         await rows.update_session(tx, sid, agent_ref=json.dumps(ref), agent_seen=max(row["agent_seen"], seen or 0))
         row = await rows.session(tx, sid)
-    if events.followed is not None and row["agent_ref"]:
-        await rows.update_session(tx, sid, agent_ref=json.dumps({**json.loads(row["agent_ref"]), **events.followed}))
+    if row["agent_ref"] and (read := _read_to(events)) is not None:
+        ref = {k: v for k, v in json.loads(row["agent_ref"]).items() if k != PROMPTED}
+        await rows.update_session(tx, sid, agent_ref=json.dumps({**ref, **read}))
         row = await rows.session(tx, sid)
     if events.messages:
         await rows.append(tx, row, [(role, text, "runner", False, {"run": run, **(meta or {})})
