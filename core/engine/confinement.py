@@ -277,7 +277,7 @@ def _system() -> list[str]:
         if name not in ETC_SECRETS:
             found.append(f"/etc/{name}")
             target = os.path.realpath(f"/etc/{name}")
-            if not target.startswith(("/etc/", "/usr/")) and os.path.isfile(target):
+            if not target.startswith(("/etc/", "/usr/", "/proc/")) and os.path.isfile(target):  # /etc/mtab: the engine's own /proc
                 found.append(target)
     found += [f"/etc/ssh/{name}" for name in ETC_SSH]
     return found

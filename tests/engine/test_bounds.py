@@ -425,3 +425,12 @@ async def test_a_fork_commits_in_its_worktree_and_cannot_touch_the_repositorys_h
     assert said == {"add": 0, "commit": 0, "hooks/pre-commit": "Permission denied", "config": "Permission denied"}, run
     assert repo.git("log", "-1", "--format=%s", "procession/side") == "the fork's commit"
     assert not (repo.path / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_no_run_is_given_a_path_of_the_engines_own_proc() -> None:
+    """``/etc/mtab`` leads to ``/proc/self/mounts``, which is the engine's own entry where it
+    is resolved: a run's policy names none of the engine's ``/proc`` (an attack pass saw it)."""
+    held = confinement.for_run(confine="bound", net="any", workdir="/tmp", resources=[],
+                               env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, tmp="/tmp", writes=False)
+    assert held.policy is not None
+    assert not [p for p in (*held.policy.read, *held.policy.write) if p.startswith(f"/proc/{os.getpid()}")]
