@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -26,7 +26,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from procession.present import words
-from procession.present.words import printable
+from procession.present.words import fit, printable
 from procession.model.records import SessionInfo
 
 from procession.present.cells import Column
@@ -80,14 +80,6 @@ def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
     flex = room - extra * len(growing)
     return Layout([(c, c.width + extra if c.grow else c.width or flex) for c in shown], skip > 0,
                   len(shown) + skip < len(columns))
-
-
-def fit(text: str, width: int, right: bool = False) -> str:
-    """``text`` cut or padded to exactly ``width`` cells (wide characters counted as two)."""
-    if cell_len(text) > width:
-        return set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
-    pad = " " * (width - cell_len(text))
-    return pad + text if right else text + pad
 
 
 class TableHeader(Widget):

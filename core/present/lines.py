@@ -222,8 +222,8 @@ def bounds_text(s: SessionInfo) -> str:
 def request_line(r: Request, now: float | None = None, width: int = 100) -> str:
     """``  4  12 coder (dev)      3m  Bash: git push origin main``: one request waiting."""
     what = one_line(f"{r.tool}: {requests.summary(r.tool, r.input)}", max(20, width - 42))
-    return printable(f"{r.id:>4} {r.sid:>4} {one_line(f'{r.session} ({r.agent})', 24):<24} {words.age(r.asked, now):>4}"
-                     f"  {what}")
+    who = words.pad(one_line(f"{r.session} ({r.agent})", 24), 24)
+    return printable(f"{r.id:>4} {r.sid:>4} {who} {words.age(r.asked, now):>4}  {what}")
 
 
 def request_text(r: Request) -> list[str]:
@@ -412,7 +412,7 @@ def journal_line(e: JournalEntry, width: int = 60) -> str:
     """A journal row: when, which face made the call and who (``cli ana@laptop``), the call,
     its session, its arguments and what came of it."""
     session = e.session if e.session is not None else "-"
-    return (f"{words.clock(e.ts)}  {printable(e.actor):<7} {printable(e.who or '-', lines=False):<14}"
+    return (f"{words.clock(e.ts)}  {words.pad(printable(e.actor), 7)} {words.pad(printable(e.who or '-', lines=False), 14)}"
             f" {printable(e.call):<9} {session:>4}"
             f"  {one_line(json.dumps(e.args, ensure_ascii=False, default=str), width)}"
             f" -> {one_line(json.dumps(e.outcome, ensure_ascii=False, default=str), 40)}")
