@@ -156,3 +156,27 @@ def shown(keys: Sequence[str], several_hosts: bool) -> list[str]:
         return list(keys)
     at = keys.index("agent") + 1 if "agent" in keys else 1
     return [*keys[:at], "host", *keys[at:]]
+
+
+#: The widest a cell of ``ps`` grows before it is cut with ``…`` (the rest take what they need).
+TEXT_WIDTHS = {"agent": 12, "host": 16, "name": 28, "runner": 28}
+
+
+def text_table(rows: Sequence[SessionInfo], now: float) -> str:
+    """The process table as the monitor draws it, in plain text (``ps``): the same columns and
+    cells (HOST among them where the sessions live on several hosts, or one's host was lost),
+    each column as wide as its widest cell counted in terminal cells, so that a name in
+    Chinese or with an emoji (two cells a character) keeps the columns after it in line."""
+    several = len({s.host for s in rows}) > 1 or any(s.host_lost for s in rows)
+    columns = [BY_KEY[k] for k in shown(DEFAULT, several)]
+    table = [[c.title for c in columns]]
+    for s in rows:
+        cells = []
+        for c in columns:
+            text = "".join(part for part, _ in c.cell(s, now)).replace("\n", " ")
+            limit = TEXT_WIDTHS.get(c.key)
+            cells.append(words.one_line(text, limit) if limit else text.rstrip())
+        table.append(cells)
+    widths = [max(words.cell_len(r[i]) for r in table) for i in range(len(columns))]
+    return "\n".join("  ".join(words.pad(cell, widths[i], columns[i].right) for i, cell in enumerate(r)).rstrip()
+                     for r in table)
