@@ -24,6 +24,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, RadioButton, RadioSet, SelectionList, Static, TextArea
 from textual.widgets.option_list import Option
@@ -46,6 +47,19 @@ class Field:
     placeholder: str = ""
     multiline: bool = False
     choices: tuple[tuple[str, str], ...] = ()
+
+
+class MarkedRadioButton(RadioButton):
+    """A radio button whose choice reads without colour: ``●`` when chosen, ``○`` when not
+    (Textual's draws ``●`` in both, lit or unlit, which a colour-blind eye or a monochrome
+    terminal cannot tell apart)."""
+
+    CHOSEN, NOT_CHOSEN = "●", "○"
+
+    @property
+    def _button(self) -> Content:
+        self.BUTTON_INNER = self.CHOSEN if self.value else self.NOT_CHOSEN
+        return super()._button
 
 
 #: The CLI flags the core's refusals name, each with the key of the form field that stands for it:
@@ -85,7 +99,7 @@ class Form(ModalScreen[dict[str, str] | None]):
                 if f.choices:
                     with RadioSet(id=f"field-{f.key}"):
                         for choice, label in f.choices:
-                            yield RadioButton(printable(label, lines=False), value=choice == f.value)
+                            yield MarkedRadioButton(printable(label, lines=False), value=choice == f.value)
                 elif f.multiline:
                     yield TextArea(printable(f.value), id=f"field-{f.key}", classes="dialog--text", soft_wrap=True)
                 else:

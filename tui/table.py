@@ -57,7 +57,7 @@ def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
     first are scrolled off to the left (Right and Left scroll, as htop's screen does
     sideways), the first (SID) always stays.
 
-    One cell at the left of every row is kept for the tag mark (the header's ``‹`` there says
+    One cell at the left of every row is kept for the cursor's and the tag's mark (the header's ``‹`` there says
     columns are scrolled off), and one at the right for the header's ``›`` once a column is
     dropped there."""
     shown = [*columns[:1], *columns[1 + skip:]]
@@ -80,6 +80,15 @@ def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
     flex = room - extra * len(growing)
     return Layout([(c, c.width + extra if c.grow else c.width or flex) for c in shown], skip > 0,
                   len(shown) + skip < len(columns))
+
+
+#: The row's first cell: the cursor's row and tagged rows read without colour (a monochrome
+#: terminal, a colour-blind eye); on the cursor's row a tag is said by its bold text.
+CURSOR_MARK, TAG_MARK = "▶", "*"
+
+
+def mark(cursor: bool, tagged: bool) -> str:
+    return CURSOR_MARK if cursor else TAG_MARK if tagged else " "
 
 
 class TableHeader(Widget):
@@ -369,10 +378,11 @@ class SessionTable(ScrollView, can_focus=True):
             spend = "" if h.spend is None else f", spent {min(h.spend, 9.99) * 100:.0f}% of a budget's cap"
             text = f"{printable(h.agent)}  ({words.plural(h.count, 'session')}, {words.count(h.tokens)} tokens{spend})"
             style = self._part(base, "table--agent", cursor)
-            return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
+            return Strip([Segment(mark(cursor, False), base), Segment(fit(text, width - 1), style)]
+                         ).adjust_cell_length(width, style)
         session = self.sessions[key]
         prefix = self.prefixes.get(key, "")
-        segments = [Segment("*" if tagged else " ", base)]
+        segments = [Segment(mark(cursor, tagged), base)]
         shown = layout(self.columns, width, self.skip).cells
         for i, (column, cell_width) in enumerate(shown):
             parts = column.cell(session, self.now)
