@@ -53,14 +53,16 @@ class Layout:
 def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
     """The columns that fit a table width, each with its width: the flexible one takes what
     is left. On a narrow terminal the rightmost fixed columns go (as they would off the edge
-    of htop's screen) rather than squeezing the name to nothing; ``skip`` columns after the
-    first are scrolled off to the left (Right and Left scroll, as htop's screen does
-    sideways), the first (SID) always stays.
+    of htop's screen) rather than squeezing the name to nothing; ``skip`` columns are
+    scrolled off to the left (Right and Left scroll, as htop's screen does sideways), but
+    the ``frozen`` ones (SID, NAME, S: which row this is) stay where they are, in every
+    scroll and at every width.
 
     One cell at the left of every row is kept for the cursor's and the tag's mark (the header's ``‹`` there says
     columns are scrolled off), and one at the right for the header's ``›`` once a column is
     dropped there."""
-    shown = [*columns[:1], *columns[1 + skip:]]
+    scrolled = [c for c in columns if not c.frozen][:skip]
+    shown = [c for c in columns if c not in scrolled]
 
     def spare() -> int:
         marks = 2 if len(shown) + skip < len(columns) else 1
@@ -68,11 +70,11 @@ def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
 
     want = WANT_FLEX if any(not c.width for c in shown) else 0
     while spare() < want:
-        droppable = [i for i, c in enumerate(shown) if c.width and i > 0]  # the first (SID) stays
+        droppable = [i for i, c in enumerate(shown) if c.width and not c.frozen]
         if not droppable:
             break
         del shown[droppable[-1]]
-    # the room beyond what the flexible column keeps (all of it once the name is scrolled off)
+    # the room beyond what the flexible column keeps (all of it where the name is not shown)
     # goes to the growing ones
     room, keep = (max(MIN_FLEX, spare()), MAX_FLEX) if want else (spare(), 0)
     growing = [c for c in shown if c.grow]
@@ -185,7 +187,7 @@ class SessionTable(ScrollView, can_focus=True):
         self.tags: set[int] = set()
         self.highlights: dict[int, str] = {}
         self.columns: list[Column] = []
-        self.skip = 0  # columns after the first scrolled off to the left
+        self.skip = 0  # columns scrolled off to the left (never a frozen one)
         self.now = 0.0
         self._cache: OrderedDict[tuple[object, ...], Strip] = OrderedDict()
         self._styles: dict[object, Style] = {}

@@ -37,6 +37,8 @@ class Column:
     cell: Callable[[SessionInfo, float], Parts]
     help: str
     grow: bool = False  # takes the width the flexible column has beyond what it needs
+    #: the row's identity: it stays at the left while the other columns scroll sideways
+    frozen: bool = False
 
 
 def bar(fraction: float, cells: int = BAR_CELLS) -> Parts:
@@ -110,17 +112,17 @@ def _spend(s: SessionInfo, now: float) -> list[tuple[str, str]]:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
+    Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id", frozen=True),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
            lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
     Column("host", "HOST", 12, False, lambda s: (s.host, s.id), _host,
            "the host its folder is on, whose engine runs it (lost: that engine died; its runs wait for it; →B: on its"
            " way to host B)"),
     Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name,
-           "session name (and what a running agent is doing)"),
+           "session name (and what a running agent is doing)", frozen=True),
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
            lambda s, n: [(s.state.letter, f"state--{s.state.letter}")],
-           "state: R running, W waiting for you, Q ready, S sleeping, T suspended, Z terminated"),
+           "state: R running, W waiting for you, Q ready, S sleeping, T suspended, Z terminated", frozen=True),
     Column("last", "LAST", 9, False, lambda s: (s.failures, s.last_outcome or "", s.id), _last,
            "how the last run ended (×N: failed N times in a row)"),
     Column("priority", "PRI", 4, True, lambda s: (s.priority, s.id), lambda s, n: [(str(s.priority), "")],
