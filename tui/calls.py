@@ -111,7 +111,7 @@ async def _spawn(ui: Calling, targets: Targets) -> None:
         Field("name", "Name"), Field("agent", "Agent", agent),
         Field("runner", "Runner", "builtin:digest"), Field("cwd", "Folder", os.getcwd()),
     ], lambda v: ui.ws.spawn(v["name"], v["agent"], runner=v["runner"], cwd=parse.here(v["cwd"])),
-        help="runners: command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
+        help=f"runners: {lines.runner_forms()}")
     if outcome:
         ui.monitor.move_to(outcome.sid)
 
@@ -371,7 +371,7 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
         Field("model", "Model that writes a summary, if one is chosen (blank: the session's or the new runner's)",
               "", MODEL_SPEC),
         Field("tokenizer", "Tokenizer (blank: the new model's own, if at hand)", "", "tokenizer.json path · tiktoken:NAME"),
-    ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
+    ], migrate, help=f"runners: {lines.runner_forms()}")
 
 
 #: The move form's choice of what travels.

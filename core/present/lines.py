@@ -30,7 +30,8 @@ from ..model.records import (
     Waited,
     Worktree,
 )
-from ..model import bounds, requests, toolcalls
+from ..model import bounds, requests, runner_spec, toolcalls
+from ..model.agents import CLIS
 from . import words
 from .words import one_line, printable
 
@@ -217,6 +218,15 @@ def bounds_text(s: SessionInfo) -> str:
     elif held.startswith("none"):
         said += f"; confinement: none ({held.partition(': ')[2]})"
     return printable(said)
+
+
+def runner_forms() -> str:
+    """How each kind of runner is written, for a form's hint: the kinds ``runner_spec`` reads,
+    its builtins and every agent CLI of ``agents.CLIS`` named from there, so that a runner
+    added there is offered everywhere."""
+    builtins = "|".join(runner_spec.BUILTINS)
+    return " · ".join(["command:<shell command>", "openai:<model>[@<url>][#KEY_VAR]", f"builtin:<{builtins}>",
+                       *(f"{kind}:[<model>]" for kind in CLIS)])
 
 
 def request_line(r: Request, now: float | None = None, width: int = 100) -> str:

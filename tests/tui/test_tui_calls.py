@@ -294,3 +294,25 @@ async def test_g_moves_a_session_the_host_column_shows_it_going_and_a_failed_mov
             for engine in engines:
                 stop(engine)
     assert (there / "theirs.txt").read_text() == "not to be written over\n" and (here / "work.txt").exists()
+
+
+async def test_the_spawn_and_migrate_forms_name_every_kind_of_runner(tmp_path: Path, monitor: Any) -> None:
+    """Their hint names every agent CLI and builtin the core knows (it once left out claude:,
+    codex: and opencode:)."""
+    from procession.model.agents import CLIS
+    from procession.model.runner_spec import BUILTINS
+
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await to(pilot, app, sid)
+        for key in ("g", "n"):
+            await pilot.press(key)
+            await until(lambda: isinstance(app.screen, Form))
+            hint = str(app.screen.query_one(".dialog--help", Static).render())
+            assert all(f"{kind}:" in hint for kind in ("command", "openai", "builtin", *CLIS)), hint
+            assert all(name in hint for name in BUILTINS), hint
+            await pilot.press("escape")
+            await until(lambda: not isinstance(app.screen, Form))
