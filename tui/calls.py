@@ -29,7 +29,7 @@ from procession.present import lines, parse, results
 from procession.present.words import one_line, plural, printable
 
 from .calling import Calling
-from .dialogs import FILE, Choice, Conflicts, Field
+from .dialogs import FILE, Choice, Conflicts, Field, FieldRefused
 
 Targets = list[SessionInfo]
 Run = Callable[[Calling, Targets], Awaitable[None]]
@@ -140,7 +140,7 @@ async def _fork(ui: Calling, targets: Targets) -> None:
         Field("name", "Name of the fork", placeholder="empty: the parent's name, numbered"),
         Field("at", f"Fork at message (0..{t.length})", str(t.length)),
         Field("folder", "Its folder", "shared", choices=FORK_FOLDERS),
-    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v["at"], "the fork point"),
+    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v, "at", "the fork point"),
                             worktree=v["folder"] != "shared", carry=v["folder"] == "carry"),
         help="its own worktree: a git worktree on a new branch (outside git, a copy of the folder), merged back"
              " with the session and removed then")
@@ -177,8 +177,14 @@ async def _memory(ui: Calling, targets: Targets) -> None:
     if picked.startswith("del:"):
         await ui.make(ui.ws.memory_delete(t.id, picked[4:]))
         return
-    await ui.form_call(f"Set a memory key of {t.id}", [Field("key", "Key"), Field("value", "Value (JSON)")],
-                       lambda v: ui.ws.memory_set(t.id, v["key"], parse.json_value(v["value"])))
+    def set_key(v: dict[str, str]) -> Awaitable[Outcome]:
+        try:
+            value = parse.json_value(v["value"])
+        except ProcessionError as exc:
+            raise FieldRefused("value", exc) from None
+        return ui.ws.memory_set(t.id, v["key"], value)
+
+    await ui.form_call(f"Set a memory key of {t.id}", [Field("key", "Key"), Field("value", "Value (JSON)")], set_key)
 
 
 #: How a model that writes a summary is named (``compress --with``, ``migrate``'s too).
@@ -227,9 +233,9 @@ async def _set(ui: Calling, targets: Targets) -> None:
         return await ui.ws.set(
             t.id, name=v["name"] if v["name"] != t.name else None, goal=v["goal"] if v["goal"] != t.goal else None,
             system=v["system"] if v["system"] != system else None,
-            timeout=_float(v["timeout"], "the timeout") if v["timeout"] != _fmt(t.timeout) else None,
-            window=_int(v["window"], "the window") if v["window"] != str(t.context_window) else None,
-            fail_limit=_int(v["fail_limit"], "the failure limit") if v["fail_limit"] != fail_limit else None,
+            timeout=_float(v, "timeout", "the timeout") if v["timeout"] != _fmt(t.timeout) else None,
+            window=_int(v, "window", "the window") if v["window"] != str(t.context_window) else None,
+            fail_limit=_int(v, "fail_limit", "the failure limit") if v["fail_limit"] != fail_limit else None,
             restart=v["restart"] if v["restart"] != detail.restart else None,
             quiet=v["quiet"] == QUIET[True] if v["quiet"] != quiet else None,
             tokenizer=v["tokenizer"].strip() or None)
@@ -304,9 +310,9 @@ async def _sampling(ui: Calling, targets: Targets) -> None:
         typed = {k: v[k].strip() for k in shown if v[k].strip() != shown[k]}
         fields |= {k: None for k, text in typed.items() if not text}  # one left blank too
         return await ui.ws.set(
-            t.id, max_turns=_int(v["max_turns"], "the turn limit") if v["max_turns"].strip() != turns else None,
+            t.id, max_turns=_int(v, "max_turns", "the turn limit") if v["max_turns"].strip() != turns else None,
             temperature=sampling.temperature(typed["temperature"]) if typed.get("temperature") else None,
-            max_tokens=_int(typed["max_tokens"], "max output tokens") if typed.get("max_tokens") else None,
+            max_tokens=_int(typed, "max_tokens", "max output tokens") if typed.get("max_tokens") else None,
             fields=fields)
 
     await ui.form_call(f"Sampling of session {t.id} (its openai: runner's requests)", [
@@ -329,7 +335,7 @@ async def _nice(ui: Calling, targets: Targets) -> None:
     async def nice(v: dict[str, str]) -> Outcome:
         outcome: Outcome | None = None
         for t in targets:
-            outcome = await ui.ws.nice(t.id, _int(v["priority"], "the priority"))
+            outcome = await ui.ws.nice(t.id, _int(v, "priority", "the priority"))
         assert outcome is not None
         return outcome
 
@@ -347,7 +353,7 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
     t = targets[0]
 
     async def migrate(v: dict[str, str]) -> Outcome:
-        window, tokenizer = _int(v["window"], "the window"), v["tokenizer"].strip() or None
+        window, tokenizer = _int(v, "window", "the window"), v["tokenizer"].strip() or None
         method: str | None = v["fit"]
         if method == "ask":
             try:
@@ -400,7 +406,7 @@ async def _merge(ui: Calling, targets: Targets) -> None:
     source = targets[0]
     await ui.form_call(f"Merge session {source.id} ({printable(source.name)}) into which session?",
                        [Field("target", "", str(source.parent or ""), "SID")],
-                       lambda v: _merge_into(ui, source, _int(v["target"], "the target")),
+                       lambda v: _merge_into(ui, source, _int(v, "target", "the target")),
                        help="Three-way: conflicting memory keys are shown for you to settle before anything is"
                             f" applied. Session {source.id} ends (terminated, merged) when the merge is done.")
 
@@ -616,18 +622,20 @@ async def _attach(ui: Calling, targets: Targets) -> None:
         await ui.make(ui.ws.detach(attached))
 
 
-def _int(text: str, what: str) -> int:
+def _int(values: dict[str, str], key: str, what: str) -> int:
+    """The whole number in the form field ``key``; a refusal puts the cursor back in it."""
     try:
-        return int(text.strip())
+        return int(values[key].strip())
     except ValueError:
-        raise ProcessionError(f"{what} is a whole number, not {text!r}") from None
+        raise FieldRefused(key, ProcessionError(f"{what} is a whole number, not {values[key]!r}")) from None
 
 
-def _float(text: str, what: str) -> float:
+def _float(values: dict[str, str], key: str, what: str) -> float:
+    """The number of seconds in the form field ``key``; a refusal puts the cursor back in it."""
     try:
-        return float(text.strip())
+        return float(values[key].strip())
     except ValueError:
-        raise ProcessionError(f"{what} is a number of seconds, not {text!r}") from None
+        raise FieldRefused(key, ProcessionError(f"{what} is a number of seconds, not {values[key]!r}")) from None
 
 
 def _fmt(value: float | None) -> str:

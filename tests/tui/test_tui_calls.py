@@ -316,3 +316,50 @@ async def test_the_spawn_and_migrate_forms_name_every_kind_of_runner(tmp_path: P
             assert all(name in hint for name in BUILTINS), hint
             await pilot.press("escape")
             await until(lambda: not isinstance(app.screen, Form))
+
+
+async def test_a_refused_memory_value_keeps_the_cursor_in_it_and_suggests_valid_json(tmp_path: Path,
+                                                                                     monitor: Any) -> None:
+    """Text that is not JSON is refused with a suggestion that is JSON itself (quotes inside it
+    escaped), and the cursor stays in the value, from whichever field the form was sent."""
+    import json
+
+    typed = 'he said "hi" \\o/'
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await to(pilot, app, sid)
+        await call(pilot, app, "memory")
+        await choose(pilot, app, "set")
+        for sent_from in ("value", "key"):
+            await until(lambda: isinstance(app.screen, Form))
+            fill(app, key="said", value=typed)
+            app.screen.query_one(f"#field-{sent_from}").focus()
+            await pilot.press("ctrl+s")
+            await until(lambda: isinstance(app.screen, Form) and "must be JSON" in app.screen.error, timeout=3)
+            assert app.focused is app.screen.query_one("#field-value"), sent_from
+            suggested = app.screen.error.split("quote it: ", 1)[1]
+            assert json.loads(suggested) == typed
+        fill(app, value=suggested)
+        await pilot.press("ctrl+s")
+        await until(lambda: not isinstance(app.screen, Form))
+    async with await Workspace.open(db) as ws:
+        assert (await ws.show(sid)).memory == {"said": typed}
+
+
+async def test_a_refused_number_keeps_the_cursor_in_its_field(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await to(pilot, app, sid)
+        await pilot.press("E")
+        await until(lambda: isinstance(app.screen, Form))
+        fill(app, window="lots")
+        await pilot.press("ctrl+s")
+        await until(lambda: isinstance(app.screen, Form) and "the window is a whole number" in app.screen.error,
+                    timeout=3)
+        assert app.focused is app.screen.query_one("#field-window")
