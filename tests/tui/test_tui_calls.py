@@ -363,3 +363,19 @@ async def test_a_refused_number_keeps_the_cursor_in_its_field(tmp_path: Path, mo
         await until(lambda: isinstance(app.screen, Form) and "the window is a whole number" in app.screen.error,
                     timeout=3)
         assert app.focused is app.screen.query_one("#field-window")
+
+
+async def test_the_demo_session_on_its_scripted_model_says_so_in_its_detail(tmp_path: Path, monitor: Any) -> None:
+    from procession.cli import demo
+    from procession.cli.demo_model import DemoModel
+
+    made = await demo.build(tmp_path / "demo.db")
+    with DemoModel() as served:
+        sid = await demo.with_model(made.db, served.url)
+    app = await monitor(made.db)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await to(pilot, app, sid)
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, Detail) and app.screen.rev >= 0)
+        summary = " ".join(str(app.screen.query_one("#summary", Static).render()).split())
+        assert "scripted" in summary and "not a real model" in summary
