@@ -254,10 +254,10 @@ async def _set(ui: Calling, targets: Targets) -> None:
 
 
 #: The settings form's choices of ``set --restart`` and ``--quiet``.
-RESTARTS = ((Restart.NO, "no"), (Restart.ON_FAILURE, "on-failure: one lost, failed or timed out runs again"),
+RESTARTS = ((Restart.NO, "no"), (Restart.ON_FAILURE, "on-failure: one lost, failed or timed out"),
             (Restart.ALWAYS, "always: one stopped with its engine too"))
 QUIET = {False: "off", True: "on"}
-QUIETS = ((QUIET[False], "it sends them (the [notify] command of the config)"), (QUIET[True], "quiet: it sends none"))
+QUIETS = ((QUIET[False], "it sends them (the config's notify command)"), (QUIET[True], "quiet: it sends none"))
 
 
 async def _env(ui: Calling, targets: Targets) -> None:
