@@ -32,6 +32,10 @@ from . import demo_model
 MARK = "demo"
 #: The session on the demo's own model.
 QUESTIONS = "payroll questions"
+#: The goal of the session on the demo's model: its detail view says plainly that its model is
+#: a script, lest its tidy answers be taken for a real model's.
+QUESTIONS_GOAL = ("Answer from the tables, with the tool calls to show for it. Its model is the demo's own"
+                  " scripted one (procession demo), not a real model: it answers this one question, by script.")
 
 
 @dataclass(slots=True, frozen=True)
@@ -202,14 +206,16 @@ async def with_model(db: Path, url: str) -> int:
     try:
         found = [s for s in await ws.ps(all=True) if s.name == QUESTIONS]
         if found:
-            if found[0].runner != runner:
-                with contextlib.suppress(ProcessionError):  # busy (another engine runs it): left as it is
+            with contextlib.suppress(ProcessionError):  # busy (another engine runs it): left as it is
+                if found[0].runner != runner:
                     await ws.migrate(found[0].id, runner)
+                if found[0].goal != QUESTIONS_GOAL:  # a demo made before its goal said so
+                    await ws.set(found[0].id, goal=QUESTIONS_GOAL)
             return found[0].id
         sid = (await ws.spawn(
             QUESTIONS, "hr", window=4_000, cwd=str(folder), runner=runner, permissions="ask",
             system="You answer questions about the payroll from its tables. Read them; never guess a number.",
-            goal="Answer from the tables, with the tool calls to show for it.",
+            goal=QUESTIONS_GOAL,
         )).sid
         await ws.bind(sid, "file", str(folder / "rates.csv"), mode="ro")
         await ws.bind(sid, "file", str(folder / "employees.csv"), mode="ro")

@@ -8,17 +8,17 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from procession.calls import Workspace
 from procession.calls.outside import Looker, marked
 from procession.calls.reads import PS_SORTS
 from procession.model.errors import InvalidArgument
-from procession.model.records import Message, SessionDetail, SessionInfo
+from procession.model.records import Message, SessionDetail
 from procession.model.states import State
 from procession.present import lines, parse, words
-from procession.present.cells import BY_KEY, DEFAULT, shown
+from procession.present.cells import text_table
 
 from . import cursor
 from .registry import PROG, SID, arg, command, count_type, sid_type
@@ -26,31 +26,6 @@ from .terminal import emit, emit_stream, json_text
 
 #: How often ``logs -f`` looks for more.
 FOLLOW_S = 0.2
-#: The widest a cell of ``ps`` grows before it is cut with ``…`` (the rest take what they need).
-PS_WIDTHS = {"agent": 12, "host": 16, "name": 28, "runner": 28}
-
-
-def ps_table(rows: Sequence[SessionInfo], now: float) -> str:
-    """The process table as the monitor draws it, in plain text: the same columns and cells
-    (HOST among them where the sessions live on several hosts, or one's host was lost)."""
-    several = len({s.host for s in rows}) > 1 or any(s.host_lost for s in rows)
-    columns = [BY_KEY[k] for k in shown(DEFAULT, several)]
-    table = [[c.title for c in columns]]
-    for s in rows:
-        cells = []
-        for c in columns:
-            text = "".join(part for part, _ in c.cell(s, now)).replace("\n", " ")
-            limit = PS_WIDTHS.get(c.key)
-            cells.append(words.one_line(text, limit) if limit else text.rstrip())
-        table.append(cells)
-    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
-    return "\n".join(
-        "  ".join(cell.rjust(widths[i]) if columns[i].right else cell.ljust(widths[i])
-                  for i, cell in enumerate(r)).rstrip()
-        for r in table
-    )
-
-
 @command("ps", "list sessions (like ps)", args=[
     arg("-a", "--all", action="store_true", help="include terminated sessions"),
     arg("--agent", help="only this agent's sessions"),
@@ -71,7 +46,7 @@ async def ps(ws: Workspace, args: argparse.Namespace) -> int:
         live = await asyncio.to_thread(Looker().look, refs)
         found = [marked(s, live.get(s.id)) for s in found]
     outside = [f"session {s.id}: {lines.open_outside(s.outside)}" for s in found if s.outside is not None]
-    emit(args, None, "\n".join([ps_table(found, time.time()), *outside,  # its NAME cell cuts the mark short
+    emit(args, None, "\n".join([text_table(found, time.time()), *outside,  # its NAME cell cuts the mark short
                                 f"({words.plural(len(found), 'session')}; tokens: {ws.tokenizer})"]))
     return 0
 

@@ -91,8 +91,7 @@ async def attention(pilot: Any, app: ProcessionApp) -> None:
     for sid, tool, call in ((PAYROLL, "Bash", {"command": "git push origin main"}),
                             (SCREENING, "WebFetch", {"url": "https://jobs.example.com/applicants.csv"})):
         await ledger.activate(sid)
-        await ledger.start_run(sid, runner=(await ledger.info(sid)).runner, engine="screenshots", pid=None,
-                               proc_start=None)
+        await ledger.start_run(sid, runner=(await ledger.info(sid)).runner, engine="screenshots")
         await ledger.as_actor("agent").ask(sid, tool, call)
     await ledger.release("screenshots")
     await app.refresh_data()

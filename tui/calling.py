@@ -25,7 +25,7 @@ from procession.model.records import SessionInfo
 from procession.model.states import allowed, reason
 from procession.present import results
 
-from .dialogs import ActionMenu, Choice, Confirm, Field, Form
+from .dialogs import ActionMenu, Choice, Confirm, Field, FieldRefused, Form
 
 if TYPE_CHECKING:
     from .app import ProcessionApp
@@ -109,10 +109,6 @@ class Calling(Screen[Any]):
 
     # ------------------------------------------------------------------ the steps of a flow
 
-    async def ask(self, title: str, fields: Sequence[Field], *, help: str = "", error: str = "") -> dict[str, str] | None:
-        answer: dict[str, str] | None = await self.app.push_screen_wait(Form(title, fields, help=help, error=error))
-        return answer
-
     async def confirm(self, title: str, body: Sequence[str]) -> bool:
         yes: bool = await self.app.push_screen_wait(Confirm(title, body))
         return bool(yes)
@@ -160,18 +156,21 @@ class Calling(Screen[Any]):
     async def form_call(self, title: str, fields: list[Field], call: Any, *, help: str = "",
                         report: Callable[[Any], str] | None = None) -> Any:
         """Ask with a form and make ``call(values)``; a refusal opens the form again with what
-        was typed and the reason in it. None when the user gives up, here or in a later step of
+        was typed and the reason in it, and the cursor in the field refused (a ``FieldRefused``
+        names it; else the one it was in). None when the user gives up, here or in a later step of
         the call (which then returns None). What the call returns is reported (``report``: in
         those words, for what is not one outcome)."""
-        error = ""
+        error, focus, cursor = "", "", ""
         while True:
-            answer = await self.ask(title, fields, help=help, error=error)
+            form = Form(title, fields, help=help, error=error, focus=focus, cursor=cursor)
+            answer: dict[str, str] | None = await self.app.push_screen_wait(form)
             if answer is None:
                 return None
             try:
                 outcome = await call(answer)
             except ProcessionError as exc:
-                error = str(exc)
+                error, cursor = str(exc), form.submitted_from
+                focus = exc.field if isinstance(exc, FieldRefused) else ""
                 fields = [dataclasses.replace(f, value=answer.get(f.key, f.value)) for f in fields]
                 continue
             if outcome is None:

@@ -2,7 +2,7 @@
 
 ``FLOWS`` is built from ``procession.model.calls.USER_CALLS``: a call without a flow here stops
 the monitor from importing, so a new call cannot be forgotten; a few more flows make a call for
-part of what it changes (``sampling``: the ``env`` call's openai: settings, in a form of their own). The keyboard bindings, the
+part of what it changes (``sampling``: the ``set`` call's openai: settings, in a form of their own). The keyboard bindings, the
 action menu (F9) and the command palette are all generated from it. A flow is a coroutine
 run in a worker: it asks what it needs with ``push_screen_wait`` (through the screen's
 ``Calling`` steps), makes the call, and lets the screen report the outcome.
@@ -23,13 +23,13 @@ from procession.model.calls import INFO, USER_CALLS, Call
 from procession.model.errors import ContextTooLarge, InvalidArgument, MergeConflict, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.model.records import Request, SessionInfo
-from procession.model.states import State, allowed
+from procession.model.states import Restart, State, allowed
 from procession.calls.merge import Resolution
 from procession.present import lines, parse, results
 from procession.present.words import one_line, plural, printable
 
 from .calling import Calling
-from .dialogs import FILE, Choice, Conflicts, Field
+from .dialogs import FILE, Choice, Conflicts, Field, FieldRefused
 
 Targets = list[SessionInfo]
 Run = Callable[[Calling, Targets], Awaitable[None]]
@@ -111,7 +111,7 @@ async def _spawn(ui: Calling, targets: Targets) -> None:
         Field("name", "Name"), Field("agent", "Agent", agent),
         Field("runner", "Runner", "builtin:digest"), Field("cwd", "Folder", os.getcwd()),
     ], lambda v: ui.ws.spawn(v["name"], v["agent"], runner=v["runner"], cwd=parse.here(v["cwd"])),
-        help="runners: command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
+        help=f"runners: {lines.runner_forms()}")
     if outcome:
         ui.monitor.move_to(outcome.sid)
 
@@ -140,7 +140,7 @@ async def _fork(ui: Calling, targets: Targets) -> None:
         Field("name", "Name of the fork", placeholder="empty: the parent's name, numbered"),
         Field("at", f"Fork at message (0..{t.length})", str(t.length)),
         Field("folder", "Its folder", "shared", choices=FORK_FOLDERS),
-    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v["at"], "the fork point"),
+    ], lambda v: ui.ws.fork(t.id, v["name"] or None, at=_int(v, "at", "the fork point"),
                             worktree=v["folder"] != "shared", carry=v["folder"] == "carry"),
         help="its own worktree: a git worktree on a new branch (outside git, a copy of the folder), merged back"
              " with the session and removed then")
@@ -177,8 +177,14 @@ async def _memory(ui: Calling, targets: Targets) -> None:
     if picked.startswith("del:"):
         await ui.make(ui.ws.memory_delete(t.id, picked[4:]))
         return
-    await ui.form_call(f"Set a memory key of {t.id}", [Field("key", "Key"), Field("value", "Value (JSON)")],
-                       lambda v: ui.ws.memory_set(t.id, v["key"], parse.json_value(v["value"])))
+    def set_key(v: dict[str, str]) -> Awaitable[Outcome]:
+        try:
+            value = parse.json_value(v["value"])
+        except ProcessionError as exc:
+            raise FieldRefused("value", exc) from None
+        return ui.ws.memory_set(t.id, v["key"], value)
+
+    await ui.form_call(f"Set a memory key of {t.id}", [Field("key", "Key"), Field("value", "Value (JSON)")], set_key)
 
 
 #: How a model that writes a summary is named (``compress --with``, ``migrate``'s too).
@@ -221,15 +227,18 @@ async def _expand(ui: Calling, targets: Targets) -> None:
 async def _set(ui: Calling, targets: Targets) -> None:
     t = targets[0]
     detail = await ui.ws.show(t.id)
-    system, fail_limit = detail.system, str(detail.fail_limit)
+    system, fail_limit, quiet = detail.system, str(detail.fail_limit), QUIET[detail.quiet]
 
     async def change(v: dict[str, str]) -> Outcome:
         return await ui.ws.set(
             t.id, name=v["name"] if v["name"] != t.name else None, goal=v["goal"] if v["goal"] != t.goal else None,
             system=v["system"] if v["system"] != system else None,
-            timeout=_float(v["timeout"], "the timeout") if v["timeout"] != _fmt(t.timeout) else None,
-            window=_int(v["window"], "the window") if v["window"] != str(t.context_window) else None,
-            fail_limit=_int(v["fail_limit"], "the failure limit") if v["fail_limit"] != fail_limit else None)
+            timeout=_float(v, "timeout", "the timeout") if v["timeout"] != _fmt(t.timeout) else None,
+            window=_int(v, "window", "the window") if v["window"] != str(t.context_window) else None,
+            fail_limit=_int(v, "fail_limit", "the failure limit") if v["fail_limit"] != fail_limit else None,
+            restart=v["restart"] if v["restart"] != detail.restart else None,
+            quiet=v["quiet"] == QUIET[True] if v["quiet"] != quiet else None,
+            tokenizer=v["tokenizer"].strip() or None)
 
     await ui.form_call(f"Settings of session {t.id}", [
         Field("name", "Name", t.name), Field("goal", "Goal", t.goal),
@@ -237,7 +246,18 @@ async def _set(ui: Calling, targets: Targets) -> None:
         Field("timeout", "Timeout of a run, seconds (0: none)", _fmt(t.timeout)),
         Field("window", "Context window, tokens", str(t.context_window)),
         Field("fail_limit", "Failed runs in a row that suspend it (0: never)", fail_limit),
+        Field("restart", "Whether a run that did not finish runs again", detail.restart, choices=RESTARTS),
+        Field("quiet", "Notifications", quiet, choices=QUIETS),
+        Field("tokenizer", f"How its context is counted: now {detail.tokenizer} (blank: as it is)", "",
+              "tokenizer.json path · tiktoken:NAME · auto · none"),
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels")
+
+
+#: The settings form's choices of ``set --restart`` and ``--quiet``.
+RESTARTS = ((Restart.NO, "no"), (Restart.ON_FAILURE, "on-failure: one lost, failed or timed out"),
+            (Restart.ALWAYS, "always: one stopped with its engine too"))
+QUIET = {False: "off", True: "on"}
+QUIETS = ((QUIET[False], "it sends them (the config's notify command)"), (QUIET[True], "quiet: it sends none"))
 
 
 async def _env(ui: Calling, targets: Targets) -> None:
@@ -251,9 +271,10 @@ async def _env(ui: Calling, targets: Targets) -> None:
         names = _words(v["passed"])
         gone = [k for k in [*detail.env, *detail.passed] if k not in wanted and k not in names]
         outcome: Outcome | None = None
-        if (v["confine"], v["net"]) != (t.confine, t.net):
-            outcome = await ui.ws.set(t.id, confine=v["confine"] if v["confine"] != t.confine else None,
-                                      net=v["net"] if v["net"] != t.net else None)
+        bounded = {k: v[k] if v[k] != getattr(t, k) else None for k in ("confine", "net", "permissions")}
+        if any(bounded.values()):
+            outcome = await ui.ws.set(t.id, confine=bounded["confine"], net=bounded["net"],
+                                      permissions=bounded["permissions"])
         changes = {k: x for k, x in wanted.items() if detail.env.get(k) != x}
         fresh = [n for n in names if n not in detail.passed]
         if outcome is None or changes or fresh or gone:
@@ -265,17 +286,21 @@ async def _env(ui: Calling, targets: Targets) -> None:
         Field("passed", "Names passed from the engine's environment at run time (values never stored)", passed),
         Field("confine", "How the kernel holds its runs to its bindings", t.confine, choices=CONFINES),
         Field("net", "Where its runs may connect", t.net, choices=NETS),
+        Field("permissions", "What its agent may do unasked (anything else waits for you)", t.permissions,
+              choices=PERMISSIONS),
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels · a name left out is removed")
 
 
 CONFINES = ((bounds.BOUND, "bound: confined where the kernel can"), (bounds.STRICT, "strict: never unconfined"),
             (bounds.OFF, "off: your own reach"))
 NETS = ((bounds.ANY, "any"), (bounds.NONE, "none"), (bounds.MODEL, "its model's and MCP servers' ports"))
+PERMISSIONS = tuple((p, f"{p}: {lines.PERMITS[p]}") for p in bounds.PERMISSIONS)
 
 
 async def _sampling(ui: Calling, targets: Targets) -> None:
     t = targets[0]
-    current = sampling.fields((await ui.ws.show(t.id)).env)
+    env = (await ui.ws.show(t.id)).env
+    current, turns = sampling.fields(env), str(sampling.max_turns(env))
     shown = {k: "" if current.get(k) is None else str(current[k]) for k in ("temperature", "max_tokens")}
     extra = {k: v for k, v in current.items() if k not in shown}
 
@@ -284,9 +309,10 @@ async def _sampling(ui: Calling, targets: Targets) -> None:
         fields |= {k: None for k in extra if k not in fields}  # a field left out is removed
         typed = {k: v[k].strip() for k in shown if v[k].strip() != shown[k]}
         fields |= {k: None for k, text in typed.items() if not text}  # one left blank too
-        return await ui.ws.sampling(
-            t.id, temperature=sampling.temperature(typed["temperature"]) if typed.get("temperature") else None,
-            max_tokens=_int(typed["max_tokens"], "max output tokens") if typed.get("max_tokens") else None,
+        return await ui.ws.set(
+            t.id, max_turns=_int(v, "max_turns", "the turn limit") if v["max_turns"].strip() != turns else None,
+            temperature=sampling.temperature(typed["temperature"]) if typed.get("temperature") else None,
+            max_tokens=_int(typed, "max_tokens", "max output tokens") if typed.get("max_tokens") else None,
             fields=fields)
 
     await ui.form_call(f"Sampling of session {t.id} (its openai: runner's requests)", [
@@ -294,6 +320,7 @@ async def _sampling(ui: Calling, targets: Targets) -> None:
         Field("max_tokens", "Max output tokens (blank: the server's default)", shown["max_tokens"]),
         Field("extra", "Other request fields, one JSON object (top_p, seed, stop...)",
               json.dumps(extra, sort_keys=True) if extra else "", '{"top_p": 0.9}'),
+        Field("max_turns", "Model requests a run makes at most", turns),
     ], change, help="Ctrl+S saves · Esc cancels · a field left blank or out is removed")
 
 
@@ -308,7 +335,7 @@ async def _nice(ui: Calling, targets: Targets) -> None:
     async def nice(v: dict[str, str]) -> Outcome:
         outcome: Outcome | None = None
         for t in targets:
-            outcome = await ui.ws.nice(t.id, _int(v["priority"], "the priority"))
+            outcome = await ui.ws.nice(t.id, _int(v, "priority", "the priority"))
         assert outcome is not None
         return outcome
 
@@ -326,7 +353,7 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
     t = targets[0]
 
     async def migrate(v: dict[str, str]) -> Outcome:
-        window, tokenizer = _int(v["window"], "the window"), v["tokenizer"].strip() or None
+        window, tokenizer = _int(v, "window", "the window"), v["tokenizer"].strip() or None
         method: str | None = v["fit"]
         if method == "ask":
             try:
@@ -350,7 +377,7 @@ async def _migrate(ui: Calling, targets: Targets) -> None:
         Field("model", "Model that writes a summary, if one is chosen (blank: the session's or the new runner's)",
               "", MODEL_SPEC),
         Field("tokenizer", "Tokenizer (blank: the new model's own, if at hand)", "", "tokenizer.json path · tiktoken:NAME"),
-    ], migrate, help="command:<shell command> · openai:<model>[@<url>][#KEY_VAR] · builtin:<name>")
+    ], migrate, help=f"runners: {lines.runner_forms()}")
 
 
 #: The move form's choice of what travels.
@@ -379,7 +406,7 @@ async def _merge(ui: Calling, targets: Targets) -> None:
     source = targets[0]
     await ui.form_call(f"Merge session {source.id} ({printable(source.name)}) into which session?",
                        [Field("target", "", str(source.parent or ""), "SID")],
-                       lambda v: _merge_into(ui, source, _int(v["target"], "the target")),
+                       lambda v: _merge_into(ui, source, _int(v, "target", "the target")),
                        help="Three-way: conflicting memory keys are shown for you to settle before anything is"
                             f" applied. Session {source.id} ends (terminated, merged) when the merge is done.")
 
@@ -595,18 +622,20 @@ async def _attach(ui: Calling, targets: Targets) -> None:
         await ui.make(ui.ws.detach(attached))
 
 
-def _int(text: str, what: str) -> int:
+def _int(values: dict[str, str], key: str, what: str) -> int:
+    """The whole number in the form field ``key``; a refusal puts the cursor back in it."""
     try:
-        return int(text.strip())
+        return int(values[key].strip())
     except ValueError:
-        raise ProcessionError(f"{what} is a whole number, not {text!r}") from None
+        raise FieldRefused(key, ProcessionError(f"{what} is a whole number, not {values[key]!r}")) from None
 
 
-def _float(text: str, what: str) -> float:
+def _float(values: dict[str, str], key: str, what: str) -> float:
+    """The number of seconds in the form field ``key``; a refusal puts the cursor back in it."""
     try:
-        return float(text.strip())
+        return float(values[key].strip())
     except ValueError:
-        raise ProcessionError(f"{what} is a number of seconds, not {text!r}") from None
+        raise FieldRefused(key, ProcessionError(f"{what} is a number of seconds, not {values[key]!r}")) from None
 
 
 def _fmt(value: float | None) -> str:
@@ -652,8 +681,8 @@ if _missing:
     raise RuntimeError(f"the monitor has no flow for {', '.join(_missing)}: add one to procession.tui.calls")
 #: Flows of a call that are not its own flow: a form for part of what the call changes.
 _MORE: dict[str, tuple[Any, ...]] = {
-    "sampling": (Call.ENV, "P", _sampling, lambda s: s.runner.startswith("openai:") and allowed(Call.ENV, s.state),
-                 "the openai: runner's sampling: temperature, max output tokens, request fields"),
+    "sampling": (Call.SET, "P", _sampling, lambda s: s.runner.startswith("openai:") and allowed(Call.SET, s.state),
+                 "the openai: runner's sampling: turn limit, temperature, max output tokens, request fields"),
 }
 #: Every flow by its name (a call's own is the call's name): what keys, the menu and the palette run.
 FLOWS: dict[str, Flow] = {call.value: Flow(call.value, call, *_FLOWS[call]) for call in USER_CALLS} | {

@@ -126,7 +126,8 @@ def _summary(d: SessionDetail, now: float, width: int) -> Text:
     column = width // 2 - 10
     rows: list[list[tuple[str, str]]] = []
     for fact in lines.facts(d, now):  # a long value takes a line of its own
-        if width >= 120 and rows and len(rows[-1]) == 1 and len(rows[-1][0][1]) < column and len(fact[1]) < column:
+        if (width >= 120 and rows and len(rows[-1]) == 1 and words.cell_len(rows[-1][0][1]) < column
+                and words.cell_len(fact[1]) < column):
             rows[-1].append(fact)
         else:
             rows.append([fact])
@@ -134,7 +135,7 @@ def _summary(d: SessionDetail, now: float, width: int) -> Text:
         text.append("\n")
         for j, (label, value) in enumerate(row):
             text.append(f"{label:<9}", "dim")
-            text.append(f"{value:<{column}}" if j < len(row) - 1 else value)
+            text.append(words.pad(value, column) if j < len(row) - 1 else value)
     return text
 
 

@@ -24,13 +24,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Input, OptionList, RadioButton, RadioSet, SelectionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from procession.calls.merge import MISSING, canonical
 from procession.model import limits
-from procession.model.errors import InvalidArgument
+from procession.model.errors import InvalidArgument, ProcessionError
 from procession.present import lines
 from procession.present.words import plural, printable
 
@@ -48,6 +50,19 @@ class Field:
     choices: tuple[tuple[str, str], ...] = ()
 
 
+class MarkedRadioButton(RadioButton):
+    """A radio button whose choice reads without colour: ``●`` when chosen, ``○`` when not
+    (Textual's draws ``●`` in both, lit or unlit, which a colour-blind eye or a monochrome
+    terminal cannot tell apart)."""
+
+    CHOSEN, NOT_CHOSEN = "●", "○"
+
+    @property
+    def _button(self) -> Content:
+        self.BUTTON_INNER = self.CHOSEN if self.value else self.NOT_CHOSEN
+        return super()._button
+
+
 #: The CLI flags the core's refusals name, each with the key of the form field that stands for it:
 #: a refused form that has the field says so under the refusal, and puts the cursor in it.
 FLAG_FIELDS = {"--pass": "passed", "--with": "model", "--max-tokens": "max_tokens"}
@@ -63,9 +78,15 @@ class Form(ModalScreen[dict[str, str] | None]):
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "submit", "Submit", show=False)]
 
-    def __init__(self, title: str, fields: Sequence[Field], *, help: str = "", error: str = "") -> None:
+    def __init__(self, title: str, fields: Sequence[Field], *, help: str = "", error: str = "", focus: str = "",
+                 cursor: str = "") -> None:
+        """``focus``: the key of the field the refusal ``error`` is about; ``cursor``: the field
+        the cursor was in when the refused form was submitted (where it goes back to when the
+        refusal names no field)."""
         super().__init__()
         self.title_text, self.fields, self.help, self.error = title, list(fields), help, error
+        self.focus_key, self.cursor_key = focus, cursor
+        self.submitted_from = ""  # the key of the field the cursor was in on submit
 
     def _flagged(self) -> list[tuple[str, Field]]:
         """The fields of this form the refusal names by their CLI flag, with the flag."""
@@ -85,7 +106,7 @@ class Form(ModalScreen[dict[str, str] | None]):
                 if f.choices:
                     with RadioSet(id=f"field-{f.key}"):
                         for choice, label in f.choices:
-                            yield RadioButton(printable(label, lines=False), value=choice == f.value)
+                            yield MarkedRadioButton(printable(label, lines=False), value=choice == f.value)
                 elif f.multiline:
                     yield TextArea(printable(f.value), id=f"field-{f.key}", classes="dialog--text", soft_wrap=True)
                 else:
@@ -111,11 +132,14 @@ class Form(ModalScreen[dict[str, str] | None]):
         return out
 
     def on_mount(self) -> None:
-        """The cursor in the field a refusal names, scrolled into view; else in the first field,
-        the form shown from its top (the first field's label above it)."""
+        """The cursor in the field a refusal is about (given, or named by its flag), scrolled
+        into view; else where it was when the refused form was submitted; else in the first
+        field, the form shown from its top (the first field's label above it). A refusal
+        never sends the cursor away from what has to be changed."""
         flagged = self._flagged()
-        if flagged:
-            self.query_one(f"#field-{flagged[0][1].key}").focus()
+        key = self.focus_key or (flagged[0][1].key if flagged else self.cursor_key)
+        if key:
+            self.query_one(f"#field-{key}").focus()
         elif typed := self.query("Input, TextArea"):
             typed.first().focus(scroll_visible=False)
 
@@ -124,7 +148,20 @@ class Form(ModalScreen[dict[str, str] | None]):
         self.action_submit()
 
     def action_submit(self) -> None:
+        node = self.focused
+        while node is not None and not (node.id or "").startswith("field-"):
+            node = node.parent if isinstance(node.parent, Widget) else None
+        self.submitted_from = node.id[len("field-"):] if node is not None and node.id else ""
         self.dismiss(self.values())
+
+
+class FieldRefused(ProcessionError):
+    """A refusal of what one field of a form holds (``field``: its key), in the core's words:
+    the form opens again with the cursor in that field."""
+
+    def __init__(self, field: str, refusal: ProcessionError) -> None:
+        super().__init__(str(refusal))
+        self.field = field
 
 
 class Prompt(Form):

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -26,7 +26,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from procession.present import words
-from procession.present.words import printable
+from procession.present.words import fit, printable
 from procession.model.records import SessionInfo
 
 from procession.present.cells import Column
@@ -53,14 +53,16 @@ class Layout:
 def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
     """The columns that fit a table width, each with its width: the flexible one takes what
     is left. On a narrow terminal the rightmost fixed columns go (as they would off the edge
-    of htop's screen) rather than squeezing the name to nothing; ``skip`` columns after the
-    first are scrolled off to the left (Right and Left scroll, as htop's screen does
-    sideways), the first (SID) always stays.
+    of htop's screen) rather than squeezing the name to nothing; ``skip`` columns are
+    scrolled off to the left (Right and Left scroll, as htop's screen does sideways), but
+    the ``frozen`` ones (SID, NAME, S: which row this is) stay where they are, in every
+    scroll and at every width.
 
-    One cell at the left of every row is kept for the tag mark (the header's ``‹`` there says
+    One cell at the left of every row is kept for the cursor's and the tag's mark (the header's ``‹`` there says
     columns are scrolled off), and one at the right for the header's ``›`` once a column is
     dropped there."""
-    shown = [*columns[:1], *columns[1 + skip:]]
+    scrolled = [c for c in columns if not c.frozen][:skip]
+    shown = [c for c in columns if c not in scrolled]
 
     def spare() -> int:
         marks = 2 if len(shown) + skip < len(columns) else 1
@@ -68,11 +70,11 @@ def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
 
     want = WANT_FLEX if any(not c.width for c in shown) else 0
     while spare() < want:
-        droppable = [i for i, c in enumerate(shown) if c.width and i > 0]  # the first (SID) stays
+        droppable = [i for i, c in enumerate(shown) if c.width and not c.frozen]
         if not droppable:
             break
         del shown[droppable[-1]]
-    # the room beyond what the flexible column keeps (all of it once the name is scrolled off)
+    # the room beyond what the flexible column keeps (all of it where the name is not shown)
     # goes to the growing ones
     room, keep = (max(MIN_FLEX, spare()), MAX_FLEX) if want else (spare(), 0)
     growing = [c for c in shown if c.grow]
@@ -82,12 +84,13 @@ def layout(columns: Sequence[Column], width: int, skip: int = 0) -> Layout:
                   len(shown) + skip < len(columns))
 
 
-def fit(text: str, width: int, right: bool = False) -> str:
-    """``text`` cut or padded to exactly ``width`` cells (wide characters counted as two)."""
-    if cell_len(text) > width:
-        return set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
-    pad = " " * (width - cell_len(text))
-    return pad + text if right else text + pad
+#: The row's first cell: the cursor's row and tagged rows read without colour (a monochrome
+#: terminal, a colour-blind eye); on the cursor's row a tag is said by its bold text.
+CURSOR_MARK, TAG_MARK = "▶", "*"
+
+
+def mark(cursor: bool, tagged: bool) -> str:
+    return CURSOR_MARK if cursor else TAG_MARK if tagged else " "
 
 
 class TableHeader(Widget):
@@ -184,7 +187,7 @@ class SessionTable(ScrollView, can_focus=True):
         self.tags: set[int] = set()
         self.highlights: dict[int, str] = {}
         self.columns: list[Column] = []
-        self.skip = 0  # columns after the first scrolled off to the left
+        self.skip = 0  # columns scrolled off to the left (never a frozen one)
         self.now = 0.0
         self._cache: OrderedDict[tuple[object, ...], Strip] = OrderedDict()
         self._styles: dict[object, Style] = {}
@@ -377,10 +380,11 @@ class SessionTable(ScrollView, can_focus=True):
             spend = "" if h.spend is None else f", spent {min(h.spend, 9.99) * 100:.0f}% of a budget's cap"
             text = f"{printable(h.agent)}  ({words.plural(h.count, 'session')}, {words.count(h.tokens)} tokens{spend})"
             style = self._part(base, "table--agent", cursor)
-            return Strip([Segment(fit(text, width), style)]).adjust_cell_length(width, style)
+            return Strip([Segment(mark(cursor, False), base), Segment(fit(text, width - 1), style)]
+                         ).adjust_cell_length(width, style)
         session = self.sessions[key]
         prefix = self.prefixes.get(key, "")
-        segments = [Segment("*" if tagged else " ", base)]
+        segments = [Segment(mark(cursor, tagged), base)]
         shown = layout(self.columns, width, self.skip).cells
         for i, (column, cell_width) in enumerate(shown):
             parts = column.cell(session, self.now)

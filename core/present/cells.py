@@ -37,6 +37,8 @@ class Column:
     cell: Callable[[SessionInfo, float], Parts]
     help: str
     grow: bool = False  # takes the width the flexible column has beyond what it needs
+    #: the row's identity: it stays at the left while the other columns scroll sideways
+    frozen: bool = False
 
 
 def bar(fraction: float, cells: int = BAR_CELLS) -> Parts:
@@ -110,17 +112,17 @@ def _spend(s: SessionInfo, now: float) -> list[tuple[str, str]]:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id"),
+    Column("sid", "SID", 5, True, lambda s: s.id, lambda s, n: [(str(s.id), "")], "session id", frozen=True),
     Column("agent", "AGENT", 10, False, lambda s: (s.agent, s.id),
            lambda s, n: [(printable(s.agent), "cell--agent")], "owning agent"),
     Column("host", "HOST", 12, False, lambda s: (s.host, s.id), _host,
            "the host its folder is on, whose engine runs it (lost: that engine died; its runs wait for it; →B: on its"
            " way to host B)"),
     Column("name", "NAME", 0, False, lambda s: (s.name.lower(), s.id), _name,
-           "session name (and what a running agent is doing)"),
+           "session name (and what a running agent is doing)", frozen=True),
     Column("state", "S", 1, False, lambda s: (STATE_ORDER[s.state], s.id),
            lambda s, n: [(s.state.letter, f"state--{s.state.letter}")],
-           "state: R running, W waiting for you, Q ready, S sleeping, T suspended, Z terminated"),
+           "state: R running, W waiting for you, Q ready, S sleeping, T suspended, Z terminated", frozen=True),
     Column("last", "LAST", 9, False, lambda s: (s.failures, s.last_outcome or "", s.id), _last,
            "how the last run ended (×N: failed N times in a row)"),
     Column("priority", "PRI", 4, True, lambda s: (s.priority, s.id), lambda s, n: [(str(s.priority), "")],
@@ -156,3 +158,27 @@ def shown(keys: Sequence[str], several_hosts: bool) -> list[str]:
         return list(keys)
     at = keys.index("agent") + 1 if "agent" in keys else 1
     return [*keys[:at], "host", *keys[at:]]
+
+
+#: The widest a cell of ``ps`` grows before it is cut with ``…`` (the rest take what they need).
+TEXT_WIDTHS = {"agent": 12, "host": 16, "name": 28, "runner": 28}
+
+
+def text_table(rows: Sequence[SessionInfo], now: float) -> str:
+    """The process table as the monitor draws it, in plain text (``ps``): the same columns and
+    cells (HOST among them where the sessions live on several hosts, or one's host was lost),
+    each column as wide as its widest cell counted in terminal cells, so that a name in
+    Chinese or with an emoji (two cells a character) keeps the columns after it in line."""
+    several = len({s.host for s in rows}) > 1 or any(s.host_lost for s in rows)
+    columns = [BY_KEY[k] for k in shown(DEFAULT, several)]
+    table = [[c.title for c in columns]]
+    for s in rows:
+        cells = []
+        for c in columns:
+            text = "".join(part for part, _ in c.cell(s, now)).replace("\n", " ")
+            limit = TEXT_WIDTHS.get(c.key)
+            cells.append(words.one_line(text, limit) if limit else text.rstrip())
+        table.append(cells)
+    widths = [max(words.cell_len(r[i]) for r in table) for i in range(len(columns))]
+    return "\n".join("  ".join(words.pad(cell, widths[i], columns[i].right) for i, cell in enumerate(r)).rstrip()
+                     for r in table)

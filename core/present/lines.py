@@ -30,7 +30,8 @@ from ..model.records import (
     Waited,
     Worktree,
 )
-from ..model import bounds, requests, toolcalls
+from ..model import bounds, requests, runner_spec, toolcalls
+from ..model.agents import CLIS
 from . import words
 from .words import one_line, printable
 
@@ -219,11 +220,20 @@ def bounds_text(s: SessionInfo) -> str:
     return printable(said)
 
 
+def runner_forms() -> str:
+    """How each kind of runner is written, for a form's hint: the kinds ``runner_spec`` reads,
+    its builtins and every agent CLI of ``agents.CLIS`` named from there, so that a runner
+    added there is offered everywhere."""
+    builtins = "|".join(runner_spec.BUILTINS)
+    return " · ".join(["command:<shell command>", "openai:<model>[@<url>][#KEY_VAR]", f"builtin:<{builtins}>",
+                       *(f"{kind}:[<model>]" for kind in CLIS)])
+
+
 def request_line(r: Request, now: float | None = None, width: int = 100) -> str:
     """``  4  12 coder (dev)      3m  Bash: git push origin main``: one request waiting."""
     what = one_line(f"{r.tool}: {requests.summary(r.tool, r.input)}", max(20, width - 42))
-    return printable(f"{r.id:>4} {r.sid:>4} {one_line(f'{r.session} ({r.agent})', 24):<24} {words.age(r.asked, now):>4}"
-                     f"  {what}")
+    who = words.pad(one_line(f"{r.session} ({r.agent})", 24), 24)
+    return printable(f"{r.id:>4} {r.sid:>4} {who} {words.age(r.asked, now):>4}  {what}")
 
 
 def request_text(r: Request) -> list[str]:
@@ -424,7 +434,7 @@ def journal_line(e: JournalEntry, width: int = 60) -> str:
     """A journal row: when, which face made the call and who (``cli ana@laptop``), the call,
     its session, its arguments and what came of it."""
     session = e.session if e.session is not None else "-"
-    return (f"{words.clock(e.ts)}  {printable(e.actor):<7} {printable(e.who or '-', lines=False):<14}"
+    return (f"{words.clock(e.ts)}  {words.pad(printable(e.actor), 7)} {words.pad(printable(e.who or '-', lines=False), 14)}"
             f" {printable(e.call):<9} {session:>4}"
             f"  {one_line(json.dumps(e.args, ensure_ascii=False, default=str), width)}"
             f" -> {one_line(json.dumps(e.outcome, ensure_ascii=False, default=str), 40)}")

@@ -4,6 +4,7 @@ write it right; nothing here touches the store."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -60,12 +61,14 @@ def path_map(items: Sequence[str], *, here_: bool = True) -> dict[str, str]:
 
 def json_value(text: str, what: str = "the value") -> Any:
     """A JSON value typed by a person, read strictly (``limits.json_loads``); a mistake says
-    how to write text, showing the start of what was typed."""
+    how to write text: what was typed (its start) as a JSON string, which is valid JSON
+    itself, its quotes and backslashes escaped (quotes put around it were not, where it held one)."""
     try:
         return limits.json_loads(text, what)
     except limits.NotJson:
         shown = text if len(text) <= QUOTED_MAX else text[:QUOTED_MAX] + "…"
-        raise InvalidArgument(f"{what} must be JSON (for text, quote it: '\"{shown}\"')") from None
+        raise InvalidArgument(f"{what} must be JSON; for text, quote it: {json.dumps(shown, ensure_ascii=False)}"
+                              ) from None
 
 
 def json_object(text: str, file: str) -> dict[str, Any]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+from rich.cells import cell_len, set_cell_size
+
 from ..model.text import plural, printable
 
-__all__ = ["age", "ago", "clock", "count", "one_line", "plural", "printable", "size"]
+__all__ = ["age", "ago", "cell_len", "clock", "count", "cut", "fit", "one_line", "pad", "plural", "printable", "size"]
 
 
 def count(n: float) -> str:
@@ -67,6 +69,27 @@ def clock(ts: float) -> str:
 
 
 def one_line(text: str, width: int) -> str:
-    """``text`` on one line (whitespace runs become one space), safe, cut to ``width`` with ``…``."""
+    """``text`` on one line (whitespace runs become one space), safe, cut to ``width`` cells
+    with ``…`` (a wide character, CJK or emoji, takes two: columns after it stay aligned)."""
     flat = printable(" ".join(text.split()))
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return cut(flat, width)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` cells, ending in ``…`` when anything was cut."""
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded to ``width`` cells (to the left when ``right``), as ``str.ljust`` would
+    pad it if every character were one cell: a column of names in Chinese or with emoji
+    lines up with the next."""
+    room = " " * max(0, width - cell_len(text))
+    return room + text if right else text + room
+
+
+def fit(text: str, width: int, right: bool = False) -> str:
+    """``text`` cut or padded to exactly ``width`` cells: a table's cell."""
+    return pad(cut(text, width), width, right)

@@ -3,16 +3,18 @@ is reachable from the keyboard, the action menu and the palette."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import Input, OptionList
+from textual.widgets import Input, OptionList, RadioButton, RadioSet, Static
 
 from conftest import until
 from procession import Workspace
 from procession.model.calls import USER_CALLS
 from procession.present import lines
 from procession.tui.calls import FLOWS
+from procession.tui.detail import Detail
 from procession.tui.dialogs import ActionMenu, Form
 from support.hosts import spawn_on, start_engine, stop
 from support.monitor import answer, line_of, to
@@ -146,7 +148,7 @@ async def test_the_sampling_form_sets_what_set_does_on_the_command_line(tmp_path
         assert first == {"PROCESSION_SAMPLING": '{"max_tokens": 512, "seed": 7, "temperature": 0.3, "top_p": 0.9}'}
         await call(pilot, app, "sampling")  # shown as set; a field left out goes, one typed wrong is refused
         await until(lambda: isinstance(app.screen, Form))
-        assert [i.value for i in app.screen.query("Input")] == ["0.3", "512", '{"seed": 7, "top_p": 0.9}']
+        assert [i.value for i in app.screen.query("Input")] == ["0.3", "512", '{"seed": 7, "top_p": 0.9}', "20"]
         await answer(pilot, app, "hot", "512", '{"seed": 7}')
         await until(lambda: isinstance(app.screen, Form) and "the temperature is a number" in app.screen.error,
                     timeout=3)
@@ -160,6 +162,70 @@ async def test_the_sampling_form_sets_what_set_does_on_the_command_line(tmp_path
     async with await Workspace.open(db) as ws:
         assert (await ws.show(sid)).env == (await ws.show(twin)).env == {
             "PROCESSION_SAMPLING": '{"max_tokens": 512, "seed": 7}'}
+
+
+def pick(app: Any, key: str, choice: str) -> None:
+    """Press the radio button of ``choice`` in the form field ``key``."""
+    field = next(f for f in app.screen.fields if f.key == key)
+    buttons = list(app.screen.query_one(f"#field-{key}", RadioSet).query(RadioButton))
+    buttons[[c for c, _ in field.choices].index(choice)].value = True
+
+
+def fill(app: Any, **values: str) -> None:
+    """Type into the form's one-line fields by key."""
+    for key, text in values.items():
+        app.screen.query_one(f"#field-{key}", Input).value = text
+
+
+#: Keywords of ``Workspace.set`` a form field stands for under another name, or that no form asks for.
+NOT_A_FIELD = {"act": None, "sid": None, "agent": None, "fields": "extra"}
+
+
+async def test_every_setting_set_changes_is_a_field_of_the_monitors_forms_and_is_read_back(
+        tmp_path: Path, monitor: Any) -> None:
+    """set's every option (as the CLI gives them) is in the settings (E), environment and bounds (V)
+    or sampling (P) form, shown as it is; what they set is what the detail view then reads."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    counter = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    counter.pre_tokenizer = pre_tokenizers.Whitespace()
+    counter.save(str(tmp_path / "tokenizer.json"))
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("loop", "a", runner="openai:m@http://127.0.0.1:9/v1")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await to(pilot, app, sid)
+        offered: set[str] = set()
+        for key in ("E", "V", "P"):
+            await pilot.press(key)
+            await until(lambda: isinstance(app.screen, Form))
+            shown = {f.key: f.value for f in app.screen.fields}
+            offered |= set(shown)
+            if key == "E":
+                assert (shown["restart"], shown["quiet"]) == ("no", "off")
+                pick(app, "restart", "on-failure")
+                pick(app, "quiet", "on")
+                fill(app, tokenizer=str(tmp_path / "tokenizer.json"))
+            elif key == "V":
+                assert shown["permissions"] == "bound"
+                pick(app, "permissions", "ask")
+            else:
+                assert shown["max_turns"] == "20"
+                fill(app, max_turns="5")
+            await pilot.press("ctrl+s")
+            await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        wanted = {k for k in inspect.signature(Workspace.set).parameters if k != "self"}
+        assert {NOT_A_FIELD.get(k, k) for k in wanted} - {None} <= offered
+        async with await Workspace.open(db) as ws:
+            detail = await ws.show(sid)
+        assert (detail.restart, detail.quiet, detail.info.permissions) == ("on-failure", True, "ask")
+        assert detail.env["PROCESSION_MAX_TURNS"] == "5" and "tokenizer.json" in detail.tokenizer
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, Detail) and app.screen.rev >= 0)
+        summary = str(app.screen.query_one("#summary", Static).render())
+        for said in ("on-failure", "it is quiet", "--permissions ask", "PROCESSION_MAX_TURNS=5", "tokenizer.json"):
+            assert said in summary, said
 
 
 async def _sampled(db: Path, sid: int) -> bool:
@@ -228,3 +294,88 @@ async def test_g_moves_a_session_the_host_column_shows_it_going_and_a_failed_mov
             for engine in engines:
                 stop(engine)
     assert (there / "theirs.txt").read_text() == "not to be written over\n" and (here / "work.txt").exists()
+
+
+async def test_the_spawn_and_migrate_forms_name_every_kind_of_runner(tmp_path: Path, monitor: Any) -> None:
+    """Their hint names every agent CLI and builtin the core knows (it once left out claude:,
+    codex: and opencode:)."""
+    from procession.model.agents import CLIS
+    from procession.model.runner_spec import BUILTINS
+
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await to(pilot, app, sid)
+        for key in ("g", "n"):
+            await pilot.press(key)
+            await until(lambda: isinstance(app.screen, Form))
+            hint = str(app.screen.query_one(".dialog--help", Static).render())
+            assert all(f"{kind}:" in hint for kind in ("command", "openai", "builtin", *CLIS)), hint
+            assert all(name in hint for name in BUILTINS), hint
+            await pilot.press("escape")
+            await until(lambda: not isinstance(app.screen, Form))
+
+
+async def test_a_refused_memory_value_keeps_the_cursor_in_it_and_suggests_valid_json(tmp_path: Path,
+                                                                                     monitor: Any) -> None:
+    """Text that is not JSON is refused with a suggestion that is JSON itself (quotes inside it
+    escaped), and the cursor stays in the value, from whichever field the form was sent."""
+    import json
+
+    typed = 'he said "hi" \\o/'
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await to(pilot, app, sid)
+        await call(pilot, app, "memory")
+        await choose(pilot, app, "set")
+        for sent_from in ("value", "key"):
+            await until(lambda: isinstance(app.screen, Form))
+            fill(app, key="said", value=typed)
+            app.screen.query_one(f"#field-{sent_from}").focus()
+            await pilot.press("ctrl+s")
+            await until(lambda: isinstance(app.screen, Form) and "must be JSON" in app.screen.error, timeout=3)
+            assert app.focused is app.screen.query_one("#field-value"), sent_from
+            suggested = app.screen.error.split("quote it: ", 1)[1]
+            assert json.loads(suggested) == typed
+        fill(app, value=suggested)
+        await pilot.press("ctrl+s")
+        await until(lambda: not isinstance(app.screen, Form))
+    async with await Workspace.open(db) as ws:
+        assert (await ws.show(sid)).memory == {"said": typed}
+
+
+async def test_a_refused_number_keeps_the_cursor_in_its_field(tmp_path: Path, monitor: Any) -> None:
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await to(pilot, app, sid)
+        await pilot.press("E")
+        await until(lambda: isinstance(app.screen, Form))
+        fill(app, window="lots")
+        await pilot.press("ctrl+s")
+        await until(lambda: isinstance(app.screen, Form) and "the window is a whole number" in app.screen.error,
+                    timeout=3)
+        assert app.focused is app.screen.query_one("#field-window")
+
+
+async def test_the_demo_session_on_its_scripted_model_says_so_in_its_detail(tmp_path: Path, monitor: Any) -> None:
+    from procession.cli import demo
+    from procession.cli.demo_model import DemoModel
+
+    made = await demo.build(tmp_path / "demo.db")
+    with DemoModel() as served:
+        sid = await demo.with_model(made.db, served.url)
+    app = await monitor(made.db)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await to(pilot, app, sid)
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, Detail) and app.screen.rev >= 0)
+        summary = " ".join(str(app.screen.query_one("#summary", Static).render()).split())
+        assert "scripted" in summary and "not a real model" in summary

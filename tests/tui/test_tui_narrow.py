@@ -1,5 +1,5 @@
 """The monitor's header and help, read back from what the terminal gets, mostly at 80x24: the
-columns that do not fit are reached by scrolling sideways, the header's clock is whole and its
+columns that do not fit are reached by scrolling sideways (SID, NAME and S staying), the header's clock is whole and its
 token figure says who counted it, and the help lists every key with its alternates.
 """
 
@@ -48,11 +48,13 @@ async def test_right_and_left_scroll_the_columns_that_do_not_fit(app: Monitor) -
             await keys(pilot, "right")
             header = header_line(app)
             seen |= set(header.split())
-            assert header.startswith("‹") and header.split()[1].startswith("SID")  # the SID column stays
+            # the row's identity stays at the left, in the header and in the rows: SID, NAME, S
+            assert header.startswith("‹") and header.split()[1:4] == ["SID▲", "NAME", "S"], header
+            assert any("1 monthly payroll" in line and " S " in line for line in screen_text(app))
             if not header.rstrip().endswith("›"):
                 break
         assert {"TRIGGERS", "ACTIVE", "CPU%", "RSS", "RUNNER"} <= seen
-        payroll = next(line for line in screen_text(app) if line.split()[:1] == ["1"])
+        payroll = next(line for line in screen_text(app) if "monthly payroll" in line)
         assert "command:python3" in payroll  # its runner, in the rows as in the header
         await keys(pilot, "right")  # nothing more to the right: stays
         assert "RUNNER" in header_line(app)
