@@ -11,6 +11,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from . import user_files
+from .errors import InvalidArgument
+
 
 def path() -> Path:
     from platformdirs import user_config_dir
@@ -23,8 +26,8 @@ def table(name: str, where: Path | None = None) -> tuple[Any, str | None]:
     problem that kept it from being read."""
     where = where or path()
     try:
-        return tomllib.loads(where.read_text(encoding="utf-8")).get(name), None
+        return tomllib.loads(user_files.read_file(str(where), user_files.SETTINGS_MAX).decode("utf-8")).get(name), None
     except FileNotFoundError:
         return None, None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, InvalidArgument) as exc:
         return None, f"config {where}: {exc}"
