@@ -36,12 +36,12 @@ async def open_monitor(db: Path | str, args: argparse.Namespace) -> int:
 
 async def monitor(args: argparse.Namespace) -> int:
     """The monitor on the workspace given (which must exist), or on the default one (made if new)."""
-    from procession.store import default_target, is_url
+    from procession.store import default_target, is_url, workspace_path
 
     explicit = getattr(args, "db", None) or os.environ.get("PROCESSION_DB")
     if explicit and is_url(explicit):
         return await open_monitor(explicit, args)  # a database: opening it says what is wrong
-    db = Path(explicit).expanduser() if explicit else Path(default_target())
+    db = workspace_path(explicit) if explicit else Path(default_target())
     if explicit and not db.exists():
         raise WorkspaceError(f"no workspace at {db}: spawn a session there to make one, or try `{PROG} demo`")
     return await open_monitor(db, args)
