@@ -656,3 +656,17 @@ def test_after_the_demo_a_command_on_no_workspace_names_the_demos(tmp_path: Path
     assert proc.returncode == 1 and proc.stderr.strip().endswith(f"the demo's is {demo}: give --db {demo}, or set"
                                                                  " PROCESSION_DB to it"), proc.stderr
     assert run("ps", "--db", str(demo)).returncode == 0
+
+
+def test_activate_over_a_budget_says_it_will_not_run_until_the_budget_is_raised(cli: Any) -> None:
+    """``ready`` alone promised a run the engine then held back (issue 35): the call's result
+    says why it will not run and how to see the budget; a cap of 0 is shown as reached."""
+    sid = spawn(cli)
+    other = spawn(cli, "t")
+    assert "runs 0 of 0 (reached)" in cli("limit", str(sid), "--runs", "0", "--per", "total").stdout
+    proc = cli("activate", str(sid))
+    assert proc.stdout.startswith(f"{sid}: ready")
+    assert (f"procession: note: it is over its session budget: runs 0 of 0 in total: it will not run until that"
+            f" budget is raised or cleared (`procession limit {sid}`)") in proc.stderr.splitlines(), proc.stderr
+    [outcome] = cli.json("activate", str(other))
+    assert not any("budget" in n["text"] for n in outcome["notes"])
