@@ -22,3 +22,10 @@ def test_every_extra_named_is_the_projects_own_installed_from_its_folder() -> No
         named += re.findall(r"pip install[^`\n]*'\.\[([a-z,]+)\]'", text)
     assert {"postgresql", "test"} <= set(named)
     assert {extra for group in named for extra in group.split(",")} <= extras
+
+
+def test_the_test_command_names_skipped_tests_at_the_end() -> None:
+    """A skip (no agent CLI, no PostgreSQL) is said with its reason, not only counted."""
+    for file in (ROOT / "README.md", ROOT / ".ci" / "run"):
+        commands = re.findall(r"pytest -q[^\n`]*", file.read_text(encoding="utf-8"))
+        assert commands and all(" -rs" in c for c in commands), (file, commands)
