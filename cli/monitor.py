@@ -60,19 +60,20 @@ def demo_path() -> Path:
 async def demo(args: argparse.Namespace) -> int:
     from . import demo as demo_workspace
 
-    db = Path(args.db).expanduser() if getattr(args, "db", None) else demo_path()
-    made = await demo_workspace.build(db, fresh=args.fresh)
-    if args.no_monitor or args.json:
-        emit(args, {"db": str(made.db), "folder": str(made.folder), "sessions": made.sessions},
-             f"demo workspace {made.db}\nits files: {made.folder}\nopen it: {PROG} --db {made.db}"
-             f" (or {PROG} demo, which also serves the demo's model)")
-        return 0
-    reason = needs_terminal()
-    if reason:
-        print(f"{PROG}: {reason}", file=sys.stderr)
-        return 2
-    from .demo_model import DemoModel
+    named = getattr(args, "db", None)
+    with demo_workspace.own(Path(named).expanduser() if named else demo_path(), named=bool(named)) as db:
+        made = await demo_workspace.build(db, fresh=args.fresh)
+        if args.no_monitor or args.json:
+            emit(args, {"db": str(made.db), "folder": str(made.folder), "sessions": made.sessions},
+                 f"demo workspace {made.db}\nits files: {made.folder}\nopen it: {PROG} --db {made.db}"
+                 f" (or {PROG} demo, which also serves the demo's model)")
+            return 0
+        reason = needs_terminal()
+        if reason:
+            print(f"{PROG}: {reason}", file=sys.stderr)
+            return 2
+        from .demo_model import DemoModel
 
-    with DemoModel() as model:  # the demo's own model, for as long as the monitor is open
-        await demo_workspace.with_model(made.db, model.url)
-        return await open_monitor(made.db, args)
+        with DemoModel() as model:  # the demo's own model, for as long as the monitor is open
+            await demo_workspace.with_model(made.db, model.url)
+            return await open_monitor(made.db, args)
