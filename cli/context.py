@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 from procession.calls import Workspace
 from procession.calls.context import DEFAULT_KEEP_LAST
+from procession.model import user_files
 from procession.model.calls import Call
 from procession.model.errors import InvalidArgument
 from procession.present import lines, parse, results
@@ -27,7 +29,8 @@ async def send(ws: Workspace, args: argparse.Namespace) -> int:
         if args.text is not None:
             raise UsageError("give either TEXT or --jsonl FILE, not both")
         try:
-            fh = sys.stdin if args.jsonl == "-" else open(args.jsonl, encoding="utf-8")
+            fh = sys.stdin if args.jsonl == "-" else io.TextIOWrapper(user_files.open_regular(args.jsonl),
+                                                                      encoding="utf-8")
         except OSError as exc:
             raise InvalidArgument(f"cannot read {args.jsonl}: {exc.strerror}") from None
         update, stop = progress_bar(args, "appending")

@@ -16,9 +16,12 @@ model (``demo_model``): activate it to watch it read its two bound tables, then 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import itertools
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -78,6 +81,32 @@ def _copy_examples(folder: Path) -> None:
         with resources.as_file(source / name) as path:
             shutil.copytree(path, folder / name, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+@contextlib.contextmanager
+def own(db: Path, *, named: bool) -> Iterator[Path]:
+    """A demo workspace this demo alone serves, held until the block ends (a lock beside it):
+    ``db``, or while another ``procession demo`` serves that one, the first of ``demo-2.db``,
+    ``demo-3.db``... that none serves; ``named`` (given with ``--db``): refused instead. Its
+    files and its session on the demo's model are then this demo's own: a second demo on the
+    same workspace pointed that session at its own model server, and broke it for the first
+    when it quit and took its server with it."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        path = db if n == 1 else db.with_name(f"{db.stem}-{n}{db.suffix}")
+        fd = os.open(path.with_name(f"{path.name}.demo-lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if named:
+                raise WorkspaceError(f"another procession demo serves {path}: give another --db") from None
+            continue
+        try:
+            yield path
+        finally:
+            os.close(fd)
+        return
 
 
 async def is_demo(db: Path) -> bool:

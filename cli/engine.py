@@ -13,6 +13,7 @@ from procession.model.errors import WorkspaceError
 from procession.present.words import printable
 
 from .registry import arg, command
+from .settings import note_unknown_keys
 
 
 class PrintableFormatter(logging.Formatter):
@@ -39,6 +40,7 @@ async def run(ws: Workspace, args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     if not args.verbose:
         logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event is noise
+    note_unknown_keys()
     engine = Engine(ws.path, slots=args.slots, grace=args.grace, tracker=args.tracker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -23,6 +23,7 @@ from procession.present.words import printable
 from . import cursor
 from .terminal import UsageError, done, each, emit, read_text
 from .registry import SID, SIDS, Arg, arg, command, sid_type
+from .settings import note_unknown_keys
 
 RUNNER_HELP = "command:CMD | openai:MODEL[@URL][#KEY_VAR] | builtin:NAME | claude:[MODEL] | codex:[MODEL] | opencode:[P/MODEL]"
 
@@ -199,6 +200,7 @@ async def foreground_engine(ws: Workspace, sids: set[int]) -> AsyncIterator[Call
     step is left running unsupervised (``Stopped``)."""
     from procession.engine import Engine
 
+    note_unknown_keys()
     engine = Engine(ws.path, slots=max(1, len(sids)), only=sids, triggers=False)
     stop = asyncio.Event()
     await engine.start()

@@ -36,12 +36,12 @@ async def open_monitor(db: Path | str, args: argparse.Namespace) -> int:
 
 async def monitor(args: argparse.Namespace) -> int:
     """The monitor on the workspace given (which must exist), or on the default one (made if new)."""
-    from procession.store import default_target, is_url
+    from procession.store import default_target, is_url, workspace_path
 
     explicit = getattr(args, "db", None) or os.environ.get("PROCESSION_DB")
     if explicit and is_url(explicit):
         return await open_monitor(explicit, args)  # a database: opening it says what is wrong
-    db = Path(explicit).expanduser() if explicit else Path(default_target())
+    db = workspace_path(explicit) if explicit else Path(default_target())
     if explicit and not db.exists():
         raise WorkspaceError(f"no workspace at {db}: spawn a session there to make one, or try `{PROG} demo`")
     return await open_monitor(db, args)
@@ -60,19 +60,20 @@ def demo_path() -> Path:
 async def demo(args: argparse.Namespace) -> int:
     from . import demo as demo_workspace
 
-    db = Path(args.db).expanduser() if getattr(args, "db", None) else demo_path()
-    made = await demo_workspace.build(db, fresh=args.fresh)
-    if args.no_monitor or args.json:
-        emit(args, {"db": str(made.db), "folder": str(made.folder), "sessions": made.sessions},
-             f"demo workspace {made.db}\nits files: {made.folder}\nopen it: {PROG} --db {made.db}"
-             f" (or {PROG} demo, which also serves the demo's model)")
-        return 0
-    reason = needs_terminal()
-    if reason:
-        print(f"{PROG}: {reason}", file=sys.stderr)
-        return 2
-    from .demo_model import DemoModel
+    named = getattr(args, "db", None)
+    with demo_workspace.own(Path(named).expanduser() if named else demo_path(), named=bool(named)) as db:
+        made = await demo_workspace.build(db, fresh=args.fresh)
+        if args.no_monitor or args.json:
+            emit(args, {"db": str(made.db), "folder": str(made.folder), "sessions": made.sessions},
+                 f"demo workspace {made.db}\nits files: {made.folder}\nopen it: {PROG} --db {made.db}"
+                 f" (or {PROG} demo, which also serves the demo's model)")
+            return 0
+        reason = needs_terminal()
+        if reason:
+            print(f"{PROG}: {reason}", file=sys.stderr)
+            return 2
+        from .demo_model import DemoModel
 
-    with DemoModel() as model:  # the demo's own model, for as long as the monitor is open
-        await demo_workspace.with_model(made.db, model.url)
-        return await open_monitor(made.db, args)
+        with DemoModel() as model:  # the demo's own model, for as long as the monitor is open
+            await demo_workspace.with_model(made.db, model.url)
+            return await open_monitor(made.db, args)

@@ -13,12 +13,12 @@ import json
 import re
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from procession.model.calls import Call
+from procession.model import user_files
 from procession.model.errors import InvalidArgument, NoneDone, ProcessionError
 from procession.model.outcomes import Outcome
 from procession.present import results
@@ -36,9 +36,13 @@ class UsageError(Exception):
 
 
 def read_text(file: str) -> str:
-    """A UTF-8 text file, or standard input for ``-``."""
+    """A UTF-8 text file, or standard input for ``-``, of at most ``user_files.TEXT_FILE_MAX``
+    bytes: a regular file only (``/dev/zero`` or a FIFO is refused, not read)."""
     try:
-        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        if file == "-":
+            data = user_files.read(sys.stdin.buffer, "standard input", user_files.TEXT_FILE_MAX)
+        else:
+            data = user_files.read_file(file, user_files.TEXT_FILE_MAX)
     except OSError as exc:
         raise InvalidArgument(f"cannot read {file}: {exc.strerror}") from None
     try:

@@ -97,11 +97,12 @@ class Cli:
     def env(self) -> dict[str, str]:
         return {**os.environ, "PROCESSION_DB": str(self.db), "XDG_RUNTIME_DIR": str(self.cwd / "runtime")}
 
-    def __call__(self, *args: str, input: str | None = None, check: bool = True,
+    def __call__(self, *args: str, input: str | None = None, stdin: Any = None, check: bool = True,
                  shell: bool = False) -> subprocess.CompletedProcess[str]:
+        """``input``: what standard input holds; or ``stdin``: a file it is (``/dev/zero``)."""
         env = self.env()
         proc = subprocess.run([sys.executable, "-m", "procession", *args], capture_output=True, text=True,
-                              input=input, env=env, cwd=self.cwd, timeout=HANG_S, start_new_session=shell)
+                              input=input, stdin=stdin, env=env, cwd=self.cwd, timeout=HANG_S, start_new_session=shell)
         if check and proc.returncode != 0:
             raise AssertionError(f"procession {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import agent_homes, agents, bounds, environ, limits, snapshot, snapshot_process, transcripts, trigger_spec
+from ..model import agent_homes, agents, bounds, environ, limits, snapshot, snapshot_process, transcripts, trigger_spec, user_files
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotError
 from ..model.outcomes import Loaded, Saved
@@ -117,7 +117,9 @@ class FileCalls(Calls):
         since they name sessions of the workspace it came from. ``mapping`` (old path prefix
         -> new, ``load --map``) moves the session's folder, its bound paths, its watches and
         the paths inside the agent's own session it carries, which is written where this
-        machine's CLI finds it, so that its next run resumes it here.
+        machine's CLI finds it, so that its next run resumes it here. The file must be a
+        regular one; one not laid out as ``save`` writes it is read whole, up to
+        ``user_files.SNAPSHOT_WHOLE_MAX``.
         """
         mapping = map_paths(mapping)
         if checkpoint is not None:
@@ -129,14 +131,14 @@ class FileCalls(Calls):
         file = str(source)
         path = os.path.abspath(file)
         try:
-            with open(file, "rb") as fh, closing(snapshot_process.read(fh, file)) as parts:
+            with user_files.open_regular(file) as fh, closing(snapshot_process.read(fh, file)) as parts:
                 return await self._load_file(path, _Reading(parts), progress=progress, mapping=mapping)
         except snapshot.NotAsWritten:
             pass  # rewritten by another tool, or damaged: only a whole read tells which
         except OSError as exc:
             raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
         try:
-            data = Path(file).read_bytes()
+            data = user_files.read_file(file, user_files.SNAPSHOT_WHOLE_MAX)
         except OSError as exc:
             raise SnapshotError(f"cannot read {file}: {exc.strerror}") from None
         return await self._load_file(path, _Reading(snapshot.parse(data, file).parts()), progress=progress,

@@ -19,6 +19,7 @@ from ..model.states import Reason, Restart, State
 from ..store import rows, tokens
 from . import counting, native, waking, worktrees
 from .base import Calls
+from .budgets import verdict
 from .context import DEFAULT_KEEP_LAST, mask_plan, plan_fold, write_fold, write_masks
 from .lineage import remove_folder
 from .moving import take_back
@@ -292,6 +293,8 @@ class LifecycleCalls(Calls):
         elif await live_holder(act.tx, act.row["host"]) is None:
             act.note(f"no engine runs on this workspace for host {act.row['host']} (where its folder is): the run"
                      " waits in the queue until one starts there (`procession run`, or a monitor)")
+        if (over := (await verdict(act.tx, sid, act.now)).over) is not None:
+            act.note(over_budget(over), Call.LIMIT, sid)
         return Moved(sid, act.target)
 
     @syscall(Call.SUSPEND)
@@ -510,3 +513,10 @@ async def _set_agent(act: Act, agent: str, quiet: bool | None, **others: Any) ->
         raise InvalidArgument(f"agent {agent} is already {'quiet' if quiet else 'not quiet'}")
     await act.tx.execute("UPDATE agents SET quiet = ? WHERE id = ?", (int(quiet), agent_id))
     return Updated(0, ("quiet",), agent=agent)
+
+
+def over_budget(over: str) -> str:
+    """What ``activate`` says of a session over a budget (``over``: which, and by how much):
+    queued, it is held suspended by the engine rather than run, so ``ready`` alone would
+    promise a run that never comes."""
+    return f"it is over {over}: it will not run until that budget is raised or cleared"

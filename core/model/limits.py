@@ -186,7 +186,7 @@ def json_value(value: Any, what: str, limit: int = JSON_VALUE_MAX, depth: int = 
     except UnicodeEncodeError:
         raise InvalidArgument(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
     if size > limit:
-        raise InvalidArgument(f"{what} is {size:,} bytes of JSON; the limit is {_bytes(limit)}")
+        raise InvalidArgument(f"{what} is {size:,} bytes of JSON; the limit is {size_words(limit)}")
     return text
 
 
@@ -256,7 +256,8 @@ def _too_deep(what: str, depth: int, margin: int) -> InvalidArgument:
     return InvalidArgument(f"{what} is nested deeper than {depth} levels")
 
 
-def _bytes(n: int) -> str:
+def size_words(n: int) -> str:
+    """A size as a person reads it: ``64 MiB``, ``512 KiB``, ``1,000 bytes``."""
     return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n >> 10} KiB" if n % 1024 == 0 else f"{n:,} bytes"
 
 

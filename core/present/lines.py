@@ -8,6 +8,7 @@ session or a runner goes through ``printable`` here: no face has to remember to.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -268,11 +269,17 @@ def _reread(r: Rule) -> str:
 
 def budget_line(b: Budget, now: float | None = None) -> str:
     """``session 3, per day: tokens 1.2M of 2M (60%), cost $1.20 of $5.00 (24%); until 00:00``."""
-    parts = [f"{name} {_figure(name, b.spend[name])} of {_figure(name, cap)} ({int(b.used.get(name, 1) * 100)}%)"
+    parts = [f"{name} {_figure(name, b.spend[name])} of {_figure(name, cap)} ({_part(b.used.get(name, 1))})"
              for name, cap in b.caps.items()]
     until = f"; until {time.strftime('%a %H:%M', time.localtime(b.ends))}" if b.ends else ""
     period = "in total" if b.per == "total" else f"per {b.per}"
     return printable(f"{b.scope} {b.name}, {period}: {', '.join(parts)}{until}")
+
+
+def _part(used: float) -> str:
+    """How much of a cap is spent: a percentage, or ``reached`` for a cap of 0 (spent from
+    the start: its part is infinite, and was an ``OverflowError`` as a percentage)."""
+    return f"{int(used * 100)}%" if math.isfinite(used) else "reached"
 
 
 def _figure(name: str, value: float) -> str:

@@ -170,11 +170,20 @@ def _blanks(line: str, at: int) -> int:
     return found.end() if found else at
 
 
+#: The longest line of a JSON Lines transcript, in characters: one message of the largest
+#: text the store keeps, with room for its escapes and fields. A line is never read past it
+#: (standard input from ``/dev/zero`` has no end of line).
+JSONL_LINE_MAX = 2 * limits.TEXT_MAX
+
+
 def jsonl(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
     """The objects of a JSON Lines transcript, one a line (blank lines skipped), read as they
-    are taken, each refused (naming its line) as ``limits.json_loads`` would refuse it."""
+    are taken, each refused (naming its line) as ``limits.json_loads`` would refuse it, and a
+    line longer than ``JSONL_LINE_MAX`` refused as it is read."""
     try:
-        for n, line in enumerate(fh, start=1):
+        for n, line in enumerate(iter(lambda: fh.readline(JSONL_LINE_MAX + 1), ""), start=1):
+            if len(line) > JSONL_LINE_MAX:
+                raise InvalidArgument(f"{name} line {n} is longer than {JSONL_LINE_MAX >> 20} Mi characters; refused")
             start = 0 if line[:1] == "{" else _blanks(line, 0)
             if start == len(line):
                 continue

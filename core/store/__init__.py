@@ -7,15 +7,11 @@ import os
 import time
 from pathlib import Path
 
-from .base import Clock, Row, Store, Tx
+from .base import URL_SCHEMES, Clock, Row, Store, Tx
 from .sqlite import BUSY_TIMEOUT_MS, SqliteStore, workspace_path
 
 __all__ = ["BUSY_TIMEOUT_MS", "Clock", "Row", "Store", "Tx", "default_target", "is_url", "open_store",
            "workspace_path"]
-
-#: How a PostgreSQL workspace's address begins (libpq's two spellings)
-URL_SCHEMES = ("postgresql://", "postgres://")
-
 
 def is_url(target: Path | str) -> bool:
     """Whether ``target`` names a PostgreSQL workspace rather than a file."""

@@ -25,6 +25,10 @@ Clock = Callable[[], float]
 Params = Sequence[Any] | dict[str, Any]
 T = TypeVar("T")
 
+#: How a PostgreSQL workspace's address begins (libpq's two spellings): the only addresses a
+#: workspace has; any other ``scheme://`` is refused, never taken for a file's path.
+URL_SCHEMES = ("postgresql://", "postgres://")
+
 JOURNAL = ("INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome, who)"
            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 

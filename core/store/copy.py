@@ -2,7 +2,8 @@
 
 The copy is one write transaction on the target: it has all of the source or none of it. The
 source is read in one snapshot (a consistent state, while its engine may go on writing: what
-is written after is not copied, and the count said is the count copied). Every row keeps its
+is written after is not copied, and the count said is the count copied); the engines' claims
+are not copied, so a copy starts with no engine. Every row keeps its
 id, so journal rows, forks and runs still name each other; the target's counters (PostgreSQL's
 identity sequences) go on after the highest id copied. Then both stores are read again, table by
 table in key order, and their row counts and SHA-256 hashes compared: the copy is reported only
@@ -23,6 +24,11 @@ from .dialect import sqlite_schema
 BATCH = 2000
 #: The meta rows that belong to a store's own making, not to the workspace
 _OWN_META = ("schema",)
+#: The tables that belong to the running store, not to the workspace: an engine's claim on
+#: its host (``engines``: its pid, its heartbeat) holds the workspace it serves. Copied, it
+#: named the source's engine, alive, as the copy's: the copy's monitor said another engine held
+#: it, ``activate`` found an engine and said nothing, and ``procession run`` there was refused.
+_NOT_COPIED = ("engines",)
 
 
 @dataclass(slots=True)
@@ -43,11 +49,14 @@ class Copied:
 
 
 def _layout() -> dict[str, tuple[list[str], list[str]]]:
-    """Each table's columns and key, from the schema itself (the ``meta`` table included)."""
+    """Each table's columns and key, from the schema itself (the ``meta`` table included), of
+    the tables a copy carries."""
     db = sqlite_schema()
     out: dict[str, tuple[list[str], list[str]]] = {}
     for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
                                " ORDER BY name"):
+        if table in _NOT_COPIED:
+            continue
         cols = db.execute(f"PRAGMA table_info({table})").fetchall()
         out[table] = [c[1] for c in cols], [c[1] for c in sorted(cols, key=lambda c: c[5]) if c[5]]
     return out

@@ -392,7 +392,8 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
     try:
         import psycopg
     except ImportError:
-        raise WorkspaceError("a PostgreSQL workspace needs psycopg: pip install 'procession[postgresql]'") from None
+        raise WorkspaceError("a PostgreSQL workspace needs psycopg: pip install 'psycopg[binary]>=3.2' (or, in the project's"
+                             " folder, pip install '.[postgresql]')") from None
     from psycopg.adapt import Dumper, Loader
     from psycopg.pq import Format
     from psycopg.types.numeric import Int8Dumper

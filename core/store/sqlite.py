@@ -31,7 +31,7 @@ from typing import Any, cast
 import aiosqlite
 
 from . import schema, tokens
-from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
+from .base import JOURNAL, URL_SCHEMES, Clock, Params, Row, Store, T, Tx
 from ..model import hosts
 from ..model.errors import InvalidArgument, StoreBusy, StoreFull, WorkspaceError
 
@@ -40,12 +40,22 @@ BUSY_TIMEOUT_MS = 10_000
 HOSTED = 14
 
 
+#: An address's scheme (RFC 3986: a letter, then letters, digits, ``+``, ``-`` and ``.``).
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def workspace_path(path: Path | str) -> Path:
     """The absolute path of the workspace file ``path`` names, made absolute at once (a
     relative one would mean another file to a step running in its session's folder), or a
     one-line refusal of what names no file: an empty path, ``:memory:`` and ``file:`` URIs
-    (SQLite's, which a workspace shared by processes cannot be), a path ending in a slash."""
+    (SQLite's, which a workspace shared by processes cannot be), a path ending in a slash, and
+    an address of a scheme no store speaks (``mysql://``, ``sqlite:///x``, a mistyped
+    ``postgresq://``), which would otherwise become a folder named after it."""
     text = os.fspath(path)
+    scheme = _SCHEME.match(text)
+    if scheme:
+        raise WorkspaceError(f"{text}: no workspace is at a {scheme[1]}:// address; a workspace is a file"
+                             f" or a {' or '.join(URL_SCHEMES)} address")
     if not text.strip():
         raise WorkspaceError("the workspace path is empty")
     if "\0" in text:

@@ -117,7 +117,8 @@ def load(spec: str) -> Tokenizer:
         from tokenizers import Tokenizer as HfTokenizer
     except ImportError:
         raise InvalidArgument("reading a tokenizer.json needs the tokenizers package:"
-                              " pip install 'procession[tokenizers]'") from None
+                              " pip install 'tokenizers>=0.15' (or, in the project's folder,"
+                              " pip install '.[tokenizers]')") from None
     try:
         hf = HfTokenizer.from_file(str(path))
     except Exception:  # noqa: BLE001 - the library says little more than "not one"

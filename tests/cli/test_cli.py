@@ -656,3 +656,46 @@ def test_after_the_demo_a_command_on_no_workspace_names_the_demos(tmp_path: Path
     assert proc.returncode == 1 and proc.stderr.strip().endswith(f"the demo's is {demo}: give --db {demo}, or set"
                                                                  " PROCESSION_DB to it"), proc.stderr
     assert run("ps", "--db", str(demo)).returncode == 0
+
+
+async def test_a_second_demo_has_a_workspace_and_a_model_of_its_own(tmp_path: Path) -> None:
+    """A second ``procession demo`` pointed the first one's model session at its own model
+    server, and broke it when it quit (issue 35). While a demo serves its workspace (here:
+    this test holds it, as a running demo does), another demo builds and serves one of its own;
+    one named with --db is refused; the model session of each points at its own model."""
+    from procession.cli import demo
+
+    env = {k: v for k, v in os.environ.items() if k != "PROCESSION_DB"} | {"XDG_DATA_HOME": str(tmp_path / "data")}
+    first = tmp_path / "data" / "procession" / "demo.db"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "procession", "demo", "--no-monitor", "--json", *args],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    with demo.own(first, named=False) as held:
+        assert held == first
+        await demo.build(first)
+        serving = await demo.with_model(first, "http://127.0.0.1:1/v1")
+        second = json.loads(run().stdout)
+        assert second["db"] == str(first.with_name("demo-2.db"))
+        assert second["folder"] == str(first.with_name("demo-2-files"))
+        assert refused(run("--db", str(first))).strip().endswith(f"another procession demo serves {first}: give"
+                                                                 " another --db")
+        await demo.with_model(Path(second["db"]), "http://127.0.0.1:2/v1")
+    async with await Workspace.open(first) as ws:
+        assert (await ws.info(serving)).runner.endswith("@http://127.0.0.1:1/v1")
+    assert json.loads(run().stdout)["db"] == str(first)  # served by none now: the first again
+
+
+def test_activate_over_a_budget_says_it_will_not_run_until_the_budget_is_raised(cli: Any) -> None:
+    """``ready`` alone promised a run the engine then held back (issue 35): the call's result
+    says why it will not run and how to see the budget; a cap of 0 is shown as reached."""
+    sid = spawn(cli)
+    other = spawn(cli, "t")
+    assert "runs 0 of 0 (reached)" in cli("limit", str(sid), "--runs", "0", "--per", "total").stdout
+    proc = cli("activate", str(sid))
+    assert proc.stdout.startswith(f"{sid}: ready")
+    assert (f"procession: note: it is over its session budget: runs 0 of 0 in total: it will not run until that"
+            f" budget is raised or cleared (`procession limit {sid}`)") in proc.stderr.splitlines(), proc.stderr
+    [outcome] = cli.json("activate", str(other))
+    assert not any("budget" in n["text"] for n in outcome["notes"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import HANG_S, Clock, sql, until
+from conftest import HANG_S, Clock, engine_on, sql, until
 from procession import InvalidArgument, Workspace, WorkspaceError
 from procession.model.errors import StoreUnreachable
 from procession.store import open_store
@@ -277,3 +277,23 @@ async def test_a_server_that_goes_away_and_comes_back(postgres, tmp_path) -> Non
 ])
 def test_statements_are_said_in_postgresql(sqlite: str, postgresql: str) -> None:
     assert translate(sqlite) == postgresql
+
+
+async def test_a_copy_starts_with_no_engine_claim(cli, db, live, tmp_path) -> None:
+    """Copied while its engine ran, a workspace carried that engine's claim (issue 35): the
+    copy's ``activate`` said ``ready`` and nothing ran, an engine there was refused. The copy
+    has no claim: ``activate`` says no engine runs it, and an engine started there runs it."""
+    sid = (await live.spawn("s", "a", runner="command:echo ran", cwd=str(tmp_path))).sid
+    copy = tmp_path / "copy.db"
+    async with engine_on(db):
+        cli("migrate-store", str(db), str(copy))
+    assert sql(copy, "SELECT count(*) FROM engines") == [(0,)]
+    activated = cli("activate", str(sid), "--db", str(copy))
+    assert "no engine runs on this workspace" in activated.stderr, activated.stderr
+    ws = await Workspace.open(copy)
+    try:
+        async with engine_on(copy):
+            await until(lambda: ws.history(sid))
+        assert [m.content for m in await ws.history(sid)] == ["ran"]
+    finally:
+        await ws.close()

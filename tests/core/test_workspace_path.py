@@ -51,6 +51,22 @@ def test_paths_that_name_no_workspace_file_are_refused_in_one_line(cli, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "nothing was created"
 
 
+@pytest.mark.parametrize("db", ["mysql://u@db/procession", "sqlite:///ws.db", "postgresq://u@db/procession"])
+def test_an_address_of_a_scheme_no_store_speaks_is_refused_naming_those_known(cli, tmp_path, db):
+    """Taken for a path, ``--db mysql://u@db/x`` made the folders ``mysql:/u@db`` and a
+    workspace in them; every way a workspace is named refuses it, and creates nothing."""
+    before = sorted(p.name for p in tmp_path.iterdir())
+    says = f"{db}: no workspace is at a {db.split(':')[0]}:// address; a workspace is a file or a postgresql:// or" \
+           " postgres:// address"
+    for args in (["spawn", "s", "--agent", "a", "--db", db], ["ps", "--db", db], ["--db", db],
+                 ["migrate-store", db, "new.db"], ["migrate-store", "none.db", db]):
+        assert says in refused(cli(*args, check=False))
+    spawned = subprocess.run([sys.executable, "-m", "procession", "spawn", "s", "--agent", "a"], cwd=tmp_path,
+                             env={**os.environ, "PROCESSION_DB": db}, capture_output=True, text=True)
+    assert says in refused(spawned)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "nothing was created"
+
+
 async def test_a_relative_path_is_made_absolute_at_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     store = await Store.open("rel/ws.db")

@@ -61,9 +61,11 @@ def held(folder: Path) -> dict[str, bytes | str]:
     return out
 
 
-def cli(db: str, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(db: str, *args: str, home: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI on ``db``; ``home``: the HOME it runs with (by default the tests' own, wherever it is)."""
+    env = {**os.environ, "HOME": home} if home is not None else None
     return subprocess.run([sys.executable, "-m", "procession", "--db", db, *args], capture_output=True, text=True,
-                          timeout=HANG_S)
+                          env=env, timeout=HANG_S)
 
 
 async def run_once(ws: Workspace, sid: int, n: int) -> str:
@@ -369,9 +371,13 @@ async def test_a_mistyped_host_is_said_at_spawn_a_cancelled_session_stops_moving
     await ws.move(inner, "alpha")  # taken back
 
     shared = await spawn_on(ws, "alpha", "in tmp", SHOW, cwd="/tmp")
-    out = cli(db, "move", str(shared), "--to", "beta", "--map", "/tmp=/srv/tmp")
+    # with a home outside /tmp; a throwaway home (a new user's) is under it, and /tmp is refused for holding it
+    out = cli(db, "move", str(shared), "--to", "beta", "--map", "/tmp=/srv/tmp", home="/nonexistent")
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
     assert f"session {shared}'s folder /tmp cannot be carried off (it is a folder of the whole system)" in out.stderr
+    out = cli(db, "move", str(shared), "--to", "beta", "--map", "/tmp=/srv/tmp", home=str(tmp_path))
+    assert f"session {shared}'s folder /tmp cannot be carried off (it holds your home folder {tmp_path})" \
+        in out.stderr, out.stderr
     assert await ws.move_info(shared) is None
 
 
