@@ -77,6 +77,8 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
 PS_BATCH = 2000
 #: How far back (journal rows) a face first looks for the restarts of the engine running now.
 RESTARTS_LOOKED = 2000
+#: The journal rows of what the engine did by itself that faces tell (``restarts``).
+_TOLD = ("actor = 'engine' AND (call = 'notify' OR call = 'activate' AND json_extract(args, '$.why') = 'restart')")
 #: The columns ``ps`` sorts by (the keys of the monitor's columns) and their SQL.
 PS_SORTS = {
     "sid": "s.id", "agent": "a.name", "host": "s.host", "name": "s.name", "state": "s.state", "priority": "s.priority",
@@ -355,21 +357,21 @@ class ReadCalls(Calls):
         return list((await self.info(sid)).triggers)
 
     async def restarts(self, after: int | None = None) -> tuple[int, list[JournalEntry]]:
-        """The runs the engine started again by a session's restart policy (``set --restart``),
-        journaled after row ``after`` (None: since the engines running now started, among the
-        last ``RESTARTS_LOOKED`` rows); and the journal's last row, to go on from."""
+        """What the engine did by itself that faces tell the user of: the runs it started again
+        by a session's restart policy (``set --restart``), and the notifications it could not
+        send (``engine.notify``: said once an engine runs, where a log line would reach no
+        one under the monitor); journaled after row ``after`` (None: since the engines running
+        now started, among the last ``RESTARTS_LOOKED`` rows); and the journal's last row, to go on from."""
         async with self.store.snapshot() as tx:
             tip = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
             if after is None:
                 started = await tx.value("SELECT min(started) FROM engines")
                 if started is None:
                     return tip, []
-                found = await tx.all("SELECT * FROM journal WHERE id > ? AND ts >= ? AND call = 'activate'"
-                                     " AND actor = 'engine' AND json_extract(args, '$.why') = 'restart' ORDER BY id",
+                found = await tx.all(f"SELECT * FROM journal WHERE id > ? AND ts >= ? AND {_TOLD} ORDER BY id",
                                      (tip - RESTARTS_LOOKED, started))
             else:
-                found = await tx.all("SELECT * FROM journal WHERE id > ? AND id <= ? AND call = 'activate'"
-                                     " AND actor = 'engine' AND json_extract(args, '$.why') = 'restart' ORDER BY id",
+                found = await tx.all(f"SELECT * FROM journal WHERE id > ? AND id <= ? AND {_TOLD} ORDER BY id",
                                      (after, tip))
         return tip, [_entry(r) for r in found]
 

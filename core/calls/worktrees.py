@@ -447,13 +447,15 @@ def _plan_copy(record: dict[str, Any], source: int, target: int, folder: str, re
 
 def apply(plan: FilePlan, message: str) -> Applied:
     """Do the file merge ``plan`` says (with no conflict left unsettled): git's merge, then
-    each settled path taken from its side, committed with ``message``; or the copy's files
+    each settled path taken from its side, committed with ``message`` (as the user, or as
+    Procession where they have no identity: ``_identity``); or the copy's files
     brought over, the ones they replace kept aside until ``finish``."""
     if plan.summary.kind == "copy":
         return _apply_copy(plan)
     top, branch = plan.top, plan.record["branch"]
     applied = Applied(plan, before=gitrepo.run(top, "rev-parse", "HEAD").stdout.decode().strip())
-    merged = gitrepo.run(top, "merge", "--no-ff", "--no-commit", "-m", message, branch, check=False)
+    who = _identity(top, plan.record["session_id"])
+    merged = gitrepo.run(top, "merge", "--no-ff", "--no-commit", "-m", message, branch, check=False, env=who)
     if gitrepo.run(top, "rev-parse", "-q", "--verify", "MERGE_HEAD", check=False).returncode != 0:
         if merged.returncode != 0:
             raise gitrepo.GitError(gitrepo.said(merged))
@@ -469,12 +471,32 @@ def apply(plan: FilePlan, message: str) -> Applied:
         left = gitrepo.unmerged(top)
         if left:
             raise ProcessionError(f"git's merge left {named(left)} unmerged in {top}: nothing was merged")
-        gitrepo.run(top, "commit", "-q", "--no-edit", "--no-verify")
+        gitrepo.run(top, "commit", "-q", "--no-edit", "--no-verify", env=who)
     except BaseException:
         gitrepo.run(top, "merge", "--abort", check=False)
         raise
     applied.commit = gitrepo.run(top, "rev-parse", "HEAD").stdout.decode().strip()
     return applied
+
+
+#: Who authors and commits a merge's commit where the user has no identity (``_identity``).
+NAMELESS: Final = ("Procession (session {sid})", "procession@localhost")
+
+
+def _identity(top: str, sid: int) -> dict[str, str]:
+    """The environment that names who makes the merge of session ``sid``'s branch in ``top``:
+    nothing where the user's identity (their configuration's or the repository's
+    ``user.name`` and ``user.email``, or ``GIT_AUTHOR_*``/``GIT_COMMITTER_*``) is there, as
+    their own commits have it; else Procession, for the session, as author or committer or
+    both. Why: the merge commit is Procession's own, and git refuses to make one with no
+    identity (``unable to auto-detect email address``) or would guess one from the host;
+    ``user.useConfigOnly`` makes git say which is missing rather than guess."""
+    name, email = NAMELESS[0].format(sid=sid), NAMELESS[1]
+    who: dict[str, str] = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        if gitrepo.run(top, "-c", "user.useConfigOnly=true", "var", f"GIT_{role}_IDENT", check=False).returncode:
+            who |= {f"GIT_{role}_NAME": name, f"GIT_{role}_EMAIL": email}
+    return who
 
 
 def _leads_out(rel: str, entry: str) -> bool:

@@ -3,21 +3,34 @@ whose run failed (or that the engine suspended for failing), one whose run finis
 80% of a budget or suspended by it.
 
 The engine reads what happened from the journal (the calls ``ask``, ``finish``, and the
-engine's ``suspend`` and ``limit``, since it last looked), so a notification is sent once per event, whichever process made the
-call (an agent's asking server, a CLI, the engine itself), and none is sent for what happened
+engine's ``suspend`` and ``limit``, since it last looked), so a notification is sent once per
+event, whichever process made the call (an agent's asking server, a CLI, the engine itself), and none is sent for what happened
 before the engine started. Each goes to the desktop, where a desktop session exists (a D-Bus
 session bus: ``desktop-notifier``, the freedesktop notification service), and to the user's
 command, as ``[notify]`` in the config file (``~/.config/procession/config.toml``) says::
 
     [notify]
-    command = ["my-hook", "--from", "procession"]   # or one string, split as a shell would
+    command = ["my-hook", "--from", "procession"]   # or one line of shell: "my-hook >> ~/asked.log"
     reasons = ["waiting", "failed", "finished", "budget"]
     desktop = true                                  # the default where a desktop session exists
+    detail = "program"                              # what of a tool's input the text holds
 
 The command runs with the session, the reason and the text in its environment
 (``PROCESSION_SID``, ``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,
-``PROCESSION_TEXT``) and the text as its last argument. Neither is waited for by the engine's
-loop: each runs in the background, given up after ``COMMAND_TIMEOUT_S``. A session set
+``PROCESSION_TEXT``), the workspace (``PROCESSION_DB``) and, when a session waits, the request
+(``PROCESSION_REQUEST``, which ``procession allow`` and ``deny`` take), and the text as its last
+argument (a line of shell: as ``$1``). One line is run by ``/bin/sh``, as a user writing a line
+expects (a redirection, ``~``, ``$VAR``): split into words as a shell would but run without one,
+a line's redirection was a word of the program's, and ``~`` a folder of that name. A waiting
+session's text names the tool and, for a shell command, its program (``Bash: git``), no more of
+what the agent asked unless ``detail = "input"`` says so (a command line can hold a secret);
+``"tool"``: the tool alone.
+
+Neither is waited for by the engine's loop: each runs in the background, given up after
+``COMMAND_TIMEOUT_S``. A command that cannot start, fails or runs over, and a desktop that
+cannot show one, is said once an engine runs, in its log (``procession run`` prints it) and in
+the journal (an engine's ``notify`` row, which the monitor tells as it tells the runs the
+engine restarted): a log line alone is read by no one under the monitor. A session set
 ``--quiet``, or of an agent set so, sends none.
 """
 
@@ -28,20 +41,30 @@ import contextlib
 import json
 import logging
 import os
-import shlex
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from ..model import config, requests
+from ..model.calls import Call
+from ..model.errors import ProcessionError
 from ..model.text import printable
-from ..store import Store
+from ..store import Store, Tx
 
 log = logging.getLogger("procession.notify")
 
 WAITING, FAILED, FINISHED, BUDGET = "waiting", "failed", "finished", "budget"
 REASONS: Final = (WAITING, FAILED, FINISHED, BUDGET)
 COMMAND_TIMEOUT_S: Final = 30.0
+#: What of a tool's input a waiting session's text holds: the tool alone; and a shell
+#: command's program (``Bash: git``); the call in one line (a command line whole).
+TOOL, PROGRAM, INPUT = "tool", "program", "input"
+DETAILS: Final = (TOOL, PROGRAM, INPUT)
+#: What runs a command given as one line (``$0`` is named after us; the text is ``$1``).
+SHELL: Final = ("/bin/sh", "-c")
+#: The exit statuses by which a shell says it could not run what a line names.
+NOT_RUN: Final = (126, 127)
 #: A desktop notification's title, by reason.
 TITLES: Final = {WAITING: "a session waits for you", FAILED: "a run failed", FINISHED: "a run finished",
                  BUDGET: "a budget"}
@@ -49,13 +72,20 @@ TITLES: Final = {WAITING: "a session waits for you", FAILED: "a run failed", FIN
 
 @dataclass(slots=True, frozen=True)
 class Settings:
-    """``[notify]``: the command (none: no command), whether the desktop shows them, and the
-    reasons they are sent for."""
+    """``[notify]``: the command (none: no command; a line of shell is ``SHELL`` running it),
+    whether the desktop shows them, the reasons they are sent for and what of a tool's input
+    a waiting session's text holds (``DETAILS``)."""
 
     command: tuple[str, ...] = ()
     reasons: frozenset[str] = frozenset(REASONS)
     problems: tuple[str, ...] = ()
     desktop: bool = False
+    detail: str = PROGRAM
+
+    @property
+    def shell(self) -> bool:
+        """Whether the command is a line of shell."""
+        return self.command[:2] == SHELL
 
 
 @dataclass(slots=True, frozen=True)
@@ -65,6 +95,7 @@ class Notice:
     agent: str
     reason: str
     text: str
+    request: int | None = None  # waiting: the request it waits on
 
 
 def load(path: Path | None = None) -> Settings:
@@ -78,14 +109,15 @@ def load(path: Path | None = None) -> Settings:
     given = table if isinstance(table, dict) else {"command": None}
     command, reasons = given.get("command", []), given.get("reasons", list(REASONS))
     if isinstance(command, str):
-        command = shlex.split(command)
-    wanted = given.get("desktop", desktop)
+        command = [*SHELL, command, "procession"] if command.strip() else []
+    wanted, detail = given.get("desktop", desktop), given.get("detail", PROGRAM)
     if (not isinstance(command, list) or not all(isinstance(w, str) for w in command)
-            or not isinstance(reasons, list) or not set(reasons) <= set(REASONS) or not isinstance(wanted, bool)):
+            or not isinstance(reasons, list) or not set(reasons) <= set(REASONS) or not isinstance(wanted, bool)
+            or detail not in DETAILS):
         return Settings(problems=(f"config {path or config.path()}: [notify] takes command (a list of words, or one"
-                                  f" line), reasons (of {', '.join(REASONS)}) and desktop (true or false);"
-                                  " no notifications",))
-    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop)
+                                  f" line of shell), reasons (of {', '.join(REASONS)}), desktop (true or false) and"
+                                  f" detail (one of {', '.join(DETAILS)}); no notifications",))
+    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop, detail=detail)
 
 
 @dataclass(slots=True)
@@ -97,7 +129,7 @@ class Notifier:
     seen: int = 0
     running: set[asyncio.Task[None]] = field(default_factory=set)
     desktop: Any = None  # the desktop's notifier (``desktop_notifier.DesktopNotifier``), made when first used
-    desktop_failed: bool = False  # said once: the desktop could not show one
+    said: set[str] = field(default_factory=set)  # the kinds of problem said already (``_say``): each once
 
     async def start(self) -> None:
         """From now on: what happened before the engine started was the last engine's to say."""
@@ -116,10 +148,11 @@ class Notifier:
                 " s.quiet OR a.quiet AS quiet"
                 " FROM journal j JOIN sessions s ON s.id = j.session_id JOIN agents a ON a.id = s.agent_id"
                 " WHERE j.id > ? AND j.call IN ('ask', 'finish', 'suspend', 'limit') ORDER BY j.id", (self.seen,))
+            asked = await _requests(tx, [r for r in map(_waits_on, found) if r is not None])
         notices = []
         for row in found:
             self.seen = max(self.seen, row["id"])
-            notice = _notice(row)
+            notice = _notice(row, asked, self.settings.detail)
             if notice is not None and notice.reason in self.settings.reasons and not row["quiet"]:
                 notices.append(notice)
                 self._send(notice)
@@ -142,44 +175,99 @@ class Notifier:
             await asyncio.wait_for(self.desktop.send(title=f"Procession: {TITLES[n.reason]}",
                                                      message=printable(n.text)), COMMAND_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a desktop that cannot show it: said once, nothing else stops
-            if not self.desktop_failed:
-                self.desktop_failed = True
-                log.warning("the desktop could not show a notification: %s: %s", type(exc).__name__, exc)
+            await self._say("desktop", n, f"the desktop could not show a notification: {type(exc).__name__}: {exc}")
 
     async def _run(self, n: Notice) -> None:
         # printable: names and what an agent asked are others' words, with no escape sequence
         env = {**os.environ, "PROCESSION_SID": str(n.sid), "PROCESSION_SESSION_NAME": printable(n.name),
                "PROCESSION_AGENT": printable(n.agent), "PROCESSION_REASON": n.reason,
-               "PROCESSION_TEXT": printable(n.text)}
-        try:
-            proc = await asyncio.create_subprocess_exec(*self.settings.command, env["PROCESSION_TEXT"], env=env,
-                                                        stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.DEVNULL,
-                                                        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
-        except (OSError, ValueError) as exc:  # ValueError: a NUL in what an agent asked
-            log.warning("the notify command %s cannot start: %s", self.settings.command[0], exc)
+               "PROCESSION_TEXT": printable(n.text), "PROCESSION_DB": str(self.store.path)}
+        if n.request is not None:
+            env["PROCESSION_REQUEST"] = str(n.request)
+        named = _named(self.settings)
+        with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a child it leaves behind holds no read open
+            try:
+                proc = await asyncio.create_subprocess_exec(*self.settings.command, env["PROCESSION_TEXT"], env=env,
+                                                            stdin=asyncio.subprocess.DEVNULL,
+                                                            stdout=asyncio.subprocess.DEVNULL, stderr=errors,
+                                                            start_new_session=True)
+            except (OSError, ValueError) as exc:  # ValueError: a NUL in what an agent asked
+                await self._say("start", n, f"the notify command {named} cannot start: {exc}")
+                return
+            try:
+                status = await asyncio.wait_for(proc.wait(), COMMAND_TIMEOUT_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+                await self._say("timeout", n, f"the notify command {named} ran over {COMMAND_TIMEOUT_S:g} s; killed")
+                return
+            if status in NOT_RUN and self.settings.shell:
+                await self._say("start", n, f"the notify command {named} cannot start: {_last_line(errors)}")
+            elif status:
+                await self._say("exit", n, f"the notify command {named} exited {status}: {_last_line(errors)}")
+
+    async def _say(self, kind: str, n: Notice, problem: str) -> None:
+        """Say a problem of one ``kind`` the first time only, in the log and the journal (an
+        engine's ``notify`` row, about the session whose notification it was)."""
+        if kind in self.said:
             return
+        self.said.add(kind)
+        said = printable(problem, lines=False)
+        log.warning("%s", said)
+
+        async def journal(tx: Tx) -> int:
+            return await tx.journal("engine", Call.NOTIFY, n.sid, {"reason": n.reason}, {"problem": said})
+
         try:
-            await asyncio.wait_for(proc.wait(), COMMAND_TIMEOUT_S)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            log.warning("the notify command ran over %g s; killed", COMMAND_TIMEOUT_S)
+            await self.store.atomic(journal)
+        except ProcessionError as exc:
+            log.warning("the notify problem could not be journaled: %s", exc)
 
     async def close(self) -> None:
         if self.running:
             await asyncio.wait(list(self.running), timeout=COMMAND_TIMEOUT_S + 1)
 
 
-def _notice(row: Any) -> Notice | None:
-    """The notice a journal row stands for, if any."""
+def _waits_on(row: Any) -> int | None:
+    """The request a journal row made a session wait on, if it did (an ``ask`` left unanswered)."""
+    outcome = json.loads(row["outcome"] or "null")
+    if row["call"] == "ask" and isinstance(outcome, dict) and outcome.get("answer") is None:
+        return int(outcome["request"])
+    return None
+
+
+async def _requests(tx: Tx, ids: list[int]) -> dict[int, Any]:
+    """The requests ``ids``, read whole (the journal keeps a shortened input)."""
+    if not ids:
+        return {}
+    found = await tx.all(f"SELECT id, tool, subject, input FROM requests WHERE id IN ({','.join('?' * len(ids))})", ids)
+    return {r["id"]: r for r in found}
+
+
+def asked_for(request: Any, detail: str) -> str:
+    """What a waiting session's text says its agent asks for, holding of the tool's input no
+    more than ``detail`` allows: ``Bash: git``; ``Bash: a command line`` for one whose subject
+    is the whole line (``requests.subject``: shell syntax, a wrapper such as ``sudo``, an
+    assignment first), whose first word may be anything; ``Write`` (a tool with no program);
+    or the call in one line."""
+    tool: str = request["tool"]
+    subject: str = request["subject"]
+    if detail == INPUT:
+        return f"{tool}: {requests.summary(tool, json.loads(request['input']))[:200]}"
+    if detail == TOOL or not subject:
+        return tool
+    return f"{tool}: {'a command line' if subject.startswith(requests.EXACT) else subject}"
+
+
+def _notice(row: Any, asked: dict[int, Any], detail: str) -> Notice | None:
+    """The notice a journal row stands for, if any (``asked``: the requests it may name)."""
     args, outcome = json.loads(row["args"] or "{}"), json.loads(row["outcome"] or "null")
     sid, name, agent = row["session_id"], row["name"], row["agent"]
-    if row["call"] == "ask" and isinstance(outcome, dict) and outcome.get("answer") is None:
-        tool = str(args.get("tool", ""))
-        return Notice(sid, name, agent, WAITING, f"session {sid} ({name}) waits for you: its agent asks to use {tool}"
-                                                 f" ({requests.summary(tool, args.get('input'))[:200]})")
+    request = _waits_on(row)
+    if request is not None and request in asked:
+        return Notice(sid, name, agent, WAITING, f"session {sid} ({name}) waits for you: its agent asks to use"
+                                                 f" {asked_for(asked[request], detail)}", request)
     if row["call"] == "finish":
         ran = args.get("outcome")
         if ran in ("failed", "timeout"):
@@ -193,6 +281,19 @@ def _notice(row: Any) -> Notice | None:
     if row["call"] == "limit" and row["actor"] == "engine" and isinstance(outcome, dict) and outcome.get("warned"):
         return Notice(sid, name, agent, BUDGET, f"session {sid} ({name}) has spent {'; '.join(outcome['warned'])}")
     return None
+
+
+def _named(settings: Settings) -> str:
+    """The command as a problem names it: its program, or its line of shell."""
+    return settings.command[len(SHELL)] if settings.shell else settings.command[0]
+
+
+def _last_line(errors: IO[bytes]) -> str:
+    """The last line a command wrote on its standard error (read from its end), which says
+    why it failed; or that it said nothing."""
+    errors.seek(max(0, errors.seek(0, os.SEEK_END) - 4096))
+    lines = errors.read().decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "it said nothing"
 
 
 def _desktop_notifier() -> Any:

@@ -66,6 +66,7 @@ class Call(StrEnum):
     ASK = "ask"
     LEASE = "lease"
     WAKE = "wake"
+    NOTIFY = "notify"  # a notification the engine could not send (``engine.notify``)
 
 
 @dataclass(slots=True, frozen=True)
@@ -120,4 +121,4 @@ INFO: Final[dict[Call, CallInfo]] = {
 USER_CALLS: Final[tuple[Call, ...]] = tuple(INFO)
 #: The calls only the engine makes.
 ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.LAUNCH, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE,
-                                         Call.ASK)
+                                         Call.ASK, Call.NOTIFY)

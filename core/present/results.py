@@ -197,8 +197,11 @@ def adoption(a: Adoption, *, brief: bool = False) -> str:
 
 
 def restarted(entry: JournalEntry, name: str) -> str:
-    """``session 3 (nightly) runs again: its run 12 was lost (its engine stopped); restart on-failure``."""
+    """``session 3 (nightly) runs again: its run 12 was lost (its engine stopped); restart on-failure``;
+    or, for a notification the engine could not send, the problem as its log said it."""
     out = entry.outcome if isinstance(entry.outcome, dict) else {}
+    if entry.call == Call.NOTIFY:
+        return printable(str(out.get("problem", "a notification could not be sent")), lines=False)
     why = {"lost": "was lost (its engine stopped: a crash or a restart)", "failed": "failed",
            "timeout": "ran out of time", "interrupted": "was interrupted as its engine stopped"}.get(
         str(out.get("outcome")), "did not finish")

@@ -208,28 +208,61 @@ async def test_a_fetch_reaches_no_repository_but_by_a_file(tmp_path, url, key, v
     assert repo.head("brought") == repo.head()
 
 
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str]) -> None:
+    """A HOME of the test's own whose ``.gitconfig`` holds ``settings`` (none: no file), no
+    system configuration and no identity in the environment: only what the test sets applies."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for key, value in settings.items():
+        subprocess.run(["git", "config", "--file", str(home / ".gitconfig"), key, value], check=True)
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
+                 "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
 async def test_the_users_own_configuration_still_applies(ws, tmp_path, monkeypatch):
     """A HOME of the test's own: its identity signs the merge's commit, and its filter (as
     Git LFS's is) runs where the repository's own configuration names another for the same
     driver, whose program does not."""
     run, ran = program(tmp_path)
-    home = tmp_path / "home"
-    home.mkdir()
     users = tmp_path / "users-filter-ran"
-    for key, value in {"user.name": "Their Name", "user.email": "them@example.invalid",
-                       "filter.x.smudge": f"sh -c 'echo smudged >> {users}; cat'", "filter.x.clean": "cat"}.items():
-        subprocess.run(["git", "config", "--file", str(home / ".gitconfig"), key, value], check=True)
-    for name in ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
-                 "GIT_COMMITTER_EMAIL"):
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    own_home(tmp_path, monkeypatch, {"user.name": "Their Name", "user.email": "them@example.invalid",
+                                     "filter.x.smudge": f"sh -c 'echo smudged >> {users}; cat'",
+                                     "filter.x.clean": "cat"})
     repo = attributed(tmp_path)
     repo.git("config", "filter.x.smudge", run)
     await fork_and_merge(ws, repo, ["filter.x.smudge"])
     assert not ran.exists()
     assert users.read_text().startswith("smudged\n")  # the fork's worktree was checked out through it
     assert repo.git("log", "-1", "--format=%an <%ae>") == "Their Name <them@example.invalid>"
+
+
+async def test_with_no_identity_anywhere_procession_authors_its_merge_commit(ws, tmp_path, monkeypatch):
+    """No identity in any configuration or in the environment (git's own commit would fail:
+    ``unable to auto-detect email address``): the merge's commit is Procession's, named for
+    the session merged, and its dry run has nothing to warn of. An identity the repository's
+    own configuration gives is the user's, and then the commit is theirs."""
+    own_home(tmp_path, monkeypatch, {})
+    repo = Repo.init(tmp_path / "repo", {"a.txt": "1\n2\n3\n"})
+    parent = await session_in(ws, repo.path)
+    for mine in (False, True):
+        if mine:
+            repo.git("config", "user.name", "In The Repository")
+            repo.git("config", "user.email", "repo@example.invalid")
+        forked = await ws.fork(parent, worktree=True)
+        Repo(Path(forked.worktree or "")).commit({"a.txt": f"{mine}\n2\n3\n"}, "the fork's")
+        repo.commit({f"{mine}.txt": "the parent's\n"}, "the parent's")
+        plan = await ws.merge_plan(forked.sid, parent)
+        assert plan.clean and plan.files is not None and plan.files.changes == (("M", "a.txt"),)
+        assert (await ws.merge(forked.sid, parent)).commit == repo.head()
+        assert repo.read("a.txt") == f"{mine}\n2\n3\n"
+        assert repo.git("log", "-1", "--format=%an <%ae>|%cn <%ce>") == (
+            "In The Repository <repo@example.invalid>|In The Repository <repo@example.invalid>" if mine else
+            f"Procession (session {forked.sid}) <procession@localhost>|Procession (session {forked.sid})"
+            " <procession@localhost>")
 
 
 async def test_a_key_git_cannot_take_empty_fails_in_one_line_naming_it(ws, tmp_path):

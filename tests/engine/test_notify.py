@@ -6,6 +6,7 @@ quiet agent, sends none."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,9 @@ from conftest import engine_on, until
 from procession import Workspace
 from procession.model.errors import InvalidArgument
 from procession.engine.notify import Settings, load
+from procession.present import results
 from support.desktop import desktop
+from support.hooks import configured, hooked, notified
 from support.models import ModelServer, Script, say, tool_call
 
 HOOK = ("import json, os, sys; open(sys.argv[1], 'a').write(json.dumps({k: os.environ[k] for k in"
@@ -77,7 +80,11 @@ def test_the_config_file_names_the_command_and_a_mistake_sends_nothing(tmp_path:
     monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)  # no desktop session
     path = tmp_path / "config.toml"
     path.write_text('theme = "paper"\n[notify]\ncommand = "notify-send procession"\nreasons = ["waiting"]\n')
-    assert load(path) == Settings(("notify-send", "procession"), frozenset({"waiting"}))
+    assert load(path) == Settings(("/bin/sh", "-c", "notify-send procession", "procession"), frozenset({"waiting"}))
+    path.write_text('[notify]\ncommand = ["notify-send", "procession"]\ndetail = "input"\n')
+    assert load(path) == Settings(("notify-send", "procession"), detail="input")
+    path.write_text('[notify]\ncommand = "x"\ndetail = "everything"\n')
+    assert "detail (one of tool, program, input)" in load(path).problems[0]
     path.write_text('[notify]\ncommand = ["x"]\nreasons = ["everything"]\n')
     found = load(path)
     assert not found.command and "no notifications" in found.problems[0]
@@ -117,3 +124,62 @@ async def all_ended(ws: Workspace, sids: tuple[int, ...]) -> bool:
         if not [r for r in await ws.runs(sid) if r.ended]:
             return False
     return True
+
+
+async def test_five_sessions_waiting_at_once_send_five_notifications_each_with_its_request(
+        live: Workspace, db: Path, tmp_path: Path) -> None:
+    """Five ``openai:`` sessions whose agents ask at once (the engine itself makes each
+    ``ask``): exactly five notifications, each naming its own request and the workspace, and
+    none holding the tool's input (the default: the tool, and a shell command's program)."""
+    log = tmp_path / "notified"
+    settings = hooked(tmp_path, log)
+    (tmp_path / "data").mkdir()
+    asking = tool_call("data_write", {"path": "x", "content": "a secret"})
+    with ModelServer(Script(*[asking] * 5, *[say("ok")] * 5)) as model:
+        sids = []
+        for n in range(5):
+            sids.append((await live.spawn(f"careful-{n}", "b", runner=f"openai:m@{model.url_v1}", cwd=str(tmp_path),
+                                          permissions="ask")).sid)
+            await live.bind(sids[-1], "folder", str(tmp_path / "data"), mode="rw")
+        async with engine_on(db, slots=5, notify=settings):
+            for sid in sids:
+                await live.activate(sid)
+            asked = await until(lambda: pending_all(live, 5))
+            await until(lambda: len(notified(log)) >= 5)
+            for request in asked:
+                await live.deny(request.id, why="no")
+            await until(lambda: all_ended(live, tuple(sids)))
+    got = notified(log)
+    assert sorted(int(n.request) for n in got) == sorted(r.id for r in asked)
+    by_request = {r.id: (r.sid, r.session) for r in asked}
+    for n in got:
+        assert (n.reason, n.db) == ("waiting", str(db))
+        assert n.text.startswith("session {} ({}) ".format(*by_request[int(n.request)]))
+        assert n.text.endswith("waits for you: its agent asks to use data_write") and "secret" not in n.text
+
+
+async def pending_all(ws: Workspace, n: int) -> Any:
+    found = await ws.pending()
+    return found if len(found) >= n else None
+
+
+@pytest.mark.parametrize("command", [["/nowhere/hook", "--from", "procession"], "no-such-hook-anywhere --from it"])
+async def test_a_command_that_cannot_start_is_said_once_in_the_log_and_to_the_monitor(
+        live: Workspace, db: Path, tmp_path: Path, command: str | list[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A program that is not there, named as a list of words (it cannot be started) or in a
+    line of shell (the shell says it is not found): three notifications, one problem said,
+    in the engine's log (``procession run`` prints it) and in the journal, where the monitor
+    reads what the engine did by itself (``restarts``)."""
+    settings = configured(tmp_path, command)
+    sids = [(await live.spawn(f"fine-{n}", "a", runner="command:true", cwd=str(tmp_path))).sid for n in range(3)]
+    with caplog.at_level(logging.WARNING, logger="procession.notify"):
+        async with engine_on(db, notify=settings):
+            for sid in sids:
+                await live.activate(sid)
+            await until(lambda: all_ended(live, tuple(sids)))
+    said = [r.getMessage() for r in caplog.records if r.name == "procession.notify"]
+    program = command[0] if isinstance(command, list) else command.split()[0]
+    assert len(said) == 1 and "cannot start" in said[0] and program in said[0], said
+    _, told = await live.restarts(0)
+    assert [results.restarted(entry, "?") for entry in told] == [said[0]]
