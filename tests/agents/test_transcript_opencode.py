@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from procession import Workspace
+from procession.model import agent_homes
 from procession.model.errors import InvalidArgument
 from procession.model.toolcalls import tool_message
 from procession.model.transcripts import Found, Position, Said, format_of
@@ -314,7 +315,9 @@ async def test_a_read_holds_what_the_runner_stored_for_the_same_turns(
     sid = await agent_session(live, opencode_sandbox, monkeypatch)
     assert (await ask(live, sid, "write hi into file", 1)).outcome == "ok"
     shown = (await live.show(sid)).to_json()
-    read = FORMAT.read(FORMAT.find(opencode_sandbox.env, shown["agent_ref"]["id"]))
+    # the session's own state folder (agent_homes), where its runs keep the CLI's store
+    env = agent_homes.environment("opencode", opencode_sandbox.env, shown["agent_home"]["folder"])
+    read = FORMAT.read(FORMAT.find(env, shown["agent_ref"]["id"]))
     assert [(m.role, m.content, m.meta or {}) for m in read.messages] == [
         (c["role"], c["content"], {k: v for k, v in (c.get("meta") or {}).items() if k != "run"})
         for c in shown["context"]]
