@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,9 @@ import pytest
 from conftest import until
 from procession import Workspace
 from procession.engine import confinement
-from procession.engine.mcp_relay import key_file
 from support.agent_clis import AgentSandbox
 from support.models import ModelServer
-from support.runs import finished
+from support.runs import finished, reach_from_another_run
 
 from test_permissions import ask_for_shell
 
@@ -59,13 +57,8 @@ async def test_no_other_run_and_no_keyless_connection_can_ask_as_a_waiting_claud
     [path] = {arg for p in leader.children(recursive=True) for arg in p.cmdline() if arg.endswith("/ask.sock")}
 
     # Another session's run, confined as every run is: the socket and its key are not in its world.
-    steal = (f"command:{sys.executable} -c \"import socket\ntry:\n    open('{key_file(path)}').read()\n"
-             f"except OSError as e: print('key', e.strerror)\ns = socket.socket(socket.AF_UNIX)\n"
-             f"try:\n    s.connect('{path}'); print('connected')\nexcept OSError as e: print('socket', e.strerror)\"")
-    attacker = (await live.spawn("attacker", "other", runner=steal, cwd=str(tmp_path))).sid
-    await live.activate(attacker)
-    await until(lambda: finished(live, attacker))
-    assert (await live.history(attacker))[-1].content == "key No such file or directory\nsocket No such file or directory"
+    said = await reach_from_another_run(live, path, str(tmp_path))
+    assert said == "key No such file or directory\nsocket No such file or directory"
 
     # A process with the machine's view (an unconfined run, say): refused without the key.
     assert await asyncio.to_thread(knock, path, b"f" * 32) == b""

@@ -33,7 +33,7 @@ from procession.engine import confinement
 from procession.engine.mcp_relay import key_file
 from procession.engine.own_mcp import CONNECTIONS
 from procession.model import bounds
-from support.runs import finished
+from support.runs import finished, reach_from_another_run
 
 pytestmark = pytest.mark.skipif(bool(confinement.namespaces()), reason="a run cannot have a world of its own here")
 
@@ -216,13 +216,7 @@ async def test_a_runs_relay_socket_is_not_in_another_runs_world_nor_served_witho
     attacker_dir = tmp_path / "attacker"
     attacker_dir.mkdir()
     victim, sock = await holding_its_relay(live, tmp_path / "victim")
-    steal = (f"command:{sys.executable} -c \"import socket\ntry:\n    open('{key_file(str(sock))}').read()\n"
-             f"except OSError as e: print('key', e.strerror)\ns = socket.socket(socket.AF_UNIX)\n"
-             f"try:\n    s.connect('{sock}'); print('connected')\nexcept OSError as e: print('socket', e.strerror)\"")
-    attacker = (await live.spawn("attacker", "b", runner=steal, cwd=str(attacker_dir))).sid
-    await live.activate(attacker)
-    await until(lambda: finished(live, attacker))
-    said = (await live.history(attacker))[-1].content
+    said = await reach_from_another_run(live, str(sock), str(attacker_dir))
     assert said == "key No such file or directory\nsocket No such file or directory"
 
     # A process outside every world (an unconfined run, or anything of the user's): no key, no server.

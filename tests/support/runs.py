@@ -78,3 +78,24 @@ def pid_in(path: Any) -> int | None:
     return GONE
 
 
+
+
+async def reach_from_another_run(ws: Workspace, sock: str, folder: str) -> str:
+    """What a confined run of another session gets trying a run's socket ``sock`` and the key
+    beside it (``mcp_relay.key_file``): ``key ...`` then ``socket ...`` (each ``connected``/read,
+    or its error)."""
+    import sys
+
+    from procession.engine.mcp_relay import key_file
+
+    from .wait import until
+
+    step = (f"command:{sys.executable} -c \"import socket\ntry:\n    open('{key_file(sock)}').read(); print('key read')\n"
+            f"except OSError as e: print('key', e.strerror)\ns = socket.socket(socket.AF_UNIX)\n"
+            f"try:\n    s.connect('{sock}'); print('socket connected')\nexcept OSError as e: print('socket', e.strerror)\"")
+    sid = (await ws.spawn("attacker", "other", runner=step, cwd=folder)).sid
+    await ws.activate(sid)
+    run = await until(lambda: finished(ws, sid))
+    assert run.outcome == "ok", run.error
+    said: str = (await ws.history(sid))[-1].content
+    return said
