@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from ..model import config, requests
+from ..model import commands, config, requests
 from ..model.calls import Call
 from ..model.errors import ProcessionError
 from ..model.text import printable
@@ -247,9 +247,9 @@ async def _requests(tx: Tx, ids: list[int]) -> dict[int, Any]:
 
 def asked_for(request: Any, detail: str) -> str:
     """What a waiting session's text says its agent asks for, holding of the tool's input no
-    more than ``detail`` allows: ``Bash: git``; ``Bash: a command line`` for one whose subject
-    is the whole line (``requests.subject``: shell syntax, a wrapper such as ``sudo``, an
-    assignment first), whose first word may be anything; ``Write`` (a tool with no program);
+    more than ``detail`` allows: ``Bash: git`` (a simple command's program, whether a rule would
+    take it with any arguments or exactly); ``Bash: a command line`` for a line of several, or
+    one with shell syntax or an assignment first, whose first word may be anything; ``Write`` (a tool with no program);
     or the call in one line."""
     tool: str = request["tool"]
     subject: str = request["subject"]
@@ -257,7 +257,11 @@ def asked_for(request: Any, detail: str) -> str:
         return f"{tool}: {requests.summary(tool, json.loads(request['input']))[:200]}"
     if detail == TOOL or not subject:
         return tool
-    return f"{tool}: {'a command line' if subject.startswith(requests.EXACT) else subject}"
+    if not subject.startswith(requests.EXACT):
+        return f"{tool}: {subject}"
+    found = commands.divide(subject[len(requests.EXACT):])  # a command exactly: its program, if it is one
+    one = found[0].words if found and len(found) == 1 else ()
+    return f"{tool}: {one[0] if one and '=' not in one[0] else 'a command line'}"
 
 
 def _notice(row: Any, asked: dict[int, Any], detail: str) -> Notice | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,10 @@ from conftest import HANG_S, until
 from procession import State, Workspace
 from support.agent_clis import AgentSandbox
 from support.models import Hold, ModelServer, say, shell
-from support.runs import state_of
+from support.runs import start_engine_process, state_of
 
 from test_permissions import waiting
 from test_runners import agent_session
-
-
-def start_engine_process(db: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.3"],
-                            stderr=subprocess.PIPE, text=True)
 
 
 async def engine_pid(ws: Workspace) -> int | None:

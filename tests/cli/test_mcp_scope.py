@@ -13,7 +13,7 @@ import pytest
 from conftest import STORES, engine_on, until
 from procession import ProcessionError, Workspace
 from support.git import Repo, git_identity  # noqa: F401  (a fixture)
-from support.runs import finished
+from support.runs import engine_process, finished
 
 from test_mcp import ok, refused, served
 
@@ -192,7 +192,9 @@ async def _held(ws: Workspace, sid: int) -> bool:
 async def test_a_capped_sessions_fork_made_through_its_own_server_shares_its_budget(db: Path | str, tmp_path: Path) -> None:
     """A fork carries its parent's limit, and their runs count against it together: forking
     does not multiply a budget."""
-    async with await Workspace.open(db) as ws, engine_on(db):
+    # an engine in a process of its own: one in this process would take the MCP server (started
+    # in a session of its own by the SDK) for a step's orphan, and kill it
+    async with await Workspace.open(db) as ws, engine_process(db):
         lead = (await ws.spawn("lead", "lead", runner="command:true", cwd=str(tmp_path))).sid
         await ws.limit(lead, runs=2, per="total")
         await ws.activate(lead)
@@ -214,7 +216,9 @@ async def test_a_capped_sessions_fork_made_through_its_own_server_shares_its_bud
 async def test_a_spawn_for_another_agent_counts_against_the_spawners_agent(db: Path | str, tmp_path: Path) -> None:
     """A session's server spawns for any agent, with its runner armed; what the spawn spends
     counts against the spawning session's agent's cap too."""
-    async with await Workspace.open(db) as ws, engine_on(db):
+    # an engine in a process of its own: one in this process would take the MCP server (started
+    # in a session of its own by the SDK) for a step's orphan, and kill it
+    async with await Workspace.open(db) as ws, engine_process(db):
         lead = (await ws.spawn("lead", "lead", runner="command:true", cwd=str(tmp_path))).sid
         await ws.limit(agent="lead", runs=2, per="total")
         await ws.activate(lead)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG_S, proc_state, until
-from support.runs import PID_NS, pid_in
+from support.runs import PID_NS, pid_in, start_engine_process
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 
@@ -284,11 +284,6 @@ async def test_second_engine_is_refused_with_the_holder_named(db, engine):
     other = Engine(db)
     with pytest.raises(EngineBusy, match=f"pid {os.getpid()}"):
         await other.start()
-
-
-def start_engine_process(db: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.3", *extra],
-                            stderr=subprocess.PIPE, text=True)
 
 
 async def test_killed_engine_is_replaced_and_its_step_is_reaped(db, live, tmp_path):

@@ -22,7 +22,7 @@ from conftest import HANG_S, engine_on, until
 from procession import EngineBusy, State, Workspace
 from procession.engine import Engine
 from procession.store import sqlite as store_sqlite
-from support.runs import PID_NS, alive, finished, pid_in, proc_state, running_pid, state_of
+from support.runs import PID_NS, alive, finished, pid_in, proc_state, running_pid, start_engine_process, state_of
 
 TRACKERS = ["cgroup", "marker"]
 
@@ -127,11 +127,6 @@ async def test_what_a_step_said_while_its_flush_waited_on_a_lock_is_kept_when_th
     finally:
         stop.set()
         await task
-
-
-def start_engine_process(db: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.3", *extra],
-                            stderr=subprocess.PIPE, text=True)
 
 
 async def test_a_busy_engine_is_not_taken_over_and_its_step_lives(db, live):

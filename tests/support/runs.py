@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from procession import State, Workspace
@@ -99,3 +101,36 @@ async def reach_from_another_run(ws: Workspace, sock: str, folder: str) -> str:
     assert run.outcome == "ok", run.error
     said: str = (await ws.history(sid))[-1].content
     return said
+
+
+def start_engine_process(db: Any, *extra: str) -> Any:
+    """``procession run`` on ``db`` as a process of its own (its stderr piped): an engine that
+    is not this process (which may also start what a step would, that an engine in this
+    process would take for its steps' orphans, as an MCP client's server in a session of its
+    own)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "run", "--grace", "0.3", *extra],
+                            stderr=subprocess.PIPE, text=True)
+
+
+@contextlib.asynccontextmanager
+async def engine_process(db: Any) -> AsyncIterator[Any]:
+    """An engine in a process of its own (``start_engine_process``) for the block, once it holds
+    the workspace; stopped after it."""
+    from .wait import until
+
+    engine = start_engine_process(db)
+    try:
+        async with await Workspace.open(db) as ws:
+            await until(lambda: _engine_of(ws, engine.pid))
+        yield engine
+    finally:
+        engine.terminate()
+        engine.communicate(timeout=60)
+
+
+async def _engine_of(ws: Workspace, pid: int) -> bool:
+    engine = (await ws.activity())["engine"]
+    return bool(engine) and engine["pid"] == pid
