@@ -119,7 +119,11 @@ class Bounds:
         if self.policy is None:
             return list(argv)
         p = self.policy
-        return [sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require),
+        # started with Ctrl-C ignored (by a shell that then becomes it), which the launcher sets back
+        # first: Python's own start would take one for a KeyboardInterrupt, and the run would keep
+        # its traceback as its error; one sent meanwhile is lost, and an interrupt goes on to SIGTERM
+        return ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh",
+                sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require),
                 *(["-W"] if p.world else []), *(["-N"] if p.own_net else []), *(["-P"] if p.plain_sockets else []),
                 "--", *argv]
 

@@ -26,6 +26,11 @@ What Landlock cannot do, and so this cannot: name a host (TCP rules are ports), 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the launcher, started with Ctrl-C ignored (``confinement.Bounds.wrap``): from here
+    import _signal  # type: ignore[import-not-found]  # one ends it as it would the program, with no traceback
+
+    _signal.signal(2, _signal.SIG_DFL)  # a run would keep as its error (``_signal``: ``signal``'s ``enum`` costs)
+
 import ctypes
 import os
 import sys
@@ -238,7 +243,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except KeyboardInterrupt:  # interrupted before the program ran: it never does (not ``signal``: its
-        raise SystemExit(130) from None  # ``enum`` import would be a tenth of every step's start)
+    main(sys.argv[1:])

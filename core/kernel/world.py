@@ -131,8 +131,7 @@ def enter(paths: Iterable[str], *, net: bool) -> None:
     if program:
         _init(program, tell)
     os.close(tell)
-    _signal.signal(_SIGINT, _signal.default_int_handler)
-    for signum in (_SIGTERM, _SIGHUP, _SIGQUIT):
+    for signum in (_SIGINT, _SIGTERM, _SIGHUP, _SIGQUIT):
         _signal.signal(signum, _signal.SIG_DFL)
 
 

@@ -14,10 +14,12 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -434,3 +436,22 @@ def test_no_run_is_given_a_path_of_the_engines_own_proc() -> None:
                                env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, tmp="/tmp", writes=False)
     assert held.policy is not None
     assert not [p for p in (*held.policy.read, *held.policy.write) if p.startswith(f"/proc/{os.getpid()}")]
+
+
+def test_a_step_interrupted_as_its_launcher_starts_leaves_no_traceback(tmp_path: Path) -> None:
+    """A Ctrl-C that comes while the launcher's Python starts (before the program runs) ends it
+    with no traceback, which the run would keep as its error (issue 35)."""
+    held = confinement.for_run(confine="bound", net="any", workdir=str(tmp_path), resources=[],
+                               env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, tmp=str(tmp_path))
+    said = []
+    for n in range(30):
+        step = subprocess.Popen(held.wrap(["/bin/sleep", "0.3"]), cwd=tmp_path, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        time.sleep(0.002 * (n % 10))  # at different moments of its start
+        os.killpg(step.pid, signal.SIGINT)
+        try:
+            said.append(step.communicate(timeout=30)[1].decode())
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(step.pid, signal.SIGKILL)
+    assert not [s for s in said if "Traceback" in s]
