@@ -8,12 +8,12 @@ setting in the monitor, keeping what else it holds (the engine's ``[notify]``).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from procession.model import config as config_file
+from procession.present import keymap
 from procession.present.cells import BY_KEY, DEFAULT
 
 DEFAULT_THEME = "procession"
@@ -35,10 +35,7 @@ class Config:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:  # what the monitor does not set (the engine's [notify]) stays as the user wrote it
-            data: dict[str, Any] = tomllib.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            data = {}
+        data, _ = config_file.read(self.path)  # what the monitor does not set ([notify]) stays as the user wrote it
         data.update(theme=self.theme, interval=self.interval, columns=self.columns)
         data.pop("keys", None)
         if self.keys:
@@ -51,13 +48,11 @@ class Config:
 def load(path: Path | None = None) -> Config:
     path = path or config_file.path()
     config = Config(path=path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data, problem = config_file.read(path)  # a device, a FIFO or a file too large is not read either
+    if problem:
+        config.problems.append(f"{problem}; using defaults")
         return config
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        config.problems.append(f"config {path}: {exc}; using defaults")
-        return config
+    config.problems += config_file.unknown_keys(data, keymap.BINDING_IDS, path)  # said, not ignored
     theme = data.get("theme", DEFAULT_THEME)
     if isinstance(theme, str):
         config.theme = theme

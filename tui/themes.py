@@ -19,6 +19,9 @@ from typing import Any
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
+from procession.model import user_files
+from procession.model.errors import InvalidArgument
+
 COLOURS = ("primary", "secondary", "accent", "warning", "error", "success", "foreground", "background",
            "surface", "panel", "boost")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
@@ -82,10 +85,10 @@ def _colour(field: str, value: Any) -> str:
 
 def load_file(path: Path) -> Theme | ThemeProblem:
     try:
-        return parse(path.read_text(encoding="utf-8"))
+        return parse(user_files.read_file(str(path), user_files.SETTINGS_MAX).decode("utf-8"))
     except _Bad as bad:
         return ThemeProblem(str(path), bad.field, bad.reason)
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, InvalidArgument) as exc:  # a FIFO, a device, too large: not read
         return ThemeProblem(str(path), "(file)", f"cannot be read: {exc}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from conftest import until
 from procession import State, Workspace
 from procession.cli import demo
 from procession.tui import config as config_mod
+from procession.tui import themes
 
 
 async def test_a_remapped_key_makes_its_call_and_the_old_key_does_not(tmp_path: Path, monitor) -> None:
@@ -77,3 +79,17 @@ async def test_quitting_with_steps_running_in_the_monitors_engine_asks_first(tmp
         assert (await ws.runs(sid))[-1].outcome == "interrupted"
     finally:
         await ws.close()
+
+
+def test_a_key_nothing_reads_and_a_config_that_is_not_a_file_are_said(tmp_path: Path) -> None:
+    """A typo in ``[keys]`` or at the wrong level is one of the monitor's problems (shown when it
+    opens), not ignored; a config or a theme that is a FIFO is refused at once, never waited on."""
+    path = tmp_path / "config.toml"
+    path.write_text('refresh = 5\n[keys]\nsuspnd = "z"\n')
+    problems = config_mod.load(path).problems
+    assert any("refresh" in p for p in problems) and any("suspnd" in p and "suspend" in p for p in problems)
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    assert config_mod.load(fifo).problems  # refused in one line, and the defaults used
+    problem = themes.load_file(fifo)
+    assert isinstance(problem, themes.ThemeProblem) and "cannot be read" in problem.reason
