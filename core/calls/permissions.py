@@ -293,11 +293,15 @@ async def _listening(tx: Tx, sid: int, run: int) -> bool:
 
 async def _tell(tx: Tx, act: Act, asked: Row, answer: str, why: str | None,
                 count: Callable[[str], int]) -> None:
-    """The message that tells an agent what was answered while no run of it was there to hear."""
+    """The message that tells an agent what was answered while no run of it was there to hear.
+    Its CLI may have told its model the call was rejected as the run stopped (Claude Code writes
+    so for a tool use its run did not finish, even when killed): the message says that was no
+    person's answer, so that the one its model takes is the person's."""
     call = requests.summary(asked["tool"], json.loads(asked["input"]))
+    stopped = (f"Your run stopped while it waited for permission to use {asked['tool']} ({call}): if it said the"
+               " call was rejected, that was the run stopping, not a person's answer.")
     if answer == requests.ALLOW:
-        text = (f"Your run stopped while it waited for permission to use {asked['tool']} ({call}). It is allowed"
-                " now: make that call again.")
+        text = f"{stopped} A person has now allowed it: make that call again."
     else:
-        text = f"Your run stopped while it waited for permission to use {asked['tool']} ({call}). It was denied: {why}"
+        text = f"{stopped} A person has now denied it: {why}"
     await rows.append(tx, act.row, [("user", text, SENDER, False, {"request": asked["id"]})], count)
