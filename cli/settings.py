@@ -31,11 +31,11 @@ def problems() -> list[str]:
     from procession.tui import config as monitor_config  # its settings, without Textual
 
     where = config.path()
-    data, problem = config.read(where)
+    _, problem = config.read(where)
     if problem:
         return [problem]
-    return [*config.unknown_keys(data, BINDING_IDS, where), *monitor_config.load(where).problems,
-            *notify.load(where).problems, *prices.load(where).problems]
+    # the monitor's own reading names each key no reader takes (as it says them when it opens)
+    return [*monitor_config.load(where).problems, *notify.load(where).problems, *prices.load(where).problems]
 
 
 @command("config", "where the config file is; --check: every problem it has (exit 1 if any)", workspace=False,
