@@ -21,6 +21,7 @@ from procession.present import lines
 from procession.present.words import plural, printable
 
 from .calling import Calling, call_bindings
+from .dialogs import MarkedOptionList
 
 #: The first column's width: the request's line, or the session's, follows it.
 HEADS = {"req": "waits ", "fail": "fails ", "done": "ended "}
@@ -39,9 +40,9 @@ class Attention(Calling):
     def compose(self) -> ComposeResult:
         with Vertical(id="attention"):
             yield Static("Needs you", classes="dialog--title", id="attention-title")
-            yield Static(f"{' ' * (len(HEADS['req']) + 2)} REQ  SID session                  age  what it asks",
+            yield Static(f"{' ' * (len(HEADS['req']) + 3)} REQ  SID session                  age  what it asks",
                          id="attention-head", markup=False)
-            yield OptionList(id="queue")
+            yield MarkedOptionList(id="queue")
             yield Static("Y allow  D deny  Enter open  z suspend  i interrupt  C cancel  Esc back",
                          classes="dialog--help")
         yield Footer(compact=True, show_command_palette=False)

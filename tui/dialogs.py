@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -26,6 +27,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Button, Input, OptionList, RadioButton, RadioSet, SelectionList, Static, TextArea
 from textual.widgets.option_list import Option
@@ -61,6 +63,30 @@ class MarkedRadioButton(RadioButton):
     def _button(self) -> Content:
         self.BUTTON_INNER = self.CHOSEN if self.value else self.NOT_CHOSEN
         return super()._button
+
+
+class MarkedOptionList(OptionList):
+    """An option list whose highlighted option reads without colour: a ``▶`` in its first
+    cell (the option's own padding), as the table marks its cursor's row."""
+
+    MARK = "▶"
+    DEFAULT_CSS = """
+    MarkedOptionList > .option-list--option { padding: 0 0 0 1; }
+    """
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        try:
+            index, offset = self._lines[self.scroll_offset.y + y]
+        except IndexError:
+            return strip
+        if index != self.highlighted or offset or strip.cell_length < 2:
+            return strip
+        first = next(iter(strip), None)
+        if first is None or not first.text.startswith(" "):  # no padding of its own here: nothing covered
+            return strip
+        return Strip([Segment(self.MARK, first.style), *strip.crop(1, strip.cell_length)],
+                     strip.cell_length)
 
 
 #: The CLI flags the core's refusals name, each with the key of the form field that stands for it:
@@ -217,8 +243,8 @@ class ActionMenu(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(printable(self.title_text), classes="dialog--title", markup=False)
-            yield OptionList(*[Option(Text(printable(c.label)), id=c.id, disabled=not c.enabled)
-                               for c in self.choices], id="choices")
+            yield MarkedOptionList(*[Option(Text(printable(c.label)), id=c.id, disabled=not c.enabled)
+                                     for c in self.choices], id="choices")
             if self.help:
                 yield Static(printable(self.help), classes="dialog--help", markup=False)
 

@@ -11,7 +11,7 @@ from textual.widgets import RadioButton
 
 from conftest import until
 from procession import Workspace
-from procession.tui.dialogs import Form
+from procession.tui.dialogs import Form, MarkedOptionList
 from support.monitor import keys, line_of, to
 
 
@@ -61,3 +61,26 @@ async def test_a_forms_chosen_option_has_a_shape_of_its_own(tmp_path: Path, moni
         buttons[1].value = True
         await pilot.pause()
         assert marks() == ["▐○▌ an", "▐●▌ no"]
+
+
+async def test_a_menus_highlighted_line_is_marked_in_characters(tmp_path: Path, monitor: Any) -> None:
+    """The action menu (F9), as every list of choices: the highlighted line begins with ▶."""
+    db = tmp_path / "ws.db"
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
+    app = await monitor(db)
+    async with app.run_test(size=(100, 45)) as pilot:
+        await to(pilot, app, sid)
+        await keys(pilot, "f9")
+        menu = await until(lambda: next(iter(app.screen.query(MarkedOptionList)), None))
+
+        def marked() -> list[int]:
+            """The lines of the menu that begin with the mark."""
+            lines = _screen_text(app)
+            region = menu.content_region
+            return [y for y in range(region.y, region.bottom) if lines[y][region.x:region.x + 1] == "▶"]
+
+        first = marked()
+        assert len(first) == 1
+        await keys(pilot, "down")
+        assert len(marked()) == 1 and marked() != first
