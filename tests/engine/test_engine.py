@@ -287,7 +287,9 @@ async def test_second_engine_is_refused_with_the_holder_named(db, engine):
 
 
 async def test_killed_engine_is_replaced_and_its_step_is_reaped(db, live, tmp_path):
-    sid = (await live.spawn("long", "a", runner="builtin:sleep:60")).sid
+    """Unconfined: a confined run ends with its engine (tests/engine/test_trust.py); this one's
+    step outlives it, and the next engine reaps it."""
+    sid = (await live.spawn("long", "a", runner="builtin:sleep:60", confine="off")).sid
     first = start_engine_process(db)
     try:
         await until(lambda: live.store and _holder(live))

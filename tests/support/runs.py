@@ -37,7 +37,7 @@ def proc_state(pid: int) -> str | None:
             for line in fh:
                 if line.startswith("State:"):
                     return line.split()[1]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
         return None
     return None
 
