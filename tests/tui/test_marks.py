@@ -4,6 +4,8 @@ the rest. Read from the characters the terminal gets, never from the styles."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +42,21 @@ async def test_the_cursors_row_and_tagged_rows_are_marked_in_characters(tmp_path
         assert heading.startswith("▶a")
 
 
-async def test_a_forms_chosen_option_has_a_shape_of_its_own(tmp_path: Path, monitor: Any) -> None:
+@contextlib.asynccontextmanager
+async def one_session_after(tmp_path: Path, monitor: Any, key: str) -> AsyncIterator[tuple[Any, Any]]:
+    """The monitor on a workspace of one session, its row under the cursor, ``key`` pressed."""
     db = tmp_path / "ws.db"
     async with await Workspace.open(db) as ws:
         sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
     app = await monitor(db)
     async with app.run_test(size=(100, 45)) as pilot:
         await to(pilot, app, sid)
-        await keys(pilot, "V")
+        await keys(pilot, key)
+        yield app, pilot
+
+
+async def test_a_forms_chosen_option_has_a_shape_of_its_own(tmp_path: Path, monitor: Any) -> None:
+    async with one_session_after(tmp_path, monitor, "V") as (app, pilot):
         await until(lambda: isinstance(app.screen, Form))
 
         buttons = list(app.screen.query_one("#field-net").query(RadioButton))
@@ -65,13 +74,7 @@ async def test_a_forms_chosen_option_has_a_shape_of_its_own(tmp_path: Path, moni
 
 async def test_a_menus_highlighted_line_is_marked_in_characters(tmp_path: Path, monitor: Any) -> None:
     """The action menu (F9), as every list of choices: the highlighted line begins with ▶."""
-    db = tmp_path / "ws.db"
-    async with await Workspace.open(db) as ws:
-        sid = (await ws.spawn("echo", "a", runner="builtin:echo")).sid
-    app = await monitor(db)
-    async with app.run_test(size=(100, 45)) as pilot:
-        await to(pilot, app, sid)
-        await keys(pilot, "f9")
+    async with one_session_after(tmp_path, monitor, "f9") as (app, pilot):
         menu = await until(lambda: next(iter(app.screen.query(MarkedOptionList)), None))
 
         def marked() -> list[int]:
