@@ -7,8 +7,8 @@ transcript has been read to. What the CLI adds outside Procession (the user kept
 or attached) is appended by ``sync`` exactly once: the read starts at that position, and the
 position moves in the same transaction as the messages. A run of the session moves it too
 (with each message it stores that names its transcript record, and past all it wrote when it
-ends), so what a run stored is never read again; nor is the prompt of a run that stored
-nothing (``native.PROMPTED``), whose engine died.
+ends), so what a run stored is never read again; nor is the prompt of a run whose engine died
+(``native.PROMPTED``), nor what such a run stored when its CLI's messages name no record.
 
 Files are read before the call's transaction opens, never while the workspace is locked; the
 call then checks that the position it read from is still the session's.
@@ -30,7 +30,7 @@ from ..model.errors import InvalidArgument, ProcessionError
 from ..model.outcomes import Adopted, Adoption, Attached, Moved, Synced
 from ..model.states import Reason, State
 from ..model.toolcalls import one_line
-from ..model.transcripts import Position, Transcript
+from ..model.transcripts import Position, Said, Transcript
 from ..store import Tx, rows
 from .lifecycle import LifecycleCalls
 from . import outside
@@ -60,6 +60,23 @@ AGENT_REFS = ("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL"
 class _MovedOn(Exception):
     """The session's read position moved while its transcript was read (nothing is written;
     not a refusal: the transcript is read again)."""
+
+
+async def _stored(tx: Tx, sid: int, run: int, said: Sequence[Said]) -> int:
+    """How many of the messages ``said`` after run ``run``'s prompt the run stored itself. A
+    CLI whose events name no record of its transcript (Codex, opencode) leaves the position
+    before the prompt of a run its engine lost: the transcript then holds what the run stored
+    first, in the order stored, and a sync leaves that out (the first that differs, and all
+    after it, are brought)."""
+    upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
+    stored = await tx.tuples("SELECT role, content FROM messages WHERE session_id = ? AND seq > ?"
+                             " AND json_extract(meta, '$.run') = ?/*pg:::text*/ ORDER BY seq", (sid, upto or 0, run))
+    same = 0
+    for (role, content), message in zip(stored, said):
+        if (role, content) != (message.role, message.content):
+            break
+        same += 1
+    return same
 
 
 def _title(read: Transcript) -> str:
@@ -231,9 +248,10 @@ class AdoptCalls(LifecycleCalls):
                         if moved is not None else ""))
             return Synced(sid, 0, branched=True)
         if ref.get(PROMPTED) is not None and read.messages:  # a run's prompt first: in the history already
-            del ref[PROMPTED]
+            run = ref.pop(PROMPTED)
             if read.messages[0].role == "user":
                 read.messages = read.messages[1:]
+            read.messages = read.messages[await _stored(act.tx, sid, run, read.messages):]
         ref["position"] = read.position.as_json()
         await rows.update_session(act.tx, sid, agent_ref=json.dumps(ref))
         await _take(act.tx, sid, read, self.store.count_tokens)

@@ -29,7 +29,7 @@ HELD: Final = (
 #: In an agent reference: the run whose prompt its CLI writes into the transcript after the
 #: position (set when the run announces the session, before the CLI writes its prompt; gone
 #: once what the run stored moves the position past it). That prompt stands for messages the
-#: history holds already: a sync leaves it out.
+#: history holds already: a sync leaves it out, and what the run stored after it (``adopt``).
 PROMPTED: Final = "prompted"
 
 

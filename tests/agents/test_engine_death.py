@@ -140,3 +140,43 @@ async def test_an_engine_killed_before_its_run_said_anything_leaves_the_prompt_o
 async def _announced(ws: Workspace, sid: int) -> bool:
     """Whether the session's run has announced its agent's own session (it is stored)."""
     return (await ws.show(sid, last=0)).agent_ref is not None
+
+
+@pytest.mark.parametrize("agent_sandbox", ["codex", "opencode"], indirect=True)
+async def test_a_lost_run_of_a_cli_whose_messages_name_no_record_brings_none_twice(
+        agent_sandbox: AgentSandbox, model_server: ModelServer, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex's and opencode's events name no record of their transcripts, so what a run stored
+    does not move the session's read position: a sync after the run was lost reads its prompt
+    and what it stored again, and leaves them out (what the run did not store, it brings)."""
+    hold = Hold()  # the model's answer to the tool's output waits: the run is mid-turn when its engine dies
+    model_server.script.add(shell("echo hi > made.txt", text="Writing the file."), say("Done.", hold=hold))
+    sid = await agent_session(live, agent_sandbox, monkeypatch)
+    await live.send(sid, "write the file")
+    first = start_engine_process(db)
+    try:
+        await until(lambda: engine_pid(live))
+        await live.activate(sid)
+        await asyncio.to_thread(hold.wait_reached)
+        said = await until(lambda: _holding(live, sid, "tool"))
+    finally:
+        first.kill()
+        first.communicate(timeout=HANG_S)
+    second = start_engine_process(db)
+    try:
+        assert (await until(lambda: _lost(live, sid))).outcome == "lost"
+        assert cli_processes(db, sid, agent_sandbox.cli.command) == []
+        await live.sync(sid)
+        history = [(m.role, m.content) for m in await live.history(sid)]
+        assert history[:len(said)] == said
+        assert [m for m, n in Counter(history).items() if n > 1] == [], history
+    finally:
+        hold.release()
+        second.terminate()
+        second.communicate(timeout=HANG_S)
+
+
+async def _holding(ws: Workspace, sid: int, role: str) -> list[tuple[str, str]] | None:
+    """The session's history as (role, content), once it holds a message of ``role``."""
+    history = [(m.role, m.content) for m in await ws.history(sid)]
+    return history if any(r == role for r, _ in history) else None
