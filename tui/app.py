@@ -37,7 +37,7 @@ from . import config as config_mod
 from . import themes as themes_mod
 from .attention import Attention
 from .calling import Calling
-from .calls import FLOWS
+from .calls import FLOWS, ON_AGENT
 from .detail import Detail
 from .dialogs import ActionMenu, Choice, Confirm, Help, Setup
 from .feed import Feed
@@ -68,11 +68,12 @@ class CallCommands(Provider):
         screen = self.screen
         if not isinstance(screen, Calling):
             return []
-        targets = screen.targets()
+        targets, agent = screen.targets(), screen.agent_row()
         who = (f"session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                else f"{len(targets)} sessions")
-        return [(name, flow.title if INFO[flow.call].target == "none" else f"{flow.title} {who}", flow.summary)
-                for name, flow in FLOWS.items() if screen.applies(name)]
+        return [(name, flow.title if INFO[flow.call].target == "none" else
+                 f"{flow.title} agent {printable(agent)}" if agent is not None and name in ON_AGENT else
+                 f"{flow.title} {who}", flow.summary) for name, flow in FLOWS.items() if screen.applies(name)]
 
     async def discover(self) -> Hits:
         """With nothing typed yet, the palette lists the calls that apply."""
@@ -466,11 +467,12 @@ class ProcessionApp(App[str]):
         if self.readonly:
             self.notify("read-only monitor: no call can be made from here", severity="warning")
             return
-        targets = screen.targets()
+        targets, agent = screen.targets(), screen.agent_row()
         keys = self.keys()
         choices = [Choice(name, f"{' '.join(keys.get(name, ([], ''))[0]):<4} {flow.title} — {flow.summary}",
                           screen.applies(name)) for name, flow in FLOWS.items()]
-        title = (f"Session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
+        title = (f"Agent {printable(agent)} ({plural(len(targets), 'live session')})" if agent is not None else
+                 f"Session {targets[0].id} ({printable(targets[0].name)})" if len(targets) == 1
                  else f"{len(targets)} sessions" if targets else "No session selected")
 
         def done(picked: str | None) -> None:

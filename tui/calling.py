@@ -43,9 +43,13 @@ class Calling(Screen[Any]):
         """The request the screen points at (the queue view's cursor), for allow and deny."""
         return None
 
+    def agent_row(self) -> str | None:
+        """The agent whose row the cursor is on, nothing tagged (the tree view), else None."""
+        return None
+
     def targets_are_agent(self) -> bool:
         """Whether the targets are an agent's sessions picked by its row (calls then confirm)."""
-        return False
+        return self.agent_row() is not None
 
     @property
     def monitor(self) -> ProcessionApp:
@@ -64,12 +68,12 @@ class Calling(Screen[Any]):
         """Whether the flow ``name`` (a call's, or another of the registry's) can act on at least
         one target (the menu and the palette grey out the rest; a key still makes the call, so
         that its refusal says why)."""
-        from .calls import FLOWS
+        from .calls import FLOWS, ON_AGENT
 
         if self.monitor.readonly:
             return False
         flow = FLOWS[name]
-        if INFO[flow.call].target == "none":
+        if INFO[flow.call].target == "none" or (name in ON_AGENT and self.agent_row() is not None):
             return True
         targets = self.targets()
         if flow.applies is not None:
@@ -84,9 +88,13 @@ class Calling(Screen[Any]):
 
     def action_call(self, name: str) -> None:
         """Run the flow ``name`` on the targets, in a worker (flows wait for dialogs)."""
-        from .calls import FLOWS
+        from .calls import FLOWS, ON_AGENT
 
         flow = FLOWS[name]
+        agent = self.agent_row()
+        if agent is not None and name in ON_AGENT:  # the agent's own, not its sessions'
+            self.run_worker(ON_AGENT[name](self, agent), group="call", exclusive=True)
+            return
         targets = self.targets()
         if INFO[flow.call].target != "none" and not targets:
             self.monitor.notify("no session here to act on", severity="warning")

@@ -33,6 +33,7 @@ from .dialogs import FILE, Choice, Conflicts, Field, FieldRefused
 
 Targets = list[SessionInfo]
 Run = Callable[[Calling, Targets], Awaitable[None]]
+AgentRun = Callable[[Calling, str], Awaitable[None]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -240,6 +241,7 @@ async def _set(ui: Calling, targets: Targets) -> None:
             quiet=v["quiet"] == QUIET[True] if v["quiet"] != quiet else None,
             tokenizer=v["tokenizer"].strip() or None)
 
+    agent_quiet = f" (its agent {t.agent} is quiet: none are sent)" if detail.agent_quiet else ""
     await ui.form_call(f"Settings of session {t.id}", [
         Field("name", "Name", t.name), Field("goal", "Goal", t.goal),
         Field("system", "System prompt", system, multiline=True),
@@ -247,10 +249,24 @@ async def _set(ui: Calling, targets: Targets) -> None:
         Field("window", "Context window, tokens", str(t.context_window)),
         Field("fail_limit", "Failed runs in a row that suspend it (0: never)", fail_limit),
         Field("restart", "Whether a run that did not finish runs again", detail.restart, choices=RESTARTS),
-        Field("quiet", "Notifications", quiet, choices=QUIETS),
+        Field("quiet", f"Notifications{agent_quiet}", quiet, choices=QUIETS),
         Field("tokenizer", f"How its context is counted: now {detail.tokenizer} (blank: as it is)", "",
               "tokenizer.json path · tiktoken:NAME · auto · none"),
     ], change, help="Ctrl+S saves · Tab moves · Esc cancels")
+
+
+async def _set_agent(ui: Calling, agent: str) -> None:
+    """E on an agent's row: the agent's own setting (``set --agent``): whether any of its
+    sessions notifies."""
+    some = next((s for s in ui.monitor.feed.sessions.values() if s.agent == agent), None)
+    quiet = QUIET[some is not None and (await ui.ws.show(some.id, last=0)).agent_quiet]
+
+    async def change(v: dict[str, str]) -> Outcome:
+        return await ui.ws.set(agent=agent, quiet=v["quiet"] == QUIET[True])
+
+    await ui.form_call(f"Settings of agent {agent} (each session's own: E on its row)", [
+        Field("quiet", "Notifications of all its sessions", quiet, choices=AGENT_QUIETS),
+    ], change, help="Ctrl+S saves · Esc cancels")
 
 
 #: The settings form's choices of ``set --restart`` and ``--quiet``.
@@ -258,6 +274,7 @@ RESTARTS = ((Restart.NO, "no"), (Restart.ON_FAILURE, "on-failure: one lost, fail
             (Restart.ALWAYS, "always: one stopped with its engine too"))
 QUIET = {False: "off", True: "on"}
 QUIETS = ((QUIET[False], "it sends them (the config's notify command)"), (QUIET[True], "quiet: it sends none"))
+AGENT_QUIETS = ((QUIET[False], "each session as its own setting says"), (QUIET[True], "quiet: none of them sends any"))
 
 
 async def _env(ui: Calling, targets: Targets) -> None:
@@ -687,3 +704,5 @@ _MORE: dict[str, tuple[Any, ...]] = {
 #: Every flow by its name (a call's own is the call's name): what keys, the menu and the palette run.
 FLOWS: dict[str, Flow] = {call.value: Flow(call.value, call, *_FLOWS[call]) for call in USER_CALLS} | {
     name: Flow(name, *flow) for name, flow in _MORE.items()}
+#: Flows that, on an agent's row of the tree, make their call on the agent itself (not on its sessions).
+ON_AGENT: dict[str, AgentRun] = {Call.SET.value: _set_agent}

@@ -160,14 +160,17 @@ class Form(ModalScreen[dict[str, str] | None]):
     def on_mount(self) -> None:
         """The cursor in the field a refusal is about (given, or named by its flag), scrolled
         into view; else where it was when the refused form was submitted; else in the first
-        field, the form shown from its top (the first field's label above it). A refusal
-        never sends the cursor away from what has to be changed."""
+        typed field (in a form of choices only, the first field), the form shown from its top
+        (the first field's label above it). A refusal never sends the cursor away from what has
+        to be changed."""
         flagged = self._flagged()
         key = self.focus_key or (flagged[0][1].key if flagged else self.cursor_key)
         if key:
             self.query_one(f"#field-{key}").focus()
         elif typed := self.query("Input, TextArea"):
             typed.first().focus(scroll_visible=False)
+        elif self.fields:  # choices only: the first, so that the keys reach it
+            self.query_one(f"#field-{self.fields[0].key}").focus(scroll_visible=False)
 
     @on(Input.Submitted)
     def submitted(self) -> None:

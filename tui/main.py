@@ -87,9 +87,9 @@ class MainScreen(Calling):
         session = self.table.cursor_session
         return [session] if session else []
 
-    def targets_are_agent(self) -> bool:
+    def agent_row(self) -> str | None:
         key = self.table.cursor_key
-        return not self.table.tags and isinstance(key, str) and key.startswith(AGENT)
+        return key[len(AGENT):] if not self.table.tags and isinstance(key, str) and key.startswith(AGENT) else None
 
     # ------------------------------------------------------------------ showing rows
 

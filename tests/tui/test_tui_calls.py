@@ -178,7 +178,7 @@ def fill(app: Any, **values: str) -> None:
 
 
 #: Keywords of ``Workspace.set`` a form field stands for under another name, or that no form asks for.
-NOT_A_FIELD = {"act": None, "sid": None, "agent": None, "fields": "extra"}
+NOT_A_FIELD = {"act": None, "sid": None, "agent": "agent's quiet", "fields": "extra"}
 
 
 async def test_every_setting_set_changes_is_a_field_of_the_monitors_forms_and_is_read_back(
@@ -215,11 +215,27 @@ async def test_every_setting_set_changes_is_a_field_of_the_monitors_forms_and_is
                 fill(app, max_turns="5")
             await pilot.press("ctrl+s")
             await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        await pilot.press("t")  # the tree: on an agent's row, E is the agent's own setting
+        await to(pilot, app, "agent:a")
+        await pilot.press("E")
+        await until(lambda: isinstance(app.screen, Form))
+        assert app.screen.fields[0].value == "off" and "agent a" in app.screen.title_text
+        pick(app, "quiet", "on")
+        await pilot.press("ctrl+s")
+        await until(lambda: not isinstance(app.screen, Form), timeout=3)
+        offered.add("agent's quiet")
+        await to(pilot, app, sid)
+        await pilot.press("E")
+        await until(lambda: isinstance(app.screen, Form))
+        assert "its agent a is quiet" in next(f.label for f in app.screen.fields if f.key == "quiet")
+        await pilot.press("escape")
+        await pilot.press("t")
         wanted = {k for k in inspect.signature(Workspace.set).parameters if k != "self"}
         assert {NOT_A_FIELD.get(k, k) for k in wanted} - {None} <= offered
         async with await Workspace.open(db) as ws:
             detail = await ws.show(sid)
         assert (detail.restart, detail.quiet, detail.info.permissions) == ("on-failure", True, "ask")
+        assert detail.agent_quiet
         assert detail.env["PROCESSION_MAX_TURNS"] == "5" and "tokenizer.json" in detail.tokenizer
         await pilot.press("enter")
         await until(lambda: isinstance(app.screen, Detail) and app.screen.rev >= 0)
