@@ -236,7 +236,7 @@ class AdoptCalls(LifecycleCalls):
             title = agents.CLIS[read.cli].title
             spec = runner_spec.parse(act.row["runner"])
             moved = await carry_over(act.tx, act.row, runner_spec.RunnerSpec(
-                read.cli, spec.target if spec.kind == read.cli else ""))
+                read.cli, spec.target if spec.cli == read.cli else ""))
             if moved is not None:
                 keep = {k: ref[k] for k in ("adopted", "was") if k in ref}
                 await rows.update_session(act.tx, sid, agent_ref=json.dumps({**moved, **keep}),
@@ -273,7 +273,7 @@ class AdoptCalls(LifecycleCalls):
             if not spec.agent:
                 raise InvalidArgument(f"session {sid} runs on {act.row['runner']}, not an agent CLI: there is no"
                                       " agent's own CLI to open")
-            raise InvalidArgument(f"session {sid} has no {agents.CLIS[spec.kind].title} session of its own yet:"
+            raise InvalidArgument(f"session {sid} has no {agents.title(spec.cli)} session of its own yet:"
                                   " activate it once first")
         if ref.get("fork"):
             raise InvalidArgument(f"session {sid}'s own {agents.CLIS[ref['cli']].title} session is made by its"

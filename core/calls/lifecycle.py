@@ -46,7 +46,9 @@ def environment(row: Any) -> tuple[dict[str, str], list[str]]:
 
 def require_cli(spec: runner_spec.RunnerSpec) -> None:
     """An agent CLI runner needs its CLI installed: refused, saying how to install it, if not."""
-    if spec.agent:
+    if spec.kind == runner_spec.ACP:
+        agents.acp_program(spec.cli, spec.acp_command)
+    elif spec.agent:
         agents.locate(spec.kind)
 
 
@@ -148,7 +150,7 @@ class LifecycleCalls(Calls):
         env, names = environ.merged(current, names, set=settings, passes=list(passed or []), unset=list(unset or []))
         await rows.update_session(act.tx, sid, env=json.dumps(env) if env else None,
                                   pass_env=json.dumps(names) if names else None)
-        return EnvChanged(sid, env, tuple(names), environ.taken(runner_spec.parse(row["runner"]).kind))
+        return EnvChanged(sid, env, tuple(names), environ.taken(runner_spec.parse(row["runner"]).cli))
 
     @syscall(Call.ENV)
     async def sampling(self, act: Act, sid: int, *, max_turns: int | None = None, temperature: float | None = None,
@@ -163,7 +165,7 @@ class LifecycleCalls(Calls):
             raise InvalidArgument("nothing to change: give a turn limit, a temperature, max tokens or a field")
         env, names = environ.merged(current, names, set=settings, passes=[], unset=[])
         await rows.update_session(act.tx, sid, env=json.dumps(env), pass_env=json.dumps(names) if names else None)
-        return EnvChanged(sid, env, tuple(names), environ.taken(runner_spec.parse(act.row["runner"]).kind))
+        return EnvChanged(sid, env, tuple(names), environ.taken(runner_spec.parse(act.row["runner"]).cli))
 
     @syscall(Call.SET)
     async def set_tokenizer(self, act: Act, sid: int, spec: str) -> Recounted:
@@ -405,7 +407,7 @@ class LifecycleCalls(Calls):
         if held and not spec.agent:
             act.note(f"the new runner sees Procession's copy of the history; the agent's own session"
                      f" ({held['id']}) is kept, and resumed if it migrates back")
-        elif spec.agent and (held or row["length"]) and (held or {}).get("cli") != spec.kind:
+        elif spec.agent and (held or row["length"]) and (held or {}).get("cli") != spec.cli:
             moved = await self._move_agent(act, held, spec)
         await rows.update_session(act.tx, sid, runner=runner, window=new_window)
         return Migrated(sid, runner, new_window, tokens_now, counted, fold, agent=moved, left=held if moved else None)
@@ -414,7 +416,7 @@ class LifecycleCalls(Calls):
         """To another agent CLI: the conversation so far as that CLI's own session where its
         format can be written, else as the first run's prompt. Returns the new agent reference
         (``{}``: none yet, the prompt way); the one it replaces stays in the journal."""
-        title = agents.CLIS[spec.kind].title
+        title = agents.title(spec.cli)
         ref = await native.carry_over(act.tx, await act.reload(), spec)
         if ref is None:
             await rows.update_session(act.tx, act.row["id"], agent_ref=None, agent_seen=0, agent_context=None,
@@ -427,7 +429,7 @@ class LifecycleCalls(Calls):
         await rows.update_session(act.tx, act.row["id"], agent_ref=json.dumps(ref), agent_seen=act.row["length"],
                                   agent_context=None, agent_window=None)
         act.note(f"the conversation so far is now {title}'s own session {ref['id']}, which its next run resumes"
-                 + (f"; the {agents.CLIS[held['cli']].title} session {held['id']} is left as it was" if held else ""))
+                 + (f"; the {agents.title(held['cli'])} session {held['id']} is left as it was" if held else ""))
         return ref
 
 

@@ -48,7 +48,7 @@ def agent_ref(row: Any) -> dict[str, Any] | None:
 def cli_kind(row: Any) -> str:
     """The agent CLI of the session ``row``: its agent session's, else its runner's."""
     ref = agent_ref(row)
-    return str(ref["cli"]) if ref else runner_spec.parse(row["runner"]).kind
+    return str(ref["cli"]) if ref else runner_spec.parse(row["runner"]).cli
 
 
 def user_environment(row: Any, *, cli: str | None = None, passed: bool = False) -> dict[str, str]:
@@ -91,7 +91,9 @@ async def carry_over(tx: Tx, row: Any, spec: runner_spec.RunnerSpec) -> dict[str
     said = [Said("user", f"(A summary of the earlier conversation)\n{item.content}") if item.fold is not None
             else Said(item.role, item.content, item.meta) for item in await history.context(tx, row["id"])
             if item.role in ("user", "assistant", "tool") or item.fold is not None]
-    fmt = transcripts.format_of(spec.kind)
+    if spec.cli not in transcripts.CLIS:  # a CLI whose sessions Procession cannot read or write
+        return None
+    fmt = transcripts.format_of(spec.cli)
     env = cli_environment(row, tx.store.path)
     # a call's body runs on the store's own thread (``Store.atomic``): the files are written there
     ref = fmt.write(said, env, await rows.workdir(tx, row["id"]), spec.target)

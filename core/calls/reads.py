@@ -297,7 +297,7 @@ class ReadCalls(Calls):
 
     async def _agent_home(self, info: SessionInfo, ref: dict[str, Any] | None) -> AgentHome | None:
         """The state folder of the session's agent CLI (its agent session's, else its runner's), if it has one."""
-        cli = str(ref["cli"]) if ref else runner_spec.parse(info.runner).kind
+        cli = str(ref["cli"]) if ref else runner_spec.parse(info.runner).cli
         if cli not in agent_homes.VARIABLES:
             return None
         return await asyncio.to_thread(agent_homes.shown, self.path, info.uuid, cli)

@@ -410,11 +410,11 @@ class Engine:
             _remove(invocation.files, tmp)
 
         try:
-            env = run_environment(row, spec.kind, tmp, {"PROCESSION_SESSION": str(sid),
+            env = run_environment(row, spec.cli, tmp, {"PROCESSION_SESSION": str(sid),
                                                         "PROCESSION_DB": str(self.ledger.path), "PWD": cwd})
             if spec.agent:  # its CLI's state: the session's own folder (``agent_homes``)
-                env = await asyncio.to_thread(agent_homes.prepared, spec.kind, env, self.ledger.path, row, cwd)
-            asks = agents.asks(spec.kind)
+                env = await asyncio.to_thread(agent_homes.prepared, spec.cli, env, self.ledger.path, row, cwd)
+            asks = agents.asks(spec)
             if spec.kind != "openai" and (asks == "mcp" or any(mcp_binding.is_procession(r["kind"], r["uri"])
                                                       for r in resources)):
                 own = OwnServers(str(self.ledger.path), sid, tmp, env)
@@ -423,11 +423,12 @@ class Engine:
             if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
+                turn.served = served(cwd, resources)
                 turn.ask = (own.asking(self.ledger.as_actor("agent"), lambda: self.stopping)
                             if own is not None and asks == "mcp" else None)
                 if asks == "talk" and row["permissions"] == bounds.ASK:
                     turn.decide = self._asker(sid)
-                invocation, reader = agents.prepare(spec.kind, turn, exe)
+                invocation, reader = agents.prepare(spec, turn, exe)
                 talk = reader.talk
                 env.update(invocation.env)
             marker = f"{self.token[:12]}:{launch}"  # an openai: run's tools' processes carry it
@@ -686,10 +687,10 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
     configs: list[str] = []
     urls: list[str] = []
     if spec.agent:
-        exe = agents.locate(spec.kind, env)
-        state, configs = agents.state(spec.kind, env)
-        urls = agents.endpoints(spec.kind, env)
-    asks = spec.kind in ("openai", "builtin") or bool(agents.asks(spec.kind))
+        exe = agents.locate(spec, env)
+        state, configs = agents.state(spec.cli, env)
+        urls = agents.endpoints(spec.cli, env)
+    asks = spec.kind in ("openai", "builtin") or bool(agents.asks(spec))
     held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
                                tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
                                commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin",
@@ -697,6 +698,20 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
                                read_only="" if row["permissions"] != bounds.ASK or asks else
                                f"its {spec.kind} runner cannot ask a person and its permissions are ask")
     return held, exe
+
+
+def served(cwd: str, resources: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """What an agent may have Procession itself read and write for it (an ACP agent's file
+    requests): the session's bound folders and files, by their mode, and its folder unless a
+    folder is bound (as its confined run would be held: ``confinement.for_run``)."""
+    writes: list[str] = []
+    reads: list[str] = []
+    paths = [r for r in resources if r["kind"] in ("folder", "file")]
+    for r in paths:
+        (writes if r.get("mode", "rw") == "rw" else reads).append(str(r["uri"]))
+    if not any(r["kind"] == "folder" for r in paths):
+        writes.append(cwd)
+    return writes, reads
 
 
 def _remove(files: list[Path], folder: str | None = None) -> None:

@@ -46,29 +46,19 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import transcripts
+from .agents import CLIS
 from .records import AgentHome
 from .transcripts import within
 from .transcripts.claude import home as claude_home
 from .transcripts.codex import home as codex_home
 
 #: What the CLI's state folder is taken from, per agent CLI: each variable and the subfolder of
-#: the session's folder it names ("": the folder itself).
-VARIABLES: Final[Mapping[str, Mapping[str, str]]] = {
-    "claude": {"CLAUDE_CONFIG_DIR": ""},
-    "codex": {"CODEX_HOME": ""},
-    "opencode": {"XDG_DATA_HOME": "data", "XDG_CONFIG_HOME": "config", "XDG_CACHE_HOME": "cache",
-                 "XDG_STATE_HOME": "state"},
-}
+#: the session's folder it names ("": the folder itself). From each CLI's descriptor (``agents``).
+VARIABLES: Final[Mapping[str, Mapping[str, str]]] = {kind: cli.homes for kind, cli in CLIS.items() if cli.homes}
 #: Variables that would point the CLI's state at a file outside the session's folder: dropped.
 OUTSIDE: Final = ("OPENCODE_DB",)
 #: The settings ``changed`` compares with the seed, per CLI (paths in the session's folder).
-SETTINGS: Final[Mapping[str, tuple[str, ...]]] = {
-    "claude": ("settings.json", "settings.local.json", "CLAUDE.md", "agents", "commands", "skills"),
-    "codex": ("config.toml", "AGENTS.md", "prompts", "rules"),
-    "opencode": tuple(f"config/opencode/{name}" for name in (
-        "opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent", "agents", "command", "commands",
-        "plugin", "plugins")),
-}
+SETTINGS: Final[Mapping[str, tuple[str, ...]]] = {kind: cli.settings for kind, cli in CLIS.items()}
 #: The folder of every session's folders, under the workspace's own.
 AGENTS: Final = "agents"
 
@@ -117,6 +107,12 @@ def _sources(cli: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
     if cli == "codex":
         codex = str(codex_home(env))
         return [(os.path.join(codex, n), n) for n in ("auth.json", "config.toml", "AGENTS.md", "prompts", "rules")]
+    if cli != "opencode":  # a generic one: its descriptor's seeds, from the user's folder of it
+        variable, under = CLIS[cli].seed_from
+        mine = env.get(variable, "") if variable else ""
+        base = mine or os.path.join(user_home, under)
+        rel = "" if mine or CLIS[cli].homes != {"HOME": ""} else under  # under the session's folder as under a home
+        return [(os.path.join(base, n), os.path.join(rel, n)) for n in CLIS[cli].seeds]
     data = env.get("XDG_DATA_HOME") or os.path.join(user_home, ".local", "share")
     config = env.get("XDG_CONFIG_HOME") or os.path.join(user_home, ".config")
     return [(os.path.join(data, "opencode", "auth.json"), "data/opencode/auth.json"),

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from .agents import CLIS, NETWORK
 from .errors import InvalidArgument
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -31,17 +32,10 @@ RESERVED: Final = frozenset({"PROCESSION_SESSION", "PROCESSION_DB", "PROCESSION_
                              "TMP", "TEMP"})
 #: What every run takes of the engine's environment (and every ``LC_*``).
 BASE: Final = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "COLORTERM", "TZ")
-#: How a program on this machine reaches the network: proxies, and certificates it trusts.
-NETWORK: Final = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "all_proxy",
-                  "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE")
-#: What each runner kind takes besides: an agent CLI's own state (its login, its sessions).
-RUNNER: Final[Mapping[str, tuple[str, ...]]] = {
-    "claude": ("CLAUDE_CONFIG_DIR", *NETWORK),
-    "codex": ("CODEX_HOME", *NETWORK),
-    "opencode": ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "OPENCODE_CONFIG",
-                 "OPENCODE_CONFIG_DIR", *NETWORK),
-    "openai": NETWORK,
-}
+#: What each runner kind takes besides: an agent CLI's own state (its login, its sessions), and
+#: how it reaches the network (``agents``: each CLI's descriptor); an ``acp:`` run takes its CLI's.
+RUNNER: Final[Mapping[str, tuple[str, ...]]] = {**{kind: cli.inherits for kind, cli in CLIS.items()},
+                                               "openai": NETWORK, "acp": NETWORK}
 VALUE_MAX: Final = 32 * 1024
 NAMES_MAX: Final = 100
 

@@ -152,10 +152,18 @@ class ProcessStep:
         self.frozen = False
 
     async def interrupt(self, grace: float) -> None:
-        """SIGINT, then SIGTERM after ``grace`` seconds, then SIGKILL to everything."""
+        """What it is told when its conversation has a way (ACP's ``session/cancel``), else
+        SIGINT; then SIGTERM after ``grace`` seconds, then SIGKILL to everything."""
         if self.frozen:
             self.thaw()
+        if self.talk is not None and self.talk.interrupt is not None and self.talk.interrupt():
+            try:
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
+            except asyncio.TimeoutError:
+                pass
         for sig in (signal.SIGINT, signal.SIGTERM):
+            if self.proc.returncode is not None:
+                break
             if not self.signal_leader(sig):
                 break
             try:

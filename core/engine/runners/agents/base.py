@@ -14,7 +14,7 @@ import json
 import re
 import secrets
 import shlex
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -77,6 +77,9 @@ class Turn:
     ask: list[str] | None = None  # the command of the MCP server its CLI asks a person through, if it can
     decide: Ask | None = None  # how a CLI driven over its stdin asks a person (``Conversation``), if it must
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # a server of the CLI's wants it
+    #: the paths it may write, and those it may only read (its folder, its bindings): what an agent
+    #: asks Procession itself to read or write is held to them (``acp``)
+    served: tuple[list[str], list[str]] = field(default_factory=lambda: ([], []))
 
     @property
     def extra_args(self) -> list[str]:
@@ -102,6 +105,8 @@ class Conversation:
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()
         self.terminate = False  # the CLI is a server that outlives its stdin: SIGTERM when over
+        #: how its turn is interrupted by what it is told (True: asked; it ends the turn itself)
+        self.interrupt: Callable[[], bool] | None = None
 
     def write(self, message: dict[str, Any]) -> None:
         self.outbox.put_nowait(json.dumps(message).encode("utf-8") + b"\n")
@@ -189,7 +194,7 @@ class Reader:
         """The output ended: settle what only the end tells (usage of an interrupted run)."""
 
     def announce(self, agent_id: str, **ref: Any) -> None:
-        self.pending.agent_ref = {"cli": type(self).cli, "id": agent_id, "cwd": self.turn.cwd, **ref}
+        self.pending.agent_ref = {"cli": self.cli, "id": agent_id, "cwd": self.turn.cwd, **ref}
 
     def said(self, text: str, **meta: Any) -> None:
         if text.strip():

@@ -1,0 +1,457 @@
+"""Any agent that speaks the Agent Client Protocol (``acp:NAME``, ``acp:command:PROG ARGS``):
+JSON-RPC 2.0 over its stdio, one message per line, Procession the client.
+
+A run is one process of the agent and one turn: ``initialize`` (Procession offers to read and
+write text files for it, ``fs``), then ``session/new`` in the session's folder with its MCP
+servers, or for a session that has one already ``session/resume`` (where the agent offers it;
+nothing is told again) or ``session/load`` (the agent tells the whole conversation again as
+updates: they are not this run's, and are left out until its answer), or for a fork's first
+run ``session/fork`` (where the agent offers it: a copy of the whole session). Then the model,
+when the runner names one (the session's ``model`` option, or the older ``session/set_model``),
+and ``session/prompt`` with what the agent has not seen. Its ``session/update`` notifications
+are the run's events: the agent's text, tool calls and their results, its context
+(``usage_update``); the prompt's answer ends the turn (``stopReason``) and carries its tokens
+where the agent reports them (``usage``; Gemini CLI's in its ``_meta``). The reader then hangs
+up and the agent, which may outlive its stdin (codex-acp does), is ended with its whole tree.
+
+What the agent asks of Procession, each checked against the protocol's own schema first:
+
+- ``session/request_permission``: under ``--permissions ask`` a person answers from the queue
+  (state W; the tool as the agent names it, best effort, since ACP has no field for it, and its
+  input, or that the agent gave none); otherwise the run's bounds hold it and it is allowed. The
+  answer is the option of the kind meant (``allow_once``, ``reject_once``: their ids differ per
+  agent). ACP carries no reason with a refusal: the reason goes to the model as the next user
+  message of the same session, once the turn ends, and the history keeps it.
+- ``fs/read_text_file`` / ``fs/write_text_file``: served beneath the session's bounds only
+  (its folder, its bound folders and files; written only where it may write), each path
+  resolved once from a descriptor of the bound folder, no link followed out of it
+  (``model.beneath``): a write out of bounds is refused by Procession itself, before the kernel.
+- Anything else (``terminal/*``, which is not offered) is answered "method not found".
+
+Interrupt is ``session/cancel`` (``Conversation.interrupt``): the agent ends its turn and
+answers the prompt ``cancelled``, keeping its own session whole.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from ....model import agents, beneath
+from ....model.errors import ProcessionError
+from ....model.toolcalls import summary, text_of
+from .base import Conversation, Invocation, Reader, Turn
+
+#: The protocol version Procession speaks (``acp.meta.PROTOCOL_VERSION``).
+VERSION: Final = 1
+#: The ids of Procession's own requests, in the order they go.
+INITIALIZE, OPEN, MODEL, PROMPT = 1, 2, 3, 4
+#: The most of a file an agent is given in one read.
+READ_MAX: Final = 8 << 20
+#: JSON-RPC's and ACP's error codes Procession answers with.
+NOT_FOUND, INVALID, NO_METHOD, REFUSED = -32002, -32602, -32601, -32000
+#: The option kinds that allow and that refuse, in the order taken.
+ALLOW: Final = ("allow_once", "allow_always")
+REJECT: Final = ("reject_once", "reject_always")
+
+
+def invocation(turn: Turn, argv: list[str], cli: str) -> Invocation:
+    """The agent's command line (``agents.acp_program``), with what its CLI needs besides."""
+    made = Invocation([*argv, *_ARGS.get(cli, _none)(turn), *turn.extra_args])
+    if cli == "codex":
+        made.argv[0] = native(made.argv[0])
+    if cli == "claude" and turn.confined:  # Claude Code, as root, runs only where it is told it is held
+        made.env["IS_SANDBOX"] = "1"
+    return made
+
+
+def native(exe: str) -> str:
+    """codex-acp's native binary behind npm's Node launcher, which does not pass on its end
+    (the native one, left alone, outlives its stdin): the runner starts the binary itself."""
+    real = os.path.realpath(exe)
+    if real.endswith(".js"):
+        found = sorted(glob.glob(str(Path(real).parents[2] / "codex-acp-*" / "bin" / "codex-acp")))
+        if found:
+            return found[0]
+    return exe
+
+
+def _none(turn: Turn) -> list[str]:
+    return []
+
+
+def _codex(turn: Turn) -> list[str]:
+    """Codex asks through ACP under its ``untrusted`` policy only; its own sandbox cannot nest in
+    the kernel's confinement (as for ``codex exec``)."""
+    from .codex import sandbox
+
+    policy = "untrusted" if turn.decide is not None else "never"
+    return ["-c", f'approval_policy="{policy}"', "-c", f'sandbox_mode="{sandbox(turn)}"']
+
+
+_ARGS: Final[dict[str, Callable[[Turn], list[str]]]] = {"codex": _codex}
+
+
+def tool_name(update: dict[str, Any]) -> str:
+    """The tool a call is of, as far as the agent says (ACP has no field for it): Claude Code's
+    in its ``_meta``, Gemini CLI's before ``__`` in the call's id, else its title when that is
+    a word (opencode's), else its kind."""
+    meta = update.get("_meta")
+    named = ((meta or {}).get("claudeCode") or {}).get("toolName") if isinstance(meta, dict) else None
+    if isinstance(named, str) and named:
+        return named
+    head, sep, _ = str(update.get("toolCallId") or "").partition("__")
+    if sep and head.replace("_", "").isalnum():
+        return head
+    title = str(update.get("title") or "")
+    if title and title.replace("_", "").isalnum() and len(title) <= 40:
+        return title
+    return str(update.get("kind") or "tool")
+
+
+def _output(update: dict[str, Any]) -> str:
+    """A finished call's output: the text of its content, else its raw output."""
+    texts = []
+    for item in update.get("content") or []:
+        if isinstance(item, dict) and item.get("type") == "content":
+            texts.append(text_of([item.get("content")]))
+        elif isinstance(item, dict) and item.get("type") == "diff":
+            texts.append(f"{item.get('path')}: changed")
+    if any(texts):
+        return "\n".join(texts)
+    raw = update.get("rawOutput")
+    if isinstance(raw, dict):
+        for key in ("formatted_output", "output", "stdout"):
+            if isinstance(raw.get(key), str):
+                return str(raw[key])
+    return text_of(raw) if raw is not None else ""
+
+
+class AcpReader(Reader):
+    """An ACP agent's messages as the run's events, and what Procession answers it."""
+
+    cli = "acp"
+
+    def __init__(self, turn: Turn, cli: str) -> None:
+        super().__init__(turn)
+        self.cli = cli  # the reference names the CLI whose sessions these are
+        self.bounds = Bounds(*turn.served)
+        self.talk = talk = Conversation()
+        talk.terminate = True  # an agent may outlive its stdin: ended when the turn is over
+        talk.interrupt = self.cancel
+        self.session = ""
+        self.agent: dict[str, Any] = {}  # its agentInfo and capabilities, from initialize
+        self.loading = False  # session/load is telling the conversation again: not this run's
+        self.text: list[str] = []  # the agent's message so far (chunks)
+        self.calls: dict[str, dict[str, Any]] = {}  # tool call id -> what the updates said of it
+        self.refused: list[str] = []  # reasons a person gave, for the model once the turn ends
+        self.told = False  # the reasons were sent: the next answer ends the run
+        self.cancelled = False
+        self._request(INITIALIZE, "initialize", {
+            "protocolVersion": VERSION, "clientInfo": {"name": "procession", "title": "Procession", "version": "1"},
+            "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}})
+
+    # ------------------------------------------------------------------ the wire
+
+    def _request(self, rid: int, method: str, params: dict[str, Any]) -> None:
+        assert self.talk is not None
+        self.talk.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+    def _reply(self, rid: Any, result: dict[str, Any] | None = None, *, error: tuple[int, str] | None = None) -> None:
+        assert self.talk is not None
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
+        if error is not None:
+            answer["error"] = {"code": error[0], "message": error[1]}
+        else:
+            answer["result"] = result or {}
+        self.talk.write(answer)
+
+    def event(self, event: dict[str, Any]) -> None:
+        method = event.get("method")
+        found = event.get("params")
+        params: dict[str, Any] = found if isinstance(found, dict) else {}
+        if not isinstance(method, str):
+            self._answered(event)
+        elif "id" in event:
+            self._asked(event["id"], method, params)
+        elif method == "session/update" and not self.loading:
+            update = params.get("update")
+            if isinstance(update, dict):
+                self._update(update)
+
+    def _stop(self, why: str) -> None:
+        self.pending.problems.append(why)
+        self.hang_up()
+
+    def hang_up(self) -> None:
+        self._flush()
+        assert self.talk is not None
+        self.talk.hang_up()
+
+    def cancel(self) -> bool:
+        """Interrupt: the turn is cancelled by the protocol (False: no turn to cancel yet)."""
+        if not self.session or self.talk is None:
+            return False
+        self.cancelled = True
+        self.talk.write({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self.session}})
+        return True
+
+    # ------------------------------------------------------------------ Procession's requests answered
+
+    def _answered(self, reply: dict[str, Any]) -> None:
+        rid = reply.get("id")
+        error = reply.get("error")
+        found = reply.get("result")
+        result: dict[str, Any] = found if isinstance(found, dict) else {}
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else error
+            detail = (error.get("data") or {}) if isinstance(error, dict) else {}
+            more = detail.get("details") if isinstance(detail, dict) else None
+            self._stop(f"{self._title()}: {message}" + (f" ({more})" if more else ""))
+            return
+        if rid == INITIALIZE:
+            self._initialized(result)
+        elif rid == OPEN:
+            self.loading = False
+            self._opened(result)
+        elif rid == MODEL:
+            self._prompt(self.turn.prompt)
+        elif rid == PROMPT:
+            self._ended(result)
+
+    def _title(self) -> str:
+        info = self.agent.get("agentInfo") or {}
+        return str(info.get("title") or info.get("name") or agents.title(self.cli))
+
+    def _initialized(self, result: dict[str, Any]) -> None:
+        self.agent = result
+        if result.get("protocolVersion") != VERSION:
+            self._stop(f"{self._title()} speaks ACP version {result.get('protocolVersion')}; Procession speaks {VERSION}")
+            return
+        can = result.get("agentCapabilities") or {}
+        sessions = can.get("sessionCapabilities") or {}
+        ref = self.turn.ref or {}
+        opened: dict[str, Any] = {"cwd": self.turn.cwd, "mcpServers": [_server(s) for s in self.turn.mcp]}
+        if not ref:
+            self._request(OPEN, "session/new", opened)
+        elif ref.get("fork"):
+            if "fork" not in sessions:
+                self._stop(f"{self._title()} cannot fork a session over ACP: fork it before its first run, or migrate"
+                           " the fork to a runner that can")
+                return
+            self._request(OPEN, "session/fork", {**opened, "sessionId": ref["id"]})
+        elif "resume" in sessions:
+            self.session = str(ref["id"])
+            self._request(OPEN, "session/resume", {**opened, "sessionId": ref["id"]})
+        elif can.get("loadSession"):
+            self.session, self.loading = str(ref["id"]), True
+            self._request(OPEN, "session/load", {**opened, "sessionId": ref["id"]})
+        else:
+            self._stop(f"{self._title()} cannot resume a session over ACP (it offers neither session/resume nor"
+                       " session/load)")
+
+    def _opened(self, result: dict[str, Any]) -> None:
+        if isinstance(result.get("sessionId"), str):
+            self.session = result["sessionId"]
+        info = self.agent.get("agentInfo") or {}
+        self.announce(self.session, acp={"agent": info.get("name"), "version": info.get("version"),
+                                         "protocol": self.agent.get("protocolVersion")})
+        model = self.turn.model
+        options = [o for o in result.get("configOptions") or [] if isinstance(o, dict)]
+        if model and any(o.get("id") == "model" for o in options):
+            self._request(MODEL, "session/set_config_option",
+                          {"sessionId": self.session, "configId": "model", "value": model})
+        elif model and result.get("models"):
+            self._request(MODEL, "session/set_model", {"sessionId": self.session, "modelId": model})
+        elif model:
+            self._stop(f"{self._title()} offers no choice of model over ACP: run it without one (acp:{self.cli})")
+        else:
+            self._prompt(self.turn.prompt)
+
+    def _prompt(self, text: str) -> None:
+        self._request(PROMPT, "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
+
+    def _ended(self, result: dict[str, Any]) -> None:
+        """The turn's answer: its tokens where the agent says them; the reasons of refusals go
+        to the model as the next message of the session (not after an interrupt); else done."""
+        self._flush()
+        self._usage(result)
+        reason = result.get("stopReason")
+        if reason in ("refusal", "max_tokens", "max_turn_requests"):
+            self.pending.problems.append(f"{self._title()} stopped its turn: {reason}")
+        if self.refused and not self.told and not self.cancelled:
+            self.told = True
+            text = "\n".join(self.refused)
+            self.pending.messages.append(("user", text, {"refusal": True}))
+            self._prompt(text)
+            return
+        self.hang_up()
+
+    def _usage(self, result: dict[str, Any]) -> None:
+        usage = result.get("usage")
+        if not isinstance(usage, dict):  # Gemini CLI's, in its _meta
+            meta = result.get("_meta")
+            count = ((meta or {}).get("quota") or {}).get("token_count") if isinstance(meta, dict) else None
+            usage = {"inputTokens": count.get("input_tokens"), "outputTokens": count.get("output_tokens")} \
+                if isinstance(count, dict) else {}
+        cached_read, cached_write = _int(usage.get("cachedReadTokens")), _int(usage.get("cachedWriteTokens"))
+        self.pending.tokens_in += max(_int(usage.get("inputTokens")) - cached_read - cached_write, 0)
+        self.pending.tokens_out += _int(usage.get("outputTokens"))
+        self.pending.cache_read += cached_read
+        self.pending.cache_write += cached_write
+
+    # ------------------------------------------------------------------ what the agent said
+
+    def _update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            content = update.get("content")
+            if isinstance(content, dict) and content.get("type") == "text":
+                self.text.append(str(content.get("text") or ""))
+            return
+        if kind == "agent_thought_chunk":
+            return
+        self._flush()
+        if kind in ("tool_call", "tool_call_update"):
+            self._call(update, started=kind == "tool_call")
+        elif kind == "usage_update":
+            used, size = update.get("used"), update.get("size")
+            if isinstance(used, int) and used > 0:
+                self.context(used, size if isinstance(size, int) and size > 0 else None)
+
+    def _flush(self) -> None:
+        if self.text:
+            self.said("".join(self.text))
+            self.text = []
+
+    def _call(self, update: dict[str, Any], started: bool) -> None:
+        cid = str(update.get("toolCallId") or "")
+        known = self.calls.setdefault(cid, {})
+        known.update({k: v for k, v in update.items() if v not in (None, [], {}) or k not in known})
+        if cid not in self.open_tools and known.get("status") not in ("completed", "failed"):
+            self.started(cid, tool_name(known), _input(known))
+        elif cid in self.open_tools:
+            name, _, meta = self.open_tools[cid]
+            self.open_tools[cid] = (tool_name(known) if name in ("tool", known.get("kind")) else name, _input(known), meta)
+        if known.get("status") in ("completed", "failed"):
+            if cid not in self.open_tools:
+                self.open_tools[cid] = (tool_name(known), _input(known), {})
+            self.finished(cid, _output(known), known.get("status") == "failed")
+
+    # ------------------------------------------------------------------ the agent's requests
+
+    def _asked(self, rid: Any, method: str, params: dict[str, Any]) -> None:
+        from acp import schema
+        from pydantic import ValidationError
+
+        try:
+            if method == "session/request_permission":
+                asked = schema.RequestPermissionRequest.model_validate(params)
+                assert self.talk is not None
+                self.talk.start(self._permission(rid, asked))
+            elif method == "fs/read_text_file":
+                self._read(rid, schema.ReadTextFileRequest.model_validate(params))
+            elif method == "fs/write_text_file":
+                self._write(rid, schema.WriteTextFileRequest.model_validate(params))
+            else:
+                self._reply(rid, error=(NO_METHOD, f"Procession does not answer {method}"))
+        except ValidationError as exc:
+            self._reply(rid, error=(INVALID, f"{method}: {exc.errors()[0].get('msg', 'invalid')}"))
+
+    async def _permission(self, rid: Any, asked: Any) -> None:
+        call = asked.tool_call.model_dump(by_alias=True, exclude_none=True)
+        known = {**self.calls.get(str(call.get("toolCallId")), {}), **{k: v for k, v in call.items() if v}}
+        tool, given = tool_name(known), _input(known)
+        kinds = {o.kind: o.option_id for o in asked.options}
+        ok, why = (True, "") if self.turn.decide is None else await self.turn.decide(tool, given)
+        chosen = next((kinds[k] for k in (ALLOW if ok else REJECT) if k in kinds), None)
+        if chosen is None:  # no option of that kind: the request is cancelled, which refuses it
+            self._reply(rid, {"outcome": {"outcome": "cancelled"}})
+        else:
+            self._reply(rid, {"outcome": {"outcome": "selected", "optionId": chosen}})
+        if not ok:
+            self.refused.append(f"Procession: your {tool} call ({summary(given)}) was refused: {why}")
+
+    def _read(self, rid: Any, asked: Any) -> None:
+        try:
+            with self.bounds.folder(asked.path, write=False) as folder:
+                data = folder.read(asked.path, READ_MAX + 1)
+        except FileNotFoundError:
+            if self.cli == "gemini":  # it reads a file it is about to make, and fails on the standard answer
+                self._reply(rid, {"content": ""})
+            else:
+                self._reply(rid, error=(NOT_FOUND, f"Resource not found: {asked.path}"))
+            return
+        except (ProcessionError, OSError) as exc:
+            self._reply(rid, error=(REFUSED, str(exc)))
+            return
+        if len(data) > READ_MAX:
+            self._reply(rid, error=(REFUSED, f"{asked.path} is over {READ_MAX >> 20} MiB"))
+            return
+        text = data.decode("utf-8", "replace")
+        if asked.line is not None or asked.limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = max((asked.line or 1) - 1, 0)
+            text = "".join(lines[start:start + asked.limit] if asked.limit is not None else lines[start:])
+        self._reply(rid, {"content": text})
+
+    def _write(self, rid: Any, asked: Any) -> None:
+        try:
+            with self.bounds.folder(asked.path, write=True) as folder:
+                folder.write(asked.path, asked.content.encode("utf-8"))
+        except (ProcessionError, OSError) as exc:
+            self._reply(rid, error=(REFUSED, str(exc)))
+            self.pending.diagnostics.append(f"a file write refused: {exc}")
+            return
+        self._reply(rid, {})
+
+    def closing(self) -> None:
+        self._flush()
+
+
+class Bounds:
+    """The folders and files the session may read and write (its folder, its bindings), each
+    path the agent names resolved beneath the one it is in (``beneath.Folder``)."""
+
+    def __init__(self, writes: list[str], reads: list[str]) -> None:
+        self.writes = [os.path.realpath(p) for p in writes]
+        self.reads = [os.path.realpath(p) for p in reads] + self.writes
+
+    def folder(self, path: str, *, write: bool) -> beneath.Folder:
+        """The bound folder ``path`` is beneath, opened (a bound file: its folder, for that file
+        only); refused in one line when it is beneath none."""
+        if not os.path.isabs(path):
+            raise beneath.Outside(f"{path}: not an absolute path; refused")
+        plain = os.path.normpath(path)
+        for root in sorted(self.writes if write else self.reads, key=len, reverse=True):
+            if os.path.isdir(root) and (plain == root or plain.startswith(root.rstrip("/") + "/")):
+                return beneath.Folder(root, "the session's bound folder")
+            if plain == root and os.path.isfile(root):
+                return beneath.Folder(os.path.dirname(root), "the bound file's folder")
+        raise beneath.Outside(f"{path}: outside what the session may {'write' if write else 'read'}; refused")
+
+
+def _server(server: Any) -> dict[str, Any]:
+    """A bound MCP server as ACP gives it to the agent."""
+    if server.command:
+        return {"name": server.name, "command": server.command[0], "args": list(server.command[1:]), "env": []}
+    return {"type": "http", "name": server.name, "url": server.url, "headers": []}
+
+
+def _input(call: dict[str, Any]) -> dict[str, Any]:
+    """A call's input as the agent gave it; where it gave none (Gemini CLI), its title and kind,
+    saying so."""
+    raw = call.get("rawInput")
+    if isinstance(raw, dict) and raw:
+        return raw
+    return {"title": str(call.get("title") or ""), "kind": str(call.get("kind") or ""),
+            "input": "(the agent gave none)"}
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and value > 0 else 0
+
+
