@@ -1,20 +1,34 @@
 """Agents over the Agent Client Protocol (``acp:NAME``): the real agents, run by a real engine,
-against the scripted model server: a turn with a tool, permission requests as state W, a
-refusal's reason reaching the model, interrupt, resume in a new process, fork, file writes
-through Procession, and no process left behind."""
+against the scripted model server: a turn with a tool, then one resumed in a new process;
+permission requests as state W, allowed or refused with a reason that reaches the model;
+interrupt mid-turn; fork; files written through Procession, beneath the session's bounds only;
+and no process left behind."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from conftest import until
 from procession import State, Workspace
-from support.agent_clis import AgentSandbox, session_env
-from support.models import ModelServer, say, shell
-from support.runs import finished
+from support.agent_clis import AgentSandbox, sandbox, session_env
+from support.models import Call, Hold, ModelServer, calls, say, shell
+from support.runs import finished, state_of
+
+from test_permissions import waiting
+
+#: The agents each test runs over ACP (those whose tests need what only some agents do say so).
+AGENTS = ["opencode"]
+
+
+@pytest.fixture(params=AGENTS)
+def acp_agent(request: pytest.FixtureRequest, model_server: ModelServer, tmp_path: Path) -> AgentSandbox:
+    return sandbox(request.param, model_server, tmp_path)
 
 
 async def acp_session(ws: Workspace, agent: AgentSandbox, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> int:
@@ -30,10 +44,23 @@ async def ask(ws: Workspace, sid: int, text: str, runs: int) -> Any:
     return await until(lambda: finished(ws, sid, runs))
 
 
-async def test_a_turn_with_a_tool_then_a_resumed_one(
-        opencode_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+def processes(db: Path, sid: int) -> list[psutil.Process]:
+    """The processes that carry session ``sid``'s marks in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get("PROCESSION_SESSION") == str(sid) and Path(env.get("PROCESSION_DB", "")) == db:
+            found.append(proc)
+    return found
+
+
+async def test_a_turn_with_a_tool_then_one_resumed_in_a_new_process(
+        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    agent = opencode_sandbox
+    agent = acp_agent
     model_server.script.add(shell("echo hi > file", text="Writing."), say("The file is written."))
     sid = await acp_session(live, agent, monkeypatch)
     run = await ask(live, sid, "write hi into file", 1)
@@ -42,13 +69,130 @@ async def test_a_turn_with_a_tool_then_a_resumed_one(
     shown = (await live.show(sid)).to_json()
     said = [(c["role"], c["content"].splitlines()[0]) for c in shown["context"]]
     assert said[0] == ("user", "write hi into file") and said[-1] == ("assistant", "The file is written."), said
-    assert any(role == "tool" for role, _ in said)
+    [tool] = [c["tool"] for c in shown["context"] if c["role"] == "tool"]
+    assert "echo hi > file" in str(tool["input"]) and tool["is_error"] is False
     ref = shown["agent_ref"]
-    assert ref["cli"] == "opencode" and ref["id"].startswith("ses_") and ref["acp"]["protocol"] == 1
+    assert ref["cli"] == agent.name and ref["id"] and ref["acp"]["protocol"] == 1 and ref["acp"]["agent"]
+    assert processes(db, sid) == []  # the agent ended with its turn, its whole tree
     model_server.script.add(say("Again."))
     run = await ask(live, sid, "once more", 2)
     assert run.outcome == "ok", run.error
     history = [(m.role, m.content) for m in await live.history(sid)]
     assert history[-2:] == [("user", "once more"), ("assistant", "Again.")]
-    assert len([m for m in history if m == ("assistant", "The file is written.")]) == 1
+    assert [m for m, n in Counter(history).items() if n > 1] == []  # a load's replay is not this run's
     assert (await live.show(sid)).agent_ref["id"] == ref["id"]
+    assert "write hi into file" in " ".join(model_server.requests[-1].texts("user"))  # the same session, resumed
+
+
+async def test_a_permission_request_waits_in_state_w_and_runs_once_allowed(
+        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = acp_agent
+    model_server.script.add(shell("echo hi > asked.txt"), say("Done."))
+    sid = await acp_session(live, agent, monkeypatch, permissions="ask")
+    await live.send(sid, "write the file")
+    await live.activate(sid)
+    asked = await until(lambda: waiting(live, sid))
+    assert "echo hi > asked.txt" in str(asked.input)
+    assert not (agent.workdir / "asked.txt").exists()
+    await live.allow(asked.id)
+    done = await until(lambda: finished(live, sid, 1))
+    assert done.outcome == "ok", done.error
+    assert (agent.workdir / "asked.txt").read_text() == "hi\n"
+    assert (await live.history(sid))[-1].content == "Done."
+
+
+async def test_a_refusals_reason_reaches_the_model_as_the_next_message(
+        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = acp_agent
+    model_server.script.add(shell("echo hi > denied.txt"), say("Understood."))
+    sid = await acp_session(live, agent, monkeypatch, permissions="ask")
+    await live.send(sid, "write the file")
+    await live.activate(sid)
+    asked = await until(lambda: waiting(live, sid))
+    await live.deny(asked.id, why="not on a Friday")
+    done = await until(lambda: finished(live, sid, 1))
+    assert done.outcome == "ok", done.error
+    assert not (agent.workdir / "denied.txt").exists()
+    assert "not on a Friday" in " ".join(model_server.requests[-1].texts("user"))
+    history = [(m.role, m.content) for m in await live.history(sid)]
+    assert any(role == "user" and "not on a Friday" in text for role, text in history)
+    assert history[-1] == ("assistant", "Understood.")
+
+
+async def test_interrupt_cancels_the_turn_and_the_next_run_resumes(
+        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = acp_agent
+    hold = Hold()
+    model_server.script.add(say("Thinking a long time.", hold=hold))
+    sid = await acp_session(live, agent, monkeypatch)
+    await live.send(sid, "think")
+    await live.activate(sid)
+    try:
+        await asyncio.to_thread(hold.wait_reached)
+        await until(lambda: _announced(live, sid))
+        await live.interrupt(sid)
+        run = await until(lambda: finished(live, sid, 1))
+    finally:
+        hold.release()
+    assert run.outcome == "interrupted", run.error
+    assert await state_of(live, sid) is State.SLEEPING
+    assert processes(db, sid) == []
+    model_server.script.add(say("Back."))
+    run = await ask(live, sid, "go on", 2)
+    assert run.outcome == "ok", run.error
+    assert (await live.history(sid))[-1].content == "Back."
+
+
+async def _announced(ws: Workspace, sid: int) -> bool:
+    return (await ws.show(sid, last=0)).agent_ref is not None
+
+
+async def test_a_file_is_written_through_procession_beneath_the_bounds_only(
+        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = acp_agent
+    outside = tmp_path / "outside.txt"
+    inside = agent.workdir / "inside.txt"
+    model_server.script.add(calls(_write(agent.name, inside, "within\n"), _write(agent.name, outside, "out\n")),
+                            say("Written."))
+    # Procession itself refuses (the kernel does not hold this run): a write the agent asks to make
+    # (opencode asks before it writes outside its folder) or makes through Procession (fs/write_text_file)
+    sid = await acp_session(live, agent, monkeypatch, confine="off")
+    run = await ask(live, sid, "write two files", 1)
+    assert run.outcome == "ok", run.error
+    assert inside.read_text() == "within\n"
+    assert not outside.exists()
+    history = await live.history(sid)
+    refused = [m.meta["tool"] for m in history if m.role == "tool" and str(outside) in str(m.meta["tool"]["input"])]
+    assert refused and refused[0]["is_error"]
+    told = [m.content for m in history if m.role == "user" and str(outside) in m.content]  # why, said to the model
+    assert told and "outside what the session may write" in told[0], [m.content for m in history]
+    assert "outside what the session may write" in " ".join(model_server.requests[-1].texts("user"))
+
+
+def _write(cli: str, path: Path, content: str) -> Call:
+    """A call of the agent's own tool that writes a file (through ``fs/write_text_file``)."""
+    return {"opencode": Call.tool("write", {"filePath": str(path), "content": content}),
+            "gemini": Call.tool("write_file", {"file_path": str(path), "content": content}),
+            "qwen": Call.tool("write_file", {"file_path": str(path), "content": content})}[cli]
+
+
+async def test_a_fork_over_acp_is_a_session_of_its_own(
+        opencode_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = opencode_sandbox  # of the agents tried, opencode and Claude's adapter offer session/fork
+    model_server.script.add(say("First."))
+    sid = await acp_session(live, agent, monkeypatch)
+    assert (await ask(live, sid, "hello", 1)).outcome == "ok"
+    parent = (await live.show(sid)).agent_ref["id"]
+    fork = (await live.fork(sid, name="branch")).sid
+    model_server.script.add(say("From the fork."))
+    run = await ask(live, fork, "and you?", 1)
+    assert run.outcome == "ok", run.error
+    ref = (await live.show(fork)).agent_ref
+    assert ref["id"] != parent and ref["cli"] == agent.name
+    assert "hello" in " ".join(model_server.requests[-1].texts("user"))  # the fork carries the conversation
+    assert (await live.history(fork))[-1].content == "From the fork."

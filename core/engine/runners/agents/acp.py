@@ -55,6 +55,10 @@ READ_MAX: Final = 8 << 20
 NOT_FOUND, INVALID, NO_METHOD, REFUSED = -32002, -32602, -32601, -32000
 #: The option kinds that allow and that refuse, in the order taken.
 ALLOW: Final = ("allow_once", "allow_always")
+#: The keys of a tool call's input that name a path (the agents' own file tools).
+PATH_KEYS: Final = frozenset({"path", "filePath", "file_path", "absolute_path", "filepath"})
+#: The tool kinds that only read.
+READS: Final = frozenset({"read", "search", "fetch", "think"})
 REJECT: Final = ("reject_once", "reject_always")
 
 
@@ -65,7 +69,20 @@ def invocation(turn: Turn, argv: list[str], cli: str) -> Invocation:
         made.argv[0] = native(made.argv[0])
     if cli == "claude" and turn.confined:  # Claude Code, as root, runs only where it is told it is held
         made.env["IS_SANDBOX"] = "1"
+    if cli == "opencode":  # what asks is its configuration's (it asks for nothing by default), and its system prompt
+        from .opencode import ASK, configured
+
+        made = configured(made, turn, permission=ASK if turn.decide is not None else None)
     return made
+
+
+def prompt(turn: Turn, cli: str) -> str:
+    """What the turn's prompt is over ACP, which has no system prompt: an agent that takes one
+    otherwise (opencode's configuration) has it there; any other is given it before its
+    session's first prompt."""
+    if turn.system and not turn.ref and cli != "opencode":
+        return f"{turn.system}\n\n{turn.prompt}"
+    return turn.prompt
 
 
 def native(exe: str) -> str:
@@ -218,7 +235,7 @@ class AcpReader(Reader):
             self.loading = False
             self._opened(result)
         elif rid == MODEL:
-            self._prompt(self.turn.prompt)
+            self._prompt(prompt(self.turn, self.cli))
         elif rid == PROMPT:
             self._ended(result)
 
@@ -269,7 +286,7 @@ class AcpReader(Reader):
         elif model:
             self._stop(f"{self._title()} offers no choice of model over ACP: run it without one (acp:{self.cli})")
         else:
-            self._prompt(self.turn.prompt)
+            self._prompt(prompt(self.turn, self.cli))
 
     def _prompt(self, text: str) -> None:
         self._request(PROMPT, "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
@@ -366,7 +383,11 @@ class AcpReader(Reader):
         known = {**self.calls.get(str(call.get("toolCallId")), {}), **{k: v for k, v in call.items() if v}}
         tool, given = tool_name(known), _input(known)
         kinds = {o.kind: o.option_id for o in asked.options}
-        ok, why = (True, "") if self.turn.decide is None else await self.turn.decide(tool, given)
+        if self.turn.decide is not None:
+            ok, why = await self.turn.decide(tool, given)
+        else:  # unasked: what the session's bounds hold (all: anything)
+            why = self.bounds.leaves(known) if self.turn.permissions == "bound" else ""
+            ok = not why
         chosen = next((kinds[k] for k in (ALLOW if ok else REJECT) if k in kinds), None)
         if chosen is None:  # no option of that kind: the request is cancelled, which refuses it
             self._reply(rid, {"outcome": {"outcome": "cancelled"}})
@@ -419,6 +440,27 @@ class Bounds:
     def __init__(self, writes: list[str], reads: list[str]) -> None:
         self.writes = [os.path.realpath(p) for p in writes]
         self.reads = [os.path.realpath(p) for p in reads] + self.writes
+
+    def holds(self, path: str, *, write: bool) -> bool:
+        """Whether ``path`` (links resolved as they are now) is beneath what the session may
+        write (or read)."""
+        real = os.path.realpath(path)
+        return any(real == root or real.startswith(root.rstrip("/") + "/")
+                   for root in (self.writes if write else self.reads))
+
+    def leaves(self, call: dict[str, Any]) -> str:
+        """Why a tool call the agent asks to make leaves the session's bounds (the paths it
+        names: its locations, its input's path), or "" if it does not: under ``bound``, a call
+        that would is refused by Procession, before the kernel (which holds a confined run
+        anyway)."""
+        raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+        paths = [str(loc.get("path")) for loc in call.get("locations") or [] if isinstance(loc, dict) and loc.get("path")]
+        paths += [str(v) for k, v in raw.items() if k in PATH_KEYS and isinstance(v, str)]
+        write = call.get("kind") not in READS
+        for path in paths:
+            if os.path.isabs(path) and not self.holds(path, write=write):
+                return f"{path}: outside what the session may {'write' if write else 'read'}; refused"
+        return ""
 
     def folder(self, path: str, *, write: bool) -> beneath.Folder:
         """The bound folder ``path`` is beneath, opened (a bound file: its folder, for that file
