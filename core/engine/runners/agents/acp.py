@@ -453,7 +453,8 @@ class Bounds:
         names: its locations, its input's path), or "" if it does not: under ``bound``, a call
         that would is refused by Procession, before the kernel (which holds a confined run
         anyway)."""
-        raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+        found = call.get("rawInput")
+        raw: dict[str, Any] = found if isinstance(found, dict) else {}
         paths = [str(loc.get("path")) for loc in call.get("locations") or [] if isinstance(loc, dict) and loc.get("path")]
         paths += [str(v) for k, v in raw.items() if k in PATH_KEYS and isinstance(v, str)]
         write = call.get("kind") not in READS
