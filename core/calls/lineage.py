@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import hosts, limits, states
+from ..model import agents, hosts, limits, runner_spec, states
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, MergeConflict, ProcessionError
 from ..model.outcomes import Forked, Merged, Note
@@ -380,6 +380,14 @@ async def agent_fork(tx: Tx, row: Row, at: int) -> dict[str, Any]:
     whole = {"agent_ref": json.dumps({**ref, "fork": True}), "agent_seen": min(row["agent_seen"], at),
              "agent_context": row["agent_context"], "agent_window": row["agent_window"]}
     holds = await agent_holds(tx, row, ref["cli"])
+    spec = runner_spec.parse(row["runner"])
+    if spec.kind == runner_spec.ACP:  # ACP's session/fork copies a whole session, where the agent offers it
+        title = agents.title(spec.cli)
+        if spec.cli in agents.CLIS and not agents.CLIS[spec.cli].acp_fork:
+            raise InvalidArgument(f"session {row['id']}'s agent, {title}, cannot fork its session over ACP")
+        if at < holds:
+            raise InvalidArgument(f"session {row['id']}'s {title} session can be forked over ACP only whole: fork"
+                                  f" at {holds} or later (its last message), or not --at")
     if at >= holds:
         return whole
     if ref["cli"] != "claude":

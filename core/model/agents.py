@@ -50,6 +50,7 @@ class AgentCli:
     #: that program when it is an adapter of its own
     acp: tuple[str, ...] = ()
     acp_package: str = ""
+    acp_fork: bool = False  # whether it offers session/fork over ACP (as verified)
 
     def window(self, model: str) -> int | None:
         """The window a session of this CLI has before a run reports one."""
@@ -73,7 +74,7 @@ CLIS: Final = {
     "claude": AgentCli("claude", "Claude Code", "@anthropic-ai/claude-code", "a Claude model (opus, sonnet, ...)",
                        (1_000_000, 200_000), inherits=("CLAUDE_CONFIG_DIR", *NETWORK), homes={"CLAUDE_CONFIG_DIR": ""},
                        settings=("settings.json", "settings.local.json", "CLAUDE.md", "agents", "commands", "skills"),
-                       acp=("claude-agent-acp",), acp_package="@agentclientprotocol/claude-agent-acp"),
+                       acp=("claude-agent-acp",), acp_package="@agentclientprotocol/claude-agent-acp", acp_fork=True),
     "codex": AgentCli("codex", "Codex CLI", "@openai/codex", "a model of its provider",
                       inherits=("CODEX_HOME", *NETWORK), homes={"CODEX_HOME": ""},
                       settings=("config.toml", "AGENTS.md", "prompts", "rules"),
@@ -86,7 +87,7 @@ CLIS: Final = {
                          settings=tuple(f"config/opencode/{name}" for name in (
                              "opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent", "agents", "command",
                              "commands", "plugin", "plugins")),
-                         acp=("opencode", "acp")),
+                         acp=("opencode", "acp"), acp_fork=True),
     "gemini": AgentCli("gemini", "Gemini CLI", "@google/gemini-cli", "a Gemini model", headless=False,
                        inherits=NETWORK, homes=_HOME, seed_from=("", ".gemini"),
                        seeds=("settings.json", "oauth_creds.json", "google_accounts.json", "GEMINI.md", "commands"),

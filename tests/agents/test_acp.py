@@ -196,3 +196,18 @@ async def test_a_fork_over_acp_is_a_session_of_its_own(
     assert ref["id"] != parent and ref["cli"] == agent.name
     assert "hello" in " ".join(model_server.requests[-1].texts("user"))  # the fork carries the conversation
     assert (await live.history(fork))[-1].content == "From the fork."
+
+
+async def test_a_fork_at_a_turn_is_refused_over_acp(
+        opencode_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from procession import InvalidArgument
+
+    model_server.script.add(say("One."), say("Two."))
+    sid = await acp_session(live, opencode_sandbox, monkeypatch)
+    assert (await ask(live, sid, "first", 1)).outcome == "ok"
+    assert (await ask(live, sid, "second", 2)).outcome == "ok"
+    before = len(await live.ps(all=True))
+    with pytest.raises(InvalidArgument, match="over ACP only whole: fork at 4 or later"):
+        await live.fork(sid, at=2)
+    assert len(await live.ps(all=True)) == before  # nothing made
