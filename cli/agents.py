@@ -1,4 +1,5 @@
-"""Commands on the agent CLIs' own sessions: adopt, sync, attach."""
+"""Commands on the agent CLIs: which are installed here (agents), and on their own sessions:
+adopt, sync, attach."""
 
 from __future__ import annotations
 
@@ -9,13 +10,21 @@ import time
 
 from procession.calls import Workspace
 from procession.calls.outside import Looker
-from procession.model import transcripts
+from procession.model import agents, transcripts
 from procession.model.calls import Call
 from procession.model.trigger_spec import duration
-from procession.present import results
+from procession.present import lines, results
 
 from .registry import SID, SIDS, arg, command
 from .terminal import UsageError, done, each, emit, notes, progress_bar
+
+
+@command("agents", "the agent CLIs a session can be run by: which are installed here, how to install the rest",
+         workspace=False)
+async def agents_(args: argparse.Namespace) -> int:
+    found = agents.installed()
+    emit(args, [f.to_json() for f in found], lambda: lines.agent_lines(found))
+    return 0
 
 
 @command(Call.ADOPT, creates=True, args=[

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -111,6 +111,42 @@ CLIS: Final = {
 ACP: Final = tuple(kind for kind, cli in CLIS.items() if cli.acp)
 #: The agent CLIs with a headless runner of their own (``KIND:``).
 HEADLESS: Final = tuple(kind for kind, cli in CLIS.items() if cli.headless)
+
+
+@dataclass(slots=True, frozen=True)
+class Installed:
+    """An agent CLI as this machine has it (``installed``)."""
+
+    kind: str
+    title: str
+    runners: tuple[str, ...]  # how a session is run by it: ``KIND:``, ``acp:KIND``
+    program: str | None  # its executable, None if it is not installed
+    adapter: str | None  # its ACP adapter's, for one that speaks ACP through another program
+    missing: tuple[str, ...]  # how to install what is not here
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "title": self.title, "runners": list(self.runners), "program": self.program,
+                "adapter": self.adapter, "install": list(self.missing)}
+
+
+def installed(environ: Mapping[str, str] | None = None) -> list[Installed]:
+    """Every agent CLI Procession can run, found or not (``procession agents``)."""
+    out = []
+    for kind, cli in CLIS.items():
+        runners = ((f"{kind}:",) if cli.headless else ()) + ((f"acp:{kind}",) if cli.acp else ())
+        program = _found(lambda: locate(kind, environ))
+        adapter = _found(lambda: locate_acp(kind, environ)) if cli.acp_package else None
+        missing = ((cli.install(),) if program is None else ()) + (
+            (f"npm install -g {cli.acp_package}",) if cli.acp_package and adapter is None else ())
+        out.append(Installed(kind, cli.title, runners, program, adapter, missing))
+    return out
+
+
+def _found(find: Callable[[], str]) -> str | None:
+    try:
+        return find()
+    except InvalidArgument:
+        return None
 
 
 def title(cli: str) -> str:

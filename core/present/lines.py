@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..calls.merge import MISSING
@@ -31,8 +32,8 @@ from ..model.records import (
     Waited,
     Worktree,
 )
-from ..model import bounds, requests, runner_spec, toolcalls
-from ..model.agents import CLIS
+from ..model import agents, bounds, requests, runner_spec, toolcalls
+from ..model.agents import ACP, HEADLESS
 from . import words
 from .words import one_line, printable
 
@@ -166,6 +167,9 @@ def facts(d: SessionDetail, now: float | None = None) -> list[tuple[str, str]]:
         said = f"{printable(ref['cli'])} session {printable(str(ref['id']))}"
         if ref.get("fork"):
             said = f"forks {said}{' at ' + printable(str(ref['at'])) if ref.get('at') else ''} on its first run"
+        if isinstance(ref.get("acp"), dict):  # the agent that last ran it over ACP, as it named itself
+            acp = ref["acp"]
+            said += f"  over ACP {acp.get('protocol')}: {printable(str(acp.get('agent')))} {printable(str(acp.get('version')))}"
         out.append(("agent", said + (f"  {printable(str(ref['transcript']))}" if ref.get("transcript") else "")))
     if d.agent_home is not None:
         out.append(("agent home", agent_home_text(d.agent_home)))
@@ -227,7 +231,22 @@ def runner_forms() -> str:
     added there is offered everywhere."""
     builtins = "|".join(runner_spec.BUILTINS)
     return " · ".join(["command:<shell command>", "openai:<model>[@<url>][#KEY_VAR]", f"builtin:<{builtins}>",
-                       *(f"{kind}:[<model>]" for kind in CLIS)])
+                       *(f"{kind}:[<model>]" for kind in HEADLESS), f"acp:<{'|'.join(ACP)}>[:<model>]",
+                       "acp:command:<program> <args>"])
+
+
+def agent_lines(found: Sequence[agents.Installed]) -> str:
+    """``procession agents``: each agent CLI, the runners it can be, and where it is installed
+    here (or how to install it)."""
+    width = max(len(f.kind) for f in found)
+    out = []
+    for f in found:
+        runners = ", ".join(f.runners)
+        where = [f"{what} {printable(path)}" for what, path in (("at", f.program), ("its ACP adapter at", f.adapter))
+                 if path]
+        missing = [f"install: {command}" for command in f.missing]
+        out.append(f"{f.kind:<{width}}  {f.title} ({runners}): " + "; ".join(where + missing))
+    return "\n".join(out)
 
 
 def request_line(r: Request, now: float | None = None, width: int = 100) -> str:

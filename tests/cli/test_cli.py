@@ -699,3 +699,24 @@ def test_activate_over_a_budget_says_it_will_not_run_until_the_budget_is_raised(
             f" budget is raised or cleared (`procession limit {sid}`)") in proc.stderr.splitlines(), proc.stderr
     [outcome] = cli.json("activate", str(other))
     assert not any("budget" in n["text"] for n in outcome["notes"])
+
+
+def test_agents_lists_each_agent_cli_where_it_is_installed_and_how_to_install_the_rest(
+        cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("gemini", "opencode"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    for name in ("CLAUDE", "CODEX", "OPENCODE", "GEMINI", "QWEN", "COPILOT"):
+        monkeypatch.delenv(f"PROCESSION_{name}", raising=False)
+        monkeypatch.delenv(f"PROCESSION_{name}_ACP", raising=False)
+    found = {a["kind"]: a for a in cli.json("agents")}  # type: ignore[union-attr]
+    assert found["gemini"]["program"] == str(bin_dir / "gemini") and found["gemini"]["runners"] == ["acp:gemini"]
+    assert found["opencode"]["runners"] == ["opencode:", "acp:opencode"] and found["opencode"]["install"] == []
+    assert found["claude"]["install"] == ["npm install -g @anthropic-ai/claude-code",
+                                          "npm install -g @agentclientprotocol/claude-agent-acp"]
+    text = cli("agents").stdout
+    assert f"Gemini CLI (acp:gemini): at {bin_dir / 'gemini'}" in text
+    assert "Qwen Code (acp:qwen): install: npm install -g @qwen-code/qwen-code" in text
