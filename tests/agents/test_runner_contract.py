@@ -1,0 +1,123 @@
+"""The contract every runner keeps, the same cases for each: ``claude:``, ``codex:``,
+``opencode:``, ``openai:``, ``command:`` and ``acp:*``, each against the scripted model server
+(a ``command:`` runner that asks it, ``support/chat_step.py``).
+
+A reply lands in the history; the next turn continues the same conversation; an interrupt
+mid-reply ends the run ``interrupted``, leaves no process, and the session runs again; a
+cancel mid-reply ends the session and leaves no process."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from conftest import until
+from procession import State, Workspace
+from support.agent_clis import sandbox, session_env
+from support.models import Hold, ModelServer, say
+from support.runs import finished, state_of
+
+CHAT_STEP = Path(__file__).resolve().parents[1] / "support" / "chat_step.py"
+#: Every runner the contract holds for: its spec's kind, and the agent for an agent's.
+RUNNERS = ["claude:", "codex:", "opencode:", "openai:", "command:", "acp:opencode"]
+
+
+async def spawned(ws: Workspace, runner: str, server: ModelServer, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> int:
+    """A session of ``runner`` pointed at ``server``."""
+    kind, _, agent = runner.partition(":")
+    if kind == "openai":
+        return (await ws.spawn("c", "contract", runner=f"openai:scripted@{server.url_v1}", cwd=str(tmp_path))).sid
+    if kind == "command":
+        line = shlex.join([sys.executable, str(CHAT_STEP), server.url_v1])
+        return (await ws.spawn("c", "contract", runner=f"command:{line}", cwd=str(tmp_path))).sid
+    name = agent if kind == "acp" else kind
+    box = sandbox(name, server, tmp_path)
+    env, passed = session_env([box], monkeypatch.setenv)
+    spec = f"acp:{name}" if kind == "acp" else f"{name}:"
+    return (await ws.spawn("c", "contract", runner=spec, cwd=str(box.workdir), env=env, passed=passed)).sid
+
+
+def left(db: Path, sid: int) -> list[psutil.Process]:
+    """The processes still carrying session ``sid``'s marks."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get("PROCESSION_SESSION") == str(sid) and Path(env.get("PROCESSION_DB", "")) == db:
+            found.append(proc)
+    return found
+
+
+async def turn(ws: Workspace, sid: int, text: str, runs: int) -> Any:
+    await ws.send(sid, text)
+    await ws.activate(sid)
+    return await until(lambda: finished(ws, sid, runs))
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+async def test_a_reply_lands_and_the_next_turn_continues_the_conversation(
+        runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model_server.script.add(say("Hello there."), say("Still here."))
+    sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
+    run = await turn(live, sid, "hello", 1)
+    assert run.outcome == "ok", run.error
+    assert [(m.role, m.content) for m in await live.history(sid)] == [("user", "hello"), ("assistant", "Hello there.")]
+    run = await turn(live, sid, "are you there?", 2)
+    assert run.outcome == "ok", run.error
+    assert (await live.history(sid))[-1].content == "Still here."
+    said = " ".join(model_server.requests[-1].texts("user"))
+    assert "hello" in said and "are you there?" in said  # one conversation, the first turn in it
+    assert left(db, sid) == []
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+async def test_an_interrupt_mid_reply_leaves_no_process_and_the_session_runs_again(
+        runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hold = Hold()
+    model_server.script.add(say("Thinking.", hold=hold))
+    sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
+    await live.send(sid, "think")
+    await live.activate(sid)
+    try:
+        await asyncio.to_thread(hold.wait_reached)
+        await live.interrupt(sid)
+        run = await until(lambda: finished(live, sid, 1))
+    finally:
+        hold.release()
+    assert run.outcome == "interrupted", run.error
+    assert await state_of(live, sid) is State.SLEEPING
+    assert left(db, sid) == []
+    model_server.script.add(say("Back."))
+    run = await turn(live, sid, "go on", 2)
+    assert run.outcome == "ok", run.error
+    assert (await live.history(sid))[-1].content == "Back."
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+async def test_a_cancel_mid_reply_ends_the_session_and_leaves_no_process(
+        runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hold = Hold()
+    model_server.script.add(say("Thinking.", hold=hold))
+    sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
+    await live.send(sid, "think")
+    await live.activate(sid)
+    try:
+        await asyncio.to_thread(hold.wait_reached)
+        await live.cancel(sid)
+        await until(lambda: finished(live, sid, 1))
+    finally:
+        hold.release()
+    assert await state_of(live, sid) is State.TERMINATED
+    assert left(db, sid) == []
