@@ -211,3 +211,23 @@ async def test_a_fork_at_a_turn_is_refused_over_acp(
     with pytest.raises(InvalidArgument, match="over ACP only whole: fork at 4 or later"):
         await live.fork(sid, at=2)
     assert len(await live.ps(all=True)) == before  # nothing made
+
+
+async def test_any_program_that_speaks_acp_by_its_command_line(
+        opencode_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from procession import InvalidArgument
+
+    agent = opencode_sandbox
+    env, passed = session_env([agent], monkeypatch.setenv)
+    with pytest.raises(InvalidArgument, match="'no-such-agent' is not an executable file here"):
+        await live.spawn("x", "dev", runner="acp:command:no-such-agent --acp", cwd=str(agent.workdir))
+    # a program Procession knows nothing of has no state folder of its own: here it keeps its own, unconfined
+    sid = (await live.spawn("any", "dev", runner=f"acp:command:{agent.cli.command} acp", cwd=str(agent.workdir),
+                            env=env, passed=passed, confine="off")).sid
+    model_server.script.add(say("Spoken over ACP."))
+    run = await ask(live, sid, "hello", 1)
+    assert run.outcome == "ok", run.error
+    assert (await live.history(sid))[-1].content == "Spoken over ACP."
+    ref = (await live.show(sid)).agent_ref
+    assert ref["cli"] == "acp" and ref["acp"]["agent"]
