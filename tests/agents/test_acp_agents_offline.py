@@ -5,7 +5,8 @@ mode: the script makes the model call the CLI's shell tool, then answer; the fil
 makes and the answer show the sandbox points the CLI at the server and nowhere else. Every ACP
 agent command (``gemini --acp``, ``qwen --acp``, ``copilot --acp``, ``opencode acp``, the
 codex-acp native binary, claude-agent-acp) then answers the ACP ``initialize`` handshake on
-stdio, and ends, with every process it started, when its tree is killed.
+stdio, and ends, with every process it started, when its tree is killed; and runs one prompt
+turn of the same script, its permission requests allowed once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from support.acp import AgentPipe, end_tree, processes_with_home
+from support.acp import AgentPipe, agent_text, allow_once, end_tree, processes_with_home
 from support.agent_clis import ACP_AGENTS, AgentSandbox, CliRun, sandbox
 from support.models import ModelServer, say, shell
 
@@ -69,3 +70,25 @@ def test_an_acp_agent_answers_initialize_and_its_whole_tree_ends(name: str, mode
     assert result["protocolVersion"] == 1
     assert result["agentInfo"]["name"] and result["agentInfo"]["version"] == agent.cli.version
     assert tree and processes_with_home(agent.home) == [], "a process of the agent outlived its tree's kill"
+
+
+@pytest.mark.parametrize("name", ACP_AGENTS)
+def test_an_acp_prompt_turn_runs_the_scripted_shell_command(name: str, model_server: ModelServer,
+                                                            tmp_path: Path) -> None:
+    agent = sandbox(name, model_server, tmp_path)
+    model_server.script.add(shell("echo hi > made.txt"), say("The file is made."))
+    process = agent.start_acp()
+    pipe = AgentPipe(process, agent.tmp / "acp-stderr")
+    try:
+        pipe.initialize()
+        session = pipe.call("session/new", {"cwd": str(agent.workdir), "mcpServers": []})["sessionId"]
+        done = pipe.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "Make the file"}]},
+                         allow_once)
+    finally:
+        end_tree(process)
+    assert done["stopReason"] == "end_turn"
+    assert (agent.workdir / "made.txt").read_text() == "hi\n"
+    assert "The file is made." in agent_text(pipe.notifications, session)
+    asked, told = model_server.turn_requests()
+    assert asked.sent[0].id in told.results()
+    assert processes_with_home(agent.home) == []

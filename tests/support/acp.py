@@ -155,3 +155,29 @@ def processes_with_home(home: Path) -> list[int]:
         except (psutil.Error, OSError):  # gone, a zombie, or not ours to read
             pass
     return found
+
+
+def allow_once(request: Message) -> Any:
+    """The answer of a client that allows each tool call once (picked by the option's kind:
+    option ids differ from agent to agent) and reads and writes files for the agent in the
+    ordinary way; a missing file reads as empty (Gemini CLI 0.61 fails a new file's write when
+    its read is answered with the standard "Resource not found" error)."""
+    params = request["params"]
+    match request["method"]:
+        case "session/request_permission":
+            option = next(o for o in params["options"] if o["kind"] == "allow_once")
+            return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
+        case "fs/read_text_file":
+            path = Path(params["path"])
+            return {"content": path.read_text() if path.exists() else ""}
+        case "fs/write_text_file":
+            Path(params["path"]).write_text(params["content"])
+            return {}
+    raise AssertionError(f"the agent asked for {request['method']}, which this client does not offer")
+
+
+def agent_text(notifications: list[Message], session: str) -> str:
+    """What the agent said in ``session``: its ``agent_message_chunk`` texts, joined."""
+    return "".join(n["params"]["update"]["content"].get("text", "") for n in notifications
+                   if n["method"] == "session/update" and n["params"]["sessionId"] == session
+                   and n["params"]["update"].get("sessionUpdate") == "agent_message_chunk")
