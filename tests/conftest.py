@@ -196,7 +196,8 @@ def sql(path: Path | str, statement: str, params: tuple[Any, ...] = ()) -> list[
 from support.runs import proc_state  # noqa: E402,F401  (tests import it from here)
 # The scripted model server and the real agent CLIs pointed at it, for any test folder.
 from support.agent_clis import (  # noqa: E402,F401
-    agent_sandbox, claude_sandbox, codex_sandbox, model_server, opencode_sandbox,
+    agent_sandbox, claude_sandbox, codex_sandbox, copilot_sandbox, gemini_sandbox, model_server, opencode_sandbox,
+    qwen_sandbox,
 )
 
 

@@ -3,20 +3,23 @@
 These pin down what the runners build on: each CLI runs the scripted shell command in its
 working folder and sends the result back, reports the usage the server said, resumes its own
 session with the earlier turns, reads files and calls MCP tools under the names the server
-gives them, and waits on a held reply until it is released.
+gives them, and waits on a held reply until it is released. The server's Gemini endpoint (for
+Gemini CLI) is pinned down twice: over plain HTTP, and with the real CLI.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from support.agent_clis import AgentSandbox, CliRun
-from support.models import Hold, ModelServer, Usage, mcp_call, read_file, say, shell
+from support.agent_clis import AgentSandbox, CliRun, GeminiSandbox
+from support.models import Call, Hold, ModelServer, Script, Usage, calls, http_error, mcp_call, read_file, say, shell
 from support.wait import HANG_S
 
 MCP_CALC = Path(__file__).resolve().parents[1] / "support" / "mcp_calc.py"
@@ -109,3 +112,125 @@ def test_a_held_reply_keeps_the_cli_waiting_until_released(agent_sandbox: AgentS
             process.wait()
     assert process.returncode == 0, err
     assert "Released." in out
+
+
+# ---------------------------------------------------------------------------------------------
+# The Gemini endpoint (Gemini CLI with GOOGLE_GEMINI_BASE_URL)
+
+GEMINI = "/v1beta/models/gemini-2.5-flash"
+GEMINI_TOOLS = [{"functionDeclarations": [
+    {"name": "run_shell_command", "parametersJsonSchema": {"type": "object"}},
+    {"name": "read_file", "parametersJsonSchema": {"type": "object"}}]}]
+
+
+def post_raw(server: ModelServer, path: str, body: Any) -> tuple[int, str]:
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=HANG_S)
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def gemini_stream(server: ModelServer, body: Any) -> list[dict[str, Any]]:
+    """The chunks of a ``streamGenerateContent?alt=sse`` reply."""
+    status, text = post_raw(server, f"{GEMINI}:streamGenerateContent?alt=sse", body)
+    assert status == 200, text
+    return [json.loads(line.removeprefix("data: ")) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def parts(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for c in chunks for p in c["candidates"][0]["content"]["parts"] if p != {"text": ""}]
+
+
+def test_gemini_a_shell_call_goes_out_as_run_shell_command_and_its_response_comes_back() -> None:
+    usage = Usage(input=100, output=7, cache_read=5000, cache_write=300)
+    with ModelServer(Script(shell("echo hi > made.txt", usage=usage), say("Made."))) as server:
+        asked = {"contents": [{"role": "user", "parts": [{"text": "<session_context>ctx</session_context>"},
+                                                        {"text": "make the file"}]}],
+                 "systemInstruction": {"parts": [{"text": "You are Gemini CLI."}]}, "tools": GEMINI_TOOLS}
+        first = gemini_stream(server, asked)
+        [call] = [p["functionCall"] for p in parts(first)]
+        assert (call["name"], call["args"]["command"]) == ("run_shell_command", "echo hi > made.txt")
+        assert first[-1]["candidates"][0]["finishReason"] == "STOP"
+        assert first[-1]["usageMetadata"] == {"promptTokenCount": 5400, "candidatesTokenCount": 7,
+                                              "cachedContentTokenCount": 5000, "totalTokenCount": 5407}
+        told = dict(asked, contents=[*asked["contents"], {"role": "model", "parts": [{"functionCall": call}]},
+                                     {"role": "user", "parts": [{"functionResponse": {
+                                         "id": call["id"], "name": call["name"], "response": {"output": "done"}}}]}])
+        assert parts(gemini_stream(server, told)) == [{"text": "Made."}]
+    sent, answered = server.turn_requests()
+    assert sent.sent[0].id == call["id"] and sent.path.startswith(f"{GEMINI}:streamGenerateContent")
+    assert sent.texts("system") == ["You are Gemini CLI."] and sent.said() == ["make the file"]
+    assert answered.results() == {call["id"]: "done"}
+    assert [(i.role, i.kind, i.name) for i in answered.items()][-2:] == [("assistant", "call", "run_shell_command"),
+                                                                         ("tool", "result", "run_shell_command")]
+
+
+def test_gemini_whole_replies_token_counts_and_side_requests() -> None:
+    with ModelServer(Script(calls(Call.read("notes.txt"), text="Reading."))) as server:
+        status, counted = post_raw(server, f"{GEMINI}:countTokens", {"contents": []})
+        assert (status, json.loads(counted)) == (200, {"totalTokens": 10})
+        check = {"contents": [{"role": "user", "parts": [{"text": "who speaks next?"}]}],
+                 "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": {}}}
+        status, side = post_raw(server, f"{GEMINI}:generateContent", check)
+        assert status == 200 and json.loads(side)["candidates"][0]["content"]["parts"] == [{"text": "{}"}]
+        status, whole = post_raw(server, f"{GEMINI}:generateContent",
+                                 {"contents": [{"role": "user", "parts": [{"text": "read it"}]}], "tools": GEMINI_TOOLS})
+        reply = json.loads(whole)
+    assert status == 200
+    assert reply["candidates"][0]["content"]["parts"] == [
+        {"text": "Reading."}, {"functionCall": {"id": server.requests[-1].sent[0].id, "name": "read_file",
+                                                "args": {"file_path": "notes.txt"}}}]
+    assert reply["modelVersion"] == "gemini-2.5-flash" and reply["usageMetadata"]["promptTokenCount"] == 100
+    assert [(r.kind, r.turn) for r in server.requests] == [("other", None), ("json", None), ("turn", 0)]
+
+
+def test_gemini_a_scripted_error_is_googles_error_body() -> None:
+    with ModelServer(Script(http_error(429, "quota"))) as server:
+        status, body = post_raw(server, f"{GEMINI}:streamGenerateContent?alt=sse",
+                                {"contents": [], "tools": GEMINI_TOOLS})
+    assert (status, json.loads(body)) == (429, {"error": {"code": 429, "message": "quota",
+                                                          "status": "RESOURCE_EXHAUSTED"}})
+
+
+def test_what_the_user_said_is_read_past_the_tags_a_cli_puts_before_it() -> None:
+    with ModelServer(Script(shell("true"), shell("true"))) as server:
+        copilot = {"messages": [{"role": "user", "content": "<current_datetime>2026-12-06T21:10:39Z</current_datetime>"
+                                                            "\n\nmake the file"}],
+                   "tools": [{"type": "function", "function": {"name": "bash"}}]}
+        qwen = {"messages": [{"role": "user", "content": "make it"}],
+                "tools": [{"type": "function", "function": {"name": "run_shell_command"}}]}
+        post_raw(server, "/v1/chat/completions", copilot)
+        post_raw(server, "/v1/chat/completions", qwen)
+    first, second = server.requests
+    assert first.said() == ["make the file"] and first.texts("user")[0].startswith("<current_datetime>")
+    assert [u.name for u in first.sent] == ["bash"] and [u.name for u in second.sent] == ["run_shell_command"]
+
+
+def test_gemini_cli_runs_the_call_reports_the_usage_and_waits_on_a_held_reply(
+        gemini_sandbox: GeminiSandbox, model_server: ModelServer) -> None:
+    hold = Hold()
+    model_server.script.add(shell("echo hi > file", usage=Usage(1200, 30, cache_read=800)),
+                            say("The file is written.", usage=Usage(300, 12, cache_read=2000), hold=hold))
+    process = gemini_sandbox.start(*gemini_sandbox.headless("Write hi into a file named file"))
+    try:
+        hold.wait_reached()
+        assert (gemini_sandbox.workdir / "file").read_text() == "hi\n"
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=1.0)
+        hold.release()
+        out, err = process.communicate(timeout=HANG_S)
+    finally:
+        hold.release()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    asked, answered = model_server.turn_requests()
+    assert asked.sent[0].id in answered.results()
+    [stats] = [json.loads(line)["stats"] for line in out.splitlines() if '"type":"result"' in line]
+    assert (stats["input_tokens"], stats["output_tokens"], stats["cached"]) == (1200 + 800 + 300 + 2000, 42, 2800)
+    assert "The file is written." in out

@@ -1,4 +1,5 @@
-"""The real agent CLIs (Claude Code, Codex CLI, opencode) for tests, offline.
+"""The real agent CLIs (Claude Code, Codex CLI, opencode, Gemini CLI, Qwen Code, Copilot CLI, and
+the ACP adapters claude-agent-acp and codex-acp) for tests, offline.
 
 Each CLI is found where ``tests/agents/install`` put it: in ``$PROCESSION_AGENT_CLIS`` (the
 install's cache folder) when that is set, else on PATH (``.ci/run`` puts the install's
@@ -6,11 +7,14 @@ install's cache folder) when that is set, else on PATH (``.ci/run`` puts the ins
 pins, skips the test with the command that installs it; with ``PROCESSION_REQUIRE_AGENT_CLIS=1``
 (CI) it fails the test instead, so a broken install cannot pass as a green run.
 
-A sandbox (fixtures ``claude_sandbox``, ``codex_sandbox``, ``opencode_sandbox``) is a throwaway
-HOME, working folder and TMPDIR for one CLI, with the environment and configuration that point
-it at the test's `ModelServer` and keep it off the network (the settings measured in
-/work/shared/AGENT-CLIS.md and each CLI's FACTS). `AgentSandbox.env` is the whole environment
-to start the CLI with, for tests that start it some other way (through procession's runners).
+A sandbox (fixtures ``claude_sandbox``, ``codex_sandbox``, ``opencode_sandbox``,
+``gemini_sandbox``, ``qwen_sandbox``, ``copilot_sandbox``; any of them, the adapters' too, by
+name with `sandbox`) is a throwaway HOME, working folder and TMPDIR for one CLI, with the
+environment and configuration that point it at the test's `ModelServer` and keep it off the
+network (the settings measured in /work/shared/AGENT-CLIS.md and /work/shared/ACP.md, and each
+CLI's FACTS). `AgentSandbox.env` is the whole environment to start the CLI with, for tests that
+start it some other way (through procession's runners); `AgentSandbox.acp_argv` is how it
+starts as an ACP agent on stdio, where it can be one.
 """
 
 from __future__ import annotations
@@ -37,10 +41,15 @@ from support.wait import HANG_S
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 INSTALL_HINT = 'run tests/agents/install and put the folder it prints on PATH (PATH="$(tests/agents/install):$PATH")'
-PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}
+PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai",
+            "gemini": "@google/gemini-cli", "qwen": "@qwen-code/qwen-code", "copilot": "@github/copilot",
+            "codex-acp": "@zed-industries/codex-acp", "claude-agent-acp": "@agentclientprotocol/claude-agent-acp"}
 # Environment variables of the developer's own setup that would point a CLI elsewhere. PWD too:
 # opencode takes its working folder from $PWD, not from its process's cwd.
-FOREIGN = ("ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "OPENCODE_", "XDG_", "PWD", "OLDPWD")
+FOREIGN = ("ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "OPENCODE_", "XDG_", "PWD", "OLDPWD",
+           "GEMINI_", "GOOGLE_", "QWEN_", "COPILOT_")
+# The adapters have no --version: their version is their package's.
+NO_VERSION_FLAG = ("codex-acp", "claude-agent-acp")
 
 
 class AgentCliMissing(Exception):
@@ -52,7 +61,9 @@ class AgentCli:
     """A located CLI. ``command`` is what PATH (or the install) names; ``exe`` is what tests
     run: the same file, except for Codex, whose npm command is a Node wrapper that stays the
     native binary's parent (Node 20 has no execve) and forwards only SIGINT, SIGTERM and SIGHUP:
-    a SIGKILL or SIGSTOP of the wrapper would miss the CLI, and kill would leave it running."""
+    a SIGKILL or SIGSTOP of the wrapper would miss the CLI, and kill would leave it running.
+    codex-acp's and Copilot's npm commands are such wrappers too (``spawnSync``, forwarding no
+    signal at all), so they are run as their native binaries as well."""
 
     name: str
     version: str
@@ -70,20 +81,78 @@ def pinned_version(name: str) -> str:
     return str(json.loads((AGENTS / "package.json").read_text())["dependencies"][PACKAGES[name]])
 
 
+def node_platform() -> tuple[str, str] | None:
+    """This machine as Node names it (``process.platform``, ``process.arch``), if npm builds for it."""
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
+    system = platform.system().lower()
+    return (system, machine) if machine and system in ("linux", "darwin") else None
+
+
+def codex_vendor(node_modules: Path) -> Path | None:
+    """The folder of the @openai/codex platform package holding ``bin/codex`` and
+    ``codex-resources/`` (its bwrap), for this machine."""
+    triple = {("linux", "x64"): "x86_64-unknown-linux-musl", ("linux", "arm64"): "aarch64-unknown-linux-musl",
+              ("darwin", "x64"): "x86_64-apple-darwin", ("darwin", "arm64"): "aarch64-apple-darwin"}
+    if (found := node_platform()) is None:
+        return None
+    system, machine = found
+    return node_modules / "@openai" / f"codex-{system}-{machine}" / "vendor" / triple[system, machine]
+
+
 def codex_native(command: Path) -> Path:
     """The platform binary the Codex npm wrapper would start (as its bin/codex.js finds it)."""
     script = command.resolve()
-    if script.suffix != ".js":
+    if script.suffix != ".js" or (vendor := codex_vendor(script.parents[3])) is None:
         return script
-    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
-    triple = {("linux", "x64"): "x86_64-unknown-linux-musl", ("linux", "arm64"): "aarch64-unknown-linux-musl",
-              ("darwin", "x64"): "x86_64-apple-darwin", ("darwin", "arm64"): "aarch64-apple-darwin"}
-    system = platform.system().lower()
-    if machine is None or (system, machine) not in triple:
-        return script
-    native = (script.parents[3] / "@openai" / f"codex-{system}-{machine}" / "vendor" / triple[system, machine]
-              / "bin" / "codex")
+    native = vendor / "bin" / "codex"
     return native if native.exists() else script
+
+
+def codex_acp_native(command: Path) -> Path:
+    """The platform binary the codex-acp npm wrapper (``bin/codex-acp.js``, a ``spawnSync``)
+    would start: ``node_modules/@zed-industries/codex-acp-<platform>-<arch>/bin/codex-acp``.
+    Run it, not the wrapper: the binary does not exit at the end of its stdin, and a wrapper
+    killed or closed leaves it running, reparented."""
+    script = command.resolve()
+    if script.suffix != ".js" or (found := node_platform()) is None:
+        return script
+    native = script.parents[3] / "@zed-industries" / f"codex-acp-{found[0]}-{found[1]}" / "bin" / "codex-acp"
+    return native if native.exists() else script
+
+
+def copilot_native(command: Path) -> Path:
+    """The platform binary the Copilot npm loader (``npm-loader.js``, a ``spawnSync``) would
+    start: ``node_modules/@github/copilot-<platform>-<arch>/copilot`` (``linuxmusl`` on musl)."""
+    script = command.resolve()
+    if script.suffix != ".js" or (found := node_platform()) is None:
+        return script
+    system, machine = found
+    for flavour in ([system, "linuxmusl"] if system == "linux" else [system]):
+        native = script.parents[1] / f"copilot-{flavour}-{machine}" / "copilot"
+        if native.exists():
+            return native
+    return script
+
+
+def codex_bwrap_folder(command: Path) -> Path | None:
+    """The folder holding the bubblewrap that @openai/codex vendors (``codex-resources``), for
+    codex-acp, which ships none: without a ``bwrap`` on PATH each of its commands panics. Found
+    beside codex-acp's own package (``command`` is its npm command or its native binary)."""
+    parents = command.resolve().parents
+    vendor = codex_vendor(parents[3]) if len(parents) > 3 else None
+    return vendor / "codex-resources" if vendor and (vendor / "codex-resources" / "bwrap").exists() else None
+
+
+def package_version(exe: Path) -> str:
+    """The version in the package.json nearest above ``exe`` (the npm package it is part of)."""
+    for folder in exe.resolve().parents:
+        if (folder / "package.json").exists():
+            return str(json.loads((folder / "package.json").read_text()).get("version", "unknown"))
+    return "unknown (no package.json)"
+
+
+NATIVE: dict[str, Callable[[Path], Path]] = {"codex": codex_native, "codex-acp": codex_acp_native,
+                                             "copilot": copilot_native}
 
 
 def locate(name: str) -> Path:
@@ -106,14 +175,20 @@ def locate(name: str) -> Path:
 def find_cli(name: str) -> AgentCli:
     """Locate ``name`` and check it is the pinned version (once per test session)."""
     command = locate(name)
-    exe = codex_native(command) if name == "codex" else command
-    try:
-        out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=HANG_S,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise AgentCliMissing(f"{exe} --version failed ({error}): {INSTALL_HINT}") from error
-    match = re.search(r"\d+\.\d+\.\d+", out.stdout)
-    version = match.group() if match else f"unknown ({(out.stdout or out.stderr).strip()[:200]})"
+    exe = NATIVE.get(name, Path)(command)
+    if name in NO_VERSION_FLAG:
+        version = package_version(exe)
+    else:
+        try:
+            out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=HANG_S,
+                                 stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise AgentCliMissing(f"{exe} --version failed ({error}): {INSTALL_HINT}") from error
+        match = re.search(r"\d+\.\d+\.\d+", out.stdout)
+        version = match.group() if match else f"unknown ({(out.stdout or out.stderr).strip()[:200]})"
+    if name == "codex-acp" and codex_bwrap_folder(command) is None:
+        raise AgentCliMissing(f"codex-acp needs the bwrap @openai/codex vendors, not found beside {command}: "
+                              f"{INSTALL_HINT}")
     if version != pinned_version(name):
         raise AgentCliMissing(f"{command} is {name} {version}, the tests pin {pinned_version(name)}: {INSTALL_HINT}")
     return AgentCli(name, version, command, exe)
@@ -149,11 +224,13 @@ class AgentSandbox:
     """A throwaway HOME, working folder and TMPDIR for one CLI, pointed at ``server``.
 
     Subclasses say which variables and files point their CLI at the server (`vars`), how it
-    is asked for one headless turn (`headless`) and where its events name the session
-    (`session_id`).
+    is asked for one headless turn (`headless`), where its events name the session
+    (`session_id`) and, if it can be one, how it starts as an ACP agent (`acp_args`).
     """
 
     name = ""
+    #: The arguments that make the CLI an ACP agent on stdio (None: it cannot be one).
+    acp_args: tuple[str, ...] | None = None
 
     def __init__(self, cli: AgentCli, server: ModelServer, root: Path) -> None:
         self.cli, self.server, self.root = cli, server, root
@@ -217,6 +294,22 @@ class AgentSandbox:
         """One headless turn: the CLI runs its agent loop against the script, then exits."""
         args, stdin = self.headless(text, resume)
         return self.run(args, stdin, timeout)
+
+    @property
+    def acp_argv(self) -> list[str]:
+        """The command line that starts the CLI as an ACP agent (JSON-RPC lines on stdio)."""
+        if self.acp_args is None:
+            raise NotImplementedError(f"{self.name} is no ACP agent")
+        return [str(self.cli.exe), *self.acp_args]
+
+    def start_acp(self) -> subprocess.Popen[bytes]:
+        """Start the CLI as an ACP agent in the working folder, in a process group of its own,
+        stdin and stdout piped (binary: JSON-RPC lines), stderr to ``tmp/acp-stderr``. The
+        caller ends it: several of these CLIs are two processes (a launcher and the real CLI),
+        and codex-acp does not exit at the end of its stdin."""
+        with (self.tmp / "acp-stderr").open("ab") as stderr:
+            return subprocess.Popen(self.acp_argv, cwd=self.workdir, env=self.env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
 
 
 class ClaudeSandbox(AgentSandbox):
@@ -318,6 +411,7 @@ class OpencodeSandbox(AgentSandbox):
 
     name = "opencode"
     MODEL = "scripted/scripted-model"
+    acp_args = ("acp",)
 
     def __init__(self, cli: AgentCli, server: ModelServer, root: Path) -> None:
         super().__init__(cli, server, root)
@@ -361,7 +455,158 @@ class OpencodeSandbox(AgentSandbox):
         self.config.setdefault("mcp", {})[name] = {"type": "local", "command": command, "enabled": True}
 
 
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+
+
+class GeminiSandbox(AgentSandbox):
+    """Gemini CLI: ``GOOGLE_GEMINI_BASE_URL`` at the server (its Gemini endpoint; plain http is
+    allowed for 127.0.0.1), an API key of any value, and ``~/.gemini/settings.json`` choosing
+    API-key auth, with usage statistics, telemetry, auto-update and its notice off (0.61's own
+    key names: ``general.disableAutoUpdate`` is migrated, and the file rewritten, at start).
+    ``GEMINI_CLI_TRUST_WORKSPACE`` trusts the working folder (headless runs in an untrusted one
+    exit 55). `settings` is the JSON as a dict: change it, then `write_settings`.
+
+    It relaunches itself (a second Node process with a larger heap) unless
+    ``GEMINI_CLI_NO_RELAUNCH`` is set; that is left as a user has it."""
+
+    name = "gemini"
+    MODEL = "gemini-2.5-flash"
+    acp_args = ("--acp",)
+
+    def __init__(self, cli: AgentCli, server: ModelServer, root: Path) -> None:
+        super().__init__(cli, server, root)
+        self.settings: dict[str, Any] = {
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+            "model": {"name": self.MODEL},
+        }
+        self.write_settings()
+
+    def write_settings(self) -> None:
+        write_json(self.home / ".gemini" / "settings.json", self.settings)
+
+    def vars(self) -> dict[str, str]:
+        return super().vars() | {"GEMINI_API_KEY": "sk-scripted", "GOOGLE_GEMINI_BASE_URL": self.server.url,
+                                 "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+
+    def headless(self, prompt: str, resume: str | None = None) -> tuple[list[str], str | None]:
+        if resume:
+            raise NotImplementedError("gemini: resuming a session is not tried yet")
+        return ["-p", prompt, "--yolo", "--output-format", "stream-json"], None
+
+    def session_id(self, run: CliRun) -> str:
+        return str(run.of("init")[0]["session_id"])
+
+
+class QwenSandbox(AgentSandbox):
+    """Qwen Code: its OpenAI auth at the server (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
+    ``OPENAI_MODEL``: chat completions), chosen in ``~/.qwen/settings.json`` with usage
+    statistics, telemetry and auto-update off. It offers the model Gemini CLI's tool names
+    (``run_shell_command``...), which the server's chat format follows. It relaunches itself
+    (a second Node process) unless ``QWEN_CODE_NO_RELAUNCH`` is set; left as a user has it."""
+
+    name = "qwen"
+    MODEL = "scripted-model"
+    acp_args = ("--acp",)
+
+    def __init__(self, cli: AgentCli, server: ModelServer, root: Path) -> None:
+        super().__init__(cli, server, root)
+        self.settings: dict[str, Any] = {
+            "security": {"auth": {"selectedType": "openai"}},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": {"enableAutoUpdate": False},
+        }
+        self.write_settings()
+
+    def write_settings(self) -> None:
+        write_json(self.home / ".qwen" / "settings.json", self.settings)
+
+    def vars(self) -> dict[str, str]:
+        return super().vars() | {"OPENAI_BASE_URL": self.server.url_v1, "OPENAI_API_KEY": "sk-scripted",
+                                 "OPENAI_MODEL": self.MODEL}
+
+    def headless(self, prompt: str, resume: str | None = None) -> tuple[list[str], str | None]:
+        if resume:
+            raise NotImplementedError("qwen: resuming a session is not tried yet")
+        # -p is deprecated in favour of a positional prompt
+        return ["--yolo", "--output-format", "stream-json", prompt], None
+
+    def session_id(self, run: CliRun) -> str:
+        return str(run.of("system")[0]["session_id"])
+
+
+class CopilotSandbox(AgentSandbox):
+    """Copilot CLI, bring-your-own-key: ``COPILOT_PROVIDER_BASE_URL`` at the server (chat
+    completions), ``COPILOT_OFFLINE`` (no GitHub login, telemetry, web tools, GitHub MCP server
+    or auto-update), ``COPILOT_AUTO_UPDATE=false``, its state in ``COPILOT_HOME``; GitHub
+    tokens of the test's environment are left out. It puts ``<current_datetime>…`` before the
+    user's words (`Request.said` reads past it)."""
+
+    name = "copilot"
+    MODEL = "scripted-model"
+    acp_args = ("--acp",)
+    TOKENS = ("GH_TOKEN", "GITHUB_TOKEN", "GH_HOST")
+
+    def vars(self) -> dict[str, str]:
+        return super().vars() | {
+            "COPILOT_OFFLINE": "true", "COPILOT_PROVIDER_BASE_URL": self.server.url_v1,
+            "COPILOT_PROVIDER_API_KEY": "sk-scripted", "COPILOT_MODEL": self.MODEL,
+            "COPILOT_HOME": str(self.home / ".copilot"), "COPILOT_AUTO_UPDATE": "false"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {k: v for k, v in super().env.items() if k not in self.TOKENS}
+
+    def headless(self, prompt: str, resume: str | None = None) -> tuple[list[str], str | None]:
+        if resume:
+            raise NotImplementedError("copilot: resuming a session is not tried yet")
+        return ["-p", prompt, "--allow-all-tools", "--output-format", "json"], None
+
+    def session_id(self, run: CliRun) -> str:
+        return str(run.of("result")[-1]["sessionId"])
+
+
+class CodexAcpSandbox(CodexSandbox):
+    """codex-acp (Codex as an ACP agent): the Codex sandbox's ``$CODEX_HOME/config.toml``, and
+    the bwrap @openai/codex vendors first on PATH (codex-acp ships none: without one every
+    command panics). `cli.exe` is the native binary, which never exits at its stdin's end."""
+
+    name = "codex-acp"
+    acp_args = ()
+
+    def vars(self) -> dict[str, str]:
+        bwrap = codex_bwrap_folder(self.cli.command)
+        assert bwrap is not None, "find_cli checks codex-acp has a bwrap beside it"
+        return super().vars() | {"PATH": os.pathsep.join([str(bwrap), os.environ.get("PATH", os.defpath)])}
+
+
+class ClaudeAcpSandbox(ClaudeSandbox):
+    """claude-agent-acp (Claude Code as an ACP agent, through the Agent SDK's own Claude Code
+    build): the Claude sandbox's variables (the adapter hands its environment on), the model
+    named by ``ANTHROPIC_MODEL``, and, as root, ``IS_SANDBOX=1``: the adapter always passes
+    ``--allow-dangerously-skip-permissions``, which Claude Code refuses as root without it."""
+
+    name = "claude-agent-acp"
+    MODEL = "scripted-model"
+    acp_args = ()
+
+    def vars(self) -> dict[str, str]:
+        root = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
+        return super().vars() | {"ANTHROPIC_MODEL": self.MODEL} | root
+
+
+#: The CLIs the existing tests run once each (``agent_sandbox``): their headless runners.
 SANDBOXES: dict[str, type[AgentSandbox]] = {s.name: s for s in (ClaudeSandbox, CodexSandbox, OpencodeSandbox)}
+#: Every sandbox by name, the ACP agents' too.
+ALL_SANDBOXES: dict[str, type[AgentSandbox]] = SANDBOXES | {
+    s.name: s for s in (GeminiSandbox, QwenSandbox, CopilotSandbox, CodexAcpSandbox, ClaudeAcpSandbox)}
+#: The ACP agents, by the sandbox that starts them: ``sandbox(name, ...).start_acp()``.
+ACP_AGENTS = ("gemini", "qwen", "copilot", "opencode", "codex-acp", "claude-agent-acp")
 
 
 def session_env(agents: Sequence[AgentSandbox], setenv: Callable[[str, str], None], *, machine: bool = False,
@@ -377,7 +622,7 @@ def session_env(agents: Sequence[AgentSandbox], setenv: Callable[[str, str], Non
 
     settings = {f"PROCESSION_{a.name.upper()}": str(a.cli.command) for a in agents}
     passed: list[str] = []
-    inherited = set(environ.BASE) | {n for a in agents for n in environ.RUNNER[a.name]}
+    inherited = set(environ.BASE) | {n for a in agents for n in environ.RUNNER.get(a.name, ())}
     for key, value in {**{k: v for a in reversed(agents) for k, v in a.vars().items()}, **(extra or {})}.items():
         if key in environ.RESERVED:
             continue
@@ -406,7 +651,7 @@ def model_server() -> Iterator[ModelServer]:
 
 def sandbox(name: str, server: ModelServer, root: Path) -> AgentSandbox:
     """A sandbox for CLI ``name`` (skipping or failing the test when the CLI is missing)."""
-    return SANDBOXES[name](require_cli(name), server, root / name)
+    return ALL_SANDBOXES[name](require_cli(name), server, root / name)
 
 
 @pytest.fixture
@@ -422,6 +667,21 @@ def codex_sandbox(model_server: ModelServer, tmp_path: Path) -> CodexSandbox:
 @pytest.fixture
 def opencode_sandbox(model_server: ModelServer, tmp_path: Path) -> OpencodeSandbox:
     return OpencodeSandbox(require_cli("opencode"), model_server, tmp_path / "opencode")
+
+
+@pytest.fixture
+def gemini_sandbox(model_server: ModelServer, tmp_path: Path) -> GeminiSandbox:
+    return GeminiSandbox(require_cli("gemini"), model_server, tmp_path / "gemini")
+
+
+@pytest.fixture
+def qwen_sandbox(model_server: ModelServer, tmp_path: Path) -> QwenSandbox:
+    return QwenSandbox(require_cli("qwen"), model_server, tmp_path / "qwen")
+
+
+@pytest.fixture
+def copilot_sandbox(model_server: ModelServer, tmp_path: Path) -> CopilotSandbox:
+    return CopilotSandbox(require_cli("copilot"), model_server, tmp_path / "copilot")
 
 
 @pytest.fixture(params=sorted(SANDBOXES))

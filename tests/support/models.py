@@ -1,13 +1,15 @@
 """A scripted model server the agent CLIs talk to instead of a real model.
 
-One HTTP server on 127.0.0.1 (a free port) speaks the three wire formats the CLIs use:
+One HTTP server on 127.0.0.1 (a free port) speaks the four wire formats the CLIs use:
 Anthropic Messages (``POST /v1/messages``: Claude Code), OpenAI Responses
-(``POST /v1/responses``: Codex CLI) and OpenAI Chat Completions (``POST /v1/chat/completions``:
-opencode's openai-compatible provider, and any plain OpenAI client). A test writes a `Script`
-of turns; each model request of the agent's loop takes the next turn, whatever the format, and
-the server answers it as that format's streamed (or whole) reply. Tool calls are written by
-what they do (`shell`, `read_file`, `mcp_call`) and named on the wire as the calling CLI's own
-tool is named (``Bash``/``exec_command``/``bash``...).
+(``POST /v1/responses``: Codex CLI), OpenAI Chat Completions (``POST /v1/chat/completions``:
+opencode's openai-compatible provider, Qwen Code, Copilot CLI, and any plain OpenAI client) and
+Gemini's ``generateContent`` (``POST /v1beta/models/{model}:streamGenerateContent``: Gemini CLI
+with ``GOOGLE_GEMINI_BASE_URL``). A test writes a `Script` of turns; each model request of the
+agent's loop takes the next turn, whatever the format, and the server answers it as that
+format's streamed (or whole) reply. Tool calls are written by what they do (`shell`,
+`read_file`, `mcp_call`) and named on the wire as the calling CLI's own tool is named
+(``Bash``/``exec_command``/``bash``/``run_shell_command``...).
 
 The CLIs also send requests that are not a turn of the agent loop: titles (opencode, Claude
 without tools), context compaction (Codex, opencode), token counts, a ``HEAD /`` preflight, a
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shlex
 import sys
 import threading
@@ -236,7 +239,7 @@ class Request:
     """One HTTP request the server received.
 
     ``kind``: ``turn`` (it took scripted turn number ``turn``; None when the script had run
-    out), a side request (``title``, ``compaction``, ``side``: answered, no turn taken) or
+    out), a side request (``title``, ``compaction``, ``side``, ``json``: answered, no turn taken) or
     ``other`` (preflight, model list, token count, unknown path). ``body`` is the parsed JSON.
     ``sent`` lists the tool calls the answer carried.
     """
@@ -265,6 +268,22 @@ class Request:
         """The tool results the request carries: call id -> output."""
         return {i.call_id: i.text for i in self.items() if i.kind == "result"}
 
+    def said(self) -> list[str]:
+        """What the user said: the user's texts without the blocks a CLI puts before them
+        (Copilot's ``<current_datetime>``, Gemini's ``<session_context>``, Codex's
+        ``<environment_context>``), leaving out texts that were nothing else (see `spoken`)."""
+        return [text for text in map(spoken, self.texts("user")) if text]
+
+
+LEADING_TAG = re.compile(r"\A\s*<([A-Za-z][\w.:-]*)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
+
+
+def spoken(text: str) -> str:
+    """``text`` without its leading ``<tag>…</tag>`` blocks (context a CLI adds to the user's words)."""
+    while match := LEADING_TAG.match(text):
+        text = text[match.end():]
+    return text.strip()
+
 
 # ---------------------------------------------------------------------------------------------
 # The wire formats: how each one is classified, read and answered
@@ -282,7 +301,7 @@ class Reply:
 
 SIDE_USAGE = Usage(input=10, output=2)
 SIDE_TEXTS = {"title": "Scripted session title", "compaction": "Scripted summary of the conversation.",
-              "side": "Side reply"}
+              "side": "Side reply", "json": "{}"}
 
 
 def sse(data: Mapping[str, Any], event: str | None = None) -> bytes:
@@ -305,6 +324,11 @@ def joined(content: Any) -> str:
     return "" if content is None else json.dumps(content)
 
 
+def offered_tools(body: Mapping[str, Any]) -> set[str]:
+    """The names of the tools an OpenAI chat request offers the model."""
+    return {t["function"]["name"] for t in body.get("tools") or [] if isinstance(t, dict) and "function" in t}
+
+
 def openai_error(status: int, message: str) -> dict[str, Any]:
     """OpenAI's error body; its ``type`` is what opencode reads to decide whether to retry."""
     return {"error": {"message": message, "type": "server_error" if status >= 500 else "invalid_request_error"}}
@@ -315,7 +339,7 @@ class Wire(Protocol):
 
     def classify(self, body: Mapping[str, Any]) -> str: ...
     def items(self, body: Mapping[str, Any]) -> list[Item]: ...
-    def tool_use(self, call: Call) -> ToolUse: ...
+    def tool_use(self, call: Call, body: Mapping[str, Any]) -> ToolUse: ...
     def stream(self, reply: Reply) -> Iterator[bytes]: ...
     def whole(self, reply: Reply) -> dict[str, Any]: ...
     def error(self, status: int, message: str) -> dict[str, Any]: ...
@@ -347,7 +371,7 @@ class Anthropic:
                     out.append(Item("tool", "result", joined(block.get("content")), call_id=block["tool_use_id"]))
         return out
 
-    def tool_use(self, call: Call) -> ToolUse:
+    def tool_use(self, call: Call, body: Mapping[str, Any]) -> ToolUse:
         a = call.args
         match call.action:
             case "shell":
@@ -429,7 +453,7 @@ class Responses:
                 out.append(Item("tool", "result", joined(item["output"]), call_id=item["call_id"]))
         return out
 
-    def tool_use(self, call: Call) -> ToolUse:
+    def tool_use(self, call: Call, body: Mapping[str, Any]) -> ToolUse:
         a = call.args
         match call.action:
             case "shell":
@@ -484,9 +508,13 @@ class Responses:
 
 
 class ChatCompletions:
-    """OpenAI Chat Completions, as opencode's openai-compatible provider sends them.
+    """OpenAI Chat Completions, as opencode's openai-compatible provider, Qwen Code and Copilot
+    CLI send them.
 
-    opencode's title and compaction requests are told apart by their system prompts.
+    opencode's title and compaction requests are told apart by their system prompts. The three
+    name their tools differently, so a call is named after the tools the request offers: Qwen
+    Code (a Gemini CLI fork) offers ``run_shell_command`` and ``read_file``, Copilot ``bash``
+    and ``view``, opencode ``bash`` and ``read`` (also the names when a request offers none of them).
     """
 
     name = "chat"
@@ -509,12 +537,18 @@ class ChatCompletions:
                 out.append(Item(role, "call", call["function"]["arguments"], call["function"]["name"], call["id"]))
         return out
 
-    def tool_use(self, call: Call) -> ToolUse:
+    def tool_use(self, call: Call, body: Mapping[str, Any]) -> ToolUse:
         a = call.args
+        offered = offered_tools(body)
         match call.action:
             case "shell":
-                return ToolUse(new_id("call_"), "bash", {"command": a["command"], "description": "scripted command"})
+                name = "run_shell_command" if "run_shell_command" in offered else "bash"
+                return ToolUse(new_id("call_"), name, {"command": a["command"], "description": "scripted command"})
             case "read":
+                if "read_file" in offered:
+                    return ToolUse(new_id("call_"), "read_file", {"file_path": a["path"]})
+                if "view" in offered and "read" not in offered:
+                    return ToolUse(new_id("call_"), "view", {"path": a["path"]})
                 return ToolUse(new_id("call_"), "read", {"filePath": a["path"]})
             case "mcp":
                 return ToolUse(new_id("call_"), f"{a['server']}_{a['tool']}", a["arguments"])
@@ -564,8 +598,100 @@ class ChatCompletions:
                 "model": reply.model, "choices": [choice], "usage": self.usage(reply.usage)}
 
 
-WIRES: dict[str, Wire] = {w.name: w for w in (Anthropic(), Responses(), ChatCompletions())}
+class Gemini:
+    """Gemini's ``generateContent``, as Gemini CLI sends it to ``GOOGLE_GEMINI_BASE_URL``:
+    ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` for its agent loop (streamed
+    chunks of ``candidates[0].content.parts``, the last with ``finishReason`` and
+    ``usageMetadata``), ``:generateContent`` for a whole reply, ``:countTokens`` (answered apart).
+
+    Its agent loop always sends its tools (``tools[].functionDeclarations[]``); a request without
+    them is a side request (summaries), of kind ``json`` when it asks for JSON (its checks, which
+    read the ``{}`` it gets as "nothing to do").
+    Gemini counts cached tokens inside the prompt, as OpenAI does, and has no cache writes: they
+    are in ``promptTokenCount`` and nowhere else.
+    """
+
+    name = "gemini"
+    ROLES = {"user": "user", "model": "assistant", "function": "tool"}
+
+    def classify(self, body: Mapping[str, Any]) -> str:
+        if any(t.get("functionDeclarations") for t in body.get("tools") or []):
+            return "turn"
+        config = body.get("generationConfig") or {}
+        wants_json = config.get("responseMimeType") == "application/json" or "responseJsonSchema" in config
+        return "json" if wants_json else "side"
+
+    def items(self, body: Mapping[str, Any]) -> list[Item]:
+        system = body.get("systemInstruction")
+        parts = system.get("parts", []) if isinstance(system, dict) else [{"text": system}] if system else []
+        out = [Item("system", "text", "".join(p.get("text", "") for p in parts))] if parts else []
+        for content in body.get("contents", []):
+            role = self.ROLES.get(content.get("role", "user"), "user")
+            for part in content.get("parts", []):
+                if part.get("thought"):
+                    continue
+                if "text" in part:
+                    out.append(Item(role, "text", part["text"]))
+                elif "functionCall" in part:
+                    call = part["functionCall"]
+                    out.append(Item("assistant", "call", json.dumps(call.get("args", {})), call["name"],
+                                    call.get("id", "")))
+                elif "functionResponse" in part:
+                    response = part["functionResponse"]
+                    result = response.get("response", {})
+                    output = result.get("output") if isinstance(result, dict) else None
+                    out.append(Item("tool", "result", output if isinstance(output, str) else json.dumps(result),
+                                    response.get("name", ""), response.get("id", "")))
+        return out
+
+    def tool_use(self, call: Call, body: Mapping[str, Any]) -> ToolUse:
+        a = call.args
+        match call.action:
+            case "shell":
+                return ToolUse(new_id("call_"), "run_shell_command",
+                               {"command": a["command"], "description": "scripted command"})
+            case "read":
+                return ToolUse(new_id("call_"), "read_file", {"file_path": a["path"]})
+            case "mcp":
+                return ToolUse(new_id("call_"), f"mcp_{a['server']}_{a['tool']}", a["arguments"])
+        return ToolUse(new_id("call_"), a["name"], a["input"])
+
+    def usage(self, usage: Usage) -> dict[str, int]:
+        return {"promptTokenCount": usage.prompt, "candidatesTokenCount": usage.output,
+                "cachedContentTokenCount": usage.cache_read, "totalTokenCount": usage.prompt + usage.output}
+
+    def parts(self, reply: Reply) -> list[dict[str, Any]]:
+        text = [{"text": reply.text}] if reply.text or not reply.uses else []
+        return text + [{"functionCall": {"id": u.id, "name": u.name, "args": u.input}} for u in reply.uses]
+
+    def chunk(self, reply: Reply, parts: list[dict[str, Any]], last: bool = False) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        body: dict[str, Any] = {"candidates": [candidate], "modelVersion": reply.model, "responseId": "scripted"}
+        if last:
+            candidate["finishReason"] = "STOP"
+            body["usageMetadata"] = self.usage(reply.usage)
+        return body
+
+    def stream(self, reply: Reply) -> Iterator[bytes]:
+        """An empty text part first (what a held reply stops after), then a chunk per part."""
+        yield sse(self.chunk(reply, [{"text": ""}]))
+        parts = self.parts(reply)
+        for index, part in enumerate(parts):
+            yield sse(self.chunk(reply, [part], last=index == len(parts) - 1))
+
+    def whole(self, reply: Reply) -> dict[str, Any]:
+        return self.chunk(reply, self.parts(reply), last=True)
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        kind = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}.get(status, "INTERNAL")
+        return {"error": {"code": status, "message": message, "status": kind}}
+
+
+WIRES: dict[str, Wire] = {w.name: w for w in (Anthropic(), Responses(), ChatCompletions(), Gemini())}
 ROUTES = {"/v1/messages": "anthropic", "/v1/responses": "responses", "/v1/chat/completions": "chat"}
+#: Gemini's routes: ``/{version}/models/{model}:{method}``.
+GEMINI_ROUTE = re.compile(r"/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<method>\w+)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,8 +701,9 @@ ROUTES = {"/v1/messages": "anthropic", "/v1/responses": "responses", "/v1/chat/c
 class ModelServer:
     """The scripted model on 127.0.0.1, in a thread of the test process.
 
-    `url` is the bare origin (Claude's ``ANTHROPIC_BASE_URL``); `url_v1` adds ``/v1`` (the
-    OpenAI base URL Codex and opencode want). A turn request that finds the script empty is
+    `url` is the bare origin (Claude's ``ANTHROPIC_BASE_URL``, Gemini's
+    ``GOOGLE_GEMINI_BASE_URL``); `url_v1` adds ``/v1`` (the OpenAI base URL Codex, opencode,
+    Qwen Code and Copilot want). A turn request that finds the script empty is
     answered ``(script exhausted)`` and listed in `unserved`: the ``model_server`` fixture
     fails a test that leaves any, as a script too short is a test bug, not a CLI's.
     """
@@ -654,9 +781,11 @@ class ModelServer:
         taken = self.script._take() if kind == "turn" else None
         turn = taken[1] if taken else Turn(text=self.EXHAUSTED if kind == "turn" else SIDE_TEXTS[kind],
                                            usage=SIDE_USAGE)
-        uses = tuple(wire.tool_use(c) for c in turn.calls)
+        uses = tuple(wire.tool_use(c, body) for c in turn.calls)
         self._record(Request("POST", path, headers, body, wire.name, kind, taken[0] if taken else None, uses))
-        return turn, Reply(turn.text, uses, turn.usage, str(body.get("model", "scripted-model")))
+        gemini = GEMINI_ROUTE.match(path.split("?")[0])
+        model = body.get("model") or (gemini.group("model") if gemini else "scripted-model")
+        return turn, Reply(turn.text, uses, turn.usage, str(model))
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -705,7 +834,14 @@ class _Handler(BaseHTTPRequestHandler):
         if path.endswith("/v1/messages/count_tokens"):
             self._record(body, "anthropic", "other")
             return self._json(200, {"input_tokens": SIDE_USAGE.input})
-        wire_name = ROUTES.get(path)
+        wire_name, streamed = ROUTES.get(path), isinstance(body, dict) and bool(body.get("stream"))
+        if gemini := GEMINI_ROUTE.fullmatch(path):
+            wire_name, streamed = "gemini", gemini.group("method") == "streamGenerateContent"
+            if gemini.group("method") == "countTokens":
+                self._record(body, wire_name, "other")
+                return self._json(200, {"totalTokens": SIDE_USAGE.input})
+            if gemini.group("method") not in ("streamGenerateContent", "generateContent"):
+                wire_name = None
         if wire_name is None or not isinstance(body, dict):
             self._record(body, wire_name, "other")
             return self._json(404, {"error": {"message": f"no model endpoint at {self.path}"}})
@@ -713,7 +849,7 @@ class _Handler(BaseHTTPRequestHandler):
         turn, reply = self.server.model._serve(wire, body, self.path, self._headers())
         if turn.status != 200:
             return self._json(turn.status, wire.error(turn.status, turn.text))
-        if not body.get("stream"):
+        if not streamed:
             return self._json(200, wire.whole(reply))
         self._stream(wire.stream(reply), turn.hold)
 
