@@ -29,7 +29,7 @@ from ..model.records import Holder
 from ..model.states import Reason, Restart, State
 from ..store import Row, Tx, rows
 from ..store.tokens import calibrate
-from ..model import hosts, mcp_binding
+from ..model import hosts, mcp_binding, runner_spec
 from ..model.runner_spec import RunnerSpec
 from ..model.transcripts import Position
 from .runners import protocol
@@ -270,17 +270,15 @@ class Ledger(MoveSteps, Workspace):
                                                                                 mode=r["mode"], env=env)))
                    if mcp_binding.is_procession(r["kind"], r["uri"]) else McpServer.parse(r["uri"])
                    for r in await rows.resources(tx, sid) if r["kind"] == "mcp"]
+            # an ACP agent that cannot take its session up again is given the whole conversation
+            said = ([m for m in await history.read(tx, sid, 0) if m.role != "system"]
+                    if ref and spec.kind == runner_spec.ACP else [])
         causes = json.loads(row["causes"]) if row["causes"] else []
-        parts = [f"Your goal: {row['goal']}"] if row["goal"] and not ref and not row["agent_seen"] else []
-        if len(unseen) == 1 and unseen[0].author == "user":
-            parts.append(unseen[0].content)
-        else:
-            parts += [f"[{m.role} from {m.author}]\n{m.content}" for m in unseen]
         woken = [cause_text(c) for c in causes if c.get("kind") not in (None, "manual", "resume", "answer")]
-        if woken:
-            parts.append("(" + "; ".join(woken) + ")")
-        return Turn(sid, "\n\n".join(parts) or "Continue.", row["length"], row["system"], spec.target, cwd, ref,
-                    mcp, env, permissions=row["permissions"], net=row["net"])
+        turn = Turn(sid, _prompt(row["goal"] if not ref and not row["agent_seen"] else "", unseen, woken), row["length"],
+                    row["system"], spec.target, cwd, ref, mcp, env, permissions=row["permissions"], net=row["net"])
+        turn.whole = _prompt(row["goal"], said, woken) if said else ""
+        return turn
 
     @syscall(Call.START)
     async def start_run(self, act: Act, sid: int, *, runner: str, engine: str, tracker: str | None = None,
@@ -599,6 +597,19 @@ def cause_text(cause: dict[str, Any]) -> str:
 def backoff(failures: int) -> float:
     """Seconds before a trigger may run a session again after ``failures`` failed runs in a row."""
     return float(min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S))
+
+
+def _prompt(goal: str, messages: list[Any], woken: list[str]) -> str:
+    """What an agent CLI is told: the session's goal (on its first run), the messages (one of
+    the user's alone as it is; else each with who said it), and why it was woken."""
+    parts = [f"Your goal: {goal}"] if goal else []
+    if len(messages) == 1 and messages[0].author == "user":
+        parts.append(messages[0].content)
+    else:
+        parts += [f"[{m.role} from {m.author}]\n{m.content}" for m in messages]
+    if woken:
+        parts.append("(" + "; ".join(woken) + ")")
+    return "\n\n".join(parts) or "Continue."
 
 
 #: What an agent reference keeps when its session announces itself again (a resumed run).

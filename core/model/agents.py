@@ -51,6 +51,9 @@ class AgentCli:
     acp: tuple[str, ...] = ()
     acp_package: str = ""
     acp_fork: bool = False  # whether it offers session/fork over ACP (as verified)
+    #: whether it takes a session up again in a new process (session/resume or load; Gemini CLI
+    #: 0.61's load finds no session made over ACP: each run is a new session given the conversation)
+    acp_load: bool = True
 
     def window(self, model: str) -> int | None:
         """The window a session of this CLI has before a run reports one."""
@@ -93,7 +96,7 @@ CLIS: Final = {
                        seeds=("settings.json", "oauth_creds.json", "google_accounts.json", "GEMINI.md", "commands"),
                        settings=(".gemini/settings.json", ".gemini/GEMINI.md", ".gemini/commands", ".gemini/extensions"),
                        endpoint=(("GOOGLE_GEMINI_BASE_URL",), "https://generativelanguage.googleapis.com"),
-                       acp=("gemini", "--acp")),
+                       acp=("gemini", "--acp"), acp_load=False),
     "qwen": AgentCli("qwen", "Qwen Code", "@qwen-code/qwen-code", "a model of its provider", headless=False,
                      inherits=NETWORK, homes=_HOME, seed_from=("", ".qwen"),
                      seeds=("settings.json", "oauth_creds.json", "QWEN.md", "commands"),

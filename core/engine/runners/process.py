@@ -104,7 +104,9 @@ class ProcessStep:
             read.cancel()
         code = await self.proc.wait()
         if self.ended and code == -signal.SIGTERM:  # the end it was given: a server's normal one
-            code = 0
+            code = 1 if self.talk is not None and self.talk.failed else 0
+        elif self.talk is not None and self.talk.failed and code == 0:  # its reader gave up on it
+            code = 1
         LEADERS.discard(self.proc.pid)
         for reader in readers:  # what broke while reading (the sink's work) breaks the run, not silently
             if not reader.cancelled() and (exc := reader.exception()) is not None:
@@ -125,7 +127,12 @@ class ProcessStep:
                     self.proc.stdin.write(line)
                     await self.proc.stdin.drain()
                 if self.talk.terminate:
-                    self.ended = self.signal_leader(signal.SIGTERM)
+                    self.proc.stdin.close()  # its end, to an agent that ends with its input (saving its session)
+                    deadline = asyncio.get_running_loop().time() + self.talk.linger
+                    while self.proc.returncode is None and asyncio.get_running_loop().time() < deadline:
+                        await asyncio.sleep(EXIT_POLL_S)
+                    if self.proc.returncode is None:
+                        self.ended = self.signal_leader(signal.SIGTERM)
             elif document:
                 self.proc.stdin.write(document)
                 await self.proc.stdin.drain()

@@ -34,8 +34,8 @@ answers the prompt ``cancelled``, keeping its own session whole.
 
 from __future__ import annotations
 
-import glob
 import os
+import platform
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -49,6 +49,10 @@ from .base import Conversation, Invocation, Reader, Turn
 VERSION: Final = 1
 #: The ids of Procession's own requests, in the order they go.
 INITIALIZE, OPEN, MODEL, PROMPT = 1, 2, 3, 4
+#: How long an agent is given to end by itself once its input is closed (Gemini CLI writes its
+#: session then); codex-acp never does.
+LINGER_S: Final = 5.0
+LINGER: Final = {"codex": 0.0}
 #: The most of a file an agent is given in one read.
 READ_MAX: Final = 8 << 20
 #: JSON-RPC's and ACP's error codes Procession answers with.
@@ -64,9 +68,7 @@ REJECT: Final = ("reject_once", "reject_always")
 
 def invocation(turn: Turn, argv: list[str], cli: str) -> Invocation:
     """The agent's command line (``agents.acp_program``), with what its CLI needs besides."""
-    made = Invocation([*argv, *_ARGS.get(cli, _none)(turn), *turn.extra_args])
-    if cli == "codex":
-        made.argv[0] = native(made.argv[0])
+    made = Invocation([native(cli, argv[0]), *argv[1:], *_ARGS.get(cli, _none)(turn), *turn.extra_args])
     if cli == "claude" and turn.confined:  # Claude Code, as root, runs only where it is told it is held
         made.env["IS_SANDBOX"] = "1"
     if cli == "opencode":  # what asks is its configuration's (it asks for nothing by default), and its system prompt
@@ -85,15 +87,22 @@ def prompt(turn: Turn, cli: str) -> str:
     return turn.prompt
 
 
-def native(exe: str) -> str:
-    """codex-acp's native binary behind npm's Node launcher, which does not pass on its end
-    (the native one, left alone, outlives its stdin): the runner starts the binary itself."""
-    real = os.path.realpath(exe)
-    if real.endswith(".js"):
-        found = sorted(glob.glob(str(Path(real).parents[2] / "codex-acp-*" / "bin" / "codex-acp")))
-        if found:
-            return found[0]
-    return exe
+def native(cli: str, exe: str) -> str:
+    """The native binary behind npm's Node launcher of codex-acp or Copilot CLI (a
+    ``spawnSync`` that does not pass on its end: codex-acp's binary, left alone, outlives its
+    stdin): the runner starts the binary itself, where npm installed it for this machine."""
+    real = Path(os.path.realpath(exe))
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
+    system = platform.system().lower()
+    if real.suffix != ".js" or machine is None:
+        return exe
+    if cli == "codex":  # node_modules/@zed-industries/codex-acp/bin/codex-acp.js
+        found = [real.parents[2] / f"codex-acp-{system}-{machine}" / "bin" / "codex-acp"]
+    elif cli == "copilot":  # node_modules/@github/copilot/npm-loader.js
+        found = [real.parents[1] / f"copilot-{flavour}-{machine}" / "copilot" for flavour in (system, f"{system}musl")]
+    else:
+        return exe
+    return next((str(path) for path in found if path.is_file() and os.access(path, os.X_OK)), exe)
 
 
 def _none(turn: Turn) -> list[str]:
@@ -158,10 +167,12 @@ class AcpReader(Reader):
         self.bounds = Bounds(*turn.served)
         self.talk = talk = Conversation()
         talk.terminate = True  # an agent may outlive its stdin: ended when the turn is over
-        talk.interrupt = self.cancel
+        talk.linger = LINGER.get(cli, LINGER_S)  # after its stdin closed: it may save its session first        talk.interrupt = self.cancel
         self.session = ""
         self.agent: dict[str, Any] = {}  # its agentInfo and capabilities, from initialize
         self.loading = False  # session/load is telling the conversation again: not this run's
+        self.taking_up = False  # it resumes or loads a session it had
+        self.whole = False  # a new session in place of one it could not take up: given the whole conversation
         self.text: list[str] = []  # the agent's message so far (chunks)
         self.calls: dict[str, dict[str, Any]] = {}  # tool call id -> what the updates said of it
         self.refused: list[str] = []  # reasons a person gave, for the model once the turn ends
@@ -201,6 +212,8 @@ class AcpReader(Reader):
 
     def _stop(self, why: str) -> None:
         self.pending.problems.append(why)
+        assert self.talk is not None
+        self.talk.failed = True
         self.hang_up()
 
     def hang_up(self) -> None:
@@ -227,7 +240,11 @@ class AcpReader(Reader):
             message = error.get("message") if isinstance(error, dict) else error
             detail = (error.get("data") or {}) if isinstance(error, dict) else {}
             more = detail.get("details") if isinstance(detail, dict) else None
-            self._stop(f"{self._title()}: {message}" + (f" ({more})" if more else ""))
+            said = f"{self._title()}: {message}" + (f" ({more})" if more else "")
+            if rid == OPEN and self.taking_up and self.turn.whole:
+                self._anew(f"{said}: a new session of it is given the conversation so far")
+                return
+            self._stop(said)
             return
         if rid == INITIALIZE:
             self._initialized(result)
@@ -235,7 +252,7 @@ class AcpReader(Reader):
             self.loading = False
             self._opened(result)
         elif rid == MODEL:
-            self._prompt(prompt(self.turn, self.cli))
+            self._prompt(self.turn.whole if self.whole else prompt(self.turn, self.cli))
         elif rid == PROMPT:
             self._ended(result)
 
@@ -252,8 +269,12 @@ class AcpReader(Reader):
         sessions = can.get("sessionCapabilities") or {}
         ref = self.turn.ref or {}
         opened: dict[str, Any] = {"cwd": self.turn.cwd, "mcpServers": [_server(s) for s in self.turn.mcp]}
+        self.taking_up = bool(ref) and not ref.get("fork")
         if not ref:
             self._request(OPEN, "session/new", opened)
+        elif self.taking_up and self.cli in agents.CLIS and not agents.CLIS[self.cli].acp_load and self.turn.whole:
+            self._anew(f"{self._title()} cannot take a session up again over ACP: a new session of it is given"
+                       " the conversation so far")
         elif ref.get("fork"):
             if "fork" not in sessions:
                 self._stop(f"{self._title()} cannot fork a session over ACP: fork it before its first run, or migrate"
@@ -269,6 +290,14 @@ class AcpReader(Reader):
         else:
             self._stop(f"{self._title()} cannot resume a session over ACP (it offers neither session/resume nor"
                        " session/load)")
+
+    def _anew(self, why: str) -> None:
+        """A new session of the agent, given the whole conversation (``Turn.whole``) instead of
+        the one it cannot take up again."""
+        self.pending.diagnostics.append(why)
+        self.session, self.loading, self.taking_up = "", False, False
+        self.whole = True
+        self._request(OPEN, "session/new", {"cwd": self.turn.cwd, "mcpServers": [_server(s) for s in self.turn.mcp]})
 
     def _opened(self, result: dict[str, Any]) -> None:
         if isinstance(result.get("sessionId"), str):
@@ -286,7 +315,7 @@ class AcpReader(Reader):
         elif model:
             self._stop(f"{self._title()} offers no choice of model over ACP: run it without one (acp:{self.cli})")
         else:
-            self._prompt(prompt(self.turn, self.cli))
+            self._prompt(self.turn.whole if self.whole else prompt(self.turn, self.cli))
 
     def _prompt(self, text: str) -> None:
         self._request(PROMPT, "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})

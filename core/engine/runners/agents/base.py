@@ -80,6 +80,9 @@ class Turn:
     #: the paths it may write, and those it may only read (its folder, its bindings): what an agent
     #: asks Procession itself to read or write is held to them (``acp``)
     served: tuple[list[str], list[str]] = field(default_factory=lambda: ([], []))
+    #: the whole conversation so far, as a prompt: for an agent that cannot take its session up
+    #: again (an ACP agent whose ``session/load`` fails), which is then given a new one ("" for others)
+    whole: str = ""
 
     @property
     def extra_args(self) -> list[str]:
@@ -105,6 +108,8 @@ class Conversation:
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()
         self.terminate = False  # the CLI is a server that outlives its stdin: SIGTERM when over
+        self.linger = 0.0  # seconds it is given to end by itself once its stdin is closed, before that
+        self.failed = False  # the reader gave up on the turn (what it said is the run's error): the run failed
         #: how its turn is interrupted by what it is told (True: asked; it ends the turn itself)
         self.interrupt: Callable[[], bool] | None = None
 
