@@ -104,7 +104,8 @@ CLIS: Final = {
                      endpoint=(("OPENAI_BASE_URL",), "https://dashscope.aliyuncs.com"),
                      acp=("qwen", "--acp")),
     "copilot": AgentCli("copilot", "GitHub Copilot CLI", "@github/copilot", "a model of its provider", headless=False,
-                        inherits=("COPILOT_HOME", *NETWORK), homes={"COPILOT_HOME": ""},
+                        # its native binary unpacks itself (235 MB) into its cache folder at start: the session's own
+                        inherits=("COPILOT_HOME", "XDG_CACHE_HOME", *NETWORK), homes={"COPILOT_HOME": "", "XDG_CACHE_HOME": "cache"},
                         seed_from=("COPILOT_HOME", ".copilot"), seeds=("config.json", "mcp-config.json"),
                         settings=("config.json", "mcp-config.json", "agents"),
                         endpoint=(("COPILOT_PROVIDER_BASE_URL",), "https://api.githubcopilot.com"),

@@ -119,7 +119,8 @@ async def test_a_refusals_reason_reaches_the_model_as_the_next_message(
         acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:
     agent = acp_agent
-    model_server.script.add(shell("echo hi > denied.txt"), say("Understood."))
+    # Gemini CLI and Qwen Code go on after a refusal (a reply), opencode and Copilot CLI end their turn
+    model_server.script.add(shell("echo hi > denied.txt"), say("Understood."), say("Noted."))
     sid = await acp_session(live, agent, monkeypatch, permissions="ask")
     await live.send(sid, "write the file")
     await live.activate(sid)
@@ -131,7 +132,9 @@ async def test_a_refusals_reason_reaches_the_model_as_the_next_message(
     assert "not on a Friday" in " ".join(model_server.requests[-1].texts("user"))
     history = [(m.role, m.content) for m in await live.history(sid)]
     assert any(role == "user" and "not on a Friday" in text for role, text in history)
-    assert history[-1] == ("assistant", "Understood.")
+    assert history[-1][0] == "assistant" and history[-1][1] in ("Understood.", "Noted.")
+    [refused] = [m.meta["tool"] for m in await live.history(sid) if m.role == "tool"]
+    assert refused["is_error"] and refused["output"] == "refused: not on a Friday"
 
 
 async def test_interrupt_cancels_the_turn_and_the_next_run_resumes(
@@ -163,34 +166,74 @@ async def _announced(ws: Workspace, sid: int) -> bool:
     return (await ws.show(sid, last=0)).agent_ref is not None
 
 
-async def test_a_file_is_written_through_procession_beneath_the_bounds_only(
+async def test_a_file_outside_the_bounds_is_never_written(
         acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever refuses it (the agent's own check, Procession's answer to the agent's request or
+    its file service): a run the kernel does not hold writes nothing outside its folder."""
     agent = acp_agent
     outside = tmp_path / "outside.txt"
     inside = agent.workdir / "inside.txt"
     model_server.script.add(calls(_write(agent.name, inside, "within\n"), _write(agent.name, outside, "out\n")),
-                            say("Written."))
-    # Procession itself refuses (the kernel does not hold this run): a write the agent asks to make
-    # (opencode asks before it writes outside its folder) or makes through Procession (fs/write_text_file)
+                            say("Written."), say("Noted."))
     sid = await acp_session(live, agent, monkeypatch, confine="off")
     run = await ask(live, sid, "write two files", 1)
     assert run.outcome == "ok", run.error
     assert inside.read_text() == "within\n"
     assert not outside.exists()
-    history = await live.history(sid)
-    refused = [m.meta["tool"] for m in history if m.role == "tool" and str(outside) in str(m.meta["tool"]["input"])]
-    assert refused and refused[0]["is_error"]
-    told = [m.content for m in history if m.role == "user" and str(outside) in m.content]  # why, said to the model
-    assert told and "outside what the session may write" in told[0], [m.content for m in history]
-    assert "outside what the session may write" in " ".join(model_server.requests[-1].texts("user"))
+    tools = [m.meta["tool"] for m in await live.history(sid) if m.role == "tool"]
+    assert sorted(t["is_error"] for t in tools) == [False, True], tools
+
+
+async def test_procession_serves_an_agents_file_requests_beneath_the_bounds_only(tmp_path: Path) -> None:
+    """What an agent asks Procession to read or write (``fs/*``), as the agent sends it: beneath
+    the session's folder, never out of it by a path, a ``..`` or a link, nor into a folder bound
+    read-only."""
+    import json
+
+    from procession.engine.runners.agents.acp import AcpReader
+    from procession.engine.runners.agents.base import Turn
+
+    folder, docs, outside = tmp_path / "work", tmp_path / "docs", tmp_path / "outside"
+    for made in (folder, docs, outside):
+        made.mkdir()
+    (folder / "escape").symlink_to(outside)
+    (docs / "readme.txt").write_text("read me\n")
+    turn = Turn(1, "hi", 0, "", "", str(folder), None)
+    turn.served = ([str(folder)], [str(docs)])
+    reader = AcpReader(turn, "gemini")
+    assert reader.talk is not None
+    asked = [("fs/write_text_file", {"path": str(folder / "made.txt"), "content": "ok\n"}),
+             ("fs/write_text_file", {"path": str(outside / "planted.txt"), "content": "x"}),
+             ("fs/write_text_file", {"path": str(folder / "escape" / "planted.txt"), "content": "x"}),
+             ("fs/write_text_file", {"path": f"{folder}/../outside/planted.txt", "content": "x"}),
+             ("fs/write_text_file", {"path": str(docs / "readme.txt"), "content": "changed"}),
+             ("fs/read_text_file", {"path": str(docs / "readme.txt")}),
+             ("fs/read_text_file", {"path": str(folder / "escape" / "nothing.txt")}),
+             ("fs/read_text_file", {"path": "relative.txt"})]
+    for n, (method, params) in enumerate(asked, start=100):
+        reader.event({"jsonrpc": "2.0", "id": n, "method": method, "params": {"sessionId": "s", **params}})
+    replies = {}
+    while not reader.talk.outbox.empty():
+        line = reader.talk.outbox.get_nowait()
+        message = json.loads(line) if line else {}
+        if message.get("id", 0) >= 100:
+            replies[message["id"]] = message
+    assert replies[100]["result"] == {} and (folder / "made.txt").read_text() == "ok\n"
+    for n in (101, 102, 103, 104, 106, 107):
+        assert "error" in replies[n], (n, replies[n])
+    assert "outside what the session may write" in replies[101]["error"]["message"]
+    assert "leads out" in replies[102]["error"]["message"]
+    assert list(outside.iterdir()) == [] and (docs / "readme.txt").read_text() == "read me\n"
+    assert replies[105]["result"] == {"content": "read me\n"}
 
 
 def _write(cli: str, path: Path, content: str) -> Call:
     """A call of the agent's own tool that writes a file (through ``fs/write_text_file``)."""
     return {"opencode": Call.tool("write", {"filePath": str(path), "content": content}),
             "gemini": Call.tool("write_file", {"file_path": str(path), "content": content}),
-            "qwen": Call.tool("write_file", {"file_path": str(path), "content": content})}[cli]
+            "qwen": Call.tool("write_file", {"file_path": str(path), "content": content}),
+            "copilot": Call.tool("create", {"path": str(path), "file_text": content})}[cli]
 
 
 async def test_a_fork_over_acp_is_a_session_of_its_own(

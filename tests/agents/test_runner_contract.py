@@ -19,13 +19,16 @@ import pytest
 
 from conftest import until
 from procession import State, Workspace
-from support.agent_clis import sandbox, session_env
+from support.agent_clis import ALL_SANDBOXES, require_cli, session_env
 from support.models import Hold, ModelServer, say
 from support.runs import finished, state_of
 
 CHAT_STEP = Path(__file__).resolve().parents[1] / "support" / "chat_step.py"
 #: Every runner the contract holds for: its spec's kind, and the agent for an agent's.
-RUNNERS = ["claude:", "codex:", "opencode:", "openai:", "command:", "acp:opencode"]
+RUNNERS = ["claude:", "codex:", "opencode:", "openai:", "command:", "acp:opencode", "acp:gemini", "acp:qwen",
+           "acp:copilot", "acp:claude", "acp:codex"]
+#: The adapters' sandboxes, by the ACP agent each stands for.
+ADAPTERS = {"claude": "claude-agent-acp", "codex": "codex-acp"}
 
 
 async def spawned(ws: Workspace, runner: str, server: ModelServer, tmp_path: Path,
@@ -38,8 +41,11 @@ async def spawned(ws: Workspace, runner: str, server: ModelServer, tmp_path: Pat
         line = shlex.join([sys.executable, str(CHAT_STEP), server.url_v1])
         return (await ws.spawn("c", "contract", runner=f"command:{line}", cwd=str(tmp_path))).sid
     name = agent if kind == "acp" else kind
-    box = sandbox(name, server, tmp_path)
+    box = ALL_SANDBOXES[ADAPTERS.get(name, name) if kind == "acp" else name](
+        require_cli(ADAPTERS.get(name, name) if kind == "acp" else name), server, tmp_path / name)
     env, passed = session_env([box], monkeypatch.setenv)
+    if kind == "acp" and name in ADAPTERS:  # the adapter, where Procession looks for it
+        env = {k: v for k, v in env.items() if "-" not in k} | {f"PROCESSION_{name.upper()}_ACP": str(box.cli.command)}
     spec = f"acp:{name}" if kind == "acp" else f"{name}:"
     return (await ws.spawn("c", "contract", runner=spec, cwd=str(box.workdir), env=env, passed=passed)).sid
 

@@ -123,10 +123,11 @@ _ARGS: Final[dict[str, Callable[[Turn], list[str]]]] = {"codex": _codex}
 
 def tool_name(update: dict[str, Any]) -> str:
     """The tool a call is of, as far as the agent says (ACP has no field for it): Claude Code's
-    in its ``_meta``, Gemini CLI's before ``__`` in the call's id, else its title when that is
+    and Qwen Code's in its ``_meta``, Gemini CLI's before ``__`` in the call's id, else its title when that is
     a word (opencode's), else its kind."""
     meta = update.get("_meta")
-    named = ((meta or {}).get("claudeCode") or {}).get("toolName") if isinstance(meta, dict) else None
+    named = (((meta.get("claudeCode") or {}).get("toolName") or meta.get("toolName"))  # Claude Code's, Qwen Code's
+             if isinstance(meta, dict) else None)
     if isinstance(named, str) and named:
         return named
     head, sep, _ = str(update.get("toolCallId") or "").partition("__")
@@ -173,6 +174,8 @@ class AcpReader(Reader):
         self.loading = False  # session/load is telling the conversation again: not this run's
         self.taking_up = False  # it resumes or loads a session it had
         self.whole = False  # a new session in place of one it could not take up: given the whole conversation
+        self.ways: list[str] = []  # the ways left to take the session up again
+        self.refusals: set[str] = set()  # the calls refused (stored so, whatever the agent says of them after)
         self.text: list[str] = []  # the agent's message so far (chunks)
         self.calls: dict[str, dict[str, Any]] = {}  # tool call id -> what the updates said of it
         self.refused: list[str] = []  # reasons a person gave, for the model once the turn ends
@@ -241,8 +244,9 @@ class AcpReader(Reader):
             detail = (error.get("data") or {}) if isinstance(error, dict) else {}
             more = detail.get("details") if isinstance(detail, dict) else None
             said = f"{self._title()}: {message}" + (f" ({more})" if more else "")
-            if rid == OPEN and self.taking_up and self.turn.whole:
-                self._anew(f"{said}: a new session of it is given the conversation so far")
+            if rid == OPEN and self.taking_up:  # one offered does not work (Qwen Code's session/resume): the next
+                self.pending.diagnostics.append(said)
+                self._take_up(said)
                 return
             self._stop(said)
             return
@@ -281,15 +285,26 @@ class AcpReader(Reader):
                            " the fork to a runner that can")
                 return
             self._request(OPEN, "session/fork", {**opened, "sessionId": ref["id"]})
-        elif "resume" in sessions:
-            self.session = str(ref["id"])
-            self._request(OPEN, "session/resume", {**opened, "sessionId": ref["id"]})
-        elif can.get("loadSession"):
-            self.session, self.loading = str(ref["id"]), True
-            self._request(OPEN, "session/load", {**opened, "sessionId": ref["id"]})
         else:
-            self._stop(f"{self._title()} cannot resume a session over ACP (it offers neither session/resume nor"
-                       " session/load)")
+            self.ways = [m for m, offered in (("session/resume", "resume" in sessions),
+                                              ("session/load", bool(can.get("loadSession")))) if offered]
+            self._take_up(f"{self._title()} offers neither session/resume nor session/load")
+
+    def _take_up(self, why: str) -> None:
+        """The next way the agent offers to take its session up again (resume: nothing told
+        again; load: all of it told again, not this run's); none left: a new session given the
+        whole conversation, else the run cannot go on (``why``)."""
+        if not self.ways:
+            if self.turn.whole:
+                self._anew(f"{why}: a new session of it is given the conversation so far")
+            else:
+                self._stop(why)
+            return
+        method = self.ways.pop(0)
+        ref = self.turn.ref or {}
+        self.session, self.loading = str(ref["id"]), method == "session/load"
+        self._request(OPEN, method, {"cwd": self.turn.cwd, "mcpServers": [_server(s) for s in self.turn.mcp],
+                                     "sessionId": ref["id"]})
 
     def _anew(self, why: str) -> None:
         """A new session of the agent, given the whole conversation (``Turn.whole``) instead of
@@ -375,6 +390,8 @@ class AcpReader(Reader):
 
     def _call(self, update: dict[str, Any], started: bool) -> None:
         cid = str(update.get("toolCallId") or "")
+        if cid in self.refusals:  # stored as refused already: what the agent says of it after is its own view
+            return
         known = self.calls.setdefault(cid, {})
         known.update({k: v for k, v in update.items() if v not in (None, [], {}) or k not in known})
         if cid not in self.open_tools and known.get("status") not in ("completed", "failed"):
@@ -409,8 +426,11 @@ class AcpReader(Reader):
 
     async def _permission(self, rid: Any, asked: Any) -> None:
         call = asked.tool_call.model_dump(by_alias=True, exclude_none=True)
-        known = {**self.calls.get(str(call.get("toolCallId")), {}), **{k: v for k, v in call.items() if v}}
+        cid = str(call.get("toolCallId"))
+        known = self.calls[cid] = {**self.calls.get(cid, {}), **{k: v for k, v in call.items() if v}}
         tool, given = tool_name(known), _input(known)
+        if cid not in self.open_tools:  # an agent may ask before it says it calls (Qwen Code)
+            self.started(cid, tool, given)
         kinds = {o.kind: o.option_id for o in asked.options}
         if self.turn.decide is not None:
             ok, why = await self.turn.decide(tool, given)
@@ -424,6 +444,8 @@ class AcpReader(Reader):
             self._reply(rid, {"outcome": {"outcome": "selected", "optionId": chosen}})
         if not ok:
             self.refused.append(f"Procession: your {tool} call ({summary(given)}) was refused: {why}")
+            self.refusals.add(cid)
+            self.finished(cid, f"refused: {why}", True)
 
     def _read(self, rid: Any, asked: Any) -> None:
         try:
