@@ -287,3 +287,18 @@ async def test_any_program_that_speaks_acp_by_its_command_line(
     assert (await live.history(sid))[-1].content == "Spoken over ACP."
     ref = (await live.show(sid)).agent_ref
     assert ref["cli"] == "acp" and ref["acp"]["agent"]
+
+
+async def test_a_session_of_an_agent_that_cannot_fork_over_acp_is_refused_its_fork(
+        model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from procession import InvalidArgument
+
+    agent = sandbox("gemini", model_server, tmp_path)  # its descriptor: no session/fork over ACP (as verified)
+    model_server.script.add(say("One."))
+    sid = await acp_session(live, agent, monkeypatch)
+    assert (await ask(live, sid, "first", 1)).outcome == "ok"
+    before = len(await live.ps(all=True))
+    with pytest.raises(InvalidArgument, match="Gemini CLI, cannot fork its session over ACP"):
+        await live.fork(sid)
+    assert len(await live.ps(all=True)) == before
