@@ -37,6 +37,19 @@ def test_agents_tiny_measures_each_cli_it_was_given() -> None:
         assert 0 < figures["results"][f"{name}_activate_first_request"]["median"] < 60
 
 
+def test_acp_tiny_measures_an_agent_over_acp_and_headless() -> None:
+    from support.agent_clis import require_cli
+
+    require_cli("gemini")  # skipped (or failed, where they are required) without the agent
+    proc = subprocess.run([sys.executable, str(BENCH / "acp.py"), "--tiny", "--only", "gemini"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not figures["missing"]
+    for key in ("gemini_acp_first_request", "gemini_headless_first_request", "gemini_acp_done"):
+        assert 0 < figures["results"][key]["median"] < 120
+
+
 def test_engine_tiny_measures_every_figure() -> None:
     proc = subprocess.run([sys.executable, str(BENCH / "engine.py"), "--tiny"], capture_output=True, text=True,
                           timeout=300)
