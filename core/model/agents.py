@@ -54,6 +54,8 @@ class AgentCli:
     #: whether it takes a session up again in a new process (session/resume or load; Gemini CLI
     #: 0.61's load finds no session made over ACP: each run is a new session given the conversation)
     acp_load: bool = True
+    #: whether the usage its prompts answer with is the process's running total (Copilot CLI's), not the turn's
+    acp_usage_total: bool = False
 
     def window(self, model: str) -> int | None:
         """The window a session of this CLI has before a run reports one."""
@@ -109,7 +111,7 @@ CLIS: Final = {
                         seed_from=("COPILOT_HOME", ".copilot"), seeds=("config.json", "mcp-config.json"),
                         settings=("config.json", "mcp-config.json", "agents"),
                         endpoint=(("COPILOT_PROVIDER_BASE_URL",), "https://api.githubcopilot.com"),
-                        acp=("copilot", "--acp")),
+                        acp=("copilot", "--acp"), acp_usage_total=True),
 }
 #: The agent CLIs that speak ACP (``acp:NAME``).
 ACP: Final = tuple(kind for kind, cli in CLIS.items() if cli.acp)

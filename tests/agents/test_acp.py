@@ -302,3 +302,20 @@ async def test_a_session_of_an_agent_that_cannot_fork_over_acp_is_refused_its_fo
     with pytest.raises(InvalidArgument, match="Gemini CLI, cannot fork its session over ACP"):
         await live.fork(sid)
     assert len(await live.ps(all=True)) == before
+
+
+async def test_copilots_running_total_is_counted_once_across_the_prompts_of_a_run(
+        model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.models import Usage
+
+    agent = sandbox("copilot", model_server, tmp_path)  # its prompts answer with the process's total so far
+    model_server.script.add(shell("echo hi > denied.txt", usage=Usage(1000, 10)), say("Understood.", usage=Usage(2000, 20)))
+    sid = await acp_session(live, agent, monkeypatch, permissions="ask")
+    await live.send(sid, "write the file")
+    await live.activate(sid)
+    asked = await until(lambda: waiting(live, sid))
+    await live.deny(asked.id, why="not today")  # Copilot CLI ends its turn: the reason is a second prompt
+    run = await until(lambda: finished(live, sid, 1))
+    assert run.outcome == "ok", run.error
+    assert (run.tokens_in, run.tokens_out) == (3000, 30)

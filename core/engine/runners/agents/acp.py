@@ -176,6 +176,7 @@ class AcpReader(Reader):
         self.whole = False  # a new session in place of one it could not take up: given the whole conversation
         self.ways: list[str] = []  # the ways left to take the session up again
         self.refusals: set[str] = set()  # the calls refused (stored so, whatever the agent says of them after)
+        self.counted: dict[str, int] = {}  # an agent's usage so far in this process, where it reports a running total
         self.text: list[str] = []  # the agent's message so far (chunks)
         self.calls: dict[str, dict[str, Any]] = {}  # tool call id -> what the updates said of it
         self.refused: list[str] = []  # reasons a person gave, for the model once the turn ends
@@ -358,9 +359,12 @@ class AcpReader(Reader):
             count = ((meta or {}).get("quota") or {}).get("token_count") if isinstance(meta, dict) else None
             usage = {"inputTokens": count.get("input_tokens"), "outputTokens": count.get("output_tokens")} \
                 if isinstance(count, dict) else {}
-        cached_read, cached_write = _int(usage.get("cachedReadTokens")), _int(usage.get("cachedWriteTokens"))
-        self.pending.tokens_in += max(_int(usage.get("inputTokens")) - cached_read - cached_write, 0)
-        self.pending.tokens_out += _int(usage.get("outputTokens"))
+        counts = {k: _int(usage.get(k)) for k in ("inputTokens", "outputTokens", "cachedReadTokens", "cachedWriteTokens")}
+        if self.cli in agents.CLIS and agents.CLIS[self.cli].acp_usage_total:  # the process's total so far: this turn's is the rest
+            counts, self.counted = {k: max(v - self.counted.get(k, 0), 0) for k, v in counts.items()}, counts
+        cached_read, cached_write = counts["cachedReadTokens"], counts["cachedWriteTokens"]
+        self.pending.tokens_in += max(counts["inputTokens"] - cached_read - cached_write, 0)
+        self.pending.tokens_out += counts["outputTokens"]
         self.pending.cache_read += cached_read
         self.pending.cache_write += cached_write
 
