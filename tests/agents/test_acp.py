@@ -97,10 +97,11 @@ async def test_a_turn_with_a_tool_then_one_resumed_in_a_new_process(
     assert "write hi into file" in " ".join(model_server.requests[-1].texts("user"))
 
 
+@pytest.mark.parametrize("name", [*AGENTS, *ADAPTERS])
 async def test_a_permission_request_waits_in_state_w_and_runs_once_allowed(
-        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        name: str, model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    agent = acp_agent
+    agent = sandbox(name, model_server, tmp_path)
     model_server.script.add(shell("echo hi > asked.txt"), say("Done."))
     sid = await acp_session(live, agent, monkeypatch, permissions="ask")
     await live.send(sid, "write the file")

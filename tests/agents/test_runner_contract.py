@@ -78,11 +78,14 @@ async def test_a_reply_lands_and_the_next_turn_continues_the_conversation(
     run = await turn(live, sid, "hello", 1)
     assert run.outcome == "ok", run.error
     assert [(m.role, m.content) for m in await live.history(sid)] == [("user", "hello"), ("assistant", "Hello there.")]
+    own = (await live.show(sid)).agent_ref
     run = await turn(live, sid, "are you there?", 2)
     assert run.outcome == "ok", run.error
     assert (await live.history(sid))[-1].content == "Still here."
     said = " ".join(model_server.requests[-1].texts("user"))
     assert "hello" in said and "are you there?" in said  # one conversation, the first turn in it
+    if own is not None and runner != "acp:gemini":  # an agent's own session, taken up again (Gemini CLI cannot)
+        assert (await live.show(sid)).agent_ref["id"] == own["id"]
     assert left(db, sid) == []
 
 
