@@ -688,8 +688,8 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
     urls: list[str] = []
     if spec.agent:
         exe = agents.locate(spec, env)
-        state, configs = agents.state(spec.cli, env)
-        urls = agents.endpoints(spec.cli, env)
+        state, configs = agents.state(spec, env)
+        urls = agents.endpoints(spec, env)
     asks = spec.kind in ("openai", "builtin") or bool(agents.asks(spec))
     held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
                                tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,

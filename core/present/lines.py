@@ -231,8 +231,8 @@ def runner_forms() -> str:
     added there is offered everywhere."""
     builtins = "|".join(runner_spec.BUILTINS)
     return " · ".join(["command:<shell command>", "openai:<model>[@<url>][#KEY_VAR]", f"builtin:<{builtins}>",
-                       *(f"{kind}:[<model>]" for kind in HEADLESS), f"acp:<{'|'.join(ACP)}>[:<model>]",
-                       "acp:command:<program> <args>"])
+                       *(f"{kind}:[<model>]" for kind in HEADLESS),
+                       f"acp:<agent>[:<model>] (agents: {', '.join(ACP)})", "acp:command:<program> <args>"])
 
 
 def agent_lines(found: Sequence[agents.Installed]) -> str:

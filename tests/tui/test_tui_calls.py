@@ -315,7 +315,7 @@ async def test_g_moves_a_session_the_host_column_shows_it_going_and_a_failed_mov
 async def test_the_spawn_and_migrate_forms_name_every_kind_of_runner(tmp_path: Path, monitor: Any) -> None:
     """Their hint names every agent CLI and builtin the core knows (it once left out claude:,
     codex: and opencode:)."""
-    from procession.model.agents import CLIS
+    from procession.model.agents import ACP, HEADLESS
     from procession.model.runner_spec import BUILTINS
 
     db = tmp_path / "ws.db"
@@ -328,7 +328,8 @@ async def test_the_spawn_and_migrate_forms_name_every_kind_of_runner(tmp_path: P
             await pilot.press(key)
             await until(lambda: isinstance(app.screen, Form))
             hint = str(app.screen.query_one(".dialog--help", Static).render())
-            assert all(f"{kind}:" in hint for kind in ("command", "openai", "builtin", *CLIS)), hint
+            assert all(f"{kind}:" in hint for kind in ("command", "openai", "builtin", "acp", *HEADLESS)), hint
+            assert all(name in hint for name in ACP), hint
             assert all(name in hint for name in BUILTINS), hint
             await pilot.press("escape")
             await until(lambda: not isinstance(app.screen, Form))

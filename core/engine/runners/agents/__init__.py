@@ -12,7 +12,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from ....model import agents, runner_spec
 from ....model.errors import InvalidArgument
@@ -21,8 +21,8 @@ from ....model.runner_spec import RunnerSpec
 from . import acp, claude, codex, codex_app, opencode, opencode_serve
 from .base import Conversation, Invocation, McpServer, Reader, Turn
 
-__all__ = ["Conversation", "Invocation", "McpServer", "Reader", "Turn", "asks", "endpoints", "interactive", "locate", "prepare",
-           "state"]
+__all__ = ["Conversation", "Invocation", "McpServer", "Reader", "Runner", "Turn", "asks", "endpoints", "interactive",
+           "locate", "prepare", "runner", "state"]
 
 #: How a CLI's run asks a person: through the engine's MCP server (``engine.asking``, always
 #: given), over its own stdin (``Turn.decide``, given when its session's permissions are ask), or
@@ -30,16 +30,65 @@ __all__ = ["Conversation", "Invocation", "McpServer", "Reader", "Turn", "asks", 
 Asks = Literal["mcp", "talk", ""]
 
 
+class Runner(Protocol):
+    """What the engine needs of the runner of an agent, whatever drives it. A turn is started
+    by ``prepare``: the command line (run through the launcher, in the run's bounds) and the
+    ``Reader`` of what it prints, which turns it into the run's events (text, tool calls,
+    usage, the agent's own session: where its transcript lives, which the next turn resumes or
+    forks) and, through its ``Conversation``, asks a person (``asks``) and interrupts the turn.
+    ``state`` and ``endpoints`` say what the run's bounds must hold."""
+
+    @property
+    def asks(self) -> Asks: ...
+
+    def prepare(self, turn: Turn, exe: str) -> tuple[Invocation, Reader]: ...
+
+    def state(self, env: dict[str, str]) -> tuple[list[str], list[str]]: ...
+
+    def endpoints(self, env: dict[str, str]) -> list[str]: ...
+
+
 @dataclass(slots=True, frozen=True)
-class _Cli:
-    """What the engine knows of one agent CLI's own runner: how to start it, how its events
-    read, where it keeps its state (folders it writes, files it reads) and where its model is."""
+class Headless:
+    """An agent CLI's own runner (``KIND:``): how to start it, how its events read, where it
+    keeps its state (folders it writes, files it reads) and where its model is."""
 
     invocation: Callable[[str, Turn], Invocation]
     reader: Callable[[Turn], Reader]
     state: Callable[[dict[str, str]], tuple[list[str], list[str]]]
     endpoints: Callable[[dict[str, str]], list[str]]
     asks: Asks = ""
+
+    def prepare(self, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
+        return self.invocation(exe, turn), self.reader(turn)
+
+
+@dataclass(slots=True, frozen=True)
+class Acp:
+    """Any agent over the Agent Client Protocol (``acp:NAME``, ``acp:command:PROG ARGS``): its
+    CLI's descriptor (``model.agents``) says where its state and its model are."""
+
+    cli: str
+    command: str = ""
+    asks: Asks = "talk"
+
+    def prepare(self, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
+        argv = agents.acp_program(self.cli, self.command, turn.env)
+        return acp.invocation(turn, [exe, *argv[1:]], self.cli), acp.AcpReader(turn, self.cli)
+
+    def state(self, env: dict[str, str]) -> tuple[list[str], list[str]]:
+        if self.cli in _KINDS:  # the same state as its own runner's
+            return _KINDS[self.cli].state(env)
+        homes = agents.CLIS[self.cli].homes if self.cli in agents.CLIS else {}
+        return [env[name] for name in homes if env.get(name)], []
+
+    def endpoints(self, env: dict[str, str]) -> list[str]:
+        if self.cli in _KINDS:
+            return _KINDS[self.cli].endpoints(env)
+        if self.cli not in agents.CLIS:  # a program named by its command: its bound MCP servers' only
+            return []
+        names, default = agents.CLIS[self.cli].endpoint
+        return [env[name] for name in names if env.get(name)] or [default]
 
 
 def _codex_reader(turn: Turn) -> Reader:
@@ -50,68 +99,53 @@ def _opencode_reader(turn: Turn) -> Reader:
     return opencode_serve.OpencodeServeReader(turn) if turn.decide is not None else opencode.OpencodeReader(turn)
 
 
-_KINDS: Final[dict[str, _Cli]] = {
-    "claude": _Cli(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints, asks="mcp"),
-    "codex": _Cli(codex.invocation, _codex_reader, codex.state, codex.endpoints, asks="talk"),
-    "opencode": _Cli(opencode.invocation, _opencode_reader, opencode.state, opencode.endpoints, asks="talk"),
+_KINDS: Final[dict[str, Headless]] = {
+    "claude": Headless(claude.invocation, claude.ClaudeReader, claude.state, claude.endpoints, asks="mcp"),
+    "codex": Headless(codex.invocation, _codex_reader, codex.state, codex.endpoints, asks="talk"),
+    "opencode": Headless(opencode.invocation, _opencode_reader, opencode.state, opencode.endpoints, asks="talk"),
 }
 
 
-def _cli(kind: str) -> _Cli:
-    if kind not in _KINDS:
-        raise InvalidArgument(f"the {kind} runner is not available in this version")
-    return _KINDS[kind]
+def runner(spec: RunnerSpec) -> Runner:
+    """The runner of an agent's ``spec`` (refused in one line for one this version has not)."""
+    if spec.kind == runner_spec.ACP:
+        return Acp(spec.cli, spec.acp_command)
+    if spec.kind not in _KINDS:
+        raise InvalidArgument(f"the {spec.kind} runner is not available in this version")
+    return _KINDS[spec.kind]
 
 
 def prepare(spec: RunnerSpec, turn: Turn, exe: str) -> tuple[Invocation, Reader]:
     """How to start the agent of ``spec`` (its executable ``exe``, from ``locate``) for
     ``turn``, and the reader of its events."""
-    if spec.kind == runner_spec.ACP:
-        argv = agents.acp_program(spec.cli, spec.acp_command, turn.env)
-        return acp.invocation(turn, [exe, *argv[1:]], spec.cli), acp.AcpReader(turn, spec.cli)
-    cli = _cli(spec.kind)
-    return cli.invocation(exe, turn), cli.reader(turn)
+    return runner(spec).prepare(turn, exe)
 
 
 def asks(spec: RunnerSpec) -> Asks:
-    """How a run of ``spec`` asks a person (``Asks``): an ACP agent over its stdin."""
-    if spec.kind == runner_spec.ACP:
-        return "talk"
-    return _KINDS[spec.kind].asks if spec.kind in _KINDS else ""
+    """How a run of ``spec`` asks a person (``Asks``; a runner that is no agent's: not at all)."""
+    return runner(spec).asks if spec.agent else ""
 
 
 def locate(spec: RunnerSpec, env: dict[str, str]) -> str:
     """The executable the agent of ``spec`` runs as (refused in one line if it is not installed)."""
     if spec.kind == runner_spec.ACP:
         return agents.acp_program(spec.cli, spec.acp_command, env)[0]
-    _cli(spec.kind)
+    runner(spec)
     return agents.locate(spec.kind, env)
 
 
-def state(cli: str, env: dict[str, str]) -> tuple[list[str], list[str]]:
-    """The folders agent CLI ``cli`` keeps its state in (made here if missing: a confined run
-    could not make them), and the files of its configuration it reads: its runner's, else its
-    descriptor's (the folders its variables name)."""
-    if cli in _KINDS:
-        folders, files = _KINDS[cli].state(env)
-    else:
-        homes = agents.CLIS[cli].homes if cli in agents.CLIS else {}
-        folders, files = [env[name] for name in homes if env.get(name)], []
+def state(spec: RunnerSpec, env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The folders the agent of ``spec`` keeps its state in (made here if missing: a confined
+    run could not make them), and the files of its configuration it reads."""
+    folders, files = runner(spec).state(env)
     for folder in folders:
         os.makedirs(folder, exist_ok=True)
     return folders, files
 
 
-def endpoints(cli: str, env: dict[str, str]) -> list[str]:
-    """Where agent CLI ``cli`` finds its model (``--net model`` lets a run reach those ports):
-    its runner's, else its descriptor's variables or default (an ACP program named by its
-    command: none known, its bound MCP servers' only)."""
-    if cli in _KINDS:
-        return _KINDS[cli].endpoints(env)
-    if cli not in agents.CLIS:
-        return []
-    names, default = agents.CLIS[cli].endpoint
-    return [env[name] for name in names if env.get(name)] or [default]
+def endpoints(spec: RunnerSpec, env: dict[str, str]) -> list[str]:
+    """Where the agent of ``spec`` finds its model (``--net model`` lets a run reach those ports)."""
+    return runner(spec).endpoints(env)
 
 
 def interactive(attached: Attached) -> int:
