@@ -33,6 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
+from agents import direct  # noqa: E402
 from report import Results, engine_running, environment, table  # noqa: E402
 from support.agent_clis import ALL_SANDBOXES, AgentCliMissing, find_cli, session_env  # noqa: E402
 from support.models import ModelServer, say  # noqa: E402
@@ -68,20 +69,6 @@ async def session_run(box: Any, server: ModelServer, seen: int, db: Path, runner
 def turns(server: ModelServer) -> int:
     """The model requests of a turn the server has had so far."""
     return len([r for r in server.requests if r.kind == "turn"])
-
-
-def by_hand(box: Any, server: ModelServer, seen: int) -> tuple[float, float]:
-    """The agent's own headless mode started by hand: start -> first model request, -> exit."""
-    args, stdin = box.headless("hello")
-    started = time.monotonic()
-    proc = box.start(args, stdin)
-    server.wait_requests(seen + 1, timeout=120)
-    first = time.monotonic() - started
-    assert proc.stdout is not None
-    for _ in proc.stdout:
-        pass
-    proc.wait(timeout=120)
-    return first, time.monotonic() - started
 
 
 def main() -> int:
@@ -122,11 +109,12 @@ def main() -> int:
                             first, done = asyncio.run(session_run(own_box, server, seen, root / f"own-{seen}.db",
                                                                   f"{name}:"))
                         else:
-                            first, done = by_hand(own_box, server, seen)
+                            first, _, done = direct(own_box, server, seen)
                         own_first.append(first)
                         own_done.append(done)
 
-                    by_hand(own_box, server, 0) if name not in HEADLESS else None  # a first start sets its HOME up
+                    if name not in HEADLESS:
+                        direct(own_box, server, 0)  # a first start by hand sets its HOME up: not timed
                     for way in ((acp, own) if i % 2 == 0 else (own, acp)):
                         way(turns(server))
             one = "1 turn"

@@ -37,8 +37,9 @@ from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli, session_env
 from support.models import ModelServer, say  # noqa: E402
 
 
-def direct(sandbox: Any, server: ModelServer, seen: int) -> tuple[float, float]:
-    """Start -> first model request, and last line on stdout -> exit, of the CLI run by hand."""
+def direct(sandbox: Any, server: ModelServer, seen: int) -> tuple[float, float, float]:
+    """Start -> first model request, last line on stdout -> exit, and start -> exit, of the
+    CLI run by hand."""
     args, stdin = sandbox.headless("hello")
     started = time.monotonic()
     proc = sandbox.start(args, stdin)
@@ -49,7 +50,7 @@ def direct(sandbox: Any, server: ModelServer, seen: int) -> tuple[float, float]:
     for _ in proc.stdout:
         last = time.monotonic()
     proc.wait(timeout=60)
-    return first, time.monotonic() - last
+    return first, time.monotonic() - last, time.monotonic() - started
 
 
 async def through(sandbox: Any, server: ModelServer, seen: int, folder: Path) -> tuple[float, float]:
@@ -97,7 +98,7 @@ def main() -> int:
                     sandbox = SANDBOXES[name](find_cli(name), server, root)
                     server.script.add(say("Hi."), say("Hi."), say("Hi."))
                     direct(sandbox, server, 0)  # a CLI's very first start in a HOME sets it up: not timed
-                    start, exit_ = direct(sandbox, server, 1)
+                    start, exit_, _ = direct(sandbox, server, 1)
                     starts.append(start)
                     exits.append(exit_)
                     first, end = asyncio.run(through(sandbox, server, 2, root))

@@ -1,24 +1,22 @@
 """Agents over the Agent Client Protocol (``acp:NAME``): the real agents, run by a real engine,
 against the scripted model server: a turn with a tool, then one resumed in a new process;
-permission requests as state W, allowed or refused with a reason that reaches the model;
-interrupt mid-turn; fork; files written through Procession, beneath the session's bounds only;
-and no process left behind."""
+permission requests as state W, allowed or refused with a reason that reaches the model; fork;
+files written through Procession, beneath the session's bounds only; and no process left
+behind. Interrupt and cancel are the runner contract's (``test_runner_contract``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from conftest import until
-from procession import State, Workspace
+from procession import Workspace
 from support.agent_clis import ALL_SANDBOXES, AgentSandbox, require_cli, session_env
-from support.models import Call, Hold, ModelServer, calls, say, shell
-from support.runs import finished, state_of
+from support.models import Call, ModelServer, calls, say, shell
+from support.runs import finished, marked
 
 from test_permissions import waiting
 
@@ -54,19 +52,6 @@ async def ask(ws: Workspace, sid: int, text: str, runs: int) -> Any:
     return await until(lambda: finished(ws, sid, runs))
 
 
-def processes(db: Path, sid: int) -> list[psutil.Process]:
-    """The processes that carry session ``sid``'s marks in their environment."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            continue
-        if env.get("PROCESSION_SESSION") == str(sid) and Path(env.get("PROCESSION_DB", "")) == db:
-            found.append(proc)
-    return found
-
-
 async def test_a_turn_with_a_tool_then_one_resumed_in_a_new_process(
         acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,7 +68,7 @@ async def test_a_turn_with_a_tool_then_one_resumed_in_a_new_process(
     assert "echo hi > file" in str(tool["input"]) and tool["is_error"] is False
     ref = shown["agent_ref"]
     assert ref["cli"] == agent.name and ref["id"] and ref["acp"]["protocol"] == 1 and ref["acp"]["agent"]
-    assert processes(db, sid) == []  # the agent ended with its turn, its whole tree
+    assert marked(db, sid) == []  # the agent ended with its turn, its whole tree
     model_server.script.add(say("Again."))
     run = await ask(live, sid, "once more", 2)
     assert run.outcome == "ok", run.error
@@ -136,35 +121,6 @@ async def test_a_refusals_reason_reaches_the_model_as_the_next_message(
     assert history[-1][0] == "assistant" and history[-1][1] in ("Understood.", "Noted.")
     [refused] = [m.meta["tool"] for m in await live.history(sid) if m.role == "tool"]
     assert refused["is_error"] and refused["output"] == "refused: not on a Friday"
-
-
-async def test_interrupt_cancels_the_turn_and_the_next_run_resumes(
-        acp_agent: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace, db: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    agent = acp_agent
-    hold = Hold()
-    model_server.script.add(say("Thinking a long time.", hold=hold))
-    sid = await acp_session(live, agent, monkeypatch)
-    await live.send(sid, "think")
-    await live.activate(sid)
-    try:
-        await asyncio.to_thread(hold.wait_reached)
-        await until(lambda: _announced(live, sid))
-        await live.interrupt(sid)
-        run = await until(lambda: finished(live, sid, 1))
-    finally:
-        hold.release()
-    assert run.outcome == "interrupted", run.error
-    assert await state_of(live, sid) is State.SLEEPING
-    assert processes(db, sid) == []
-    model_server.script.add(say("Back."))
-    run = await ask(live, sid, "go on", 2)
-    assert run.outcome == "ok", run.error
-    assert (await live.history(sid))[-1].content == "Back."
-
-
-async def _announced(ws: Workspace, sid: int) -> bool:
-    return (await ws.show(sid, last=0)).agent_ref is not None
 
 
 async def test_a_file_outside_the_bounds_is_never_written(

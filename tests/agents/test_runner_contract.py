@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import shlex
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from conftest import until
 from procession import State, Workspace
 from support.agent_clis import ALL_SANDBOXES, require_cli, session_env
 from support.models import Hold, ModelServer, say
-from support.runs import finished, state_of
+from support.runs import finished, marked, state_of
 
 CHAT_STEP = Path(__file__).resolve().parents[1] / "support" / "chat_step.py"
 #: Every runner the contract holds for: its spec's kind, and the agent for an agent's.
@@ -50,23 +50,24 @@ async def spawned(ws: Workspace, runner: str, server: ModelServer, tmp_path: Pat
     return (await ws.spawn("c", "contract", runner=spec, cwd=str(box.workdir), env=env, passed=passed)).sid
 
 
-def left(db: Path, sid: int) -> list[psutil.Process]:
-    """The processes still carrying session ``sid``'s marks."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            continue
-        if env.get("PROCESSION_SESSION") == str(sid) and Path(env.get("PROCESSION_DB", "")) == db:
-            found.append(proc)
-    return found
-
-
 async def turn(ws: Workspace, sid: int, text: str, runs: int) -> Any:
     await ws.send(sid, text)
     await ws.activate(sid)
     return await until(lambda: finished(ws, sid, runs))
+
+
+async def stopped_mid_reply(ws: Workspace, sid: int, server: ModelServer, stop: Callable[[int], Awaitable[Any]]) -> Any:
+    """The session's run, ``stop``ped (interrupt, cancel) while the model's reply is held."""
+    hold = Hold()
+    server.script.add(say("Thinking.", hold=hold))
+    await ws.send(sid, "think")
+    await ws.activate(sid)
+    try:
+        await asyncio.to_thread(hold.wait_reached)
+        await stop(sid)
+        return await until(lambda: finished(ws, sid, 1))
+    finally:
+        hold.release()
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -86,27 +87,18 @@ async def test_a_reply_lands_and_the_next_turn_continues_the_conversation(
     assert "hello" in said and "are you there?" in said  # one conversation, the first turn in it
     if own is not None and runner != "acp:gemini":  # an agent's own session, taken up again (Gemini CLI cannot)
         assert (await live.show(sid)).agent_ref["id"] == own["id"]
-    assert left(db, sid) == []
+    assert marked(db, sid) == []
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
 async def test_an_interrupt_mid_reply_leaves_no_process_and_the_session_runs_again(
         runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    hold = Hold()
-    model_server.script.add(say("Thinking.", hold=hold))
     sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
-    await live.send(sid, "think")
-    await live.activate(sid)
-    try:
-        await asyncio.to_thread(hold.wait_reached)
-        await live.interrupt(sid)
-        run = await until(lambda: finished(live, sid, 1))
-    finally:
-        hold.release()
+    run = await stopped_mid_reply(live, sid, model_server, live.interrupt)
     assert run.outcome == "interrupted", run.error
     assert await state_of(live, sid) is State.SLEEPING
-    assert left(db, sid) == []
+    assert marked(db, sid) == []
     model_server.script.add(say("Back."))
     run = await turn(live, sid, "go on", 2)
     assert run.outcome == "ok", run.error
@@ -117,16 +109,7 @@ async def test_an_interrupt_mid_reply_leaves_no_process_and_the_session_runs_aga
 async def test_a_cancel_mid_reply_ends_the_session_and_leaves_no_process(
         runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    hold = Hold()
-    model_server.script.add(say("Thinking.", hold=hold))
     sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
-    await live.send(sid, "think")
-    await live.activate(sid)
-    try:
-        await asyncio.to_thread(hold.wait_reached)
-        await live.cancel(sid)
-        await until(lambda: finished(live, sid, 1))
-    finally:
-        hold.release()
+    await stopped_mid_reply(live, sid, model_server, live.cancel)
     assert await state_of(live, sid) is State.TERMINATED
-    assert left(db, sid) == []
+    assert marked(db, sid) == []

@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
+
+import psutil
 
 from procession import State, Workspace
 
@@ -134,3 +137,16 @@ async def engine_process(db: Any) -> AsyncIterator[Any]:
 async def _engine_of(ws: Workspace, pid: int) -> bool:
     engine = (await ws.activity())["engine"]
     return bool(engine) and engine["pid"] == pid
+
+
+def marked(db: Path, sid: int) -> list[psutil.Process]:
+    """The processes that carry session ``sid``'s marks in their environment (a run's, left or not)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get("PROCESSION_SESSION") == str(sid) and Path(env.get("PROCESSION_DB", "")) == db:
+            found.append(proc)
+    return found
