@@ -128,11 +128,16 @@ class Installed:
     runners: tuple[str, ...]  # how a session is run by it: ``KIND:``, ``acp:KIND``
     program: str | None  # its executable, None if it is not installed
     adapter: str | None  # its ACP adapter's, for one that speaks ACP through another program
-    missing: tuple[str, ...]  # how to install what is not here
+    missing: tuple[str, ...]  # the npm packages of what is not here
+
+    @property
+    def install(self) -> str:
+        """The command that installs what is missing ("" when nothing is)."""
+        return f"npm install -g {' '.join(self.missing)}" if self.missing else ""
 
     def to_json(self) -> dict[str, object]:
         return {"kind": self.kind, "title": self.title, "runners": list(self.runners), "program": self.program,
-                "adapter": self.adapter, "install": list(self.missing)}
+                "adapter": self.adapter, "install": self.install or None}
 
 
 def installed(environ: Mapping[str, str] | None = None) -> list[Installed]:
@@ -142,8 +147,8 @@ def installed(environ: Mapping[str, str] | None = None) -> list[Installed]:
         runners = ((f"{kind}:",) if cli.headless else ()) + ((f"acp:{kind}",) if cli.acp else ())
         program = _found(lambda: locate(kind, environ))
         adapter = _found(lambda: locate_acp(kind, environ)) if cli.acp_package else None
-        missing = ((cli.install(),) if program is None else ()) + (
-            (f"npm install -g {cli.acp_package}",) if cli.acp_package and adapter is None else ())
+        missing = ((cli.package,) if program is None else ()) + (
+            (cli.acp_package,) if cli.acp_package and adapter is None else ())
         out.append(Installed(kind, cli.title, runners, program, adapter, missing))
     return out
 

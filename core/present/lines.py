@@ -244,7 +244,7 @@ def agent_lines(found: Sequence[agents.Installed]) -> str:
         runners = ", ".join(f.runners)
         where = [f"{what} {printable(path)}" for what, path in (("at", f.program), ("its ACP adapter at", f.adapter))
                  if path]
-        missing = [f"install: {command}" for command in f.missing]
+        missing = [f"install: {f.install}"] if f.install else []
         out.append(f"{f.kind:<{width}}  {f.title} ({runners}): " + "; ".join(where + missing))
     return "\n".join(out)
 

@@ -714,9 +714,8 @@ def test_agents_lists_each_agent_cli_where_it_is_installed_and_how_to_install_th
         monkeypatch.delenv(f"PROCESSION_{name}_ACP", raising=False)
     found = {a["kind"]: a for a in cli.json("agents")}  # type: ignore[union-attr]
     assert found["gemini"]["program"] == str(bin_dir / "gemini") and found["gemini"]["runners"] == ["acp:gemini"]
-    assert found["opencode"]["runners"] == ["opencode:", "acp:opencode"] and found["opencode"]["install"] == []
-    assert found["claude"]["install"] == ["npm install -g @anthropic-ai/claude-code",
-                                          "npm install -g @agentclientprotocol/claude-agent-acp"]
+    assert found["opencode"]["runners"] == ["opencode:", "acp:opencode"] and found["opencode"]["install"] is None
+    assert found["claude"]["install"] == "npm install -g @anthropic-ai/claude-code @agentclientprotocol/claude-agent-acp"
     text = cli("agents").stdout
     assert f"Gemini CLI (acp:gemini): at {bin_dir / 'gemini'}" in text
     assert "Qwen Code (acp:qwen): install: npm install -g @qwen-code/qwen-code" in text
