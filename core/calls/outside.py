@@ -18,13 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..model import transcripts
 from ..model.records import SessionInfo
 
 if TYPE_CHECKING:
     import psutil
 
-#: The words that make a process worth a closer look (its name, or a script on its command line).
-_CLIS = ("claude", "codex", "opencode")
+#: The words that make a process worth a closer look (its name, or a script on its command line):
+#: the CLIs whose own sessions Procession reads.
+_CLIS = transcripts.CLIS
 
 
 @dataclass(slots=True, frozen=True)
