@@ -40,13 +40,14 @@ def test_agents_tiny_measures_each_cli_it_was_given() -> None:
 def test_acp_tiny_measures_an_agent_over_acp_and_headless() -> None:
     from support.agent_clis import require_cli
 
-    require_cli("gemini")  # skipped (or failed, where they are required) without the agent
-    proc = subprocess.run([sys.executable, str(BENCH / "acp.py"), "--tiny", "--only", "gemini"],
+    for name in ("codex", "codex-acp"):
+        require_cli(name)  # skipped (or failed, where they are required) without the agent and its adapter
+    proc = subprocess.run([sys.executable, str(BENCH / "acp.py"), "--tiny", "--only", "codex"],
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not figures["missing"]
-    for key in ("gemini_acp_first_request", "gemini_headless_first_request", "gemini_acp_done"):
+    for key in ("codex_acp_first_request", "codex_headless_first_request", "codex_acp_done"):
         assert 0 < figures["results"][key]["median"] < 120
 
 

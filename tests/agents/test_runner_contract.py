@@ -3,7 +3,7 @@
 (a ``command:`` runner that asks it, ``support/chat_step.py``).
 
 A reply lands in the history; the next turn continues the same conversation; an interrupt
-mid-reply ends the run ``interrupted``, leaves no process, and the session runs again; a
+mid-reply ends the run ``interrupted``, leaves no process, and the session runs again; then a
 cancel mid-reply ends the session and leaves no process."""
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ async def turn(ws: Workspace, sid: int, text: str, runs: int) -> Any:
     return await until(lambda: finished(ws, sid, runs))
 
 
-async def stopped_mid_reply(ws: Workspace, sid: int, server: ModelServer, stop: Callable[[int], Awaitable[Any]]) -> Any:
-    """The session's run, ``stop``ped (interrupt, cancel) while the model's reply is held."""
+async def stopped_mid_reply(ws: Workspace, sid: int, server: ModelServer, stop: Callable[[int], Awaitable[Any]],
+                           runs: int) -> Any:
+    """The session's run number ``runs``, ``stop``ped (interrupt, cancel) while the model's reply is held."""
     hold = Hold()
     server.script.add(say("Thinking.", hold=hold))
     await ws.send(sid, "think")
@@ -65,7 +66,7 @@ async def stopped_mid_reply(ws: Workspace, sid: int, server: ModelServer, stop: 
     try:
         await asyncio.to_thread(hold.wait_reached)
         await stop(sid)
-        return await until(lambda: finished(ws, sid, 1))
+        return await until(lambda: finished(ws, sid, runs))
     finally:
         hold.release()
 
@@ -91,25 +92,18 @@ async def test_a_reply_lands_and_the_next_turn_continues_the_conversation(
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-async def test_an_interrupt_mid_reply_leaves_no_process_and_the_session_runs_again(
+async def test_an_interrupt_then_a_cancel_mid_reply_leave_no_process(
         runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
-    run = await stopped_mid_reply(live, sid, model_server, live.interrupt)
+    run = await stopped_mid_reply(live, sid, model_server, live.interrupt, 1)
     assert run.outcome == "interrupted", run.error
     assert await state_of(live, sid) is State.SLEEPING
     assert marked(db, sid) == []
     model_server.script.add(say("Back."))
     run = await turn(live, sid, "go on", 2)
-    assert run.outcome == "ok", run.error
+    assert run.outcome == "ok", run.error  # the session runs again
     assert (await live.history(sid))[-1].content == "Back."
-
-
-@pytest.mark.parametrize("runner", RUNNERS)
-async def test_a_cancel_mid_reply_ends_the_session_and_leaves_no_process(
-        runner: str, model_server: ModelServer, engine: Any, live: Workspace, db: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    sid = await spawned(live, runner, model_server, tmp_path, monkeypatch)
-    await stopped_mid_reply(live, sid, model_server, live.cancel)
+    await stopped_mid_reply(live, sid, model_server, live.cancel, 3)
     assert await state_of(live, sid) is State.TERMINATED
     assert marked(db, sid) == []
