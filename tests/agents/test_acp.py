@@ -6,6 +6,7 @@ behind. Interrupt and cancel are the runner contract's (``test_runner_contract``
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,9 @@ async def test_procession_serves_an_agents_file_requests_beneath_the_bounds_only
         made.mkdir()
     (folder / "escape").symlink_to(outside)
     (docs / "readme.txt").write_text("read me\n")
+    (outside / "secret.txt").write_text("mine\n")
+    os.link(outside / "secret.txt", folder / "linked.txt")  # a hard link an unconfined agent made
+    os.mkfifo(folder / "fifo")
     turn = Turn(1, "hi", 0, "", "", str(folder), None)
     turn.served = ([str(folder)], [str(docs)])
     reader = AcpReader(turn, "gemini")
@@ -167,7 +171,10 @@ async def test_procession_serves_an_agents_file_requests_beneath_the_bounds_only
              ("fs/write_text_file", {"path": str(docs / "readme.txt"), "content": "changed"}),
              ("fs/read_text_file", {"path": str(docs / "readme.txt")}),
              ("fs/read_text_file", {"path": str(folder / "escape" / "nothing.txt")}),
-             ("fs/read_text_file", {"path": "relative.txt"})]
+             ("fs/read_text_file", {"path": "relative.txt"}),
+             ("fs/write_text_file", {"path": str(folder / "linked.txt"), "content": "overwritten"}),
+             ("fs/write_text_file", {"path": str(folder / "fifo"), "content": "x"}),
+             ("fs/read_text_file", {"path": str(folder / "fifo")})]
     for n, (method, params) in enumerate(asked, start=100):
         reader.event({"jsonrpc": "2.0", "id": n, "method": method, "params": {"sessionId": "s", **params}})
     replies = {}
@@ -177,11 +184,12 @@ async def test_procession_serves_an_agents_file_requests_beneath_the_bounds_only
         if message.get("id", 0) >= 100:
             replies[message["id"]] = message
     assert replies[100]["result"] == {} and (folder / "made.txt").read_text() == "ok\n"
-    for n in (101, 102, 103, 104, 106, 107):
+    for n in (101, 102, 103, 104, 106, 107, 108, 109, 110):
         assert "error" in replies[n], (n, replies[n])
+    assert "hard link" in replies[108]["error"]["message"] and (outside / "secret.txt").read_text() == "mine\n"
     assert "outside what the session may write" in replies[101]["error"]["message"]
     assert "leads out" in replies[102]["error"]["message"]
-    assert list(outside.iterdir()) == [] and (docs / "readme.txt").read_text() == "read me\n"
+    assert [p.name for p in outside.iterdir()] == ["secret.txt"] and (docs / "readme.txt").read_text() == "read me\n"
     assert replies[105]["result"] == {"content": "read me\n"}
 
 

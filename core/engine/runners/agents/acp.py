@@ -477,7 +477,7 @@ class AcpReader(Reader):
     def _write(self, rid: Any, asked: Any) -> None:
         try:
             with self.bounds.folder(asked.path, write=True) as folder:
-                folder.write(asked.path, asked.content.encode("utf-8"))
+                _write(folder, asked.path, asked.content.encode("utf-8"))
         except (ProcessionError, OSError) as exc:
             self._reply(rid, error=(REFUSED, str(exc)))
             self.pending.diagnostics.append(f"a file write refused: {exc}")
@@ -530,6 +530,26 @@ class Bounds:
             if plain == root and os.path.isfile(root):
                 return beneath.Folder(os.path.dirname(root), "the bound file's folder")
         raise beneath.Outside(f"{path}: outside what the session may {'write' if write else 'read'}; refused")
+
+
+def _write(folder: beneath.Folder, path: str, data: bytes) -> None:
+    """A whole text file written for the agent beneath ``folder``: a new one made, an existing
+    regular file replaced in place through the one descriptor it was checked on, unless it has
+    another name (a hard link the agent made could name a file outside the bounds)."""
+    try:
+        fd = folder.regular(path, os.O_WRONLY)
+    except FileNotFoundError:
+        folder.write(path, data)
+        return
+    try:
+        if os.fstat(fd).st_nlink > 1:
+            raise beneath.NotRegular(f"{path}: a file with another name too (a hard link); refused")
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _server(server: Any) -> dict[str, Any]:
