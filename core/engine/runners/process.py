@@ -164,8 +164,8 @@ class ProcessStep:
         if self.frozen:
             self.thaw()
         if self.talk is not None and self.talk.interrupt is not None and self.talk.interrupt():
-            try:
-                await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
+            try:  # it ends its turn, then itself on its closed stdin (given its linger for that)
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace + self.talk.linger)
             except asyncio.TimeoutError:
                 pass
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -168,7 +168,8 @@ class AcpReader(Reader):
         self.bounds = Bounds(*turn.served)
         self.talk = talk = Conversation()
         talk.terminate = True  # an agent may outlive its stdin: ended when the turn is over
-        talk.linger = LINGER.get(cli, LINGER_S)  # after its stdin closed: it may save its session first        talk.interrupt = self.cancel
+        talk.linger = LINGER.get(cli, LINGER_S)  # after its stdin closed: it may save its session first
+        talk.interrupt = self.cancel
         self.session = ""
         self.agent: dict[str, Any] = {}  # its agentInfo and capabilities, from initialize
         self.loading = False  # session/load is telling the conversation again: not this run's
