@@ -201,10 +201,11 @@ def _write(cli: str, path: Path, content: str) -> Call:
             "copilot": Call.tool("create", {"path": str(path), "file_text": content})}[cli]
 
 
+@pytest.mark.parametrize("name", ["opencode", "claude-agent-acp"])  # of the agents tried, those that offer session/fork
 async def test_a_fork_over_acp_is_a_session_of_its_own(
-        opencode_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        name: str, model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    agent = opencode_sandbox  # of the agents tried, opencode and Claude's adapter offer session/fork
+    agent = sandbox(name, model_server, tmp_path)
     model_server.script.add(say("First."))
     sid = await acp_session(live, agent, monkeypatch)
     assert (await ask(live, sid, "hello", 1)).outcome == "ok"
@@ -214,7 +215,7 @@ async def test_a_fork_over_acp_is_a_session_of_its_own(
     run = await ask(live, fork, "and you?", 1)
     assert run.outcome == "ok", run.error
     ref = (await live.show(fork)).agent_ref
-    assert ref["id"] != parent and ref["cli"] == agent.name
+    assert ref["id"] != parent and ref["cli"] == ADAPTERS.get(agent.name, agent.name)
     assert "hello" in " ".join(model_server.requests[-1].texts("user"))  # the fork carries the conversation
     assert (await live.history(fork))[-1].content == "From the fork."
 
