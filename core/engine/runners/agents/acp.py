@@ -6,7 +6,9 @@ write text files for it, ``fs``), then ``session/new`` in the session's folder w
 servers, or for a session that has one already ``session/resume`` (where the agent offers it;
 nothing is told again) or ``session/load`` (the agent tells the whole conversation again as
 updates: they are not this run's, and are left out until its answer), or for a fork's first
-run ``session/fork`` (where the agent offers it: a copy of the whole session). Then the model,
+run ``session/fork`` (where the agent offers it: a copy of the whole session). An agent that
+takes none up again (Gemini CLI 0.61's load finds no session it made over ACP; a way it offers
+that fails) is given a new session and the whole conversation so far (``Turn.whole``). Then the model,
 when the runner names one (the session's ``model`` option, or the older ``session/set_model``),
 and ``session/prompt`` with what the agent has not seen. Its ``session/update`` notifications
 are the run's events: the agent's text, tool calls and their results, its context
