@@ -15,6 +15,7 @@ import pytest
 
 from conftest import until
 from procession import Workspace
+from procession.present import lines
 from support.agent_clis import ALL_SANDBOXES, AgentSandbox, require_cli, session_env
 from support.models import Call, ModelServer, calls, say, shell
 from support.runs import finished, marked
@@ -69,6 +70,8 @@ async def test_a_turn_with_a_tool_then_one_resumed_in_a_new_process(
     assert "echo hi > file" in str(tool["input"]) and tool["is_error"] is False
     ref = shown["agent_ref"]
     assert ref["cli"] == agent.name and ref["id"] and ref["acp"]["protocol"] == 1 and ref["acp"]["agent"]
+    said = dict(lines.facts(await live.show(sid)))  # what show and the monitor's detail view say
+    assert f"over ACP 1: {ref['acp']['agent']} {ref['acp']['version']}" in said["agent"], said["agent"]
     assert marked(db, sid) == []  # the agent ended with its turn, its whole tree
     model_server.script.add(say("Again."))
     run = await ask(live, sid, "once more", 2)
