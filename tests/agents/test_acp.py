@@ -16,7 +16,7 @@ import pytest
 from conftest import until
 from procession import Workspace
 from procession.present import lines
-from support.agent_clis import ALL_SANDBOXES, AgentSandbox, require_cli, session_env
+from support.agent_clis import AgentSandbox, sandbox, session_env
 from support.models import Call, ModelServer, calls, say, shell
 from support.runs import finished, marked
 
@@ -26,10 +26,6 @@ from test_permissions import waiting
 AGENTS = ["gemini", "qwen", "copilot", "opencode"]
 #: The adapters' sandboxes, by the ACP agent name each stands for.
 ADAPTERS = {"claude-agent-acp": "claude", "codex-acp": "codex"}
-
-
-def sandbox(name: str, server: ModelServer, root: Path) -> AgentSandbox:
-    return ALL_SANDBOXES[name](require_cli(name), server, root / name)
 
 
 @pytest.fixture(params=AGENTS)

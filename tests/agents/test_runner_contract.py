@@ -19,7 +19,7 @@ import pytest
 
 from conftest import until
 from procession import State, Workspace
-from support.agent_clis import ALL_SANDBOXES, require_cli, session_env
+from support.agent_clis import sandbox, session_env
 from support.models import Hold, ModelServer, say
 from support.runs import finished, marked, state_of
 
@@ -41,8 +41,7 @@ async def spawned(ws: Workspace, runner: str, server: ModelServer, tmp_path: Pat
         line = shlex.join([sys.executable, str(CHAT_STEP), server.url_v1])
         return (await ws.spawn("c", "contract", runner=f"command:{line}", cwd=str(tmp_path))).sid
     name = agent if kind == "acp" else kind
-    box = ALL_SANDBOXES[ADAPTERS.get(name, name) if kind == "acp" else name](
-        require_cli(ADAPTERS.get(name, name) if kind == "acp" else name), server, tmp_path / name)
+    box = sandbox(ADAPTERS.get(name, name) if kind == "acp" else name, server, tmp_path)
     env, passed = session_env([box], monkeypatch.setenv)
     if kind == "acp" and name in ADAPTERS:  # the adapter, where Procession looks for it
         env = {k: v for k, v in env.items() if "-" not in k} | {f"PROCESSION_{name.upper()}_ACP": str(box.cli.command)}
