@@ -150,7 +150,7 @@ class Engine:
         runs, catch up on triggers. The heartbeat starts first: nothing the engine does at
         start-up delays it."""
         let_steps_be_interrupted()
-        store = await open_store(self.path)
+        store = await _patiently(lambda: open_store(self.path))  # the server may go between the command's look and this
         reaper.hold()
         self.ledger = Ledger(store, actor="engine")
         try:
@@ -195,8 +195,8 @@ class Engine:
     async def serve(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (or the lease is lost), then shut down cleanly."""
         self._stop = stop
-        if self.ledger is None:
-            await self.start()
+        if self.ledger is None and not await self._started(stop):
+            return
         if self.lost:
             stop.set()
         self._background = [asyncio.ensure_future(self._sampler())]
@@ -204,6 +204,24 @@ class Engine:
             await self._loop(stop)
         finally:
             await self.shutdown()
+
+    async def _started(self, stop: asyncio.Event) -> bool:
+        """``start``, unless ``stop`` comes first: a daemon waiting for its database (or for a
+        lock held elsewhere) is still stopped by SIGTERM or Ctrl+C, with nothing to shut down."""
+        starting = asyncio.ensure_future(self.start())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if starting.done():
+            starting.result()  # its refusal (another engine holds the lease) is the caller's
+            return True
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("engine %s stopped before it started", os.getpid())
+        return False
 
     async def shutdown(self) -> None:
         """Interrupt live steps (recorded as interrupted), stop watching, release the lease."""
@@ -724,8 +742,9 @@ def _remove(files: list[Path], folder: str | None = None) -> None:
 
 
 async def _patiently(step: Callable[[], Awaitable[T]]) -> T:
-    """A start-up step, retried while another process holds the workspace's lock: an engine is
-    a daemon, and one started while a long transaction runs elsewhere must not give up."""
+    """A start-up step, retried while another process holds the workspace's lock or its server
+    cannot be reached: an engine is a daemon, and one started while a long transaction runs
+    elsewhere, or while the server restarts, must not give up."""
     delay = 0.5
     while True:
         try:

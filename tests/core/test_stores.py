@@ -4,6 +4,7 @@ each store refuses, in one line, with nothing changed."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -151,6 +152,35 @@ async def test_an_engine_started_while_the_server_is_down_waits_for_it_then_runs
     err = said["engine"].read_text()
     assert engine.returncode == 0 and err.count("cannot be reached") == 1, err
     assert "the workspace database is reached: going on" in err and "Traceback" not in err
+
+
+async def test_an_engine_whose_server_goes_as_it_starts_waits_for_it_and_is_still_stopped_meanwhile(
+        postgres, tmp_path) -> None:
+    """The server gone between the command's first look and the engine's own connection (a
+    chaos run's engine ended, exit 1, there): the engine waits for it and takes the lease once
+    it is back; another, told to stop while it waits, ends with nothing to shut down."""
+    from procession.engine import Engine
+
+    url = postgres.workspace()
+    await (await Workspace.open(url)).close()
+    postgres.down()
+    stops = [asyncio.Event(), asyncio.Event()]
+    engines = [Engine(url, slots=1, grace=0.1), Engine(url, slots=1, grace=0.1)]
+    serving = [asyncio.ensure_future(engine.serve(stop)) for engine, stop in zip(engines, stops)]
+    try:
+        await asyncio.sleep(1.5)  # two of its waits, at least
+        assert not any(task.done() for task in serving)
+        stops[1].set()
+        await asyncio.wait_for(serving[1], HANG_S)  # stopped while it waited: no error, nothing to release
+        assert engines[1].ledger is None
+    finally:
+        postgres.up()
+    try:
+        await until(lambda: sql(url, "SELECT pid FROM engines") == [(os.getpid(),)], timeout=HANG_S)
+        assert not serving[0].done()
+    finally:
+        stops[0].set()
+        await asyncio.wait_for(serving[0], HANG_S)
 
 
 async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_when_opened(postgres) -> None:
