@@ -156,11 +156,13 @@ class AdoptCalls(LifecycleCalls):
             return Adopted(held, read.cli, read.id, read.path, 0, already=True)
         if not read.cwd or not os.path.isabs(read.cwd):
             raise InvalidArgument(f"{read.path} does not say which folder the session ran in")
-        runner = f"{read.cli}:{read.model}"
+        cli = agents.CLIS[read.cli]
+        # over ACP the agent goes on with the model its settings choose (Qwen Code takes no other by name)
+        runner = cli.runner(read.model if cli.headless else "")
         try:
             runner_spec.parse(runner)
-        except InvalidArgument:
-            runner = f"{read.cli}:"
+        except InvalidArgument:  # a model name the runner would not take (spaces)
+            runner = cli.runner()
         window = ((read.context[1] if read.context and read.context[1] else None)
                   or agents.CLIS[read.cli].window(read.model) or DEFAULT_WINDOW)
         why = unasked(read.cwd)  # a transcript says where it ran: a file anything may have written
@@ -223,6 +225,10 @@ class AdoptCalls(LifecycleCalls):
         if ref.get("fork"):
             raise InvalidArgument(f"session {sid}'s own agent session is made by its first run (it forks"
                                   f" {ref['id']}): there is nothing of its own to sync yet")
+        if not transcripts.read_on(ref):
+            title = agents.CLIS[ref["cli"]].title if ref["cli"] in agents.CLIS else ref["cli"]
+            raise InvalidArgument(f"session {sid} runs {title} over ACP: its runs store what it says, and its"
+                                  " own files are not read on")
         position = Position.of(ref.get("position"))
         found = await asyncio.to_thread(located, ref, cli_environment(row, self.path))
         return position, await asyncio.to_thread(transcripts.format_of(ref["cli"]).read, found, position)
@@ -278,6 +284,9 @@ class AdoptCalls(LifecycleCalls):
         if ref.get("fork"):
             raise InvalidArgument(f"session {sid}'s own {agents.CLIS[ref['cli']].title} session is made by its"
                                   " first run (a fork): activate it once first")
+        if not transcripts.read_on(ref):  # what the person did there would never come back into the session
+            raise InvalidArgument(f"session {sid} runs {agents.CLIS[ref['cli']].title} over ACP, whose own files"
+                                  " Procession does not read on: attach would lose what you do there")
         cwd = ref.get("cwd") or act.row["cwd"]
         user = user_environment(act.row, passed=True)
         agents.locate(ref["cli"], user)  # not installed here: refused before anything changes

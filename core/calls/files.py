@@ -331,9 +331,9 @@ async def _payload(tx: Any, sid: int) -> dict[str, Any]:
 
 async def carried(row: Any, workspace: Path | str) -> dict[str, Any] | None:
     """The agent's own session, as its CLI keeps it, for a snapshot to carry (None: it has
-    none of its own yet, or its files are gone from here)."""
+    none of its own yet, its files are gone from here, or Procession does not read them)."""
     ref = native.agent_ref(row)
-    if ref is None or ref.get("fork"):
+    if ref is None or ref.get("fork") or ref["cli"] not in transcripts.CLIS:
         return None
     fmt = transcripts.format_of(ref["cli"])
     found: dict[str, Any] | None = await asyncio.to_thread(fmt.carry, ref, native.cli_environment(row, workspace))

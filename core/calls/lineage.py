@@ -372,7 +372,9 @@ async def agent_fork(tx: Tx, row: Row, at: int) -> dict[str, Any]:
     before what the agent has seen must cut the agent's session at that message: Claude Code
     resumes at the record a message came from (``at`` in the reference); a cut before any
     such record gives the child no agent session (its first run starts one, given the
-    history so far). Codex and opencode cannot be cut by their CLIs: refused in one line.
+    history so far). Codex and opencode cannot be cut by their CLIs: refused in one line. Over
+    ACP, an agent that takes no session up again (Gemini CLI) is forked anywhere: each of its
+    runs is given the conversation, the fork's its own.
     """
     if not row["agent_ref"]:
         return {}
@@ -383,6 +385,8 @@ async def agent_fork(tx: Tx, row: Row, at: int) -> dict[str, Any]:
     spec = runner_spec.parse(row["runner"])
     if spec.kind == runner_spec.ACP:  # ACP's session/fork copies a whole session, where the agent offers it
         title = agents.title(spec.cli)
+        if spec.cli in agents.CLIS and not agents.CLIS[spec.cli].acp_load:
+            return whole  # its runs are each given the conversation (it takes no session up): nothing to cut
         if spec.cli in agents.CLIS and not agents.CLIS[spec.cli].acp_fork:
             raise InvalidArgument(f"session {row['id']}'s agent, {title}, cannot fork its session over ACP")
         if at < holds:

@@ -100,8 +100,8 @@ async def settled(ledger: Any, sid: int, announced: dict[str, Any] | None) -> di
         row = await tx.one("SELECT uuid, agent_ref, env FROM sessions WHERE id = ?", (sid,))
     held = agent_ref(row) if row is not None else None
     ref = announced or held
-    if not ref or ref.get("fork") or ref["cli"] not in transcripts.CLIS:
-        return None  # none; the fork never started (its parent's is not its own); a CLI whose transcripts are not read
+    if not ref or ref.get("fork") or not transcripts.read_on(ref):
+        return None  # none; the fork never started (its parent's is not its own); a transcript not read on
     if announced and held and held.get("id") == announced.get("id") and not held.get("fork"):
         ref = {**announced, "position": held.get("position")}
     try:

@@ -270,8 +270,10 @@ class Ledger(MoveSteps, Workspace):
                                                                                 mode=r["mode"], env=env)))
                    if mcp_binding.is_procession(r["kind"], r["uri"]) else McpServer.parse(r["uri"])
                    for r in await rows.resources(tx, sid) if r["kind"] == "mcp"]
-            # an ACP agent that cannot take its session up again is given the whole conversation
-            said = ([m for m in await history.read(tx, sid, 0) if m.role != "system"]
+            # an ACP agent that cannot take its session up again is given the whole conversation,
+            # as its active context (a compressed part as its summary)
+            said = ([m._replace(role="summary of the earlier conversation") if m.fold is not None else m
+                     for m in await history.context(tx, sid) if m.role != "system" or m.fold is not None]
                     if ref and spec.kind == runner_spec.ACP else [])
         causes = json.loads(row["causes"]) if row["causes"] else []
         woken = [cause_text(c) for c in causes if c.get("kind") not in (None, "manual", "resume", "answer")]

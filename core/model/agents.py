@@ -56,6 +56,14 @@ class AgentCli:
     acp_load: bool = True
     #: whether the usage its prompts answer with is the process's running total (Copilot CLI's), not the turn's
     acp_usage_total: bool = False
+    #: the arguments that open its interactive face on a session (``attach``): ``{id}``, ``{cwd}`` filled in
+    attach: tuple[str, ...] = ("--resume", "{id}")
+
+    def runner(self, model: str = "") -> str:
+        """The runner a session of this CLI runs with: its own headless one, else over ACP."""
+        if self.headless:
+            return f"{self.kind}:{model}"
+        return f"acp:{self.kind}" + (f":{model}" if model else "")
 
     def window(self, model: str) -> int | None:
         """The window a session of this CLI has before a run reports one."""
@@ -81,7 +89,7 @@ CLIS: Final = {
                        settings=("settings.json", "settings.local.json", "CLAUDE.md", "agents", "commands", "skills"),
                        acp=("claude-agent-acp",), acp_package="@agentclientprotocol/claude-agent-acp", acp_fork=True),
     "codex": AgentCli("codex", "Codex CLI", "@openai/codex", "a model of its provider",
-                      inherits=("CODEX_HOME", *NETWORK), homes={"CODEX_HOME": ""},
+                      inherits=("CODEX_HOME", *NETWORK), homes={"CODEX_HOME": ""}, attach=("resume", "{id}"),
                       settings=("config.toml", "AGENTS.md", "prompts", "rules"),
                       acp=("codex-acp",), acp_package="@zed-industries/codex-acp"),
     "opencode": AgentCli("opencode", "opencode", "opencode-ai", "PROVIDER/MODEL",
@@ -92,7 +100,7 @@ CLIS: Final = {
                          settings=tuple(f"config/opencode/{name}" for name in (
                              "opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent", "agents", "command",
                              "commands", "plugin", "plugins")),
-                         acp=("opencode", "acp"), acp_fork=True),
+                         acp=("opencode", "acp"), acp_fork=True, attach=("{cwd}", "--session", "{id}")),
     "gemini": AgentCli("gemini", "Gemini CLI", "@google/gemini-cli", "a Gemini model", headless=False,
                        inherits=NETWORK, homes=_HOME, seed_from=("", ".gemini"),
                        seeds=("settings.json", "oauth_creds.json", "google_accounts.json", "GEMINI.md", "commands"),

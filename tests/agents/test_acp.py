@@ -259,14 +259,33 @@ async def test_a_session_of_an_agent_that_cannot_fork_over_acp_is_refused_its_fo
         monkeypatch: pytest.MonkeyPatch) -> None:
     from procession import InvalidArgument
 
-    agent = sandbox("gemini", model_server, tmp_path)  # its descriptor: no session/fork over ACP (as verified)
+    agent = sandbox("qwen", model_server, tmp_path)  # it takes its session up (session/load) but offers no fork
     model_server.script.add(say("One."))
     sid = await acp_session(live, agent, monkeypatch)
     assert (await ask(live, sid, "first", 1)).outcome == "ok"
     before = len(await live.ps(all=True))
-    with pytest.raises(InvalidArgument, match="Gemini CLI, cannot fork its session over ACP"):
+    with pytest.raises(InvalidArgument, match="Qwen Code, cannot fork its session over ACP"):
         await live.fork(sid)
     assert len(await live.ps(all=True)) == before
+
+
+async def test_a_session_of_an_agent_given_the_conversation_each_run_forks_anywhere(
+        model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemini CLI takes no session up again over ACP: each run is a new session given the
+    conversation, so a fork, even at an earlier turn, is given the fork's own."""
+    agent = sandbox("gemini", model_server, tmp_path)
+    model_server.script.add(say("One."), say("Two."))
+    sid = await acp_session(live, agent, monkeypatch)
+    assert (await ask(live, sid, "first", 1)).outcome == "ok"
+    assert (await ask(live, sid, "second", 2)).outcome == "ok"
+    fork = (await live.fork(sid, at=2, name="early")).sid
+    model_server.script.add(say("From the fork."))
+    run = await ask(live, fork, "and you?", 1)
+    assert run.outcome == "ok", run.error
+    told = " ".join(model_server.requests[-1].texts("user"))
+    assert "first" in told and "One." in told and "second" not in told and "and you?" in told
+    assert [m.content for m in await live.history(fork)][-2:] == ["and you?", "From the fork."]
 
 
 async def test_copilots_running_total_is_counted_once_across_the_prompts_of_a_run(

@@ -494,9 +494,7 @@ class GeminiSandbox(AgentSandbox):
                                  "GEMINI_CLI_TRUST_WORKSPACE": "true"}
 
     def headless(self, prompt: str, resume: str | None = None) -> tuple[list[str], str | None]:
-        if resume:
-            raise NotImplementedError("gemini: resuming a session is not tried yet")
-        return ["-p", prompt, "--yolo", "--output-format", "stream-json"], None
+        return ["-p", prompt, "--yolo", "--output-format", "stream-json", *(["--resume", resume] if resume else [])], None
 
     def session_id(self, run: CliRun) -> str:
         return str(run.of("init")[0]["session_id"])
@@ -506,8 +504,9 @@ class QwenSandbox(AgentSandbox):
     """Qwen Code: its OpenAI auth at the server (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
     ``OPENAI_MODEL``: chat completions), chosen in ``~/.qwen/settings.json`` with usage
     statistics, telemetry and auto-update off. It offers the model Gemini CLI's tool names
-    (``run_shell_command``...), which the server's chat format follows. It relaunches itself
-    (a second Node process) unless ``QWEN_CODE_NO_RELAUNCH`` is set; left as a user has it."""
+    (``run_shell_command``...), which the server's chat format follows; its memory agent is off.
+    It relaunches itself (a second Node process) unless ``QWEN_CODE_NO_RELAUNCH`` is set; left
+    as a user has it."""
 
     name = "qwen"
     MODEL = "scripted-model"
@@ -520,6 +519,8 @@ class QwenSandbox(AgentSandbox):
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
             "general": {"enableAutoUpdate": False},
+            # its memory agent asks the model after a turn now and then (a request the script does not hold)
+            "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False},
         }
         self.write_settings()
 
@@ -531,10 +532,8 @@ class QwenSandbox(AgentSandbox):
                                  "OPENAI_MODEL": self.MODEL}
 
     def headless(self, prompt: str, resume: str | None = None) -> tuple[list[str], str | None]:
-        if resume:
-            raise NotImplementedError("qwen: resuming a session is not tried yet")
         # -p is deprecated in favour of a positional prompt
-        return ["--yolo", "--output-format", "stream-json", prompt], None
+        return ["--yolo", "--output-format", "stream-json", *(["--resume", resume] if resume else []), prompt], None
 
     def session_id(self, run: CliRun) -> str:
         return str(run.of("system")[0]["session_id"])

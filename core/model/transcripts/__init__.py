@@ -3,8 +3,10 @@
 
 Each CLI keeps its sessions its own way (Claude Code: a JSONL tree per session under its
 projects folder; Codex: a JSONL rollout per thread, indexed in ``state_5.sqlite``; opencode: a
-SQLite store). A module per CLI (``claude``, ``codex``, ``opencode``) implements `Format`;
-``FORMATS`` names them by runner kind. Everything here is plain data and files: no store, no
+SQLite store; Gemini CLI: a JSONL log of changes per chat; Qwen Code: a JSONL tree per chat).
+A module per CLI (``claude``, ``codex``, ``opencode``, ``gemini``, ``qwen``) implements
+`Format`; ``CLIS`` names them. GitHub Copilot CLI's sessions are not read (its
+``session-state`` events are its own, undocumented, and it is run over ACP only). Everything here is plain data and files: no store, no
 engine. A format never changes a file of the CLI's it did not write itself (``place`` and
 ``write`` make new ones), so adopting or carrying a session cannot damage the original.
 
@@ -18,13 +20,18 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from collections.abc import Mapping
+from typing import Any
+
+from ..agents import CLIS as AGENTS
 from ..errors import InvalidArgument
 from .base import Differs, Format, Found, Position, Said, Transcript, remap, within
 
-__all__ = ["CLIS", "Differs", "Format", "Found", "Position", "Said", "Transcript", "format_of", "remap", "within"]
+__all__ = ["CLIS", "Differs", "Format", "Found", "Position", "Said", "Transcript", "format_of", "read_on", "remap",
+           "within"]
 
 #: The CLIs whose files Procession reads, each a module of this package with a ``FORMAT``.
-CLIS = ("claude", "codex", "opencode")
+CLIS = ("claude", "codex", "opencode", "gemini", "qwen")
 
 
 def format_of(cli: str) -> Format:
@@ -34,3 +41,13 @@ def format_of(cli: str) -> Format:
         raise InvalidArgument(f"unknown agent CLI {cli!r}: one of {', '.join(CLIS)}")
     found: Format = import_module(f"{__name__}.{cli}").FORMAT
     return found
+
+
+def read_on(ref: Mapping[str, Any]) -> bool:
+    """Whether the transcript an agent reference names is the session's to read on (``sync``,
+    the engine's follower, after a run): one of a CLI read here, unless the session is run over
+    ACP by an agent that runs only so. Then its runs store what it says themselves, and its
+    own chat is not the session's record: Gemini CLI makes a new one per run, given the whole
+    conversation as one prompt; Qwen Code's, over ACP, misses the replies after a tool call."""
+    cli = str(ref.get("cli", ""))
+    return cli in CLIS and not (ref.get("acp") and cli in AGENTS and not AGENTS[cli].headless)

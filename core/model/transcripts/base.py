@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from .. import beneath, limits
 from ..errors import InvalidArgument
 
 
@@ -166,3 +168,88 @@ def remap(path: str, mapping: Mapping[str, str]) -> str:
         if within(path, old):
             return mapping[old].rstrip("/") + path[len(old.rstrip("/")):]
     return path
+
+
+@dataclass(slots=True)
+class Lines:
+    """The whole records of a JSONL file from some offset, the offset after the last whole
+    one, and what was skipped."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    end: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def read_lines(path: str, start: int, what: str) -> Lines:
+    """The records of the JSONL file at ``path`` from byte ``start``: a line cut short at the
+    end (the CLI is writing it) is left for the next read; a line that is not a JSON object
+    where a whole one stands is said in ``problems`` and skipped. ``what`` names the file in
+    the refusal when it is missing (``Claude Code transcript``)."""
+    try:
+        with beneath.open_file(path) as file:  # a transcript that is a link is not followed
+            file.seek(start)
+            data = file.read()
+    except FileNotFoundError:
+        raise InvalidArgument(f"no {what} at {path}") from None
+    except OSError as error:
+        raise InvalidArgument(f"cannot read {path}: {error.strerror or error}") from None
+    out = Lines(end=start)
+    at = 0
+    while at < len(data):
+        stop = data.find(b"\n", at)
+        if stop < 0:
+            break  # cut short: the CLI is writing it
+        line, offset, at = data[at:stop], start + at, stop + 1
+        if not line.strip():
+            out.end = start + at
+            continue
+        try:
+            record = limits.json_loads(line, f"the record at byte {offset} of {path}")
+        except InvalidArgument as error:
+            if at >= len(data):
+                break  # the last line: it may be whole only later
+            out.problems.append(f"{error}; skipped")
+            out.end = start + at
+            continue
+        out.end = start + at
+        if not isinstance(record, dict):
+            out.problems.append(f"the record at byte {offset} of {path} is not an object; skipped")
+            continue
+        out.records.append(record)
+    return out
+
+
+def chats(folder: str, named: Callable[[str], bool]) -> list[tuple[os.stat_result, str]]:
+    """The files ``folder/<project>/chats/<name>`` whose name is ``named``, newest first (Gemini
+    CLI's and Qwen Code's layout)."""
+    listed: list[tuple[os.stat_result, str]] = []
+    try:
+        projects = list(os.scandir(folder))
+    except OSError:
+        return listed
+    for project in projects:
+        try:
+            for entry in os.scandir(os.path.join(project.path, "chats")):
+                if named(entry.name) and entry.is_file(follow_symlinks=False):
+                    listed.append((entry.stat(follow_symlinks=False), entry.path))
+        except OSError:
+            continue
+    return sorted(listed, key=lambda pair: pair[0].st_mtime, reverse=True)
+
+
+def find_in(fmt: Format, env: Mapping[str, str], ident: str, what: str, found: Callable[[str], Found]) -> Found:
+    """``Format.find`` for a CLI whose sessions ``discover`` lists with their ids: ``ident`` a
+    file's path, an id or an unambiguous prefix of one. ``what``: the CLI's name (``Qwen Code``)."""
+    if os.sep in ident or ident.endswith(".jsonl"):
+        if not os.path.isfile(ident):
+            raise InvalidArgument(f"no {what} session at {ident}")
+        return found(os.path.abspath(ident))
+    if not ident:
+        raise InvalidArgument(f"name a {what} session: its id, a prefix of it, or its file")
+    matches = [f for f in fmt.discover(env) if f.id.startswith(ident.lower())]
+    exact = [f for f in matches if f.id == ident.lower()]
+    if len(exact) == 1 or len(matches) == 1:
+        return (exact or matches)[0]
+    if not matches:
+        raise InvalidArgument(f"no {what} session {ident!r} in {fmt.kept(env)}")
+    raise InvalidArgument(f"{len(matches)} {what} sessions start with {ident!r}: give more of the id")

@@ -41,12 +41,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final
 
-from .. import beneath, limits
+from .. import beneath
 from ..errors import InvalidArgument
 from ..toolcalls import one_line, tool_message
-from .base import Differs, Found, Position, Said, Transcript, iso_time, remap
+from .base import Differs, Found, Position, Said, Transcript, iso_time, read_lines, remap
 
 CLI: Final = "claude"
+TITLE: Final = "Claude Code transcript"
 #: The CLI's own limit on a project folder's name; a longer one is cut and given a hash.
 FOLDER_MAX: Final = 200
 #: How much of a file's head ``discover`` reads for the session's folder (its first records say it).
@@ -99,55 +100,6 @@ def transcript(env: Mapping[str, str], cwd: str, agent_id: str) -> str:
     """Where Claude Code keeps a session's transcript: one folder per working folder, named
     for its real path (a session run through a symbolic link is filed under its target)."""
     return os.path.join(home(env), "projects", folder_name(os.path.realpath(cwd)), f"{agent_id}.jsonl")
-
-
-# ------------------------------------------------------------------------------ reading lines
-
-@dataclass(slots=True)
-class _Lines:
-    """The whole records of a file from some offset, the offset after the last whole one,
-    what was skipped, and whether any record looked like Claude's."""
-
-    records: list[dict[str, Any]] = field(default_factory=list)
-    end: int = 0
-    problems: list[str] = field(default_factory=list)
-    claude: bool = False
-
-
-def _read_lines(path: str, start: int) -> _Lines:
-    try:
-        with beneath.open_file(path) as file:  # a transcript that is a link is not followed
-            file.seek(start)
-            data = file.read()
-    except FileNotFoundError:
-        raise InvalidArgument(f"no Claude Code transcript at {path}") from None
-    except OSError as error:
-        raise InvalidArgument(f"cannot read {path}: {error.strerror or error}") from None
-    out = _Lines(end=start)
-    at = 0
-    while at < len(data):
-        stop = data.find(b"\n", at)
-        if stop < 0:
-            break  # cut short: the CLI is writing it
-        line, offset, at = data[at:stop], start + at, stop + 1
-        if not line.strip():
-            out.end = start + at
-            continue
-        try:
-            record = limits.json_loads(line, f"the record at byte {offset} of {path}")
-        except InvalidArgument as error:
-            if at >= len(data):
-                break  # the last line: it may be whole only later
-            out.problems.append(f"{error}; skipped")
-            out.end = start + at
-            continue
-        out.end = start + at
-        if not isinstance(record, dict):
-            out.problems.append(f"the record at byte {offset} of {path} is not an object; skipped")
-            continue
-        out.claude = out.claude or (isinstance(record.get("type"), str) and "sessionId" in record)
-        out.records.append(record)
-    return out
 
 
 # ------------------------------------------------------------------------------ the tree
@@ -479,8 +431,9 @@ class ClaudeFormat:
         out = Transcript(CLI, found.id, found.path, cwd=found.cwd)
         if position.offset and self._read_on(found, position, out):
             return out
-        lines = _read_lines(found.path, 0)
-        if (lines.records or lines.problems) and not lines.claude:
+        lines = read_lines(found.path, 0, TITLE)
+        if (lines.records or lines.problems) and not any(
+                isinstance(r.get("type"), str) and "sessionId" in r for r in lines.records):
             raise InvalidArgument(f"{found.path} is not a Claude Code transcript")
         tree = _Tree()
         for record in lines.records:
@@ -511,7 +464,7 @@ class ClaudeFormat:
                     return False  # not where a line ended: the file is not the one read before
         except OSError:
             return False
-        lines = _read_lines(found.path, position.offset)
+        lines = read_lines(found.path, position.offset, TITLE)
         tree = _Tree()
         for record in lines.records:
             tree.add(record)
@@ -568,7 +521,7 @@ class ClaudeFormat:
                     except (OSError, UnicodeDecodeError, InvalidArgument):
                         continue
         return {"cli": CLI, "id": str(ref.get("id") or Path(path).stem), "cwd": str(ref.get("cwd") or _head_cwd(path)),
-                "folder": folder, "records": _read_lines(path, 0).records, "files": files}
+                "folder": folder, "records": read_lines(path, 0, TITLE).records, "files": files}
 
     def place(self, carried: Mapping[str, Any], env: Mapping[str, str], cwd: str,
               mapping: Mapping[str, str]) -> dict[str, Any]:
@@ -595,7 +548,7 @@ class ClaudeFormat:
         for file, text in kept.items():
             if os.path.exists(file) and Path(file).read_text("utf-8", "replace") != text:
                 raise Differs(f"Claude Code session {ident} is already at {path}, with another history")
-        there = _read_lines(path, 0).records if os.path.exists(path) else None
+        there = read_lines(path, 0, TITLE).records if os.path.exists(path) else None
         if there is not None and placed[:len(there)] != there:
             raise Differs(f"Claude Code session {ident} is already at {path}, with another history")
         for file, text in kept.items():

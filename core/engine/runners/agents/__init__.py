@@ -154,7 +154,6 @@ def interactive(attached: Attached) -> int:
     its environment, until the person quits it; its exit status. Blocks: faces call it where
     nothing else needs the terminal (the monitor suspended)."""
     exe = agents.locate(attached.cli, attached.env)
-    argv = {"claude": [exe, "--resume", attached.agent], "codex": [exe, "resume", attached.agent]}.get(
-        attached.cli, [exe, attached.cwd, "--session", attached.agent])
+    argv = [exe, *(a.format(id=attached.agent, cwd=attached.cwd) for a in agents.CLIS[attached.cli].attach)]
     cwd = attached.cwd if os.path.isdir(attached.cwd) else None
     return subprocess.run(argv, cwd=cwd, env=attached.env).returncode

@@ -175,6 +175,7 @@ class AcpReader(Reader):
         self.session = ""
         self.agent: dict[str, Any] = {}  # its agentInfo and capabilities, from initialize
         self.loading = False  # session/load is telling the conversation again: not this run's
+        self.replayed = 0  # how many updates it told again
         self.taking_up = False  # it resumes or loads a session it had
         self.whole = False  # a new session in place of one it could not take up: given the whole conversation
         self.ways: list[str] = []  # the ways left to take the session up again
@@ -212,7 +213,9 @@ class AcpReader(Reader):
             self._answered(event)
         elif "id" in event:
             self._asked(event["id"], method, params)
-        elif method == "session/update" and not self.loading:
+        elif method == "session/update" and self.loading:
+            self.replayed += 1
+        elif method == "session/update":
             update = params.get("update")
             if isinstance(update, dict):
                 self._update(update)
@@ -256,6 +259,10 @@ class AcpReader(Reader):
             return
         if rid == INITIALIZE:
             self._initialized(result)
+        elif rid == OPEN and self.loading and not self.replayed and self.turn.whole:
+            # Qwen Code "loads" a session it does not hold as a new, empty one: the conversation would be lost
+            self._anew(f"{self._title()} told none of session {self.session} again when it loaded it (it does"
+                       " not hold it): a new session of it is given the conversation so far")
         elif rid == OPEN:
             self.loading = False
             self._opened(result)
@@ -280,11 +287,14 @@ class AcpReader(Reader):
         self.taking_up = bool(ref) and not ref.get("fork")
         if not ref:
             self._request(OPEN, "session/new", opened)
-        elif self.taking_up and self.cli in agents.CLIS and not agents.CLIS[self.cli].acp_load and self.turn.whole:
+        elif self.cli in agents.CLIS and not agents.CLIS[self.cli].acp_load and self.turn.whole:  # its own, or a fork
             self._anew(f"{self._title()} cannot take a session up again over ACP: a new session of it is given"
                        " the conversation so far")
         elif ref.get("fork"):
-            if "fork" not in sessions:
+            if "fork" not in sessions and self.turn.whole:  # a snapshot's session whose agent's own was not carried
+                self._anew(f"{self._title()} cannot fork a session over ACP: a new session of it is given the"
+                           " conversation so far")
+            elif "fork" not in sessions:
                 self._stop(f"{self._title()} cannot fork a session over ACP: fork it before its first run, or migrate"
                            " the fork to a runner that can")
                 return
