@@ -65,6 +65,8 @@ HEARD_S = 1.0
 SETTLE_S = POLL_S
 SAMPLE_S = 1.0
 DEFAULT_SLOTS = 2
+#: How long an engine stopped while it starts tries to give its lease back (else it lapses).
+RELEASE_S = 5.0
 DEFAULT_GRACE_S = 2.0
 DEFAULT_TIMEOUT_S = 1800.0
 #: How often sessions a budget suspended are looked at again (a new period resumes them).
@@ -178,8 +180,10 @@ class Engine:
                 follower = self.follower = follow.Follower(self.ledger, lambda sid: sid in self.live)
                 await _patiently(follower.refresh)
         except BaseException:
-            if self.heartbeat is not None:
+            if self.heartbeat is not None:  # the lease was taken: given back (stopped while starting), if the store lets it
                 self.heartbeat.stop()
+                with contextlib.suppress(ProcessionError, OSError, TimeoutError):
+                    await asyncio.wait_for(ledger.release(self.token), RELEASE_S)
             await store.close()
             self.ledger = None  # nothing to shut down
             if reaper.let_go():

@@ -183,6 +183,31 @@ async def test_an_engine_whose_server_goes_as_it_starts_waits_for_it_and_is_stil
         await asyncio.wait_for(serving[0], HANG_S)
 
 
+async def test_an_engine_stopped_after_it_took_its_lease_but_before_it_started_gives_the_lease_back(
+        tmp_path, monkeypatch) -> None:
+    """SIGTERM while a start-up step after the lease runs (recovering a dead engine's runs, a
+    long one): the engine ends at once, and the next one finds no claim left (a CI run found
+    one, when a stop came at that moment)."""
+    from procession.engine import Engine
+
+    db = tmp_path / "ws.db"
+    await (await Workspace.open(db)).close()
+    recovering = asyncio.Event()
+
+    async def slow_recover(self: Engine) -> None:
+        recovering.set()
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(Engine, "_recover", slow_recover)
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(Engine(db, slots=1, grace=0.1).serve(stop))
+    await asyncio.wait_for(recovering.wait(), HANG_S)
+    assert sql(db, "SELECT count(*) FROM engines") == [(1,)]
+    stop.set()
+    await asyncio.wait_for(serving, HANG_S)
+    assert sql(db, "SELECT count(*) FROM engines") == [(0,)]
+
+
 async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_when_opened(postgres) -> None:
     """Made by the release before moves (schema 14): its opener adds what came since, once,
     keeping every row; a role that may only read is told to let a writer open it first."""
