@@ -156,3 +156,26 @@ def test_a_gemini_chat_rewound_past_the_position_read_is_branched(tmp_path: Path
     assert format_of("gemini").read(found, read.position).branched
     assert said(format_of("gemini").read(found).messages) == [("user", "one"), ("assistant", "Instead.")]
     assert format_of("gemini").read(found, Position(0, "u1")).messages[0].content == "Instead."
+
+
+def test_what_another_process_put_beside_a_gemini_chat_is_never_followed_nor_waited_on(tmp_path: Path) -> None:
+    """A chat's project folder is the user's, which a session's run or a model may have written:
+    ``.project_root`` as a FIFO (a read would wait forever) or a link to a secret is not read,
+    and a chat that is a link is refused in one line, its target unread."""
+    import os
+
+    found = _gemini(tmp_path, [HEAD, {"id": "u1", "type": "user", "content": [{"text": "one"}]}])
+    root = Path(found.path).parent.parent / ".project_root"
+    root.unlink()
+    os.mkfifo(root)
+    assert format_of("gemini").find({"HOME": str(tmp_path)}, "abcdef01").cwd == ""  # at once, not waiting
+    root.unlink()
+    secret = tmp_path / "secret"
+    secret.write_text("/the/secret/says/this")
+    root.symlink_to(secret)
+    assert format_of("gemini").read(format_of("gemini").find({"HOME": str(tmp_path)}, "abcdef01")).cwd == ""
+    link = Path(found.path).with_name("session-2026-12-01T10-00-abcdef02.jsonl")
+    link.symlink_to(secret)
+    assert [f.path for f in format_of("gemini").discover({"HOME": str(tmp_path)})] == [found.path]
+    with pytest.raises(InvalidArgument, match="a symbolic link, not a regular file; refused"):
+        format_of("gemini").read(format_of("gemini").find({}, str(link)))

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from .. import beneath
 from ..errors import InvalidArgument
 from ..toolcalls import one_line, tool_message
 from .base import Found, Position, Said, Transcript, chats, find_in, iso_time, read_lines
@@ -75,10 +76,10 @@ def response_text(response: Any) -> tuple[str, bool]:
 def _header(path: str) -> dict[str, Any]:
     """The session's first record (its id and start), read without the rest of the file."""
     try:
-        with open(path, "rb") as file:
+        with beneath.open_file(path) as file:  # not a link, not a FIFO: a file anything may have put there
             line = file.readline(HEAD_BYTES)
         record = json.loads(line)
-    except (OSError, ValueError):
+    except (OSError, ValueError, InvalidArgument):
         return {}
     return record if isinstance(record, dict) else {}
 
@@ -86,9 +87,9 @@ def _header(path: str) -> dict[str, Any]:
 def _project_root(path: str) -> str:
     """The working folder of the chats' project (``tmp/<project>/.project_root``)."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.dirname(path)), ".project_root"), encoding="utf-8") as file:
-            root = file.read(4096).strip()
-    except (OSError, UnicodeDecodeError):
+        with beneath.open_file(os.path.join(os.path.dirname(os.path.dirname(path)), ".project_root")) as file:
+            root = file.read(4096).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError, InvalidArgument):
         return ""
     return root if os.path.isabs(root) else ""
 
