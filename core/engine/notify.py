@@ -14,6 +14,7 @@ command, as ``[notify]`` in the config file (``~/.config/procession/config.toml`
     reasons = ["waiting", "failed", "finished", "budget"]
     desktop = true                                  # the default where a desktop session exists
     detail = "program"                              # what of a tool's input the text holds
+    push = ["ntfys://ntfy.sh/my-secret-topic", "tgram://BOT_TOKEN/CHAT_ID"]   # to a phone: Apprise URLs
 
 The command runs with the session, the reason and the text in its environment
 (``PROCESSION_SID``, ``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,
@@ -26,9 +27,15 @@ session's text names the tool and, for a shell command, its program (``Bash: git
 what the agent asked unless ``detail = "input"`` says so (a command line can hold a secret);
 ``"tool"``: the tool alone.
 
-Neither is waited for by the engine's loop: each runs in the background, given up after
-``COMMAND_TIMEOUT_S``. A command that cannot start, fails or runs over, and a desktop that
-cannot show one, is said once an engine runs, in its log (``procession run`` prints it) and in
+``push`` sends the same title and text to each service an `Apprise <https://github.com/caronc/apprise>`_
+URL names (ntfy, Telegram, Slack, Matrix, e-mail and a hundred more), so a phone hears of a
+session that needs you; the text holds what ``detail`` allows, and nothing else of the request
+(a push leaves the machine). An URL Apprise does not know is said when the config is read, and
+sends nothing.
+
+None is waited for by the engine's loop: each runs in the background, given up after
+``COMMAND_TIMEOUT_S``. A command that cannot start, fails or runs over, a desktop that
+cannot show one, and a push a service refused, is said once an engine runs, in its log (``procession run`` prints it) and in
 the journal (an engine's ``notify`` row, which the monitor tells as it tells the runs the
 engine restarted): a log line alone is read by no one under the monitor. A session set
 ``--quiet``, or of an agent set so, sends none.
@@ -73,14 +80,15 @@ TITLES: Final = {WAITING: "a session waits for you", FAILED: "a run failed", FIN
 @dataclass(slots=True, frozen=True)
 class Settings:
     """``[notify]``: the command (none: no command; a line of shell is ``SHELL`` running it),
-    whether the desktop shows them, the reasons they are sent for and what of a tool's input
-    a waiting session's text holds (``DETAILS``)."""
+    whether the desktop shows them, the reasons they are sent for, what of a tool's input a
+    waiting session's text holds (``DETAILS``) and the services they are pushed to."""
 
     command: tuple[str, ...] = ()
     reasons: frozenset[str] = frozenset(REASONS)
     problems: tuple[str, ...] = ()
     desktop: bool = False
     detail: str = PROGRAM
+    push: tuple[str, ...] = ()  # Apprise URLs
 
     @property
     def shell(self) -> bool:
@@ -110,14 +118,33 @@ def load(path: Path | None = None) -> Settings:
     command, reasons = given.get("command", []), given.get("reasons", list(REASONS))
     if isinstance(command, str):
         command = [*SHELL, command, "procession"] if command.strip() else []
-    wanted, detail = given.get("desktop", desktop), given.get("detail", PROGRAM)
+    wanted, detail, push = given.get("desktop", desktop), given.get("detail", PROGRAM), given.get("push", [])
+    if isinstance(push, str):
+        push = [push]
     if (not isinstance(command, list) or not all(isinstance(w, str) for w in command)
             or not isinstance(reasons, list) or not set(reasons) <= set(REASONS) or not isinstance(wanted, bool)
-            or detail not in DETAILS):
+            or detail not in DETAILS or not isinstance(push, list) or not all(isinstance(u, str) for u in push)):
         return Settings(problems=(f"config {path or config.path()}: [notify] takes command (a list of words, or one"
-                                  f" line of shell), reasons (of {', '.join(REASONS)}), desktop (true or false) and"
-                                  f" detail (one of {', '.join(DETAILS)}); no notifications",))
-    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop, detail=detail)
+                                  f" line of shell), reasons (of {', '.join(REASONS)}), desktop (true or false),"
+                                  f" detail (one of {', '.join(DETAILS)}) and push (Apprise URLs); no notifications",))
+    unknown = _unknown_services(push)
+    if unknown:
+        return Settings(problems=(f"config {path or config.path()}: [notify] push: {unknown} is no service Apprise"
+                                  " knows (see its wiki for the URL of each); no notifications",))
+    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop, detail=detail, push=tuple(push))
+
+
+def _unknown_services(urls: list[str]) -> str | None:
+    """The first of ``urls`` Apprise cannot send to, as it may be said (its scheme alone: the
+    rest of an URL holds a token); None when it knows them all."""
+    if not urls:
+        return None
+    import apprise  # only where pushes are configured: it loads a hundred plugins
+
+    for url in urls:
+        if not apprise.Apprise().add(url):
+            return repr(url.split("://", 1)[0] + "://…")
+    return None
 
 
 @dataclass(slots=True)
@@ -140,7 +167,7 @@ class Notifier:
 
     async def poll(self) -> list[Notice]:
         """Send what happened since the last look; returns what was sent."""
-        if not self.settings.command and not self.settings.desktop:
+        if not self.settings.command and not self.settings.desktop and not self.settings.push:
             return []
         async with self.store.snapshot() as tx:
             found = await tx.all(
@@ -162,6 +189,8 @@ class Notifier:
         works = [self._run(notice)] if self.settings.command else []
         if self.settings.desktop:
             works.append(self._show(notice))
+        if self.settings.push:
+            works.append(self._push(notice))
         for work in works:
             task = asyncio.ensure_future(work)
             self.running.add(task)
@@ -176,6 +205,16 @@ class Notifier:
                                                      message=printable(n.text)), COMMAND_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a desktop that cannot show it: said once, nothing else stops
             await self._say("desktop", n, f"the desktop could not show a notification: {type(exc).__name__}: {exc}")
+
+    async def _push(self, n: Notice) -> None:
+        """To each service of ``push``, through Apprise (its own HTTP calls, on a thread)."""
+        try:
+            sent = await asyncio.wait_for(asyncio.to_thread(_pushed, self.settings.push, n), COMMAND_TIMEOUT_S)
+        except TimeoutError:
+            sent = False
+        if not sent:
+            await self._say("push", n, "a push was not taken by every service [notify] push names (Apprise's log"
+                                       " says which, and why)")
 
     async def _run(self, n: Notice) -> None:
         # printable: names and what an agent asked are others' words, with no escape sequence
@@ -298,6 +337,16 @@ def _last_line(errors: IO[bytes]) -> str:
     errors.seek(max(0, errors.seek(0, os.SEEK_END) - 4096))
     lines = errors.read().decode(errors="replace").strip().splitlines()
     return lines[-1] if lines else "it said nothing"
+
+
+def _pushed(urls: tuple[str, ...], n: Notice) -> bool:
+    """Whether every service of ``urls`` took the notice (blocking: Apprise's own HTTP calls)."""
+    import apprise
+
+    services = apprise.Apprise()
+    for url in urls:
+        services.add(url)
+    return bool(services.notify(title=f"Procession: {TITLES[n.reason]}", body=printable(n.text)))
 
 
 def _desktop_notifier() -> Any:

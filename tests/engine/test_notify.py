@@ -183,3 +183,96 @@ async def test_a_command_that_cannot_start_is_said_once_in_the_log_and_to_the_mo
     assert len(said) == 1 and "cannot start" in said[0] and program in said[0], said
     _, told = await live.restarts(0)
     assert [results.restarted(entry, "?") for entry in told] == [said[0]]
+
+
+class Ntfy:
+    """An ntfy server of the test's own on 127.0.0.1 (what Apprise's ``ntfy://`` posts: a JSON
+    message to ``/``), answering ``status``; ``got`` holds each message it took."""
+
+    def __init__(self, status: int = 200) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        got: list[dict[str, Any]] = []
+        self.got = got
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                got.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"id": "1"}')
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"ntfy://127.0.0.1:{self.server.server_port}/procession-test"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_pushes_reach_a_phones_service_once_per_event_without_the_tools_input(
+        live: Workspace, db: Path, tmp_path: Path) -> None:
+    """``[notify] push``: the same notices, through Apprise, to an ntfy server: one push per
+    event, naming the session and the tool, never what the tool was given (a push leaves the
+    machine); HTML in a session's name arrives as the text it is."""
+    phone = Ntfy()
+    path = tmp_path / "config.toml"
+    path.write_text(f'[notify]\npush = ["{phone.url}"]\n')
+    settings = load(path)
+    assert settings.push == (phone.url,) and not settings.problems
+    ok = (await live.spawn("<b>fine</b>", "a", runner="command:true", cwd=str(tmp_path))).sid
+    bad = (await live.spawn("broken", "a", runner="command:false", cwd=str(tmp_path))).sid
+    secret = "s3cret-c0ntent"
+    try:
+        with ModelServer(Script(tool_call("data_write", {"path": "x", "content": secret}))) as model:
+            asking = (await live.spawn("careful", "b", runner=f"openai:m@{model.url_v1}", cwd=str(tmp_path),
+                                       permissions="ask")).sid
+            (tmp_path / "data").mkdir()
+            await live.bind(asking, "folder", str(tmp_path / "data"), mode="rw")
+            async with engine_on(db, notify=settings):
+                for sid in (ok, bad, asking):
+                    await live.activate(sid)
+                request = (await until(lambda: live.pending([asking])))[0]
+                await until(lambda: len(phone.got) >= 3)
+                await live.deny(request.id, why="no")
+                await until(lambda: len(phone.got) >= 4)
+    finally:
+        phone.close()
+    titles = sorted(m["title"] for m in phone.got)
+    assert titles == sorted(["Procession: a run finished", "Procession: a run failed",
+                             "Procession: a session waits for you", "Procession: a run finished"])
+    waiting = next(m for m in phone.got if "waits" in m["title"])
+    assert f"session {asking} (careful)" in waiting["message"] and "data_write" in waiting["message"]
+    assert all(secret not in json.dumps(m) for m in phone.got)
+    named = next(m for m in phone.got if f"session {ok} " in m["message"])
+    assert "(<b>fine</b>)" in named["message"]  # as it is: the service shows text
+
+
+async def test_a_push_a_service_refuses_is_said_once_and_an_unknown_one_when_the_config_is_read(
+        live: Workspace, db: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[notify]\npush = ["nosuch://TOKEN-never-shown@host"]\n')
+    found = load(path)
+    assert not found.push and "'nosuch://…' is no service Apprise knows" in found.problems[0]
+    assert "TOKEN" not in found.problems[0]
+    down = Ntfy(status=500)
+    path.write_text(f'[notify]\npush = "{down.url}"\n')
+    sids = [(await live.spawn(f"fine-{n}", "a", runner="command:true", cwd=str(tmp_path))).sid for n in range(3)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="procession.notify"):
+            async with engine_on(db, notify=load(path)):
+                for sid in sids:
+                    await live.activate(sid)
+                await until(lambda: len(down.got) >= 3)
+                await until(lambda: [r for r in caplog.records if r.name == "procession.notify"])
+    finally:
+        down.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "procession.notify"]
+    assert len(said) == 1 and "a push was not taken" in said[0]
