@@ -28,7 +28,7 @@ from procession.present.parse import Malformed
 from procession.present.words import printable
 from procession.store import default_target, is_url, workspace_path
 
-from . import agents, bindings, budgets, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads, settings, stores  # noqa: F401  (they register)
+from . import agents, bindings, budgets, context, engine, files, lifecycle, lineage, mcp, monitor, permissions, reads, settings, stores, web  # noqa: F401  (they register)
 from .registry import Command, build_parser
 from .terminal import PROG, UsageError, error, refusal
 

@@ -4,8 +4,8 @@
 its calls act on: ``reads`` (what faces show), ``context`` (messages, memory, compress),
 ``lifecycle`` (birth, settings, the lifecycle moves), ``lineage`` (fork, merge), ``files``
 (save, load), ``moving`` (a session to another host), ``bindings`` (resources, triggers, approval), ``adopt`` (the agent CLIs' own
-sessions: adopt, sync, attach), ``permissions`` (what an agent asks a person) and ``agents`` (what an agent
-acting as a session reaches, and waiting for an answer). Every changing call is one
+sessions: adopt, sync, attach), ``permissions`` (what an agent asks a person), ``agents`` (what an agent
+acting as a session reaches, and waiting for an answer) and ``devices`` (the web face's paired devices). Every changing call is one
 ``BEGIN IMMEDIATE`` transaction made by ``@syscall``: it checks the lifecycle table, runs
 the call, writes its journal row, and commits; a refusal raises a ``ProcessionError`` and
 the transaction rolls back, so the store is exactly as it was. The CLI, the monitor and the
@@ -19,6 +19,7 @@ from .agents import AgentCalls
 from .bindings import BindingCalls
 from .budgets import BudgetCalls
 from .context import ContextCalls
+from .devices import DeviceCalls
 from .files import FileCalls
 from .lifecycle import LifecycleCalls
 from .lineage import LineageCalls
@@ -28,7 +29,7 @@ from .reads import ReadCalls
 
 
 class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, MoveCalls,
-                BindingCalls, AgentCalls, PermissionCalls, BudgetCalls):
+                BindingCalls, AgentCalls, PermissionCalls, BudgetCalls, DeviceCalls):
     """An open workspace and every call that acts on it, on behalf of one actor.
 
     ``async with await Workspace.open(path) as ws: await ws.spawn("payroll", "hr")``

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Self
@@ -14,13 +15,22 @@ class Calls:
 
     ``acting`` is the session the calls are made as, when an agent makes them (an MCP server
     started for a session): each journal row names it as its ``other`` session, where the
-    call has no second session of its own.
+    call has no second session of its own. ``who`` names the person in each journal row where
+    the process is not theirs alone (``as_who``: a device paired with the web face).
     """
 
     def __init__(self, store: Store, actor: str = "cli", acting: int | None = None) -> None:
         self.store = store
         self.actor = actor
         self.acting = acting
+        self.who: str | None = None
+
+    def as_who(self, who: str) -> Self:
+        """The same open workspace, its calls journaled as made by ``who`` (sharing the store:
+        closing either closes both)."""
+        other = copy.copy(self)
+        other.who = who
+        return other
 
     @classmethod
     async def open(cls, path: Path | str | None = None, *, actor: str = "cli", clock: Clock = time.time,

@@ -161,7 +161,7 @@ def syscall(
                 second_sid = named.get(other) if other else None
                 row = await tx.journal(self.actor, call, named.get(session) if session else None,
                                       journal_args(arguments), result.journal(),
-                                      self.acting if second_sid is None else second_sid)
+                                      self.acting if second_sid is None else second_sid, self.who)
                 if isinstance(result, Outcome):
                     result = dataclasses.replace(result, row=row)
                 return act, result

@@ -67,6 +67,10 @@ class Call(StrEnum):
     LEASE = "lease"
     WAKE = "wake"
     NOTIFY = "notify"  # a notification the engine could not send (``engine.notify``)
+    # the web face's devices: a pairing link made, a device paired by one, a device revoked
+    PAIR = "pair"
+    PAIRED = "paired"
+    REVOKE = "revoke"
 
 
 @dataclass(slots=True, frozen=True)
@@ -122,3 +126,5 @@ USER_CALLS: Final[tuple[Call, ...]] = tuple(INFO)
 #: The calls only the engine makes.
 ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.LAUNCH, Call.EMIT, Call.FINISH, Call.RECOVER, Call.LEASE, Call.WAKE,
                                          Call.ASK, Call.NOTIFY)
+#: The calls of the web face's devices (``procession web``, its pairing page): not a session's.
+DEVICE_CALLS: Final[tuple[Call, ...]] = (Call.PAIR, Call.PAIRED, Call.REVOKE)

@@ -343,3 +343,44 @@ class Limited(Outcome):
     budgets: tuple[Budget, ...]
     resumed: tuple[int, ...] = ()
     cleared: bool = False
+
+
+#: What a device's outcome holds that no journal row may: the secrets it hands out once.
+_SECRET: Final = frozenset({"secret", "csrf"})
+
+
+@dataclass(slots=True, frozen=True)
+class Pairing(Outcome):
+    """``pair``: a one-time link's ``secret`` (said once, to the person who asked; stored only
+    as its hash), the device it will pair and until when it may be used. ``sid`` 0."""
+
+    name: str
+    read_only: bool
+    expires: float
+    secret: str
+
+    def journal(self) -> dict[str, Any]:
+        return {k: v for k, v in Outcome.journal(self).items() if k not in _SECRET}
+
+
+@dataclass(slots=True, frozen=True)
+class Paired(Outcome):
+    """``paired``: the device made by a pairing link, its cookie's ``secret`` and its CSRF
+    token (handed to the browser once; stored only as the secret's hash). ``sid`` 0."""
+
+    device: int
+    name: str
+    read_only: bool
+    secret: str
+    csrf: str
+
+    def journal(self) -> dict[str, Any]:
+        return {k: v for k, v in Outcome.journal(self).items() if k not in _SECRET}
+
+
+@dataclass(slots=True, frozen=True)
+class Revoked(Outcome):
+    """``revoke``: the device that may no longer reach the web face. ``sid`` 0."""
+
+    device: int
+    name: str

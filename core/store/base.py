@@ -127,19 +127,21 @@ class Tx(ABC):
         )
 
     async def journal(
-        self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None
+        self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any, other: int | None = None,
+        who: str | None = None,
     ) -> int:
-        """The journal row of this transaction's call; its id."""
-        return await self.insert(JOURNAL, self._journal_row(actor, call, sid, args, outcome, other))
+        """The journal row of this transaction's call; its id. ``who``: the person, where this
+        process is not theirs alone (a paired device of the web face); else ``hosts.who``."""
+        return await self.insert(JOURNAL, self._journal_row(actor, call, sid, args, outcome, other, who))
 
     def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
         """A journal row for something the call caused (a trigger firing), written after the call's own."""
         self.followers.append(self._journal_row(actor, call, sid, args, outcome, None))
 
     def _journal_row(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
-                     other: int | None) -> tuple[Any, ...]:
+                     other: int | None, who: str | None = None) -> tuple[Any, ...]:
         return (self.now, actor, call, sid, other, json.dumps(args, default=str), json.dumps(outcome, default=str),
-                hosts.who())
+                who or hosts.who())
 
 
 class Store(ABC):

@@ -511,6 +511,29 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     CREATE INDEX sessions_spawned_by ON sessions(spawned_by) WHERE spawned_by IS NOT NULL;
     """,
+    # 18: the devices paired with the web face (``procession web``): each known by the SHA-256 of
+    # the secret its cookie holds (``token``; the secret itself is stored nowhere), its CSRF
+    # token, whether it may only read, and when it was revoked; and the one-time pairing links
+    # (the SHA-256 of their secret, until when they may be used, when they were).
+    """
+    CREATE TABLE devices (
+        id          INTEGER PRIMARY KEY,
+        name        TEXT NOT NULL,
+        token       TEXT NOT NULL UNIQUE,
+        csrf        TEXT NOT NULL,
+        read_only   INTEGER NOT NULL DEFAULT 0,
+        created     REAL NOT NULL,
+        seen        REAL,
+        revoked     REAL
+    );
+    CREATE TABLE pairings (
+        token       TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        read_only   INTEGER NOT NULL DEFAULT 0,
+        expires     REAL NOT NULL,
+        used        REAL
+    );
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

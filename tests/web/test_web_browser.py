@@ -1,0 +1,108 @@
+"""The web face in a real browser (Playwright driving Debian's Chromium, headless), as a person
+uses it on a phone (390x844) and a desktop (1280x800): paired from the printed link, a session
+waiting in a real run, allowed with a tap and its tool run; another denied with a reason the
+model gets; a second tab answering the same request told it was answered; a session's name and
+a tool's input holding markup shown as the text they are (no script runs)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import HANG_S, engine_on, until
+from procession import Workspace
+from support.models import ModelServer, Script, say, tool_call
+
+from test_web import Served, _ended
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+HOSTILE = '<img src=x onerror="window.pwned=1">'
+
+
+@pytest.fixture
+async def browser() -> Any:
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        async_playwright = None  # type: ignore[assignment]
+    if async_playwright is None or CHROMIUM is None:
+        why = "the browser tests need Playwright (pip) and Chromium (Debian: apt-get install chromium)"
+        if os.environ.get("PROCESSION_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    async with async_playwright() as play:
+        launched = await play.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield launched
+        await launched.close()
+
+
+async def _asking(ws: Workspace, tmp_path: Path, name: str, url: str) -> int:
+    sid = (await ws.spawn(name, "dev", runner=f"openai:m@{url}", cwd=str(tmp_path), permissions="ask")).sid
+    folder = tmp_path / "data"  # the openai: loop's data tools write in a binding of this name
+    folder.mkdir()
+    await ws.bind(sid, "folder", str(folder), mode="rw")
+    return sid
+
+
+@pytest.mark.parametrize("size", [(390, 844), (1280, 800)], ids=["phone", "desktop"])
+async def test_pair_then_allow_from_the_page_and_the_tool_runs(browser: Any, tmp_path: Path,
+                                                               size: tuple[int, int]) -> None:
+    db = tmp_path / "ws.db"
+    ws = await Workspace.open(db)
+    served = Served(db, "--pair", "phone")
+    try:
+        with ModelServer(Script(tool_call("data_write", {"path": "out.txt", "content": HOSTILE}),
+                                say("written"))) as model:
+            sid = await _asking(ws, tmp_path, HOSTILE, model.url_v1)
+            async with engine_on(db):
+                page = await browser.new_page(viewport={"width": size[0], "height": size[1]})
+                await page.goto(served.link)
+                await page.get_by_role("button", name="Pair this device").click()
+                await page.wait_for_url(f"{served.address}/")
+                assert "#" not in page.url  # the link's secret left the address bar
+                await ws.activate(sid)
+                card = page.locator("li[data-request]")
+                await card.wait_for(timeout=HANG_S * 1000)
+                assert HOSTILE in await card.inner_text()  # the markup is text
+                assert await page.evaluate("window.pwned") is None
+                await page.get_by_role("button", name="Allow once").click()
+                await until(lambda: _ended(ws, sid))
+                assert (tmp_path / "data" / "out.txt").read_text() == HOSTILE  # the tool ran
+                await page.close()
+    finally:
+        served.stop()
+        await ws.close()
+
+
+async def test_a_deny_with_a_reason_reaches_the_model_and_a_second_tab_is_told(browser: Any, tmp_path: Path) -> None:
+    db = tmp_path / "ws.db"
+    ws = await Workspace.open(db)
+    served = Served(db, "--pair", "phone")
+    try:
+        with ModelServer(Script(tool_call("data_write", {"path": "x", "content": "y"}), say("understood"))) as model:
+            sid = await _asking(ws, tmp_path, "careful", model.url_v1)
+            async with engine_on(db):
+                context = await browser.new_context(viewport={"width": 390, "height": 844})
+                first = await context.new_page()
+                await first.goto(served.link)
+                await first.get_by_role("button", name="Pair this device").click()
+                await first.wait_for_url(f"{served.address}/")
+                second = await context.new_page()  # the same device, a second tab
+                await second.goto(served.address)
+                await ws.activate(sid)
+                for tab in (first, second):
+                    await tab.locator("li[data-request]").wait_for(timeout=HANG_S * 1000)
+                await first.get_by_placeholder("why (for a deny)").fill("not on a Sunday")
+                await first.get_by_role("button", name="Deny").click()
+                await second.get_by_role("button", name="Allow once").click()
+                await second.get_by_text("answered").first.wait_for(timeout=HANG_S * 1000)
+                await until(lambda: _ended(ws, sid))
+                assert "not on a Sunday" in " ".join(model.requests[-1].results().values())
+                await context.close()
+    finally:
+        served.stop()
+        await ws.close()

@@ -1,0 +1,56 @@
+"""``procession web``: the web face, a page for a phone first (what needs you, the sessions, the
+safe calls) served beside the workspace to paired devices only (``app``). It runs no engine:
+what it changes, the engine of each host does, as for the CLI.
+
+``serve`` binds before it says anything (so that ``--port 0`` says the port it got), on
+loopback unless told otherwise; off loopback it refuses to start without TLS (a certificate and
+key given) unless its caller says, loudly, that it accepts plain HTTP there.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Callable
+
+from procession.calls import Workspace
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+#: How long a stopped server waits for its open streams (a page's never end by themselves).
+GRACE_S = 1.0
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound and listening at ``host``:``port`` (0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(64)
+    sock.set_inheritable(True)
+    return sock
+
+
+def origin(sock: socket.socket, host: str, tls: bool) -> str:
+    """The address the page is served at: the one every request's ``Host`` must name."""
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+async def serve(ws: Workspace, sock: socket.socket, address: str, *, cert: str | None = None,
+                key: str | None = None, started: Callable[[], None] | None = None) -> None:
+    """Serve the web face of ``ws`` on ``sock`` at ``address`` until cancelled (SIGINT, SIGTERM)."""
+    import uvicorn
+
+    from .app import create
+
+    if cert:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)  # a bad pair: said now
+    config = uvicorn.Config(create(ws, address, secure=bool(cert)), log_level="warning", ssl_certfile=cert,
+                            ssl_keyfile=key, lifespan="off", proxy_headers=False, server_header=False,
+                            timeout_graceful_shutdown=GRACE_S)
+    server = uvicorn.Server(config)
+    if started is not None:
+        started()
+    await server.serve(sockets=[sock])

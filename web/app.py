@@ -1,0 +1,215 @@
+"""The web face's HTTP side: a Starlette app over an open workspace, for paired devices only.
+
+Every request is checked before anything is read: its ``Host`` must be the address the server
+was started on (a page of another site that resolves its own name to 127.0.0.1, DNS
+rebinding, is refused), and a request that changes something must come from the page itself
+(its ``Origin`` ours, and its device's CSRF token in ``X-CSRF``; the cookie is
+``SameSite=Strict`` besides). The device is the one its cookie's secret names
+(``DeviceCalls.device``): none, or a revoked one, gets 401, and an open stream of a device
+revoked meanwhile is closed at its next tick. A read-only device reads. Pairing and answers are
+rate-limited (per client address, per device). Answers and calls are the workspace's own,
+journaled with actor ``web`` and the device's name as ``who``.
+
+Nothing a session holds is ever sent as markup: the page puts every text in with
+``textContent``, and the responses forbid scripts from anywhere but the page's own file
+(``Content-Security-Policy``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from procession.calls import Workspace
+from procession.calls.devices import Device
+from procession.model import requests
+from procession.model.errors import ProcessionError
+from procession.model.states import State
+
+COOKIE = "procession_device"
+#: How often an open stream looks for a change (and whether its device is still paired).
+TICK_S = 1.0
+#: Pairing attempts per client address, and answers or calls per device, in a minute.
+PAIR_PER_MINUTE = 10
+CHANGES_PER_MINUTE = 120
+#: The calls a page may make on a session besides answering (none ends or replaces anything).
+SAFE_CALLS = ("activate", "suspend", "resume", "interrupt", "send")
+#: The most of a request's input a page is sent (characters).
+INPUT_MAX = 4000
+HERE = Path(__file__).parent
+HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
+                                      " img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+
+
+class Limiter:
+    """At most ``per_minute`` events per key in any minute."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self.seen: dict[str, deque[float]] = {}
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        seen = self.seen.setdefault(key, deque())
+        while seen and seen[0] < now - 60:
+            seen.popleft()
+        if len(seen) >= self.per_minute:
+            return False
+        seen.append(now)
+        return True
+
+
+def refused(status: int, why: str) -> JSONResponse:
+    return JSONResponse({"error": why}, status, headers=HEADERS)
+
+
+def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
+    """The app for ``ws``, served at ``origin`` (``http://127.0.0.1:8765``); ``secure``: over TLS
+    (the cookie is then ``Secure``)."""
+    host = origin.split("://", 1)[1]
+    pairing, changes = Limiter(PAIR_PER_MINUTE), Limiter(CHANGES_PER_MINUTE)
+
+    def foreign(request: Request, changing: bool) -> str | None:
+        """Why a request is not the page's own, if it is not."""
+        if request.headers.get("host") != host:
+            return "this server answers only at its own address"
+        sent = request.headers.get("origin")
+        if sent is not None and sent != origin or changing and sent is None:
+            return "a request from another site"
+        if request.headers.get("sec-fetch-site") not in (None, "same-origin", "none"):
+            return "a request from another site"
+        return None
+
+    async def who(request: Request) -> Device | None:
+        return await ws.device(request.cookies.get(COOKIE, ""))
+
+    def guarded(handler: Callable[[Request, Device], Awaitable[Response]], *,
+                changing: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            why = foreign(request, changing)
+            if why:
+                return refused(403, why)
+            device = await who(request)
+            if device is None:
+                return refused(401, "this device is not paired (or was revoked): pair it with procession web --pair")
+            if changing:
+                if request.headers.get("x-csrf") != device.csrf:
+                    return refused(403, "a change without this page's token")
+                if device.read_only:
+                    return refused(403, f"device {device.name} may only read")
+                if not changes.allow(str(device.id)):
+                    return refused(429, "too many changes in a minute; wait")
+            try:
+                return await handler(request, device)
+            except ProcessionError as exc:
+                return refused(409, str(exc))
+        return endpoint
+
+    async def page(request: Request) -> Response:
+        why = foreign(request, False)
+        if why:
+            return refused(403, why)
+        name = {"/": "page.html", "/pair": "page.html", "/app.js": "app.js", "/app.css": "app.css"}[request.url.path]
+        return FileResponse(HERE / name, headers=HEADERS)
+
+    async def pair(request: Request) -> Response:
+        why = foreign(request, True)
+        if why:
+            return refused(403, why)
+        if not pairing.allow(request.client.host if request.client else "?"):
+            return refused(429, "too many pairing attempts in a minute; wait")
+        try:
+            body = await request.json()
+            paired = await ws.paired(str(body.get("link", "")) if isinstance(body, dict) else "")
+        except (ValueError, ProcessionError) as exc:
+            return refused(403, str(exc) if isinstance(exc, ProcessionError) else "a pairing link, as JSON")
+        response = JSONResponse({"name": paired.name, "read_only": paired.read_only}, headers=HEADERS)
+        response.set_cookie(COOKIE, paired.secret, max_age=400 * 86400, httponly=True, samesite="strict",
+                            secure=secure, path="/")
+        return response
+
+    async def state(request: Request, device: Device) -> Response:
+        return JSONResponse(await _state(ws, device), headers=HEADERS)
+
+    async def events(request: Request, device: Device) -> Response:
+        async def stream() -> AsyncIterator[str]:
+            last = None
+            while await ws.still(device.id):
+                now = json.dumps(await _state(ws, device))
+                if now != last:
+                    yield f"event: state\ndata: {now}\n\n"
+                    last = now
+                await asyncio.sleep(TICK_S)
+            yield "event: revoked\ndata: {}\n\n"
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=HEADERS)
+
+    async def answer(request: Request, device: Device) -> Response:
+        body = await _body(request)
+        acting = ws.as_who(f"{device.name} (web)")
+        request_id, how = body.get("request"), body.get("answer")
+        if not isinstance(request_id, int) or how not in ("allow", "always", "deny"):
+            return refused(400, "an answer names a request (a number) and allow, always or deny")
+        if how == "deny":
+            done = await acting.deny(request_id, why=str(body.get("why") or ""))
+        else:
+            done = await acting.allow(request_id, always=how == "always")
+        return JSONResponse(done.to_json(), headers=HEADERS)
+
+    async def call(request: Request, device: Device) -> Response:
+        body = await _body(request)
+        acting = ws.as_who(f"{device.name} (web)")
+        sid, name = body.get("sid"), body.get("call")
+        if not isinstance(sid, int) or name not in SAFE_CALLS:
+            return refused(400, f"a call names a session (a number) and one of {', '.join(SAFE_CALLS)}")
+        if name == "send":
+            done: Any = await acting.send(sid, str(body.get("text") or ""))
+        else:
+            done = await getattr(acting, name)(sid)
+        return JSONResponse(done.to_json(), headers=HEADERS)
+
+    return Starlette(routes=[
+        Route("/", page), Route("/pair", page), Route("/app.js", page), Route("/app.css", page),
+        Route("/api/pair", pair, methods=["POST"]),
+        Route("/api/state", guarded(state)),
+        Route("/api/events", guarded(events)),
+        Route("/api/answer", guarded(answer, changing=True), methods=["POST"]),
+        Route("/api/call", guarded(call, changing=True), methods=["POST"]),
+    ])
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ProcessionError("the request's body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ProcessionError("the request's body is not a JSON object")
+    return body
+
+
+async def _state(ws: Workspace, device: Device) -> dict[str, Any]:
+    """What the page shows: the requests waiting, the sessions failing, the table."""
+    pending = await ws.pending()
+    sessions = await ws.ps()
+    return {
+        "device": {"name": device.name, "read_only": device.read_only}, "csrf": device.csrf,
+        "requests": [{"id": r.id, "sid": r.sid, "session": r.session, "agent": r.agent, "tool": r.tool,
+                      "summary": requests.summary(r.tool, r.input)[:INPUT_MAX],
+                      "input": json.dumps(r.input, ensure_ascii=False, indent=1)[:INPUT_MAX], "asked": r.asked,
+                      "always": requests.subject(r.tool, r.input)} for r in pending],
+        "failing": [s.id for s in sessions if s.failures and s.last_outcome in ("failed", "timeout")],
+        "sessions": [{"id": s.id, "name": s.name, "agent": s.agent, "state": s.state.value,
+                      "waiting": s.state is State.WAITING, "last": s.last_outcome, "context": s.context_tokens,
+                      "window": s.context_window, "status": s.status} for s in sessions],
+    }
