@@ -17,7 +17,7 @@ from procession.calls import Workspace
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 #: How long a stopped server waits for its open streams (a page's never end by themselves).
-GRACE_S = 1.0
+GRACE_S = 1
 
 
 def listening(host: str, port: int) -> socket.socket:

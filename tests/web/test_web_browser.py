@@ -2,7 +2,9 @@
 uses it on a phone (390x844) and a desktop (1280x800): paired from the printed link, a session
 waiting in a real run, allowed with a tap and its tool run; another denied with a reason the
 model gets; a second tab answering the same request told it was answered; a session's name and
-a tool's input holding markup shown as the text they are (no script runs)."""
+a tool's input holding markup shown as the text they are (no script runs). With
+``PROCESSION_WEB_SCREENSHOTS=screenshots`` the first test also takes the README's pictures of
+the page at both sizes."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from test_web import Served, _ended
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HOSTILE = '<img src=x onerror="window.pwned=1">'
+#: Where the pictures of the page go, when set: ``PROCESSION_WEB_SCREENSHOTS=screenshots pytest tests/web``.
+SHOTS = "PROCESSION_WEB_SCREENSHOTS"
 
 
 @pytest.fixture
@@ -69,6 +73,8 @@ async def test_pair_then_allow_from_the_page_and_the_tool_runs(browser: Any, tmp
                 await card.wait_for(timeout=HANG_S * 1000)
                 assert HOSTILE in await card.inner_text()  # the markup is text
                 assert await page.evaluate("window.pwned") is None
+                if os.environ.get(SHOTS):  # the README's pictures of the page (see the module's docstring)
+                    await page.screenshot(path=str(Path(os.environ[SHOTS]) / f"web-{size[0]}x{size[1]}.png"))
                 await page.get_by_role("button", name="Allow once").click()
                 await until(lambda: _ended(ws, sid))
                 assert (tmp_path / "data" / "out.txt").read_text() == HOSTILE  # the tool ran
