@@ -350,7 +350,15 @@ _SECRET: Final = frozenset({"secret", "csrf"})
 
 
 @dataclass(slots=True, frozen=True)
-class Pairing(Outcome):
+class _Secrets(Outcome):
+    """An outcome that hands out secrets (``_SECRET``): its journal row keeps the rest."""
+
+    def journal(self) -> dict[str, Any]:
+        return {k: v for k, v in Outcome.journal(self).items() if k not in _SECRET}
+
+
+@dataclass(slots=True, frozen=True)
+class Pairing(_Secrets):
     """``pair``: a one-time link's ``secret`` (said once, to the person who asked; stored only
     as its hash), the device it will pair and until when it may be used. ``sid`` 0."""
 
@@ -359,12 +367,9 @@ class Pairing(Outcome):
     expires: float
     secret: str
 
-    def journal(self) -> dict[str, Any]:
-        return {k: v for k, v in Outcome.journal(self).items() if k not in _SECRET}
-
 
 @dataclass(slots=True, frozen=True)
-class Paired(Outcome):
+class Paired(_Secrets):
     """``paired``: the device made by a pairing link, its cookie's ``secret`` and its CSRF
     token (handed to the browser once; stored only as the secret's hash). ``sid`` 0."""
 
@@ -373,9 +378,6 @@ class Paired(Outcome):
     read_only: bool
     secret: str
     csrf: str
-
-    def journal(self) -> dict[str, Any]:
-        return {k: v for k, v in Outcome.journal(self).items() if k not in _SECRET}
 
 
 @dataclass(slots=True, frozen=True)
