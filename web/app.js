@@ -53,6 +53,15 @@ function sessionItem(s, failing) {
   li.append(head, el("div", `agent ${s.agent} · context ${s.context}/${s.window}` + (s.last ? ` · last run ${s.last}` : ""), "meta"));
   if (s.status) li.append(el("div", s.status, "meta"));
   if (!readOnly) {
+    const text = el("input");
+    text.type = "text";
+    text.placeholder = "a message to this session";
+    const send = el("button", "Send");
+    send.onclick = async () => {
+      try { await post("/api/call", {sid: s.id, call: "send", text: text.value}); text.value = ""; notice(`session ${s.id}: sent`); }
+      catch (e) { notice(e.message); }
+    };
+    li.append(text, send);
     for (const call of ["activate", "suspend", "resume", "interrupt"]) {
       const b = el("button", call);
       b.onclick = async () => {

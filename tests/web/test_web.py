@@ -134,9 +134,16 @@ async def test_a_waiting_request_is_answered_from_the_page_once_and_journaled_as
                                   headers={"X-CSRF": csrf})
                 assert late.status_code == 409 and "answered" in late.json()["error"]
                 await until(lambda: _ended(ws, sid))
+                sent = phone.post("/api/call", json={"sid": sid, "call": "send", "text": "from the phone"},
+                                  headers={"X-CSRF": csrf})
+                assert sent.status_code == 200, sent.text
+                assert (await ws.history(sid))[-1].content == "from the phone"
+                wider = phone.post("/api/call", json={"sid": sid, "call": "cancel"}, headers={"X-CSRF": csrf})
+                assert wider.status_code == 400  # a call that ends something is not the page's to make
         rows = await ws.journal(limit=50)
         [allowed] = [r for r in rows if r.call == "allow"]
-        assert allowed.actor == "web" and allowed.who == "phone (web)"
+        [told] = [r for r in rows if r.call == "send" and r.actor == "web"]
+        assert allowed.who == told.who == "phone (web)"
         journaled = json.dumps([r.to_json() for r in rows])
         assert served.link.split("#")[1] not in journaled and cookie not in journaled and csrf not in journaled
     finally:
