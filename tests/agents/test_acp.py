@@ -219,6 +219,27 @@ async def test_a_fork_over_acp_is_a_session_of_its_own(
     assert (await live.history(fork))[-1].content == "From the fork."
 
 
+async def test_a_fork_whose_agent_cannot_find_the_session_it_forks_is_given_the_conversation(
+        model_server: ModelServer, engine: Any, live: Workspace, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code's transcript of the parent gone before the fork's first run (a CI run saw it
+    never written, under load): the adapter cannot fork it, so the fork's own conversation goes
+    to a new session of the agent, and the run goes on instead of failing."""
+    agent = sandbox("claude-agent-acp", model_server, tmp_path)
+    model_server.script.add(say("First."))
+    sid = await acp_session(live, agent, monkeypatch)
+    assert (await ask(live, sid, "hello", 1)).outcome == "ok"
+    transcript = Path((await live.show(sid)).agent_ref["transcript"])
+    fork = (await live.fork(sid, name="branch")).sid
+    transcript.unlink()
+    model_server.script.add(say("From the fork."))
+    run = await ask(live, fork, "and you?", 1)
+    assert run.outcome == "ok", run.error
+    told = " ".join(model_server.requests[-1].texts("user"))
+    assert "hello" in told and "First." in told and "and you?" in told
+    assert (await live.history(fork))[-1].content == "From the fork."
+
+
 async def test_a_fork_at_a_turn_is_refused_over_acp(
         opencode_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,6 +178,7 @@ class AcpReader(Reader):
         self.replayed = 0  # how many updates it told again
         self.taking_up = False  # it resumes or loads a session it had
         self.whole = False  # a new session in place of one it could not take up: given the whole conversation
+        self.forking = False  # it forks a session, and has said nothing of the fork's yet
         self.ways: list[str] = []  # the ways left to take the session up again
         self.refusals: set[str] = set()  # the calls refused (stored so, whatever the agent says of them after)
         self.counted: dict[str, int] = {}  # an agent's usage so far in this process, where it reports a running total
@@ -255,6 +256,13 @@ class AcpReader(Reader):
                 self.pending.diagnostics.append(said)
                 self._take_up(said)
                 return
+            if self.forking and rid in (OPEN, MODEL, PROMPT) and self.turn.whole and not self.pending.messages\
+                    and not self.text:
+                # the session it forks is not in the fork's folder (its files were never written, say): the
+                # fork's own conversation is given to a new session instead, as when one cannot be taken up
+                self.forking = False
+                self._anew(f"{said}: it could not fork its session; a new session of it is given the conversation")
+                return
             self._stop(said)
             return
         if rid == INITIALIZE:
@@ -298,6 +306,7 @@ class AcpReader(Reader):
                 self._stop(f"{self._title()} cannot fork a session over ACP: fork it before its first run, or migrate"
                            " the fork to a runner that can")
                 return
+            self.forking = True
             self._request(OPEN, "session/fork", {**opened, "sessionId": ref["id"]})
         else:
             self.ways = [m for m, offered in (("session/resume", "resume" in sessions),
