@@ -83,7 +83,7 @@ async def test_an_engine_killed_under_a_waiting_run_leaves_no_cli_and_no_message
     try:
         await until(lambda: engine_pid(live))
         assert (await until(lambda: _lost(live, sid))).outcome == "lost"
-        assert cli_processes(db, sid, claude_sandbox.cli.command) == []
+        await until(lambda: not cli_processes(db, sid, claude_sandbox.cli.command))  # killed: gone once the kernel delivered it
         assert await state_of(live, sid) is State.WAITING  # the request outlives its engine
         await live.interrupt(sid)  # withdrawn: the session sleeps, and its transcript may be synced
         await live.sync(sid)
@@ -128,7 +128,7 @@ async def test_an_engine_killed_before_its_run_said_anything_leaves_the_prompt_o
     second = start_engine_process(db)
     try:
         assert (await until(lambda: _lost(live, sid))).outcome == "lost"
-        assert cli_processes(db, sid, claude_sandbox.cli.command) == []
+        await until(lambda: not cli_processes(db, sid, claude_sandbox.cli.command))  # killed: gone once the kernel delivered it
         await live.sync(sid)
         assert [(m.role, m.content) for m in await live.history(sid)] == [("user", "say hello")]
     finally:
@@ -165,7 +165,7 @@ async def test_a_lost_run_of_a_cli_whose_messages_name_no_record_brings_none_twi
     second = start_engine_process(db)
     try:
         assert (await until(lambda: _lost(live, sid))).outcome == "lost"
-        assert cli_processes(db, sid, agent_sandbox.cli.command) == []
+        await until(lambda: not cli_processes(db, sid, agent_sandbox.cli.command))  # killed: gone once the kernel delivered it
         await live.sync(sid)
         history = [(m.role, m.content) for m in await live.history(sid)]
         assert history[:len(said)] == said
