@@ -1,7 +1,13 @@
-// The web face's page: every text a session holds is put in with textContent, never as markup.
+// The web face's page. Every text a session holds is put in with textContent, never as markup;
+// every word of it comes from the server (as the monitor words it): the page only places it.
+// Each request and session keeps its element while the page is live, and only its texts are
+// redrawn, so what you type into one (a reason, a message) stays as the state changes around it.
 "use strict";
 let csrf = "";
 let readOnly = true;
+let calls = [];
+let opened = null;  // the session whose detail is open
+let stream = null;
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -20,68 +26,132 @@ async function post(path, body) {
   return data;
 }
 
-function requestItem(r) {
-  const li = el("li");
-  li.dataset.request = r.id;
-  li.append(el("div", `session ${r.sid} (${r.session}) · agent ${r.agent}`, "meta"));
-  li.append(el("div", `${r.tool}: ${r.summary}`, "tool"));
-  li.append(el("div", r.input, "input"));
-  if (!readOnly) {
-    const why = el("input");
-    why.type = "text";
-    why.placeholder = "why (for a deny): the agent is told";
-    const answer = (how) => async () => {
-      try { await post("/api/answer", {request: r.id, answer: how, why: why.value}); notice(`request ${r.id}: ${how}`); }
-      catch (e) { notice(e.message); }
-    };
-    const once = el("button", "Allow once", "allow"); once.onclick = answer("allow");
-    const always = el("button", "Allow always", "allow");
-    always.title = `from now on, for this session: ${r.tool} ${r.always}`;
-    always.onclick = answer("always");
-    const deny = el("button", "Deny", "deny"); deny.onclick = answer("deny");
-    li.append(el("div", `Allow always makes the rule: ${r.tool} ${r.always}`, "meta"), once, always, deny, why);
-  }
-  return li;
+function button(label, cls, action) {
+  const b = el("button", label, cls);
+  b.onclick = async () => { try { notice(await action()); } catch (e) { notice(e.message); } };
+  return b;
 }
 
-function sessionItem(s, failing) {
-  const li = el("li");
-  li.dataset.session = s.id;
-  const head = el("div");
-  head.append(el("span", `${s.id} ${s.name} `), el("span", s.state, `state-${s.state}`));
-  if (failing) head.append(el("span", " failing", "failed"));
-  li.append(head, el("div", `agent ${s.agent} · context ${s.context}/${s.window}` + (s.last ? ` · last run ${s.last}` : ""), "meta"));
-  if (s.status) li.append(el("div", s.status, "meta"));
-  if (!readOnly) {
-    const text = el("input");
-    text.type = "text";
-    text.placeholder = "a message to this session";
-    const send = el("button", "Send");
-    send.onclick = async () => {
-      try { await post("/api/call", {sid: s.id, call: "send", text: text.value}); text.value = ""; notice(`session ${s.id}: sent`); }
-      catch (e) { notice(e.message); }
-    };
-    li.append(text, send);
-    for (const call of ["activate", "suspend", "resume", "interrupt"]) {
-      const b = el("button", call);
-      b.onclick = async () => {
-        try { await post("/api/call", {sid: s.id, call}); notice(`session ${s.id}: ${call}`); } catch (e) { notice(e.message); }
-      };
-      li.append(b);
+// A list whose items keep their element by key: `make` builds an item's controls once, `fill`
+// redraws its texts into its `.texts` part on every state.
+function keep(list, items, key, make, fill) {
+  const old = new Map([...list.children].map((node) => [node.dataset.key, node]));
+  const nodes = items.map((item) => {
+    let node = old.get(String(key(item)));
+    if (!node) {
+      node = el("li");
+      node.dataset.key = String(key(item));
+      node.append(el("div", undefined, "texts"));
+      make(node, item);
     }
+    node.querySelector(".texts").replaceChildren(...fill(item));
+    return node;
+  });
+  for (const [k, node] of old) if (!nodes.includes(node)) node.remove();
+  nodes.forEach((node, i) => { if (list.children[i] !== node) list.insertBefore(node, list.children[i] || null); });
+}
+
+function requestControls(li, r) {
+  li.dataset.request = r.id;
+  li.id = `request-${r.id}`;
+  if (readOnly) return;
+  const why = el("input");
+  why.type = "text";
+  why.placeholder = "why (for a deny): the agent is told";
+  const answer = (how) => async () => {
+    await post("/api/answer", {request: r.id, answer: how, why: why.value});
+    return `request ${r.id}: ${how}`;
+  };
+  const always = button("Allow always", "allow", answer("always"));
+  always.title = `from now on, for this session: ${r.rule}`;
+  li.append(button("Allow once", "allow", answer("allow")), always, button("Deny", "deny", answer("deny")), why);
+}
+
+function requestTexts(r) {
+  return [el("div", r.about, "meta"), el("div", r.tool, "tool"), el("div", r.input, "input"),
+          el("div", `Allow always makes the rule ${r.rule}`, "meta")];
+}
+
+function cellsOf(s) {
+  const row = el("div", undefined, "cells");
+  for (const [title, parts] of s.cells) {
+    const cell = el("span", undefined, "cell");
+    cell.append(el("span", `${title} `, "meta"));
+    for (const [text, style] of parts) cell.append(el("span", text, style));
+    row.append(cell);
   }
-  return li;
+  return row;
+}
+
+function sessionTexts(s) {
+  const name = el("a", `${s.id} ${s.name}`, "name");
+  name.href = `#session-${s.id}`;
+  return [name, cellsOf(s)];
+}
+
+function detail(d) {
+  const box = document.getElementById("detail");
+  box.hidden = d === null;
+  if (d === null) return;
+  document.getElementById("detail-title").textContent = d.title;
+  document.getElementById("detail-state").textContent = d.state;
+  document.getElementById("detail-run").textContent = d.run || "no run yet";
+  document.getElementById("detail-output").textContent = d.output;
+  document.getElementById("detail-messages").textContent = d.messages.join("\n");
+  const controls = document.getElementById("detail-calls");
+  if (controls.dataset.sid === String(d.sid)) return;
+  controls.dataset.sid = String(d.sid);
+  controls.replaceChildren();
+  if (readOnly) return;
+  const text = el("input");
+  text.type = "text";
+  text.placeholder = "a message to this session";
+  controls.append(text, button("Send", "", async () => {
+    await post("/api/call", {sid: d.sid, call: "send", text: text.value});
+    text.value = "";
+    return `session ${d.sid}: sent`;
+  }));
+  for (const c of calls) {
+    const b = button(c.call, c.confirm ? "deny" : "", async () => {
+      if (c.confirm && !window.confirm(`${c.call} session ${d.sid}: ${c.summary}?`)) return "";
+      await post("/api/call", {sid: d.sid, call: c.call});
+      return `session ${d.sid}: ${c.call}`;
+    });
+    b.title = c.summary;
+    controls.append(b);
+  }
 }
 
 function show(state) {
   csrf = state.csrf;
   readOnly = state.device.read_only;
+  calls = state.calls;
   document.getElementById("device").textContent = `${state.device.name}${readOnly ? " (read only)" : ""}`;
-  const list = document.getElementById("requests");
-  list.replaceChildren(...state.requests.map(requestItem));
+  keep(document.getElementById("requests"), state.requests, (r) => `r${r.id}`, requestControls, requestTexts);
   document.getElementById("nothing").hidden = state.requests.length > 0;
-  document.getElementById("sessions").replaceChildren(
-    ...state.sessions.map((s) => sessionItem(s, state.failing.includes(s.id))));
+  const failing = state.sessions.filter((s) => state.failing.includes(s.id));
+  keep(document.getElementById("failing"), failing, (s) => `f${s.id}`, () => {}, sessionTexts);
+  keep(document.getElementById("finished"), state.finished, (f) => f.text, () => {}, (f) => [el("span", f.text)]);
+  document.getElementById("finished-box").hidden = state.finished.length === 0;
+  keep(document.getElementById("sessions"), state.sessions, (s) => `s${s.id}`,
+       (li, s) => { li.dataset.session = s.id; }, sessionTexts);
+  detail(state.open);
+  const wanted = document.getElementById(location.hash.slice(1));
+  if (wanted && !wanted.dataset.shown) { wanted.dataset.shown = "1"; wanted.classList.add("wanted"); wanted.scrollIntoView(); }
+}
+
+function watch() {
+  const match = /^#session-(\d+)$/.exec(location.hash);
+  opened = match ? Number(match[1]) : null;
+  if (stream) stream.close();
+  stream = new EventSource(opened === null ? "/api/events" : `/api/events?open=${opened}`);
+  stream.addEventListener("state", (e) => { document.getElementById("live").textContent = "live"; show(JSON.parse(e.data)); });
+  stream.addEventListener("revoked", () => { stream.close(); notice("this device was revoked"); });
+  stream.onerror = async () => {
+    document.getElementById("live").textContent = "reconnecting";
+    const response = await fetch("/api/state", {credentials: "same-origin"});
+    if (response.status === 401) { stream.close(); notice((await response.json()).error); }
+  };
 }
 
 async function pair() {
@@ -94,15 +164,13 @@ async function pair() {
   };
 }
 
-function watch() {
-  const stream = new EventSource("/api/events");
-  stream.addEventListener("state", (e) => { document.getElementById("live").textContent = "live"; show(JSON.parse(e.data)); });
-  stream.addEventListener("revoked", () => { stream.close(); notice("this device was revoked"); });
-  stream.onerror = async () => {
-    document.getElementById("live").textContent = "reconnecting";
-    const response = await fetch("/api/state", {credentials: "same-origin"});
-    if (response.status === 401) { stream.close(); notice((await response.json()).error); }
+if (location.pathname === "/pair") {
+  pair();
+} else {
+  document.getElementById("seen").onclick = async () => {
+    try { await post("/api/looked", {}); } catch (e) { notice(e.message); }
   };
+  document.getElementById("close").onclick = () => { history.pushState(null, "", "/"); watch(); };
+  window.addEventListener("hashchange", () => { if (location.hash.startsWith("#session-") || opened !== null) watch(); });
+  watch();
 }
-
-if (location.pathname === "/pair") pair(); else watch();

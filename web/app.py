@@ -32,9 +32,13 @@ from starlette.routing import Route
 
 from procession.calls import Workspace
 from procession.calls.devices import Device
+from procession.engine.notify import BUTTON_HEADER
 from procession.model import requests
+from procession.model.calls import INFO, Call
 from procession.model.errors import ProcessionError
+from procession.model.records import SessionInfo
 from procession.model.states import State
+from procession.present import cells, lines, words
 
 COOKIE = "procession_device"
 #: How often an open stream looks for a change (and whether its device is still paired).
@@ -42,10 +46,18 @@ TICK_S = 1.0
 #: Pairing attempts per client address, and answers or calls per device, in a minute.
 PAIR_PER_MINUTE = 10
 CHANGES_PER_MINUTE = 120
-#: The calls a page may make on a session besides answering (none ends or replaces anything).
-SAFE_CALLS = ("activate", "suspend", "resume", "interrupt", "send")
-#: The most of a request's input a page is sent (characters).
+#: The calls a page makes on a session besides answering and sending, with the words every
+#: face shows for them (``model.calls.INFO``); one that ends something (``confirm``) asks first.
+CALLS = (Call.ACTIVATE, Call.SUSPEND, Call.RESUME, Call.INTERRUPT, Call.CANCEL)
+#: The most of a request's input, and of a run's output, a page is sent (characters).
 INPUT_MAX = 4000
+OUTPUT_MAX = 4000
+OUTPUT_CHUNKS = 64  # the rows of a run's output read for its tail
+#: The last messages of a session a page shows; the runs finished since a device looked.
+MESSAGES_SHOWN = 20
+FINISHED_SHOWN = 20
+#: The table's columns on a page (the monitor's own cells, ``present.cells``).
+COLUMNS = ("state", "agent", "host", "last", "context", "spend", "active")
 HERE = Path(__file__).parent
 HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
                                       " img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -78,7 +90,7 @@ def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
     """The app for ``ws``, served at ``origin`` (``http://127.0.0.1:8765``); ``secure``: over TLS
     (the cookie is then ``Secure``)."""
     host = origin.split("://", 1)[1]
-    pairing, changes = Limiter(PAIR_PER_MINUTE), Limiter(CHANGES_PER_MINUTE)
+    pairing, changes, pressing = Limiter(PAIR_PER_MINUTE), Limiter(CHANGES_PER_MINUTE), Limiter(PAIR_PER_MINUTE)
 
     def foreign(request: Request, changing: bool) -> str | None:
         """Why a request is not the page's own, if it is not."""
@@ -94,8 +106,10 @@ def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
     async def who(request: Request) -> Device | None:
         return await ws.device(request.cookies.get(COOKIE, ""))
 
-    def guarded(handler: Callable[[Request, Device], Awaitable[Response]], *,
-                changing: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(handler: Callable[[Request, Device], Awaitable[Response]], *, changing: bool = False,
+                own: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` for paired devices; ``changing``: one that changes something (the page's
+        own, with its token), ``own``: of the device's own only (a read-only device may)."""
         async def endpoint(request: Request) -> Response:
             why = foreign(request, changing)
             if why:
@@ -106,7 +120,7 @@ def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
             if changing:
                 if request.headers.get("x-csrf") != device.csrf:
                     return refused(403, "a change without this page's token")
-                if device.read_only:
+                if device.read_only and not own:
                     return refused(403, f"device {device.name} may only read")
                 if not changes.allow(str(device.id)):
                     return refused(429, "too many changes in a minute; wait")
@@ -140,19 +154,26 @@ def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
         return response
 
     async def state(request: Request, device: Device) -> Response:
-        return JSONResponse(await _state(ws, device), headers=HEADERS)
+        return JSONResponse(await _state(ws, device, _opened(request)), headers=HEADERS)
 
     async def events(request: Request, device: Device) -> Response:
+        opened = _opened(request)
+
         async def stream() -> AsyncIterator[str]:
-            last = None
-            while await ws.still(device.id):
-                now = json.dumps(await _state(ws, device))
-                if now != last:
-                    yield f"event: state\ndata: {now}\n\n"
-                    last = now
+            last: str | None = None
+            now: Device | None = device
+            while now is not None:
+                shown = json.dumps(await _state(ws, now, opened))
+                if shown != last:
+                    yield f"event: state\ndata: {shown}\n\n"
+                    last = shown
                 await asyncio.sleep(TICK_S)
+                now = await ws.still(device.id)
             yield "event: revoked\ndata: {}\n\n"
         return StreamingResponse(stream(), media_type="text/event-stream", headers=HEADERS)
+
+    async def looked(request: Request, device: Device) -> Response:
+        return JSONResponse({"seen": await ws.looked(device.id)}, headers=HEADERS)
 
     async def answer(request: Request, device: Device) -> Response:
         body = await _body(request)
@@ -170,12 +191,33 @@ def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
         body = await _body(request)
         acting = ws.as_who(f"{device.name} (web)")
         sid, name = body.get("sid"), body.get("call")
-        if not isinstance(sid, int) or name not in SAFE_CALLS:
-            return refused(400, f"a call names a session (a number) and one of {', '.join(SAFE_CALLS)}")
-        if name == "send":
+        named = [str(c) for c in (*CALLS, Call.SEND)]
+        if not isinstance(sid, int) or name not in named:
+            return refused(400, f"a call names a session (a number) and one of {', '.join(named)}")
+        if name == Call.SEND:
             done: Any = await acting.send(sid, str(body.get("text") or ""))
         else:
             done = await getattr(acting, name)(sid)
+        return JSONResponse(done.to_json(), headers=HEADERS)
+
+    async def button(request: Request) -> Response:
+        """A push's button (``[notify] buttons``), called by the phone's ntfy app: no cookie,
+        the request's one-time token in a header (which a page of another site cannot send
+        without a preflight this server never answers)."""
+        why = foreign(request, False)
+        if why:
+            return refused(403, why)
+        if not pressing.allow(request.client.host if request.client else "?"):
+            return refused(429, "too many button presses in a minute; wait")
+        how = (await request.body()).decode(errors="replace").strip()
+        if how not in ("allow", "deny"):
+            return refused(400, "a button answers allow or deny")
+        try:
+            request_id = await ws.redeem(request.headers.get(BUTTON_HEADER, ""))
+            acting = ws.as_who("a push's button (web)")
+            done = await (acting.allow(request_id) if how == "allow" else acting.deny(request_id))
+        except ProcessionError as exc:
+            return refused(409, str(exc))
         return JSONResponse(done.to_json(), headers=HEADERS)
 
     return Starlette(routes=[
@@ -185,6 +227,8 @@ def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
         Route("/api/events", guarded(events)),
         Route("/api/answer", guarded(answer, changing=True), methods=["POST"]),
         Route("/api/call", guarded(call, changing=True), methods=["POST"]),
+        Route("/api/looked", guarded(looked, changing=True, own=True), methods=["POST"]),
+        Route("/api/button", button, methods=["POST"]),
     ])
 
 
@@ -198,18 +242,58 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-async def _state(ws: Workspace, device: Device) -> dict[str, Any]:
-    """What the page shows: the requests waiting, the sessions failing, the table."""
+def _opened(request: Request) -> int | None:
+    """The session a page has open (``?open=SID``), whose detail it is sent."""
+    opened = request.query_params.get("open", "")
+    return int(opened) if opened.isdigit() else None
+
+
+def _cells(s: SessionInfo, now: float) -> list[tuple[str, cells.Parts]]:
+    return [(cells.BY_KEY[key].title, cells.BY_KEY[key].cell(s, now)) for key in COLUMNS]
+
+
+async def _state(ws: Workspace, device: Device, opened: int | None) -> dict[str, Any]:
+    """What the page shows: the requests waiting, the sessions failing, the runs finished since
+    the device looked, the table, and the detail of the session it has open. Every text is
+    worded here (``present``), as the monitor words it; the page only places it."""
+    now = time.time()
     pending = await ws.pending()
     sessions = await ws.ps()
+    hosts = {s.id: s.host for s in sessions}
+    named = {s.id: s.name for s in sessions}
+    finished = await ws.ended_runs(device.seen or device.created, FINISHED_SHOWN)
     return {
         "device": {"name": device.name, "read_only": device.read_only}, "csrf": device.csrf,
-        "requests": [{"id": r.id, "sid": r.sid, "session": r.session, "agent": r.agent, "tool": r.tool,
-                      "summary": requests.summary(r.tool, r.input)[:INPUT_MAX],
-                      "input": json.dumps(r.input, ensure_ascii=False, indent=1)[:INPUT_MAX], "asked": r.asked,
-                      "always": requests.subject(r.tool, r.input)} for r in pending],
+        "requests": [{"id": r.id, "sid": r.sid, "about": f"session {r.sid} ({r.session}) · agent {r.agent}"
+                      + (f" · host {hosts[r.sid]}" if r.sid in hosts else "") + f" · asked {words.ago(r.asked, now)}",
+                      "tool": f"{r.tool}: {requests.summary(r.tool, r.input)}"[:INPUT_MAX],
+                      "input": json.dumps(r.input, ensure_ascii=False, indent=1)[:INPUT_MAX],
+                      "rule": requests.rule_name(r.tool, requests.subject(r.tool, r.input))} for r in pending],
         "failing": [s.id for s in sessions if s.failures and s.last_outcome in ("failed", "timeout")],
-        "sessions": [{"id": s.id, "name": s.name, "agent": s.agent, "state": s.state.value,
-                      "waiting": s.state is State.WAITING, "last": s.last_outcome, "context": s.context_tokens,
-                      "window": s.context_window, "status": s.status} for s in sessions],
+        "finished": [{"sid": r.session, "text": f"session {r.session} ({named.get(r.session, '?')}): {r.outcome}"
+                      f" {words.ago(r.ended, now)}" + (f" — {words.one_line(r.error, 100)}" if r.error else "")}
+                     for r in finished],
+        "calls": [{"call": str(c), "summary": INFO[c].summary, "confirm": INFO[c].confirm} for c in CALLS],
+        "sessions": [{"id": s.id, "name": s.name, "waiting": s.state is State.WAITING, "cells": _cells(s, now)}
+                     for s in sessions],
+        "open": await _detail(ws, opened, now) if opened is not None else None,
     }
+
+
+async def _detail(ws: Workspace, sid: int, now: float) -> dict[str, Any] | None:
+    """A session's last messages and what its last run printed (its tail), as ``history`` and
+    ``logs`` say them; None for a session there is not."""
+    try:
+        info = await ws.info(sid)
+    except ProcessionError:
+        return None
+    messages = [m async for batch in ws.history_batches(sid, tail=MESSAGES_SHOWN) for m in batch]
+    try:
+        run, chunks = await ws.run_log(sid, last=OUTPUT_CHUNKS)
+    except ProcessionError:  # no run yet
+        return {"sid": sid, "title": lines.title(info), "state": lines.state_text(info),
+                "messages": [lines.history_line(m, short=True) for m in messages], "run": None, "output": ""}
+    printed = "".join(c.data for c in chunks)[-OUTPUT_MAX:]
+    return {"sid": sid, "title": lines.title(info), "state": lines.state_text(info),
+            "messages": [lines.history_line(m, short=True) for m in messages],
+            "run": lines.run_line(run, now), "output": words.printable(printed)}

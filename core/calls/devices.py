@@ -1,6 +1,7 @@
 """The devices paired with the web face (``procession web``): a one-time pairing link made at
 the terminal, redeemed once by a browser, which gets a long-lived device secret (its cookie);
-devices listed and revoked.
+devices listed and revoked; and the one-time tokens a push's buttons carry (``answer_token``,
+``redeem``), each of which answers one request once.
 
 A secret is stored only as its SHA-256 (a copy of the store gives nobody a way in), compared in
 constant time by the database's unique index on the hash; a pairing link may be used once,
@@ -19,14 +20,18 @@ from ..model import limits
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound
 from ..model.outcomes import Paired, Pairing, Revoked
+from ..store import Tx
 from .base import Calls
 from .syscall import Act, syscall
 
 #: How long a pairing link may be used, by default, and at most (minutes).
 PAIR_MINUTES = 10.0
 PAIR_MINUTES_MAX = 60.0
-#: Random bytes in a secret (a link's, a device's, a CSRF token).
+#: Random bytes in a secret (a link's, a device's, a CSRF token, a push's button's).
 SECRET_BYTES = 32
+#: How long a push's buttons may answer its request (hours): a request older than that is
+#: answered on the page, where it is seen whole.
+BUTTON_HOURS = 24.0
 
 
 class _Secret(str):
@@ -62,6 +67,15 @@ class Device:
 def _device(row: Any) -> Device:
     return Device(row["id"], row["name"], bool(row["read_only"]), row["csrf"], row["created"], row["seen"],
                   row["revoked"])
+
+
+async def answer_token(tx: Tx, request: int) -> str:
+    """A token that answers ``request`` once, within ``BUTTON_HOURS`` (a push's buttons carry
+    it to the web face, which holds no cookie of theirs): stored as its hash only."""
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    await tx.execute("INSERT INTO answer_tokens (token, request, expires) VALUES (?, ?, ?)",
+                     (hashed(secret), request, tx.now + BUTTON_HOURS * 3600))
+    return secret
 
 
 class DeviceCalls(Calls):
@@ -106,6 +120,27 @@ class DeviceCalls(Calls):
         await act.tx.execute("UPDATE devices SET revoked = ? WHERE id = ?", (act.now, device))
         return Revoked(0, device, found["name"])
 
+    async def redeem(self, token: str) -> int:
+        """The request a push's button's ``token`` answers, once: the token is spent by this
+        (whatever the answer then meets: a request answered meanwhile stays as it was). One
+        used before, expired or unknown is refused in one line, saying no more than that."""
+        async def use(tx: Tx) -> int:
+            found = await tx.one("SELECT request, expires FROM answer_tokens WHERE token = ? AND used IS NULL",
+                                 (hashed(token),))
+            if (found is None or found["expires"] < tx.now or await tx.execute(
+                    "UPDATE answer_tokens SET used = ? WHERE token = ? AND used IS NULL", (tx.now, hashed(token))) != 1):
+                raise InvalidArgument("this button may no longer answer (used, expired or unknown): answer on the page")
+            return int(found["request"])
+        return await self.store.atomic(use)
+
+    async def looked(self, device: int) -> float:
+        """``device`` has seen what finished until now (its page's "finished since you looked"
+        starts again from here); when that is."""
+        async def mark(tx: Tx) -> float:
+            await tx.execute("UPDATE devices SET seen = ? WHERE id = ?", (tx.now, device))
+            return tx.now
+        return await self.store.atomic(mark)
+
     # ------------------------------------------------------------------ reads
 
     async def devices(self) -> list[Device]:
@@ -121,7 +156,8 @@ class DeviceCalls(Calls):
             row = await tx.one("SELECT * FROM devices WHERE token = ? AND revoked IS NULL", (hashed(secret),))
         return _device(row) if row is not None else None
 
-    async def still(self, device: int) -> bool:
-        """Whether ``device`` is paired still (an open stream looks each time it sends)."""
+    async def still(self, device: int) -> Device | None:
+        """``device`` as it is now, if it is paired still (an open stream looks each time it sends)."""
         async with self.store.snapshot() as tx:
-            return await tx.value("SELECT revoked IS NULL FROM devices WHERE id = ?", (device,)) in (1, True)
+            row = await tx.one("SELECT * FROM devices WHERE id = ? AND revoked IS NULL", (device,))
+        return _device(row) if row is not None else None

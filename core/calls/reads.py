@@ -390,9 +390,11 @@ class ReadCalls(Calls):
                 )
         return [_entry(r) for r in reversed(found)]
 
-    async def run_log(self, sid: int, run: int | None = None, *, after: int = 0) -> tuple[RunInfo, list[LogChunk]]:
+    async def run_log(self, sid: int, run: int | None = None, *, after: int = 0,
+                      last: int | None = None) -> tuple[RunInfo, list[LogChunk]]:
         """What a run's step printed (the session's last run by default), from log row ``after``
-        on: for ``procession logs`` and the detail view, which follow a live run this way."""
+        on (only its ``last`` rows, when given: a page's tail costs that, whatever the run
+        printed): for ``procession logs`` and the detail view, which follow a live run this way."""
         async with self.store.snapshot() as tx:
             await rows.session(tx, sid)
             found = await tx.one("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT 1", (sid,)) \
@@ -400,8 +402,9 @@ class ReadCalls(Calls):
             if found is None:
                 raise NotFound(f"session {sid} has no run {run}" if run else f"session {sid} has had no run yet")
             chunks = await tx.tuples("SELECT id, stream, ts, data FROM run_output WHERE run_id = ? AND id > ?"
-                                     " ORDER BY id", (found["id"], after))
-        return run_info(found), [LogChunk(*c) for c in chunks]
+                                     " ORDER BY id" + (" DESC LIMIT ?" if last is not None else ""),
+                                     (found["id"], after, *(() if last is None else (last,))))
+        return run_info(found), [LogChunk(*c) for c in (chunks if last is None else reversed(chunks))]
 
     async def runs(self, sid: int | None = None, limit: int = 100) -> list[RunInfo]:
         async with self.store.snapshot() as tx:
@@ -412,6 +415,13 @@ class ReadCalls(Calls):
                 found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
                                      (sid, limit))
         return [run_info(r) for r in reversed(found)]
+
+    async def ended_runs(self, after: float, limit: int = 20) -> list[RunInfo]:
+        """The runs of any session that ended after ``after``, newest first, at most ``limit``
+        (found by the index of their ends, whatever the runs)."""
+        async with self.store.snapshot() as tx:
+            return [run_info(r) for r in await tx.all("SELECT * FROM runs WHERE ended > ? ORDER BY ended DESC LIMIT ?",
+                                                      (after, limit))]
 
 
 def _entry(r: Any) -> JournalEntry:

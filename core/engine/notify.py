@@ -15,6 +15,8 @@ command, as ``[notify]`` in the config file (``~/.config/procession/config.toml`
     desktop = true                                  # the default where a desktop session exists
     detail = "program"                              # what of a tool's input the text holds
     push = ["ntfys://ntfy.sh/my-secret-topic", "tgram://BOT_TOKEN/CHAT_ID"]   # to a phone: Apprise URLs
+    web = "https://laptop.tail1234.ts.net:8767"     # where the phone reaches `procession web`
+    buttons = true                                  # ntfy pushes answer a request: Allow once, Deny
 
 The command runs with the session, the reason and the text in its environment
 (``PROCESSION_SID``, ``PROCESSION_SESSION_NAME``, ``PROCESSION_AGENT``, ``PROCESSION_REASON``,
@@ -31,7 +33,12 @@ what the agent asked unless ``detail = "input"`` says so (a command line can hol
 URL names (ntfy, Telegram, Slack, Matrix, e-mail and a hundred more), so a phone hears of a
 session that needs you; the text holds what ``detail`` allows, and nothing else of the request
 (a push leaves the machine). An URL Apprise does not know is said when the config is read, and
-sends nothing.
+sends nothing. With ``web``, the address at which the phone reaches ``procession web``, a push
+ends with the link to what it is about (``…/#request-7``, ``…/#session-12``: no secret, the
+page asks the device's own cookie), which an ntfy push opens when tapped. ``buttons`` adds to
+an ntfy push of a waiting session **Allow once** and **Deny** buttons: each push's buttons
+carry a token of their own that answers that one request once (``devices.answer_token``),
+within a day, sent in a header, never in an URL.
 
 None is waited for by the engine's loop: each runs in the background, given up after
 ``COMMAND_TIMEOUT_S``. A command that cannot start, fails or runs over, a desktop that
@@ -53,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
+from ..calls.devices import answer_token
 from ..model import commands, config, requests
 from ..model.calls import Call
 from ..model.errors import ProcessionError
@@ -89,6 +97,8 @@ class Settings:
     desktop: bool = False
     detail: str = PROGRAM
     push: tuple[str, ...] = ()  # Apprise URLs
+    web: str = ""  # where the phone reaches the web face: pushes link to it
+    buttons: bool = False  # ntfy pushes of a waiting session answer it (through ``web``)
 
     @property
     def shell(self) -> bool:
@@ -119,19 +129,31 @@ def load(path: Path | None = None) -> Settings:
     if isinstance(command, str):
         command = [*SHELL, command, "procession"] if command.strip() else []
     wanted, detail, push = given.get("desktop", desktop), given.get("detail", PROGRAM), given.get("push", [])
+    web, buttons = given.get("web", ""), given.get("buttons", False)
     if isinstance(push, str):
         push = [push]
     if (not isinstance(command, list) or not all(isinstance(w, str) for w in command)
             or not isinstance(reasons, list) or not set(reasons) <= set(REASONS) or not isinstance(wanted, bool)
-            or detail not in DETAILS or not isinstance(push, list) or not all(isinstance(u, str) for u in push)):
+            or detail not in DETAILS or not isinstance(push, list) or not all(isinstance(u, str) for u in push)
+            or not isinstance(web, str) or web and not _site(web) or not isinstance(buttons, bool)
+            or buttons and not web):
         return Settings(problems=(f"config {path or config.path()}: [notify] takes command (a list of words, or one"
                                   f" line of shell), reasons (of {', '.join(REASONS)}), desktop (true or false),"
-                                  f" detail (one of {', '.join(DETAILS)}) and push (Apprise URLs); no notifications",))
+                                  f" detail (one of {', '.join(DETAILS)}), push (Apprise URLs), web (the web face's"
+                                  " address, http(s)://host:port) and buttons (true or false, with web);"
+                                  " no notifications",))
     unknown = _unknown_services(push)
     if unknown:
         return Settings(problems=(f"config {path or config.path()}: [notify] push: {unknown} is no service Apprise"
                                   " knows (see its wiki for the URL of each); no notifications",))
-    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop, detail=detail, push=tuple(push))
+    return Settings(tuple(command), frozenset(reasons), desktop=wanted and desktop, detail=detail, push=tuple(push),
+                    web=web.rstrip("/"), buttons=buttons)
+
+
+def _site(url: str) -> bool:
+    """Whether ``url`` names a site alone (``https://host:port``), as the web face is served."""
+    scheme, _, rest = url.rstrip("/").partition("://")
+    return scheme in ("http", "https") and bool(rest) and not any(c in rest for c in "/?#@ ")
 
 
 def _unknown_services(urls: list[str]) -> str | None:
@@ -207,9 +229,14 @@ class Notifier:
             await self._say("desktop", n, f"the desktop could not show a notification: {type(exc).__name__}: {exc}")
 
     async def _push(self, n: Notice) -> None:
-        """To each service of ``push``, through Apprise (its own HTTP calls, on a thread)."""
+        """To each service of ``push``, through Apprise (its own HTTP calls, on a thread); with
+        the link to the page, and for a request, the buttons that answer it once."""
+        token = None
+        if self.settings.buttons and n.request is not None and any(u.startswith("ntfy") for u in self.settings.push):
+            request = n.request
+            token = await self.store.atomic(lambda tx: answer_token(tx, request))
         try:
-            sent = await asyncio.wait_for(asyncio.to_thread(_pushed, self.settings.push, n), COMMAND_TIMEOUT_S)
+            sent = await asyncio.wait_for(asyncio.to_thread(_pushed, self.settings, n, token), COMMAND_TIMEOUT_S)
         except TimeoutError:
             sent = False
         if not sent:
@@ -339,14 +366,47 @@ def _last_line(errors: IO[bytes]) -> str:
     return lines[-1] if lines else "it said nothing"
 
 
-def _pushed(urls: tuple[str, ...], n: Notice) -> bool:
-    """Whether every service of ``urls`` took the notice (blocking: Apprise's own HTTP calls)."""
+def link(web: str, n: Notice) -> str:
+    """The page of what ``n`` is about, on the web face at ``web`` (no secret: the page asks
+    the device's cookie)."""
+    return f"{web}/#request-{n.request}" if n.request is not None else f"{web}/#session-{n.sid}"
+
+
+def buttons(web: str, n: Notice, token: str) -> str:
+    """An ntfy push's buttons (its ``X-Actions``, as JSON): open the page; answer the request
+    once, its token in a header of the call they make (an URL is logged and shown; a header is not)."""
+    answer = {"action": "http", "url": f"{web}/api/button", "method": "POST",
+              "headers": {BUTTON_HEADER: token}, "clear": True}
+    return json.dumps([{"action": "view", "label": "Open", "url": link(web, n)},
+                       {**answer, "label": "Allow once", "body": "allow"},
+                       {**answer, "label": "Deny", "body": "deny"}])
+
+
+#: The header in which a push's button sends its token to the web face.
+BUTTON_HEADER: Final = "X-Procession-Button"
+
+
+def _pushed(settings: Settings, n: Notice, token: str | None) -> bool:
+    """Whether every service of ``settings.push`` took the notice (blocking: Apprise's own HTTP
+    calls): with the link to the page when ``web`` is set (ntfy opens it when the push is tapped)
+    and, where ``token`` is given, an ntfy push's buttons that answer with it."""
     import apprise
+    from apprise.plugins.ntfy import NotifyNtfy
 
     services = apprise.Apprise()
-    for url in urls:
-        services.add(url)
-    return bool(services.notify(title=f"Procession: {TITLES[n.reason]}", body=printable(n.text)))
+    body = printable(n.text)
+    if settings.web:
+        body += f"\n{link(settings.web, n)}"
+    for url in settings.push:
+        service = apprise.Apprise.instantiate(url)
+        if settings.web and isinstance(service, NotifyNtfy):  # its own options, as its URL would give them
+            given = NotifyNtfy.parse_url(url) or {}  # type: ignore[no-untyped-call]
+            given["click"] = link(settings.web, n)
+            if token is not None:
+                given["actions"] = buttons(settings.web, n, token)
+            service = NotifyNtfy(**given)  # type: ignore[no-untyped-call]
+        services.add(service if service is not None else url)
+    return bool(services.notify(title=f"Procession: {TITLES[n.reason]}", body=body))
 
 
 def _desktop_notifier() -> Any:

@@ -22,7 +22,7 @@ from .errors import InvalidArgument
 #: The keys at the top of the file: the monitor's settings, then each reader's table.
 TOP_KEYS: Final = ("theme", "interval", "columns", "keys", "notify", "prices")
 #: The keys of ``[notify]``.
-NOTIFY_KEYS: Final = ("command", "reasons", "desktop", "detail", "push")
+NOTIFY_KEYS: Final = ("command", "reasons", "desktop", "detail", "push", "web", "buttons")
 
 
 def path() -> Path:

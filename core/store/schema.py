@@ -534,6 +534,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         used        REAL
     );
     """,
+    # 19: a push's buttons (``[notify] buttons``): the one-time tokens that answer one request
+    # once, each known by its SHA-256 as a device is; and the runs that ended, newest first, for
+    # the web face's "finished since you looked" (found by index, whatever the runs).
+    """
+    CREATE TABLE answer_tokens (
+        token       TEXT PRIMARY KEY,
+        request     INTEGER NOT NULL,
+        expires     REAL NOT NULL,
+        used        REAL
+    );
+    CREATE INDEX runs_ended ON runs(ended) WHERE ended IS NOT NULL;
+    """,
 )
 
 VERSION: Final = len(MIGRATIONS)

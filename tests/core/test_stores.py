@@ -219,6 +219,8 @@ async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_w
     sql(url, "DROP INDEX sessions_spawned_by")
     sql(url, "DROP TABLE devices")
     sql(url, "DROP TABLE pairings")
+    sql(url, "DROP TABLE answer_tokens")
+    sql(url, "DROP INDEX runs_ended")
     sql(url, "UPDATE meta SET value = '14' WHERE key = 'schema'")
     viewer = postgres.viewer(url)
     with pytest.raises(WorkspaceError, match="a role that may write must open it once first"):

@@ -125,7 +125,8 @@ async def test_a_waiting_request_is_answered_from_the_page_once_and_journaled_as
                 cookie = phone.cookies["procession_device"]
                 state = await until(lambda: _waiting(phone))
                 [asked] = state["requests"]
-                assert asked["session"] == "<b>careful</b>" and asked["tool"] == "data_write"  # data, as given
+                assert "(<b>careful</b>)" in asked["about"] and asked["tool"] == "data_write: x"  # data, as given
+                assert asked["rule"] == "data_write"  # what Allow always would make
                 assert "<script>" in asked["input"]  # JSON text: the page puts it in as text
                 done = phone.post("/api/answer", json={"request": asked["id"], "answer": "allow"},
                                   headers={"X-CSRF": csrf})
@@ -138,8 +139,8 @@ async def test_a_waiting_request_is_answered_from_the_page_once_and_journaled_as
                                   headers={"X-CSRF": csrf})
                 assert sent.status_code == 200, sent.text
                 assert (await ws.history(sid))[-1].content == "from the phone"
-                wider = phone.post("/api/call", json={"sid": sid, "call": "cancel"}, headers={"X-CSRF": csrf})
-                assert wider.status_code == 400  # a call that ends something is not the page's to make
+                wider = phone.post("/api/call", json={"sid": sid, "call": "merge"}, headers={"X-CSRF": csrf})
+                assert wider.status_code == 400  # a call the page does not offer
         rows = await ws.journal(limit=50)
         [allowed] = [r for r in rows if r.call == "allow"]
         [told] = [r for r in rows if r.call == "send" and r.actor == "web"]
