@@ -21,6 +21,7 @@ from procession.present import results
 from support.desktop import desktop
 from support.hooks import configured, hooked, notified
 from support.models import ModelServer, Script, say, tool_call
+from support.ntfy import Ntfy
 
 HOOK = ("import json, os, sys; open(sys.argv[1], 'a').write(json.dumps({k: os.environ[k] for k in"
         " ('PROCESSION_SID', 'PROCESSION_REASON', 'PROCESSION_TEXT', 'PROCESSION_AGENT')}) + '\\n')")
@@ -183,38 +184,6 @@ async def test_a_command_that_cannot_start_is_said_once_in_the_log_and_to_the_mo
     assert len(said) == 1 and "cannot start" in said[0] and program in said[0], said
     _, told = await live.restarts(0)
     assert [results.restarted(entry, "?") for entry in told] == [said[0]]
-
-
-class Ntfy:
-    """An ntfy server of the test's own on 127.0.0.1 (what Apprise's ``ntfy://`` posts: a JSON
-    message to ``/``), answering ``status``; ``got`` holds each message it took."""
-
-    def __init__(self, status: int = 200) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        got: list[dict[str, Any]] = []
-        self.got = got
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                got.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b'{"id": "1"}')
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        import threading
-
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"ntfy://127.0.0.1:{self.server.server_port}/procession-test"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 async def test_pushes_reach_a_phones_service_once_per_event_without_the_tools_input(
