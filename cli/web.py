@@ -15,20 +15,22 @@ from .terminal import emit
 
 @command("web", "serve the page that shows what needs you to paired devices (a phone); pair, list and revoke"
          " devices", args=[
-    arg("--listen", default="127.0.0.1", metavar="ADDRESS", help="the address to listen on (default: loopback only)"),
+    arg("--listen", default="127.0.0.1", metavar="ADDRESS",
+        help="the address to listen on (default: loopback only; off loopback it serves TLS)"),
     arg("--port", type=int, default=8767, help="the port (0: any free one)"),
     arg("--pair", metavar="NAME", help="print a one-time link (and its QR code) that pairs the device NAME"),
     arg("--read-only", action="store_true", help="the device --pair makes may only look"),
     arg("--minutes", type=float, default=10.0, help="how long the pairing link may be used"),
     arg("--devices", action="store_true", help="list the paired devices, and exit"),
     arg("--revoke", type=int, metavar="DEVICE", help="revoke a device (its next request is refused), and exit"),
-    arg("--tls-cert", metavar="FILE", help="serve over TLS with this certificate (PEM) ..."),
+    arg("--tls-cert", metavar="FILE", help="serve over TLS with this certificate (PEM) ... (without them, off"
+        " loopback: a self-signed one, made once and kept beside the workspace)"),
     arg("--tls-key", metavar="FILE", help="... and this key"),
     arg("--insecure-plain-http", action="store_true",
-        help="serve plain HTTP off loopback (anyone on the path reads the page and its cookie)"),
+        help="serve plain HTTP off loopback, not TLS (anyone on the path reads the page and its cookie)"),
 ])
 async def web(ws: Workspace, args: argparse.Namespace) -> int:
-    from procession.web import LOOPBACK, listening, origin, serve
+    from procession.web import listening, loopback, origin, serve
 
     if args.devices:
         found = await ws.devices()
@@ -43,14 +45,14 @@ async def web(ws: Workspace, args: argparse.Namespace) -> int:
         return 0
     if bool(args.tls_cert) != bool(args.tls_key):
         raise InvalidArgument("TLS needs both --tls-cert and --tls-key")
-    if args.listen not in LOOPBACK and not args.tls_cert and not args.insecure_plain_http:
-        raise InvalidArgument(f"{args.listen} is not loopback: serve it over TLS (--tls-cert, --tls-key), or reach"
-                              " a loopback one through an SSH tunnel or a private network")
     try:
         sock = listening(args.listen, args.port)
     except OSError as exc:
         raise InvalidArgument(f"cannot listen on {args.listen}:{args.port}: {exc.strerror or exc}") from None
-    address = origin(sock, args.listen, bool(args.tls_cert))
+    cert, key = args.tls_cert, args.tls_key
+    if not cert and not args.insecure_plain_http and not loopback(args.listen):
+        cert, key = _self_signed(ws, args.listen)
+    address = origin(sock, args.listen, bool(cert))
     ws.actor = "web"
     if args.pair:
         pairing = await ws.pair(args.pair, read_only=args.read_only, minutes=args.minutes)
@@ -61,8 +63,20 @@ async def web(ws: Workspace, args: argparse.Namespace) -> int:
 
         segno.make(link, error="m").terminal(out=sys.stdout, compact=True)
     print(f"procession web: serving {address} (Ctrl+C stops)", flush=True)
-    await serve(ws, sock, address, cert=args.tls_cert, key=args.tls_key)
+    await serve(ws, sock, address, cert=cert, key=key)
     return 0
+
+
+def _self_signed(ws: Workspace, listen: str) -> tuple[str, str]:
+    """The self-signed certificate and key kept for ``ws`` (made, or made anew, for ``listen``),
+    its fingerprint said for the user to compare with the one their browser shows."""
+    from procession.web.tls import kept_in, self_signed
+
+    folder = kept_in(ws.path)
+    cert, key, fingerprint = self_signed(folder, [listen], say=print)
+    print(f"TLS: a self-signed certificate (kept in {folder}); its SHA-256 fingerprint is {fingerprint}: check your"
+          " browser shows the same before you accept it")
+    return str(cert), str(key)
 
 
 def _when(stamp: float | None) -> str:

@@ -3,21 +3,31 @@ safe calls) served beside the workspace to paired devices only (``app``). It run
 what it changes, the engine of each host does, as for the CLI.
 
 ``serve`` binds before it says anything (so that ``--port 0`` says the port it got), on
-loopback unless told otherwise; off loopback it refuses to start without TLS (a certificate and
-key given) unless its caller says, loudly, that it accepts plain HTTP there.
+loopback unless told otherwise; off loopback it serves TLS (a certificate given, or the
+self-signed one ``tls`` makes and keeps) unless its caller says, loudly, that it accepts plain
+HTTP there.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import ssl
 from collections.abc import Callable
 
 from procession.calls import Workspace
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 #: How long a stopped server waits for its open streams (a page's never end by themselves).
 GRACE_S = 1
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is reached from this machine only: ``localhost``, or a loopback address
+    (any of 127.0.0.0/8, ``::1``)."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def listening(host: str, port: int) -> socket.socket:
