@@ -30,7 +30,7 @@ from .terminal import emit
         help="serve plain HTTP off loopback, not TLS (anyone on the path reads the page and its cookie)"),
 ])
 async def web(ws: Workspace, args: argparse.Namespace) -> int:
-    from procession.web import listening, loopback, origin, serve
+    from procession.web import listening, loopback, origins, reached_at, serve
 
     if args.devices:
         found = await ws.devices()
@@ -49,10 +49,14 @@ async def web(ws: Workspace, args: argparse.Namespace) -> int:
         sock = listening(args.listen, args.port)
     except OSError as exc:
         raise InvalidArgument(f"cannot listen on {args.listen}:{args.port}: {exc.strerror or exc}") from None
+    hosts = reached_at(args.listen)
+    if not hosts:
+        raise InvalidArgument(f"this machine has no address that {args.listen} listens on")
     cert, key = args.tls_cert, args.tls_key
-    if not cert and not args.insecure_plain_http and not loopback(args.listen):
-        cert, key = _self_signed(ws, args.listen)
-    address = origin(sock, args.listen, bool(cert))
+    if not cert and not args.insecure_plain_http and not all(map(loopback, hosts)):
+        cert, key = _self_signed(ws, hosts)
+    served = origins(sock, hosts, bool(cert))
+    address = served[0]
     ws.actor = "web"
     if args.pair:
         pairing = await ws.pair(args.pair, read_only=args.read_only, minutes=args.minutes)
@@ -62,18 +66,19 @@ async def web(ws: Workspace, args: argparse.Namespace) -> int:
         import segno
 
         segno.make(link, error="m").terminal(out=sys.stdout, compact=True)
-    print(f"procession web: serving {address} (Ctrl+C stops)", flush=True)
-    await serve(ws, sock, address, cert=cert, key=key)
+    print(f"procession web: serving {address} (Ctrl+C stops)"
+          + (f"; also at {', '.join(served[1:])}" if served[1:] else ""), flush=True)
+    await serve(ws, sock, served, cert=cert, key=key)
     return 0
 
 
-def _self_signed(ws: Workspace, listen: str) -> tuple[str, str]:
-    """The self-signed certificate and key kept for ``ws`` (made, or made anew, for ``listen``),
+def _self_signed(ws: Workspace, hosts: list[str]) -> tuple[str, str]:
+    """The self-signed certificate and key kept for ``ws`` (made, or made anew, for ``hosts``),
     its fingerprint said for the user to compare with the one their browser shows."""
     from procession.web.tls import kept_in, self_signed
 
     folder = kept_in(ws.path)
-    cert, key, fingerprint = self_signed(folder, [listen], say=print)
+    cert, key, fingerprint = self_signed(folder, hosts, say=print)
     print(f"TLS: a self-signed certificate (kept in {folder}); its SHA-256 fingerprint is {fingerprint}: check your"
           " browser shows the same before you accept it")
     return str(cert), str(key)

@@ -41,23 +41,42 @@ def listening(host: str, port: int) -> socket.socket:
     return sock
 
 
-def origin(sock: socket.socket, host: str, tls: bool) -> str:
-    """The address the page is served at: the one every request's ``Host`` must name."""
+def reached_at(host: str) -> list[str]:
+    """The addresses a page served on ``host`` is reached at: ``host`` itself; for every address
+    of a family (``0.0.0.0``, ``::``), this machine's own addresses of it now, those off loopback
+    first, link-local ones left out (a request naming any other is refused: ``app``)."""
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        wildcard = False
+    if not wildcard:
+        return [host]
+    import psutil
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    found = {ipaddress.ip_address(a.address) for nic in psutil.net_if_addrs().values() for a in nic
+             if a.family == family and "%" not in a.address}
+    return [str(a) for a in sorted(found, key=lambda a: (a.is_loopback, a)) if not a.is_link_local]
+
+
+def origins(sock: socket.socket, hosts: list[str], tls: bool) -> list[str]:
+    """The origins the page is served at, one per address (``reached_at``): every request's
+    ``Host`` must name one of them, and a change come from the page of one."""
     port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    return f"{'https' if tls else 'http'}://{shown}:{port}"
+    return [f"{'https' if tls else 'http'}://{f'[{h}]' if ':' in h else h}:{port}" for h in hosts]
 
 
-async def serve(ws: Workspace, sock: socket.socket, address: str, *, cert: str | None = None,
+async def serve(ws: Workspace, sock: socket.socket, served: list[str], *, cert: str | None = None,
                 key: str | None = None, started: Callable[[], None] | None = None) -> None:
-    """Serve the web face of ``ws`` on ``sock`` at ``address`` until cancelled (SIGINT, SIGTERM)."""
+    """Serve the web face of ``ws`` on ``sock`` at the origins ``served`` until cancelled
+    (SIGINT, SIGTERM)."""
     import uvicorn
 
     from .app import create
 
     if cert:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)  # a bad pair: said now
-    config = uvicorn.Config(create(ws, address, secure=bool(cert)), log_level="warning", ssl_certfile=cert,
+    config = uvicorn.Config(create(ws, served, secure=bool(cert)), log_level="warning", ssl_certfile=cert,
                             ssl_keyfile=key, lifespan="off", proxy_headers=False, server_header=False,
                             timeout_graceful_shutdown=GRACE_S)
     server = uvicorn.Server(config)

@@ -86,18 +86,18 @@ def refused(status: int, why: str) -> JSONResponse:
     return JSONResponse({"error": why}, status, headers=HEADERS)
 
 
-def create(ws: Workspace, origin: str, *, secure: bool) -> Starlette:
-    """The app for ``ws``, served at ``origin`` (``http://127.0.0.1:8765``); ``secure``: over TLS
+def create(ws: Workspace, served: list[str], *, secure: bool) -> Starlette:
+    """The app for ``ws``, served at the origins ``served`` (``http://127.0.0.1:8765``); ``secure``: over TLS
     (the cookie is then ``Secure``)."""
-    host = origin.split("://", 1)[1]
+    hosts = {o.split("://", 1)[1] for o in served}
     pairing, changes, pressing = Limiter(PAIR_PER_MINUTE), Limiter(CHANGES_PER_MINUTE), Limiter(PAIR_PER_MINUTE)
 
     def foreign(request: Request, changing: bool) -> str | None:
         """Why a request is not the page's own, if it is not."""
-        if request.headers.get("host") != host:
+        if request.headers.get("host") not in hosts:
             return "this server answers only at its own address"
         sent = request.headers.get("origin")
-        if sent is not None and sent != origin or changing and sent is None:
+        if sent is not None and sent not in served or changing and sent is None:
             return "a request from another site"
         if request.headers.get("sec-fetch-site") not in (None, "same-origin", "none"):
             return "a request from another site"

@@ -51,6 +51,7 @@ class Served:
             if "/pair#" in line:
                 self.link = line.strip()
             if line.startswith("procession web: serving "):
+                self.line = line
                 self.address = line.split()[3]
                 break
             assert time.monotonic() < deadline

@@ -89,13 +89,23 @@ def test_off_loopback_it_serves_tls_with_a_certificate_it_makes_once_and_keeps(t
             assert client.get("/api/state").status_code == 401  # over TLS, trusted; the cookie is the other client's
     finally:
         again.stop()
-    elsewhere = Served(db, "--listen", "0.0.0.0")
+    everywhere = Served(db, "--listen", "0.0.0.0", "--pair", "laptop")  # every address of this machine
     try:
-        [told] = [line for line in elsewhere.said if "a new one is made" in line]
-        assert f"the certificate kept in {folder} is not for 0.0.0.0" in told
-        assert printed(elsewhere) != fingerprint and printed(elsewhere) == served_fingerprint(away, elsewhere.address)
+        [told] = [line for line in everywhere.said if "a new one is made" in line]
+        assert f"the certificate kept in {folder} is not for 127.0.0.1" in told
+        assert everywhere.address.startswith(f"https://{away}:") and "also at https://127.0.0.1:" in everywhere.line
+        assert printed(everywhere) != fingerprint and printed(everywhere) == served_fingerprint(away, everywhere.address)
+        trusting = ssl.create_default_context(cafile=folder / CERT)
+        laptop, _ = everywhere.paired(verify=trusting)
+        assert laptop.get("/api/state").status_code == 200  # at the address the link names
+        port = everywhere.address.rsplit(":", 1)[1]
+        cookie = {"Cookie": f"procession_device={laptop.cookies['procession_device']}"}
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusting, headers=cookie) as local:
+            assert local.get("/api/state").status_code == 200  # and at another of the machine's, as the certificate
+        rebound = laptop.get("/api/state", headers={"Host": f"evil.example:{port}"})
+        assert rebound.status_code == 403  # a name that is none of them
     finally:
-        elsewhere.stop()
+        everywhere.stop()
 
 
 def test_a_certificate_given_is_served_as_is_and_plain_http_only_when_asked(tmp_path: Path, away: str) -> None:
