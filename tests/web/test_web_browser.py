@@ -8,6 +8,7 @@ the page at both sizes."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from pathlib import Path
@@ -16,8 +17,11 @@ from typing import Any
 import pytest
 
 from conftest import HANG_S, engine_on, until
-from procession import Workspace
-from support.models import ModelServer, Script, say, tool_call
+from procession import State, Workspace
+from procession.web.app import TICK_S
+from support.agent_clis import AgentSandbox, session_env
+from support.models import ModelServer, Script, say, shell, tool_call
+from support.runs import finished
 
 from test_web import Served, _ended
 
@@ -112,3 +116,79 @@ async def test_a_deny_with_a_reason_reaches_the_model_and_a_second_tab_is_told(b
     finally:
         served.stop()
         await ws.close()
+
+
+async def test_claude_code_asks_and_a_phone_answers_follows_the_session_and_cancels_it_after_asking(
+        browser: Any, claude_sandbox: AgentSandbox, model_server: ModelServer, engine: Any, live: Workspace,
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real Claude Code against the scripted model, answered from a phone: a shell command
+    allowed with a tap runs; a message sent from the page starts the next turn, whose command
+    is denied with a reason the model gets. The session's page shows its last messages and
+    run; the run finished since the phone looked is listed until it says Seen; Cancel asks
+    first (declined: nothing happens)."""
+    model_server.script.add(shell("echo hi > web.txt"), say("Done."), shell("rm -f web.txt"), say("Understood."))
+    settings, passed = session_env([claude_sandbox], monkeypatch.setenv)
+    sid = (await live.spawn("phoned", "dev", runner="claude:", cwd=str(claude_sandbox.workdir), env=settings,
+                            passed=passed, permissions="ask")).sid
+    await live.send(sid, "write the file")
+    served = Served(db, "--pair", "phone")
+    try:
+        page = await browser.new_page(viewport={"width": 390, "height": 844})
+        await page.goto(served.link)
+        await page.get_by_role("button", name="Pair this device").click()
+        await page.wait_for_url(f"{served.address}/")
+        await live.activate(sid)
+        card = page.locator("li[data-request]")
+        await card.wait_for(timeout=HANG_S * 1000)
+        assert "Bash: echo hi > web.txt" in await card.inner_text()
+        await page.get_by_role("button", name="Allow once").click()
+        await until(lambda: finished(live, sid, 1))
+        assert (claude_sandbox.workdir / "web.txt").read_text() == "hi\n"  # the tool ran
+
+        finished_list = page.locator("#finished li")
+        await finished_list.first.wait_for(timeout=HANG_S * 1000)
+        assert f"session {sid} (phoned): ok" in await finished_list.first.inner_text()
+        await page.get_by_role("button", name="Seen").click()
+        await page.locator("#finished-box").wait_for(state="hidden", timeout=HANG_S * 1000)
+
+        await page.get_by_role("link", name=f"{sid} phoned").first.click()  # the session's own page
+        await page.wait_for_url(f"{served.address}/#session-{sid}")
+        messages = page.locator("#detail-messages")
+        await page.locator("#detail-messages", has_text="Done.").wait_for(timeout=HANG_S * 1000)
+        assert "write the file" in await messages.inner_text()
+        assert "ok" in await page.locator("#detail-run").inner_text()
+
+        await page.get_by_placeholder("a message to this session").fill("now remove it")
+        await page.get_by_role("button", name="Send").click()
+        await until(lambda: _last_is(live, sid, "now remove it"))
+        await page.locator("#detail-calls").get_by_role("button", name="activate").click()
+        await card.wait_for(timeout=HANG_S * 1000)
+        await page.get_by_placeholder("why (for a deny)").fill("keep it, it is the proof")
+        await page.get_by_role("button", name="Deny").click()
+        await until(lambda: finished(live, sid, 2))
+        assert (claude_sandbox.workdir / "web.txt").exists()  # denied: not removed
+        last = model_server.requests[-1]
+        assert "keep it, it is the proof" in " ".join([*last.results().values(), *last.texts("user")])
+
+        page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.dismiss()))
+        await page.locator("#detail-calls").get_by_role("button", name="cancel").click()
+        await asyncio.sleep(2 * TICK_S)
+        assert (await live.info(sid)).state is not State.TERMINATED  # declined: nothing done
+        page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+        await page.locator("#detail-calls").get_by_role("button", name="cancel").click()
+        await until(lambda: _terminated(live, sid))
+        await page.locator("#detail-state", has_text="terminated").wait_for(timeout=HANG_S * 1000)
+        journaled = [r for r in await live.journal(sid) if r.actor == "web"]
+        assert {r.call for r in journaled} >= {"allow", "deny", "send", "activate", "cancel"}
+        assert {r.who for r in journaled} == {"phone (web)"}
+        await page.close()
+    finally:
+        served.stop()
+
+
+async def _last_is(ws: Workspace, sid: int, text: str) -> bool:
+    return (await ws.history(sid))[-1].content == text
+
+
+async def _terminated(ws: Workspace, sid: int) -> bool:
+    return (await ws.info(sid)).state is State.TERMINATED
