@@ -96,6 +96,11 @@ def test_the_config_file_names_the_command_and_a_mistake_sends_nothing(tmp_path:
     assert load(path) == Settings()
     path.write_text('[notify]\ndesktop = "yes"\n')
     assert "desktop (true or false)" in load(path).problems[0]
+    path.write_text('[notify]\nweb = "https://phone.example:8767/"\nbuttons = true\n')
+    assert load(path) == Settings(web="https://phone.example:8767", buttons=True, desktop=True)
+    for wrong in ('web = "phone.example:8767"', 'web = "https://phone.example/x?y"', 'buttons = true'):
+        path.write_text(f'[notify]\n{wrong}\n')  # not a site; a page of one; buttons with nowhere to answer
+        assert "web (the web face's address, http(s)://host:port)" in load(path).problems[0], wrong
 
 
 async def test_where_a_desktop_session_exists_it_shows_one_notification_per_reason(

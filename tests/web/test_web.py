@@ -175,6 +175,7 @@ def test_a_read_only_device_reads_and_a_revoked_one_is_refused_its_stream_closed
         assert tablet.get("/api/state").json()["device"]["read_only"] is True
         refused = tablet.post("/api/call", json={"sid": 1, "call": "activate"}, headers={"X-CSRF": csrf})
         assert refused.status_code == 403 and "may only read" in refused.json()["error"]
+        assert tablet.post("/api/looked", headers={"X-CSRF": csrf}).status_code == 200  # its own: what it saw
         with tablet.stream("GET", "/api/events") as events:
             lines = events.iter_lines()
             assert next(lines) == "event: state"
