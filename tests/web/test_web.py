@@ -39,7 +39,7 @@ class Served:
     """``procession web`` running on the workspace, its address, the link it printed and every
     line it printed before it served."""
 
-    def __init__(self, db: Path, *more: str) -> None:
+    def __init__(self, db: Path | str, *more: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "web", "--port", "0", *more],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -196,5 +196,26 @@ def test_an_expired_link_pairs_nothing(tmp_path: Path) -> None:
         time.sleep(1.0)
         late = served.client().post("/api/pair", json={"link": served.link.split("#", 1)[1]})
         assert late.status_code == 403 and "expired" in late.json()["error"]
+    finally:
+        served.stop()
+
+
+async def test_on_a_postgresql_workspace_the_page_shows_every_hosts_sessions(
+        postgres: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(postgres.workspace())
+    ws = await Workspace.open(url)
+    try:
+        for host in ("laptop", "server"):  # each session on the host that spawned it
+            monkeypatch.setenv("PROCESSION_HOST", host)
+            await ws.spawn(f"on-{host}", "dev", cwd=str(tmp_path))
+    finally:
+        await ws.close()
+    served = Served(url, "--pair", "phone")
+    try:
+        phone, _ = served.paired()
+        sessions = phone.get("/api/state").json()["sessions"]
+        hosts = {s["name"]: dict((title, "".join(text for text, _ in parts)) for title, parts in s["cells"])["HOST"]
+                 for s in sessions}
+        assert hosts == {"on-laptop": "laptop", "on-server": "server"}
     finally:
         served.stop()
