@@ -94,7 +94,10 @@ def _beat(path: Path | str, busy_ms: int) -> Beat:
     if is_url(path):
         import psycopg
 
-        return Beat(psycopg.connect(str(path), autocommit=True, connect_timeout=max(1, busy_ms // 1000)), "%s")
+        from ..store.postgres import linked
+
+        return Beat(psycopg.connect(str(path), autocommit=True, application_name="procession heartbeat",
+                                    **linked(str(path))), "%s")
     return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), "?")
 
 

@@ -56,6 +56,22 @@ _CREATOR = f"SELECT pg_advisory_xact_lock({0x70726F63}, hashtext(current_schema(
 CHANNEL = "procession_"
 #: How long a write transaction waits for the writer lock before it says the workspace is busy
 BUSY_TIMEOUT_S = 10
+#: What every connection is opened with, unless the workspace's address says otherwise (libpq's
+#: own parameters): a server that does not answer is given up after ``connect_timeout``; a link
+#: cut under an idle connection is found by TCP keepalives (a probe after 3 s of silence, then
+#: each second, given up after 3 unanswered: about 6 s), and under one that sent a statement by
+#: ``tcp_user_timeout`` (data unacknowledged for 5 s). Without them a cut network froze every
+#: engine for the kernel's own 15 minutes and left calls hanging, and no one said why.
+LINK: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "3", "keepalives_interval": "1",
+                        "keepalives_count": "3", "tcp_user_timeout": "5000"}
+
+
+def linked(url: str) -> dict[str, str]:
+    """The ``LINK`` parameters ``url`` does not set itself (an operator's own win), to open it with."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(url)
+    return {key: value for key, value in LINK.items() if key not in given}
 
 
 def safe_url(url: str) -> str:
@@ -422,7 +438,7 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
 
     try:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=_row_factory,
-                                                     application_name="procession")
+                                                     application_name="procession", **linked(url))
     except psycopg.OperationalError as exc:
         if raw:
             raise
