@@ -96,8 +96,7 @@ def _beat(path: Path | str, busy_ms: int) -> Beat:
 
         from ..store.postgres import linked
 
-        return Beat(psycopg.connect(str(path), autocommit=True, application_name="procession heartbeat",
-                                    **linked(str(path))), "%s")
+        return Beat(psycopg.connect(linked(str(path)), autocommit=True, application_name="procession heartbeat"), "%s")
     return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), "?")
 
 

@@ -66,12 +66,12 @@ LINK: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "keepalives_i
                         "keepalives_count": "3", "tcp_user_timeout": "5000"}
 
 
-def linked(url: str) -> dict[str, str]:
-    """The ``LINK`` parameters ``url`` does not set itself (an operator's own win), to open it with."""
-    from psycopg.conninfo import conninfo_to_dict
+def linked(url: str) -> str:
+    """``url`` with the ``LINK`` parameters it does not set itself (an operator's own win)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     given = conninfo_to_dict(url)
-    return {key: value for key, value in LINK.items() if key not in given}
+    return make_conninfo(url, **{key: value for key, value in LINK.items() if key not in given})
 
 
 def safe_url(url: str) -> str:
@@ -437,8 +437,8 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
             return b"1" if obj else b"0"
 
     try:
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=_row_factory,
-                                                     application_name="procession", **linked(url))
+        conn = await psycopg.AsyncConnection.connect(linked(url), autocommit=True, row_factory=_row_factory,
+                                                     application_name="procession")
     except psycopg.OperationalError as exc:
         if raw:
             raise
