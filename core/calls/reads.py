@@ -218,7 +218,8 @@ class ReadCalls(Calls):
             running = await tx.value("SELECT count(*) FROM runs r JOIN sessions s ON s.id = r.session_id"
                                      " WHERE r.ended IS NULL AND s.state = 'running'")
             frozen = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL") - running
-            engines = [(holder, _alive(tx, holder)) for holder in (Holder(*r) for r in await rows.leases(tx))]
+            now = await tx.clock()
+            engines = [(holder, _alive(now, holder)) for holder in (Holder(*r) for r in await rows.leases(tx))]
             here = hosts.this()
             # two seeks in the host index, whatever the sessions
             several = await tx.value("SELECT EXISTS (SELECT 1 FROM sessions WHERE host < ?)"
@@ -462,23 +463,26 @@ async def live_holder(tx: Tx, host: str | None = None) -> Holder | None:
     if row is None:
         return None
     holder = Holder(*row)
-    return holder if _alive(tx, holder) else None
+    return holder if _alive(await tx.clock(), holder) else None
 
 
 async def lost_hosts(tx: Tx) -> frozenset[str]:
     """The hosts whose engine died holding its lease (an engine that stopped gave it back):
     their sessions wait for them, never run elsewhere, until an engine there starts again."""
-    return frozenset(h.host for h in (Holder(*r) for r in await rows.leases(tx)) if not _alive(tx, h))
+    found = [Holder(*r) for r in await rows.leases(tx)]
+    now = await tx.clock() if found else 0.0
+    return frozenset(h.host for h in found if not _alive(now, h))
 
 
-def _alive(tx: Tx, holder: Holder) -> bool:
+def _alive(now: float, holder: Holder) -> bool:
     """On the machine its process runs on, an engine is alive while its process is (the same
     pid *and* the same start time: pids are reused), whatever its heartbeat says: a busy
     engine that missed beats is not dead, and its steps must not be taken over. Seen from
-    another machine it is alive while its heartbeat is fresh."""
+    another machine it is alive while its heartbeat is fresh by the workspace's clock
+    (``now``, ``Tx.clock``: the one that stamped the beat, whatever this machine's says)."""
     if holder.machine == hosts.machine():
         return process_alive(holder.pid, holder.proc_start)
-    return tx.now - holder.heartbeat <= ENGINE_STALE_S
+    return now - holder.heartbeat <= ENGINE_STALE_S
 
 
 def process_alive(pid: int, started: float | None) -> bool:

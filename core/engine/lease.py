@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import is_url
+from ..store.postgres import SERVER_NOW, linked
 
 log = logging.getLogger("procession.engine")
 
@@ -71,17 +72,19 @@ class Heartbeat(threading.Thread):
         self.join(timeout=HEARTBEAT_S * 3)
 
 
-_RENEW = "UPDATE engines SET heartbeat = ? WHERE token = ?"
-
-
 class Beat:
-    """A connection of the heartbeat's own: the workspace file, or its PostgreSQL database."""
+    """A connection of the heartbeat's own: the workspace file, or its PostgreSQL database, whose
+    server's clock stamps the beat (``Tx.clock``: every machine judges it by that one clock)."""
 
-    def __init__(self, con: Any, marks: str) -> None:
-        self.con, self.sql = con, _RENEW.replace("?", marks)
+    def __init__(self, con: Any, server: bool) -> None:
+        self.con, self.server = con, server
 
     def renew(self, token: str) -> bool:
-        return bool(self.con.execute(self.sql, (time.time(), token)).rowcount == 1)
+        if self.server:
+            done = self.con.execute(f"UPDATE engines SET heartbeat = ({SERVER_NOW}) WHERE token = %s", (token,))
+        else:
+            done = self.con.execute("UPDATE engines SET heartbeat = ? WHERE token = ?", (time.time(), token))
+        return bool(done.rowcount == 1)
 
     def broken(self) -> bool:
         return bool(getattr(self.con, "broken", False) or getattr(self.con, "closed", False))
@@ -94,10 +97,8 @@ def _beat(path: Path | str, busy_ms: int) -> Beat:
     if is_url(path):
         import psycopg
 
-        from ..store.postgres import linked
-
-        return Beat(psycopg.connect(linked(str(path)), autocommit=True, application_name="procession heartbeat"), "%s")
-    return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), "?")
+        return Beat(psycopg.connect(linked(str(path)), autocommit=True, application_name="procession heartbeat"), True)
+    return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), False)
 
 
 def beat_errors(path: Path | str) -> tuple[type[Exception], ...]:

@@ -155,7 +155,7 @@ class Ledger(MoveSteps, Workspace):
         if holder is not None and holder.token != token:
             raise EngineBusy(
                 f"an engine already runs on {self.path} for host {holder.host}: pid {holder.pid} on {holder.machine}"
-                f" (heartbeat {act.now - holder.heartbeat:.1f}s ago)"
+                f" (heartbeat {await act.tx.clock() - holder.heartbeat:.1f}s ago)"
             )
         before = await rows.lease(act.tx, hosts.this())
         await rows.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())

@@ -92,6 +92,13 @@ class Tx(ABC):
         row = await self.one(sql, params)
         return None if row is None else row[0]
 
+    async def clock(self) -> float:
+        """The time by the workspace's own clock, which every machine reads alike: leases and
+        heartbeats are stamped and judged by it, so that a machine whose clock is off takes no
+        live engine for dead, nor a dead one for live. A file's workspace has one machine: its
+        clock (``now``)."""
+        return self.now
+
     @abstractmethod
     async def defer_references(self) -> None:
         """Check references at commit rather than at each statement (rows written in any order)."""

@@ -54,6 +54,8 @@ WRITE_LOCK = "SELECT 1 FROM meta WHERE key = 'rev' FOR UPDATE"
 _CREATOR = f"SELECT pg_advisory_xact_lock({0x70726F63}, hashtext(current_schema()))"  # "proc"
 #: The channel a commit notifies, of this workspace's schema (its hash's digits follow)
 CHANNEL = "procession_"
+#: The server's time, in seconds since the epoch: the one clock of every host's leases.
+SERVER_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())"
 #: How long a write transaction waits for the writer lock before it says the workspace is busy
 BUSY_TIMEOUT_S = 10
 #: What every connection is opened with, unless the workspace's address says otherwise (libpq's
@@ -151,6 +153,10 @@ class PgTx(Tx):
         async with self._errors():
             cur = await self.conn.execute(translate(sql), _check(params))
             return cur.rowcount
+
+    async def clock(self) -> float:
+        """The database server's clock (``clock_timestamp``: now, not the transaction's start)."""
+        return float(await self.value(SERVER_NOW))
 
     async def insert(self, sql: str, params: Params = ()) -> int:
         async with self._errors():

@@ -543,7 +543,7 @@ async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_st
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
         " pid = excluded.pid, started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots,"
         " proc_start = excluded.proc_start, machine = excluded.machine",
-        (host, token, pid, tx.now, tx.now, slots, proc_start, machine),
+        (host, token, pid, now := await tx.clock(), now, slots, proc_start, machine),
     )
 
 
