@@ -9,11 +9,13 @@ import signal
 import sys
 
 from procession.calls import Workspace
-from procession.model.errors import WorkspaceError
+from procession.model.errors import InvalidArgument, WorkspaceError
+from procession.present import results
 from procession.present.words import printable
 
 from .registry import arg, command
 from .settings import note_unknown_keys
+from .terminal import emit
 
 
 class PrintableFormatter(logging.Formatter):
@@ -49,4 +51,24 @@ async def run(ws: Workspace, args: argparse.Namespace) -> int:
     await engine.serve(stop)
     if engine.lost:
         raise WorkspaceError(f"the engine stopped: {engine.lost}")
+    return 0
+
+
+@command("host", "the engines of the workspace's hosts (where each runs, whether it is heard); --dead: say a host's"
+         " engine is dead, so that an engine of another machine may take the host over", args=[
+    arg("name", nargs="?", metavar="HOST", help="the host (with --dead)"),
+    arg("--dead", action="store_true", help="HOST's engine is dead (from another machine it cannot be told dead from"
+        " cut off): its lease is given up; should it come back, it changes nothing"),
+])
+async def host(ws: Workspace, args: argparse.Namespace) -> int:
+    if args.dead:
+        if not args.name:
+            raise InvalidArgument("--dead names the host whose engine is dead: procession host HOST --dead")
+        done = await ws.dead(args.name)
+        emit(args, done.to_json(), results.describe(done))
+        return 0
+    if args.name:
+        raise InvalidArgument("a host is named only with --dead (procession host lists them all)")
+    engines = (await ws.activity())["engines"]
+    emit(args, engines, lambda: "\n".join(results.engine_line(e) for e in engines) or "no engine holds a host")
     return 0

@@ -228,7 +228,8 @@ class ReadCalls(Calls):
             "fired": int(fired), "running": int(running), "frozen": int(frozen),
             "engine": next(({"pid": h.pid, "host": h.host, "slots": h.slots} for h, alive in engines
                             if alive and h.host == here), None),
-            "engines": [{"host": h.host, "pid": h.pid, "slots": h.slots, "alive": alive} for h, alive in engines],
+            "engines": [{"host": h.host, "pid": h.pid, "machine": h.machine, "slots": h.slots, "alive": alive,
+                         "silent": max(0.0, now - h.heartbeat)} for h, alive in engines],
             "several_hosts": bool(several) or any(h.host != here for h, _ in engines),
         }
 

@@ -158,6 +158,13 @@ class Ledger(MoveSteps, Workspace):
                 f" (heartbeat {await act.tx.clock() - holder.heartbeat:.1f}s ago)"
             )
         before = await rows.lease(act.tx, hosts.this())
+        if before is not None and before["token"] != token and before["machine"] != hosts.machine():
+            raise EngineBusy(
+                f"host {hosts.this()}'s engine (pid {before['pid']} on machine {before['machine']}) has not been heard"
+                f" for {await act.tx.clock() - before['heartbeat']:.0f}s, but from here it cannot be told dead from"
+                f" cut off (its runs may be going on there): if it is dead, say so with procession host"
+                f" {hosts.this()} --dead, then start this one again"
+            )
         await rows.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())
         return Leased(os.getpid(), slots, {"token": before["token"], "pid": before["pid"]} if before else None)
 

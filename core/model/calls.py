@@ -67,6 +67,8 @@ class Call(StrEnum):
     LEASE = "lease"
     WAKE = "wake"
     NOTIFY = "notify"  # a notification the engine could not send (``engine.notify``)
+    # an operator's word on a host: its engine is dead (its lease given up, so another may take it)
+    HOST = "host"
     # the web face's devices: a pairing link made, a device paired by one, a device revoked
     PAIR = "pair"
     PAIRED = "paired"
@@ -128,3 +130,5 @@ ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.LAUNCH, Call.EMIT, Cal
                                          Call.ASK, Call.NOTIFY)
 #: The calls of the web face's devices (``procession web``, its pairing page): not a session's.
 DEVICE_CALLS: Final[tuple[Call, ...]] = (Call.PAIR, Call.PAIRED, Call.REVOKE)
+#: An operator's calls on a host of a shared workspace (``procession host``): not a session's.
+HOST_CALLS: Final[tuple[Call, ...]] = (Call.HOST,)

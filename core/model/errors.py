@@ -117,3 +117,8 @@ class StoreFull(WorkspaceError):
 
 class EngineBusy(ProcessionError):
     """Another engine holds the workspace lease."""
+
+
+class Fenced(ProcessionError):
+    """An engine whose host's lease is no longer its own (taken over after an operator said it
+    was dead) writes nothing: each of its writes is refused (``store.base.fenced``)."""

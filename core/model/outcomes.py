@@ -386,3 +386,14 @@ class Revoked(Outcome):
 
     device: int
     name: str
+
+
+@dataclass(slots=True, frozen=True)
+class Dead(Outcome):
+    """``host --dead``: the engine an operator said is dead, whose lease is given up (another
+    engine may take the host over; it, if it comes back, changes nothing). ``sid`` 0."""
+
+    host: str
+    pid: int
+    machine: str
+    silent: float  # seconds since it was last heard, by the workspace's clock

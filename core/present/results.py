@@ -9,6 +9,7 @@ its own terms (``procession approve 4`` in a shell, the key in the monitor) thro
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..model import agents
 from ..model.requests import rule_name
@@ -25,6 +26,7 @@ from ..model.outcomes import (
     Approved,
     Bound,
     Compressed,
+    Dead,
     Expanded,
     Forked,
     Loaded,
@@ -154,6 +156,10 @@ def describe(o: Outcome) -> str:
             return f"{o.sid}: trigger {o.trigger.id} added: {trigger_label(o.trigger)}"
         case TriggerRemoved():
             return f"{o.sid}: trigger {o.trigger.id} removed: {trigger_label(o.trigger)}"
+        case Dead():
+            return (f"host {printable(o.host)}'s engine (pid {o.pid} on machine {printable(o.machine)}, not heard for"
+                    f" {o.silent:.0f}s) is declared dead: its lease is given up, an engine may take the host over,"
+                    " and it changes nothing should it come back")
     return f"{o.sid}: done"
 
 
@@ -161,6 +167,12 @@ def describe(o: Outcome) -> str:
 _MOVE_STAGES = {"packing": "its old host's engine packs it", "placing": "its new host's engine places it",
                 "clearing": "it is there; its old host's engine removes what it left", "done": "done",
                 "failed": "failed", "cancelled": "taken back"}
+
+
+def engine_line(e: dict[str, Any]) -> str:
+    """One engine of ``activity()["engines"]``: its host, its process and machine, whether it is heard."""
+    return (f"host {e['host']}: engine pid {e['pid']} on machine {e['machine']}, {plural(e['slots'], 'slot')}, "
+            + ("heard" if e["alive"] else f"not heard (if it is dead: procession host {e['host']} --dead)"))
 
 
 def move_failed(m: MoveInfo) -> str:

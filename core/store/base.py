@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..model import hosts
+from ..model.errors import Fenced
 
 Clock = Callable[[], float]
 Params = Sequence[Any] | dict[str, Any]
@@ -151,6 +152,19 @@ class Tx(ABC):
                 who or hosts.who())
 
 
+async def fenced(tx: Tx) -> None:
+    """Refuse a write of an engine its host's lease is no longer held by (``Store.fence``), in
+    the write's own transaction, after its lock: an engine cut off from the store while an
+    operator declared it dead and another took its host over changes nothing once it is back,
+    whatever it did meanwhile (its runs were the other's to recover)."""
+    if tx.store.fence is None:
+        return
+    host, token = tx.store.fence
+    if await tx.value("SELECT token FROM engines WHERE host = ?", (host,)) != token:
+        raise Fenced(f"this engine no longer holds host {host}'s lease (it was declared dead, and may have been taken"
+                     " over): it changes nothing more")
+
+
 class Store(ABC):
     """An open workspace. Create with ``await open_store(target)``; close with ``close()``.
 
@@ -166,6 +180,9 @@ class Store(ABC):
     dialect: str
     #: nothing may be changed through it (a PostgreSQL role given read access only)
     readonly: bool = False
+    #: the host and lease token of the engine writing through it: each write is refused once
+    #: that lease is not its own (``fenced``); None for every other process
+    fence: tuple[str, str] | None = None
 
     @abstractmethod
     async def close(self) -> None:

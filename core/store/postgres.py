@@ -35,7 +35,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from . import schema, tokens
-from .base import JOURNAL, Clock, Params, Row, Store, T, Tx
+from .base import JOURNAL, Clock, Params, Row, Store, T, Tx, fenced
 from .dialect import Unupgradable, schema_ddl, translate
 from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, WorkspaceError
 
@@ -332,6 +332,7 @@ class PgStore(Store):
                               f" {WRITE_LOCK}; SET LOCAL lock_timeout = 0")
             tx = PgTx(self)
             try:
+                await fenced(tx)
                 yield tx
                 if tx.followers:
                     await tx.many(JOURNAL, tx.followers)

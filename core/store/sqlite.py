@@ -31,7 +31,7 @@ from typing import Any, cast
 import aiosqlite
 
 from . import schema, tokens
-from .base import JOURNAL, URL_SCHEMES, Clock, Params, Row, Store, T, Tx
+from .base import JOURNAL, URL_SCHEMES, Clock, Params, Row, Store, T, Tx, fenced
 from ..model import hosts
 from ..model.errors import InvalidArgument, StoreBusy, StoreFull, WorkspaceError
 
@@ -417,6 +417,7 @@ class SqliteStore(Store):
                 raise translate(exc, self.path) from None
             tx = SqliteTx(self)
             try:
+                await fenced(tx)
                 yield tx
                 if tx.followers:
                     await tx.many(JOURNAL, tx.followers)
@@ -441,6 +442,7 @@ class SqliteStore(Store):
                 raw.execute("BEGIN IMMEDIATE")
                 try:
                     tx = _Inline(self, raw, abandoned)
+                    _drive(fenced(tx))
                     value = _drive(body(tx))
                     if tx.followers:
                         raw.executemany(JOURNAL, tx.followers)

@@ -2,29 +2,19 @@
 judged by the database server's clock (``Tx.clock``), never a machine's own, so an engine on a
 machine whose clock is two minutes off is neither taken for dead while it beats nor for alive
 once it stops. Each engine here is a process of its own that takes itself for another machine,
-its clock moved by ``SKEW_S`` one way or the other (its ``time.time``: what it would stamp)."""
+its clock moved by ``SKEW_S`` one way or the other (``support.hosts.elsewhere_engine``)."""
 
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
 from conftest import HANG_S, until
 from procession import Workspace
+from support.hosts import elsewhere_engine
 
 SKEW_S = 120.0
-#: An engine whose machine is another one, its clock off by a number of seconds (``sys.argv[1]``).
-SKEWED = ("import socket, sys, time, runpy; skew = float(sys.argv.pop(1)); real = time.time;"
-          " time.time = lambda: real() + skew; socket.gethostname = lambda: 'elsewhere';"
-          " sys.argv[0] = 'procession'; runpy.run_module('procession', run_name='__main__')")
-
-
-def skewed_engine(url: str, host: str, skew: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", SKEWED, str(skew), "--db", url, "--host", host, "run",
-                             "--grace", "0.3"], stderr=subprocess.PIPE, text=True)
 
 
 async def _alive(ws: Workspace) -> dict[str, bool]:
@@ -34,7 +24,7 @@ async def _alive(ws: Workspace) -> dict[str, bool]:
 async def test_engines_whose_clocks_are_off_are_judged_by_the_servers_clock(postgres: Any) -> None:
     url = postgres.workspace()
     ws = await Workspace.open(url)
-    ahead, behind = skewed_engine(url, "ahead", SKEW_S), skewed_engine(url, "behind", -SKEW_S)
+    ahead, behind = elsewhere_engine(url, "ahead", SKEW_S), elsewhere_engine(url, "behind", -SKEW_S)
     try:
         await until(lambda: _both_listed(ws))
         for _ in range(3):  # alive beat after beat, though one stamps two minutes early and one late by its clock

@@ -20,6 +20,19 @@ def start_engine(url: str, host: str, *extra: str, env: Mapping[str, str] | None
                              *extra], stderr=subprocess.PIPE, text=True, env=env)
 
 
+#: An engine as another machine runs it: ``socket.gethostname`` names a machine of its own (a
+#: pid of it means nothing here), its clock off by ``sys.argv[1]`` seconds (its ``time.time``).
+ELSEWHERE = ("import socket, sys, time, runpy; skew = float(sys.argv.pop(1)); real = time.time;"
+             " time.time = lambda: real() + skew; socket.gethostname = lambda: 'elsewhere';"
+             " sys.argv[0] = 'procession'; runpy.run_module('procession', run_name='__main__')")
+
+
+def elsewhere_engine(url: str, host: str, skew: float = 0.0) -> subprocess.Popen[str]:
+    """An engine of ``host`` on another machine (``ELSEWHERE``), its clock off by ``skew`` seconds."""
+    return subprocess.Popen([sys.executable, "-c", ELSEWHERE, str(skew), "--db", url, "--host", host, "run",
+                             "--grace", "0.3"], stderr=subprocess.PIPE, text=True)
+
+
 def stop(engine: subprocess.Popen[str]) -> str:
     """Stop an engine as a person does (SIGTERM); what it said, once it stopped cleanly."""
     engine.send_signal(signal.SIGTERM)
