@@ -1,4 +1,5 @@
-"""Commands on a whole workspace's store: ``migrate-store``, a copy into another store."""
+"""Commands on a whole workspace's store: ``migrate-store``, a copy into another store;
+``upgrade``, a shared workspace brought up to this Procession's schema."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from procession.store import is_url, open_store, workspace_path
+from procession.store import default_target, is_url, open_store, schema, workspace_path
 from procession.store.copy import copy_workspace
 
 from .registry import arg, command
@@ -39,4 +40,22 @@ async def migrate_store(args: argparse.Namespace) -> int:
     emit(args, copied.to_json(),
          lambda: f"copied {copied.rows} rows of {len(copied.tables)} tables from {copied.source} to {copied.target};"
                  " every table's count and SHA-256 match")
+    return 0
+
+
+@command("upgrade", "bring a shared (PostgreSQL) workspace up to this Procession's schema, once no engine of an older"
+         " one runs on it (they are named); a file's is brought up whenever it is opened", workspace=False)
+async def upgrade(args: argparse.Namespace) -> int:
+    given = getattr(args, "db", None)
+    target = (given if is_url(given) else workspace_path(given)) if given else default_target()
+    store = await open_store(target, create=False, upgrade=True)
+    done = store.upgraded
+    await store.close()
+    if done is None:
+        emit(args, {"schema": schema.VERSION, "upgraded": False},
+             f"the workspace is of this Procession's schema ({schema.VERSION}): nothing to do")
+        return 0
+    emit(args, {"schema": done.now, "was": done.was, "upgraded": True, "unheard": list(done.unheard)},
+         lambda: f"upgraded the workspace from schema {done.was} to {done.now}" + "".join(
+             f"\nnot heard, and of the older Procession if it comes back: {name}; stop it" for name in done.unheard))
     return 0

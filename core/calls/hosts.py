@@ -16,7 +16,7 @@ from ..model.outcomes import Dead
 from ..model.records import Holder
 from ..store import rows
 from .base import Calls
-from .reads import ENGINE_STALE_S, process_alive
+from .reads import process_alive
 from .syscall import Act, syscall
 
 
@@ -32,7 +32,7 @@ class HostCalls(Calls):
             raise NotFound(f"host {host} has no engine's lease: nothing to declare dead")
         holder = Holder(*row)
         silent = await act.tx.clock() - holder.heartbeat
-        if silent <= ENGINE_STALE_S or holder.machine == hosts.machine() and process_alive(holder.pid,
+        if silent <= hosts.ENGINE_STALE_S or holder.machine == hosts.machine() and process_alive(holder.pid,
                                                                                            holder.proc_start):
             raise InvalidArgument(f"host {host}'s engine (pid {holder.pid} on machine {holder.machine}) is alive:"
                                   f" it beat {max(silent, 0):.0f}s ago; stop it (SIGTERM) rather than declare it dead")

@@ -39,8 +39,6 @@ from .base import Calls
 from .budgets import spends
 from .budgets import spent as budget_reads
 
-#: A lease heartbeat older than this means no engine is running.
-ENGINE_STALE_S = 5.0
 _STATES = {s.value: s for s in State}
 
 
@@ -483,7 +481,7 @@ def _alive(now: float, holder: Holder) -> bool:
     (``now``, ``Tx.clock``: the one that stamped the beat, whatever this machine's says)."""
     if holder.machine == hosts.machine():
         return process_alive(holder.pid, holder.proc_start)
-    return now - holder.heartbeat <= ENGINE_STALE_S
+    return now - holder.heartbeat <= hosts.ENGINE_STALE_S
 
 
 def process_alive(pid: int, started: float | None) -> bool:

@@ -160,8 +160,7 @@ class Engine:
             took = await _patiently(lambda: ledger.acquire(self.token, self.slots, proc_start(os.getpid())))
             store.fence = (hosts.this(), self.token)  # from now on, a write is refused once the lease is not ours
             loop = asyncio.get_running_loop()
-            self.heartbeat = Heartbeat(store.path, self.token, lambda: loop.call_soon_threadsafe(
-                self._give_up, "this engine's lease is gone (declared dead, or taken by another engine)"))
+            self.heartbeat = Heartbeat(store.path, self.token, lambda why: loop.call_soon_threadsafe(self._give_up, why))
             self.heartbeat.start()
             log.info("engine %s of host %s holds %s with %s", os.getpid(), hosts.this(), store.path,
                      plural(self.slots, "slot"))

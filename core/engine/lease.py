@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..store import is_url
+from ..store import is_url, schema
 from ..store.postgres import SERVER_NOW, linked
 
 log = logging.getLogger("procession.engine")
@@ -28,7 +28,11 @@ HEARTBEAT_S = 1.0
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, path: Path | str, token: str, on_lost: Callable[[], object], busy_ms: int = 5_000) -> None:
+    """Renews the lease every beat, and looks at the workspace's schema: an engine whose lease
+    is gone, or whose workspace a newer Procession upgraded (``procession upgrade``: its tables
+    no longer fit this one's statements), is told why (``on_lost``) and stops."""
+
+    def __init__(self, path: Path | str, token: str, on_lost: Callable[[str], object], busy_ms: int = 5_000) -> None:
         super().__init__(name="procession-heartbeat", daemon=True)
         self.path, self.token, self.on_lost, self.busy_ms = path, token, on_lost, busy_ms
         self.stopped = threading.Event()
@@ -59,8 +63,12 @@ class Heartbeat(threading.Thread):
                     log.warning("heartbeat: the lease is renewed again")
                     failing = ""
                 if not renewed:
-                    log.error("another engine took the lease; stopping")
-                    self.on_lost()
+                    self.on_lost("this engine's lease is gone (declared dead, or taken by another engine)")
+                    return
+                found = beat.schema()
+                if found > schema.VERSION:
+                    self.on_lost(f"the workspace was upgraded to schema {found} by a newer Procession (this one knows up"
+                                 f" to {schema.VERSION}): start the newer one")
                     return
                 self.beats += 1
         finally:
@@ -85,6 +93,10 @@ class Beat:
         else:
             done = self.con.execute("UPDATE engines SET heartbeat = ? WHERE token = ?", (time.time(), token))
         return bool(done.rowcount == 1)
+
+    def schema(self) -> int:
+        """The workspace's schema version, as its meta row says now."""
+        return int(self.con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0])
 
     def broken(self) -> bool:
         return bool(getattr(self.con, "broken", False) or getattr(self.con, "closed", False))

@@ -17,6 +17,9 @@ import socket
 from .errors import InvalidArgument
 
 ENV = "PROCESSION_HOST"
+#: An engine of another machine not heard for longer than this (its heartbeat, by the
+#: workspace's clock) is not running, as far as anyone here can tell.
+ENGINE_STALE_S = 5.0
 #: A host's name: what a machine's name may be (letters, digits, dots, dashes, underscores)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 

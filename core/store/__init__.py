@@ -29,12 +29,15 @@ def default_target() -> Path | str:
     return workspace_path(Path(user_data_dir("procession")) / "workspace.db")
 
 
-async def open_store(target: Path | str | None = None, *, clock: Clock = time.time, create: bool = True) -> Store:
-    """The workspace ``target`` names (default: ``default_target()``), opened."""
+async def open_store(target: Path | str | None = None, *, clock: Clock = time.time, create: bool = True,
+                     upgrade: bool = False) -> Store:
+    """The workspace ``target`` names (default: ``default_target()``), opened; ``upgrade``: a
+    shared one of an older schema brought up to date (a file's is, whenever it is opened: one
+    machine)."""
     if target is None:
         target = default_target()
     if is_url(target):
         from .postgres import PgStore  # psycopg only for a PostgreSQL workspace
 
-        return await PgStore.open(str(target), clock=clock, create=create)
+        return await PgStore.open(str(target), clock=clock, create=create, upgrade=upgrade)
     return await SqliteStore.open(target, clock=clock, create=create)

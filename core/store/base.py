@@ -180,6 +180,8 @@ class Store(ABC):
     dialect: str
     #: nothing may be changed through it (a PostgreSQL role given read access only)
     readonly: bool = False
+    #: what opening it with ``upgrade`` did to an older schema (``postgres.Upgraded``); None: nothing
+    upgraded: Any = None
     #: the host and lease token of the engine writing through it: each write is refused once
     #: that lease is not its own (``fenced``); None for every other process
     fence: tuple[str, str] | None = None

@@ -32,9 +32,11 @@ import urllib.parse
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from . import schema, tokens
+from ..model import hosts
 from .base import JOURNAL, Clock, Params, Row, Store, T, Tx, fenced
 from .dialect import Unupgradable, schema_ddl, translate
 from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, WorkspaceError
@@ -241,15 +243,19 @@ class PgStore(Store):
         self._heard = 0
 
     @classmethod
-    async def open(cls, url: str, *, clock: Clock = time.time, create: bool = True) -> PgStore:
+    async def open(cls, url: str, *, clock: Clock = time.time, create: bool = True,
+                   upgrade: bool = False) -> PgStore:
+        """The workspace at ``url``; ``upgrade``: one of an older schema is brought up to date
+        (``procession upgrade``), else it is refused: a database is shared, and no call
+        changes what every host's engine runs on by itself."""
         conn = await _connect(url)
         try:
-            meta, readonly, channel = await _prepare(conn, url, create)
+            meta, readonly, channel, upgraded = await _prepare(conn, url, create, upgrade)
         except BaseException:
             await conn.close()
             raise
         store = cls(conn, url, clock, meta)
-        store.readonly, store.channel = readonly, channel
+        store.readonly, store.channel, store.upgraded = readonly, channel, upgraded
         return store
 
     def unreachable(self, exc: Exception) -> StoreUnreachable:
@@ -462,12 +468,13 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
     return conn
 
 
-async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -> tuple[dict[str, str], bool, str]:
+async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool,
+                   upgrade: bool) -> tuple[dict[str, str], bool, str, Upgraded | None]:
     """The workspace's meta rows, its schema made first in an empty database (``create``);
-    whether the role may only read it; the channel its commits notify. Two first openers make
-    it once (``_CREATOR``); a role that may write holds the writers' lock while it looks, so
-    that one opener brings an older workspace up to date while no call writes; a role that
-    may only read takes no lock."""
+    whether the role may only read it; the channel its commits notify; and, with ``upgrade``,
+    how it was brought up to date. Two first openers make it once (``_CREATOR``); a role that
+    may write holds the writers' lock while it looks, so that the one ``upgrade`` brings an
+    older workspace up to date while no call writes; a role that may only read takes no lock."""
     where = safe_url(url)
     exists = "SELECT to_regclass('meta') IS NOT NULL"
     async with conn.transaction():
@@ -506,10 +513,42 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], url: str, create: bool) -
         if version > schema.VERSION:
             raise WorkspaceError(f"{where} was made by a newer Procession (schema {version}; this one knows up to"
                                  f" {schema.VERSION}); upgrade procession to open it")
+        upgraded = None
         if version < schema.VERSION:
+            if not upgrade:
+                raise WorkspaceError(f"{where} is of an older Procession's schema ({version}; this one's is"
+                                     f" {schema.VERSION}): a shared workspace is brought up to date only when you say"
+                                     " so, once its engines are stopped: procession upgrade")
+            upgraded = Upgraded(version, schema.VERSION, await _older_engines(conn, where))
             await _upgrade(conn, where, version, readonly)
             meta["schema"] = str(schema.VERSION)
-    return meta, readonly, channel
+    return meta, readonly, channel, upgraded
+
+
+@dataclass(slots=True, frozen=True)
+class Upgraded:
+    """What ``procession upgrade`` did: the schema it found and the one it left, and the engines
+    it found not heard (each may run the older Procession still, somewhere cut off: stop it)."""
+
+    was: int
+    now: int
+    unheard: tuple[str, ...]
+
+
+async def _older_engines(conn: psycopg.AsyncConnection[Any], where: str) -> tuple[str, ...]:
+    """Refuse to upgrade while an engine (every engine of an older schema is of an older
+    Procession) is heard: it would go on running its statements on tables they no longer fit.
+    Those not heard are named, for the operator to make sure of."""
+    if not await _first(conn, "SELECT to_regclass('engines') IS NOT NULL"):
+        return ()  # a workspace older than hosts: one lease, checked as any engine is when it starts
+    cur = await conn.execute(f"SELECT host, pid, machine, ({SERVER_NOW}) - heartbeat FROM engines ORDER BY host")
+    found = [(f"host {host} (engine pid {pid} on machine {machine})", silent) for host, pid, machine, silent
+             in await cur.fetchall()]
+    heard = [name for name, silent in found if silent <= hosts.ENGINE_STALE_S]
+    if heard:
+        raise WorkspaceError(f"engines of an older Procession run on {where}: {', '.join(heard)}; stop them (they"
+                             " cannot run on the new schema), upgrade, then start this version's")
+    return tuple(name for name, _ in found)
 
 
 async def _upgrade(conn: psycopg.AsyncConnection[Any], where: str, version: int, readonly: bool) -> None:

@@ -208,23 +208,44 @@ async def test_an_engine_stopped_after_it_took_its_lease_but_before_it_started_g
     assert sql(db, "SELECT count(*) FROM engines") == [(0,)]
 
 
-async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_when_opened(postgres) -> None:
-    """Made by the release before moves (schema 14): its opener adds what came since, once,
-    keeping every row; a role that may only read is told to let a writer open it first."""
+async def test_a_postgresql_workspace_of_an_older_schema_is_upgraded_only_when_asked_and_no_older_engine_runs(
+        postgres) -> None:
+    """Made by the release before moves (schema 14): no call brings it up to date by itself (a
+    plain ``ps`` of a newer Procession used to, under every older engine's feet); ``procession
+    upgrade`` does, once, keeping every row, refusing while an engine of the older Procession is
+    heard (it is named) and naming those not heard; a role that may only read is told to let a
+    writer upgrade it."""
     url = postgres.workspace()
     ws = await Workspace.open(url)
     sid = (await ws.spawn("kept", "ops")).sid
     await ws.close()
-    sql(url, "DROP TABLE moves")
-    sql(url, "DROP INDEX sessions_spawned_by")
-    sql(url, "DROP TABLE devices")
-    sql(url, "DROP TABLE pairings")
-    sql(url, "DROP TABLE answer_tokens")
-    sql(url, "DROP INDEX runs_ended")
-    sql(url, "UPDATE meta SET value = '14' WHERE key = 'schema'")
+    for statement in ("DROP TABLE moves", "DROP INDEX sessions_spawned_by", "DROP TABLE devices", "DROP TABLE pairings",
+                      "DROP TABLE answer_tokens", "DROP INDEX runs_ended",
+                      "UPDATE meta SET value = '14' WHERE key = 'schema'",
+                      # an engine of the older Procession, on another machine, beating now
+                      "INSERT INTO engines (host, token, pid, started, heartbeat, slots, proc_start, machine)"
+                      " VALUES ('old', 't', 77, 0, EXTRACT(EPOCH FROM clock_timestamp()), 2, NULL, 'elsewhere')"):
+        sql(url, statement)
+    plain = subprocess.run([sys.executable, "-m", "procession", "--db", url, "ps"], capture_output=True, text=True,
+                           timeout=HANG_S)
+    assert plain.returncode != 0 and "Traceback" not in plain.stderr
+    assert "older Procession's schema (14" in plain.stderr and "procession upgrade" in plain.stderr
+    refused = subprocess.run([sys.executable, "-m", "procession", "--db", url, "upgrade"], capture_output=True,
+                             text=True, timeout=HANG_S)
+    assert refused.returncode != 0 and "host old (engine pid 77 on machine elsewhere)" in refused.stderr
+    assert sql(url, "SELECT value FROM meta WHERE key = 'schema'") == [("14",)]  # neither changed anything
     viewer = postgres.viewer(url)
+    sql(url, "UPDATE engines SET heartbeat = heartbeat - 60")  # not heard for a minute
     with pytest.raises(WorkspaceError, match="a role that may write must open it once first"):
-        await open_store(viewer)
+        await open_store(viewer, upgrade=True)
+    done = subprocess.run([sys.executable, "-m", "procession", "--db", url, "upgrade"], capture_output=True,
+                          text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr
+    assert f"upgraded the workspace from schema 14 to {schema.VERSION}" in done.stdout
+    assert "not heard, and of the older Procession if it comes back: host old (engine pid 77" in done.stdout
+    again = subprocess.run([sys.executable, "-m", "procession", "--db", url, "upgrade"], capture_output=True,
+                           text=True, timeout=HANG_S)
+    assert again.returncode == 0 and "nothing to do" in again.stdout
     ws = await Workspace.open(url)
     try:
         assert (await ws.info(sid)).name == "kept" and await ws.move_info(sid) is None
@@ -232,6 +253,28 @@ async def test_a_postgresql_workspace_of_an_older_schema_is_brought_up_to_date_w
     finally:
         await ws.close()
     assert dialect.schema_ddl(schema.VERSION) == []  # nothing to add to a workspace of this version
+
+
+async def test_an_engine_whose_workspace_a_newer_procession_upgraded_stops_saying_so(postgres, tmp_path) -> None:
+    url = postgres.workspace()
+    await (await Workspace.open(url)).close()
+    engine = subprocess.Popen([sys.executable, "-m", "procession", "--db", url, "run"], stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        await until(lambda: _engines(url))
+        sql(url, f"UPDATE meta SET value = '{schema.VERSION + 1}' WHERE key = 'schema'")  # as a newer upgrade leaves it
+        _, said = engine.communicate(timeout=HANG_S)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    assert engine.returncode != 0 and "Traceback" not in said
+    assert f"upgraded to schema {schema.VERSION + 1} by a newer Procession" in said
+    assert sql(url, "SELECT count(*) FROM engines") == [(0,)]  # it gave its lease back
+
+
+async def _engines(url: str) -> bool:
+    return bool(sql(url, "SELECT count(*) FROM engines")[0][0])
 
 
 async def test_values_postgresql_would_take_differently_are_refused_as_sqlite_refuses_them(postgres) -> None:
