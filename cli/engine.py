@@ -72,3 +72,24 @@ async def host(ws: Workspace, args: argparse.Namespace) -> int:
     engines = (await ws.activity())["engines"]
     emit(args, engines, lambda: "\n".join(results.engine_line(e) for e in engines) or "no engine holds a host")
     return 0
+
+
+@command("team", "the people of a shared (PostgreSQL) workspace, a database role each, which its journal names:"
+         " add one, remove one, list them", ops={
+    "add": [arg("name", metavar="NAME", help="the person's role (lower-case letters, digits, _)"),
+            arg("--read-only", action="store_true", help="a role that may only look (a viewer)")],
+    "remove": [arg("name", metavar="NAME")],
+    "ls": [],
+}, default_op="ls")
+async def team(ws: Workspace, args: argparse.Namespace) -> int:
+    match args.op:
+        case "add" | "remove":
+            done = await (ws.team_add(args.name, read_only=args.read_only) if args.op == "add"
+                          else ws.team_remove(args.name))
+            emit(args, done.to_json(), results.describe(done))
+        case _:
+            found = await ws.team()
+            emit(args, [{"name": name, "read_only": ro} for name, ro in found],
+                 lambda: "\n".join(f"{name}{'  (read only)' if ro else ''}" for name, ro in found)
+                 or "no one but the workspace's owner: procession team add NAME")
+    return 0

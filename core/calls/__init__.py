@@ -20,7 +20,7 @@ from .bindings import BindingCalls
 from .budgets import BudgetCalls
 from .context import ContextCalls
 from .devices import DeviceCalls
-from .hosts import HostCalls
+from .hosts import HostCalls, TeamCalls
 from .files import FileCalls
 from .lifecycle import LifecycleCalls
 from .lineage import LineageCalls
@@ -30,7 +30,8 @@ from .reads import ReadCalls
 
 
 class Workspace(ReadCalls, ContextCalls, AdoptCalls, LifecycleCalls, LineageCalls, FileCalls, MoveCalls,
-                BindingCalls, AgentCalls, PermissionCalls, BudgetCalls, DeviceCalls, HostCalls):
+                BindingCalls, AgentCalls, PermissionCalls, BudgetCalls, DeviceCalls, HostCalls,
+                TeamCalls):
     """An open workspace and every call that acts on it, on behalf of one actor.
 
     ``async with await Workspace.open(path) as ws: await ws.spawn("payroll", "hr")``

@@ -1,4 +1,4 @@
-"""What an operator says of a host of a shared workspace: that its engine is dead.
+"""What an operator says of a shared workspace: that a host's engine is dead; who its people are.
 
 From another machine an engine that stopped beating cannot be told dead from cut off: its
 runs may be going on there. So no engine takes a host over from an engine of another machine
@@ -9,10 +9,12 @@ longer its own, and each of its writes is refused (``store.base.fenced``).
 
 from __future__ import annotations
 
+import re
+
 from ..model import hosts
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound
-from ..model.outcomes import Dead
+from ..model.outcomes import Dead, Teamed
 from ..model.records import Holder
 from ..store import rows
 from .base import Calls
@@ -38,3 +40,85 @@ class HostCalls(Calls):
                                   f" it beat {max(silent, 0):.0f}s ago; stop it (SIGTERM) rather than declare it dead")
         await rows.drop_lease(act.tx, holder.token)
         return Dead(0, host, holder.pid, holder.machine, silent)
+
+
+#: A role's name as ``team`` takes it: PostgreSQL's plain identifiers (never quoted, never
+#: needing to be), and never one of the server's own.
+_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class TeamCalls(Calls):
+    """People on a shared workspace: one database role each, so that the journal names them
+    (``store.base.JOURNAL``: the role the server authenticated) whatever a caller says."""
+
+    @syscall(Call.TEAM, session=None, check=None)
+    async def team_add(self, act: Act, name: str, *, read_only: bool = False) -> Teamed:
+        """A login role ``name`` that may use this workspace: every call (``read_only``: read
+        only, as a viewer); the journal to read and append to, never to change (no role but its
+        owner's may change a row of it). Its password or certificate is the operator's to give
+        (``ALTER ROLE name PASSWORD …``, or the server's ``pg_hba.conf``)."""
+        role = _role(act, name)
+        if await act.tx.value("SELECT 1 FROM pg_roles WHERE rolname = ?", (role,)):
+            raise InvalidArgument(f"a role {role} exists already in this database: give another name, or grant it"
+                                  " yourself")
+        ws = await _schema(act)
+        await act.tx.execute(f"CREATE ROLE {role} LOGIN")
+        await act.tx.execute(f"GRANT USAGE ON SCHEMA {ws} TO {role}")
+        if read_only:
+            await act.tx.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {ws} TO {role}")
+            await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} GRANT SELECT ON TABLES TO {role}")
+        else:
+            await act.tx.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {ws} TO {role}")
+            await act.tx.execute(f"REVOKE UPDATE, DELETE ON {ws}.journal FROM {role}")
+            await act.tx.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {ws} TO {role}")
+            await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} GRANT SELECT, INSERT, UPDATE, DELETE ON"
+                                 f" TABLES TO {role}")
+            await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} GRANT USAGE, SELECT ON SEQUENCES TO {role}")
+        return Teamed(0, role, True, read_only)
+
+    @syscall(Call.TEAM, session=None, check=None)
+    async def team_remove(self, act: Act, name: str) -> Teamed:
+        """Take ``name``'s role off this workspace (its privileges here revoked; the role
+        itself is left to the operator, who may use it elsewhere)."""
+        role = _role(act, name)
+        if not await act.tx.value("SELECT 1 FROM pg_roles WHERE rolname = ?", (role,)):
+            raise NotFound(f"no role {role} in this database")
+        ws = await _schema(act)
+        await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} REVOKE ALL ON TABLES FROM {role}")
+        await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} REVOKE ALL ON SEQUENCES FROM {role}")
+        await act.tx.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {ws} FROM {role}")
+        await act.tx.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {ws} FROM {role}")
+        await act.tx.execute(f"REVOKE ALL ON SCHEMA {ws} FROM {role}")
+        return Teamed(0, role, False)
+
+    async def team(self) -> list[tuple[str, bool]]:
+        """The roles that may use this workspace, other than its owner's: each name, and
+        whether it may only read."""
+        if self.store.dialect != "postgresql":
+            return []
+        async with self.store.snapshot() as tx:
+            found = await tx.all(
+                "SELECT r.rolname AS name, NOT has_table_privilege(r.rolname, 'sessions', 'INSERT') AS read_only"
+                " FROM pg_roles r WHERE r.rolcanlogin AND has_schema_privilege(r.rolname, current_schema(), 'USAGE')"
+                " AND r.rolname <> (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = current_schema())"
+                " ORDER BY r.rolname")
+        return [(r["name"], bool(r["read_only"])) for r in found]
+
+
+def _role(act: Act, name: str) -> str:
+    """``name`` as a role of this workspace's database, or a one-line refusal."""
+    if act.tx.store.dialect != "postgresql":
+        raise InvalidArgument("a file's workspace has no people of its own (its journal names the machine's user):"
+                              " a team needs a shared, PostgreSQL workspace")
+    if not _ROLE.fullmatch(name) or name.startswith("pg_"):
+        raise InvalidArgument(f"{name[:70]!r} cannot name a role: use up to 63 lower-case letters, digits and"
+                              " underscores, beginning with a letter or an underscore (not pg_)")
+    return name
+
+
+async def _schema(act: Act) -> str:
+    """The workspace's schema (its tables'), as a name DDL can hold."""
+    found = str(await act.tx.value("SELECT current_schema()"))
+    if not _ROLE.fullmatch(found):
+        raise InvalidArgument(f"the workspace's schema {found[:70]!r} is not a plain name: grant roles on it yourself")
+    return found

@@ -67,8 +67,10 @@ class Call(StrEnum):
     LEASE = "lease"
     WAKE = "wake"
     NOTIFY = "notify"  # a notification the engine could not send (``engine.notify``)
-    # an operator's word on a host: its engine is dead (its lease given up, so another may take it)
+    # an operator's: a host's engine is dead (its lease given up, so another may take it); a
+    # person given a role of their own in a shared workspace's database, or taken off it
     HOST = "host"
+    TEAM = "team"
     # the web face's devices: a pairing link made, a device paired by one, a device revoked
     PAIR = "pair"
     PAIRED = "paired"
@@ -130,5 +132,5 @@ ENGINE_CALLS: Final[tuple[Call, ...]] = (Call.START, Call.LAUNCH, Call.EMIT, Cal
                                          Call.ASK, Call.NOTIFY)
 #: The calls of the web face's devices (``procession web``, its pairing page): not a session's.
 DEVICE_CALLS: Final[tuple[Call, ...]] = (Call.PAIR, Call.PAIRED, Call.REVOKE)
-#: An operator's calls on a host of a shared workspace (``procession host``): not a session's.
-HOST_CALLS: Final[tuple[Call, ...]] = (Call.HOST,)
+#: An operator's calls on a shared workspace (``procession host``, ``procession team``): not a session's.
+OPERATOR_CALLS: Final[tuple[Call, ...]] = (Call.HOST, Call.TEAM)

@@ -397,3 +397,13 @@ class Dead(Outcome):
     pid: int
     machine: str
     silent: float  # seconds since it was last heard, by the workspace's clock
+
+
+@dataclass(slots=True, frozen=True)
+class Teamed(Outcome):
+    """``team add`` / ``team remove``: the person's database role made (``read_only``: it may
+    only read) or taken off the workspace. ``sid`` 0."""
+
+    name: str
+    added: bool
+    read_only: bool = False

@@ -28,6 +28,7 @@ from ..model.outcomes import (
     Compressed,
     Dead,
     Expanded,
+    Teamed,
     Forked,
     Loaded,
     MemoryChanged,
@@ -156,6 +157,12 @@ def describe(o: Outcome) -> str:
             return f"{o.sid}: trigger {o.trigger.id} added: {trigger_label(o.trigger)}"
         case TriggerRemoved():
             return f"{o.sid}: trigger {o.trigger.id} removed: {trigger_label(o.trigger)}"
+        case Teamed(added=True):
+            return (f"{o.name} may use the workspace{' (read only)' if o.read_only else ''}: give the role a password"
+                    f" (ALTER ROLE {o.name} PASSWORD '…') or a certificate, and they connect as"
+                    f" postgresql://{o.name}@…; the journal names them")
+        case Teamed():
+            return f"{o.name} may no longer use the workspace (the role itself is left in the database)"
         case Dead():
             return (f"host {printable(o.host)}'s engine (pid {o.pid} on machine {printable(o.machine)}, not heard for"
                     f" {o.silent:.0f}s) is declared dead: its lease is given up, an engine may take the host over,"

@@ -30,8 +30,12 @@ T = TypeVar("T")
 #: workspace has; any other ``scheme://`` is refused, never taken for a file's path.
 URL_SCHEMES = ("postgresql://", "postgres://")
 
+#: A journal row. Its ``who`` in a database is the server's own word for the person, the role
+#: it authenticated (``session_user``, which no statement of theirs can change), before what
+#: the caller says of itself (``ana@laptop``, ``phone (web)``): a role per person makes the
+#: journal say who, whatever a caller claims.
 JOURNAL = ("INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome, who)"
-           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+           " VALUES (?, ?, ?, ?, ?, ?, ?, /*sqlite*/ ? /*pg: session_user || ' · ' || ?*/)")
 
 
 class Row(Protocol):

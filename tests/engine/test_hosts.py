@@ -45,7 +45,8 @@ async def test_activations_across_three_engines_each_run_once_on_their_host(post
         assert all(engine == by_host[host_of[sid]] for sid, engine, _ in ran)  # each on its own host's engine
         assert {outcome for _, _, outcome in ran} == {"ok"}
         who = {w for (w,) in sql(url, "SELECT DISTINCT who FROM journal WHERE call = 'start'")}
-        assert who == {f"{hosts.who().split('@')[0]}@{h}" for h in HOSTS}, errs
+        # the database's role first (the server's word), then what the process says of itself
+        assert who == {f"procession · {hosts.who().split('@')[0]}@{h}" for h in HOSTS}, errs
     finally:
         await ws.close()
 
