@@ -51,6 +51,7 @@ class Heartbeat(threading.Thread):
                     if beat is None:
                         beat = _beat(self.path, self.busy_ms)
                     renewed = beat.renew(self.token)
+                    found = beat.schema() if renewed else schema.VERSION
                 except beat_errors(self.path) as exc:  # busy, failing or out of reach: the next beat tries again
                     if beat is not None and is_url(self.path) and beat.broken():
                         beat.close()
@@ -65,7 +66,6 @@ class Heartbeat(threading.Thread):
                 if not renewed:
                     self.on_lost("this engine's lease is gone (declared dead, or taken by another engine)")
                     return
-                found = beat.schema()
                 if found > schema.VERSION:
                     self.on_lost(f"the workspace was upgraded to schema {found} by a newer Procession (this one knows up"
                                  f" to {schema.VERSION}): start the newer one")
@@ -95,8 +95,10 @@ class Beat:
         return bool(done.rowcount == 1)
 
     def schema(self) -> int:
-        """The workspace's schema version, as its meta row says now."""
-        return int(self.con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0])
+        """The workspace's schema version, as its meta row says now (0 for none: what replaced
+        the file is said by the engine, which finds it is not the workspace it opened)."""
+        row = self.con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        return int(row[0]) if row else 0
 
     def broken(self) -> bool:
         return bool(getattr(self.con, "broken", False) or getattr(self.con, "closed", False))
