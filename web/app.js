@@ -2,12 +2,19 @@
 // every word of it comes from the server (as the monitor words it): the page only places it.
 // Each request and session keeps its element while the page is live, and only its texts are
 // redrawn, so what you type into one (a reason, a message) stays as the state changes around it.
+//
+// One stream for all of a browser's pages: a browser keeps at most six connections to a server
+// over HTTP/1.1, and a stream holds one, so a seventh page (and every answer from the first six)
+// would wait forever. The page that holds the lock (Web Locks) opens the stream and hands each
+// state to the others (a BroadcastChannel); when it closes, another takes the lock and the
+// stream. Where a browser has no locks (plain HTTP off loopback), each page has its own.
 "use strict";
 let csrf = "";
 let readOnly = true;
 let calls = [];
-let opened = null;  // the session whose detail is open
+let opened = null;  // the session whose page is open
 let stream = null;
+const shared = "BroadcastChannel" in window ? new BroadcastChannel("procession-state") : null;
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -89,8 +96,13 @@ function sessionTexts(s) {
   return [name, cellsOf(s)];
 }
 
-function detail(d) {
+async function detail() {
   const box = document.getElementById("detail");
+  let d = null;
+  if (opened !== null) {
+    const response = await fetch(`/api/session?sid=${opened}`, {credentials: "same-origin"});
+    d = response.ok ? await response.json() : null;
+  }
   box.hidden = d === null;
   if (d === null) return;
   document.getElementById("detail-title").textContent = d.title;
@@ -135,23 +147,45 @@ function show(state) {
   document.getElementById("finished-box").hidden = state.finished.length === 0;
   keep(document.getElementById("sessions"), state.sessions, (s) => `s${s.id}`,
        (li, s) => { li.dataset.session = s.id; }, sessionTexts);
-  detail(state.open);
+  detail();
   const wanted = document.getElementById(location.hash.slice(1));
   if (wanted && !wanted.dataset.shown) { wanted.dataset.shown = "1"; wanted.classList.add("wanted"); wanted.scrollIntoView(); }
 }
 
-function watch() {
-  const match = /^#session-(\d+)$/.exec(location.hash);
-  opened = match ? Number(match[1]) : null;
-  if (stream) stream.close();
-  stream = new EventSource(opened === null ? "/api/events" : `/api/events?open=${opened}`);
-  stream.addEventListener("state", (e) => { document.getElementById("live").textContent = "live"; show(JSON.parse(e.data)); });
-  stream.addEventListener("revoked", () => { stream.close(); notice("this device was revoked"); });
+function received(message) {
+  if (message.state) { document.getElementById("live").textContent = "live"; show(message.state); }
+  if (message.revoked) { if (stream) stream.close(); notice(message.revoked); }
+}
+
+function listen() {
+  // this page's own stream; with `share`, the other pages are handed what it hears
+  const tell = (message) => { received(message); if (shared && navigator.locks) shared.postMessage(message); };
+  stream = new EventSource("/api/events");
+  stream.addEventListener("state", (e) => tell({state: JSON.parse(e.data)}));
+  stream.addEventListener("revoked", () => tell({revoked: "this device was revoked"}));
   stream.onerror = async () => {
     document.getElementById("live").textContent = "reconnecting";
     const response = await fetch("/api/state", {credentials: "same-origin"});
-    if (response.status === 401) { stream.close(); notice((await response.json()).error); }
+    if (response.status === 401) tell({revoked: (await response.json()).error});
   };
+}
+
+async function watch() {
+  if (shared && navigator.locks) {
+    shared.onmessage = (e) => received(e.data);
+    const response = await fetch("/api/state", {credentials: "same-origin"});  // drawn now, not at the next state
+    if (response.ok) received({state: await response.json()});
+    else if (response.status === 401) received({revoked: (await response.json()).error});
+    navigator.locks.request("procession-stream", () => new Promise(listen));  // held while this page lives
+  } else {
+    listen();
+  }
+}
+
+function follow() {
+  const match = /^#session-(\d+)$/.exec(location.hash);
+  opened = match ? Number(match[1]) : null;
+  detail();
 }
 
 async function pair() {
@@ -170,7 +204,8 @@ if (location.pathname === "/pair") {
   document.getElementById("seen").onclick = async () => {
     try { await post("/api/looked", {}); } catch (e) { notice(e.message); }
   };
-  document.getElementById("close").onclick = () => { history.pushState(null, "", "/"); watch(); };
-  window.addEventListener("hashchange", () => { if (location.hash.startsWith("#session-") || opened !== null) watch(); });
+  document.getElementById("close").onclick = () => { history.pushState(null, "", "/"); follow(); };
+  window.addEventListener("hashchange", follow);
+  follow();
   watch();
 }

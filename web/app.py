@@ -154,16 +154,20 @@ def create(ws: Workspace, served: list[str], *, secure: bool) -> Starlette:
         return response
 
     async def state(request: Request, device: Device) -> Response:
-        return JSONResponse(await _state(ws, device, _opened(request)), headers=HEADERS)
+        return JSONResponse(await _state(ws, device), headers=HEADERS)
+
+    async def session(request: Request, device: Device) -> Response:
+        """A session's own page: what the page with it open asks at each state it is sent."""
+        sid = request.query_params.get("sid", "")
+        found = await _detail(ws, int(sid), time.time()) if sid.isdigit() else None
+        return JSONResponse(found, status_code=200 if found else 404, headers=HEADERS)
 
     async def events(request: Request, device: Device) -> Response:
-        opened = _opened(request)
-
         async def stream() -> AsyncIterator[str]:
             last: str | None = None
             now: Device | None = device
             while now is not None:
-                shown = json.dumps(await _state(ws, now, opened))
+                shown = json.dumps(await _state(ws, now))
                 if shown != last:
                     yield f"event: state\ndata: {shown}\n\n"
                     last = shown
@@ -224,6 +228,7 @@ def create(ws: Workspace, served: list[str], *, secure: bool) -> Starlette:
         Route("/", page), Route("/pair", page), Route("/app.js", page), Route("/app.css", page),
         Route("/api/pair", pair, methods=["POST"]),
         Route("/api/state", guarded(state)),
+        Route("/api/session", guarded(session)),
         Route("/api/events", guarded(events)),
         Route("/api/answer", guarded(answer, changing=True), methods=["POST"]),
         Route("/api/call", guarded(call, changing=True), methods=["POST"]),
@@ -242,20 +247,15 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _opened(request: Request) -> int | None:
-    """The session a page has open (``?open=SID``), whose detail it is sent."""
-    opened = request.query_params.get("open", "")
-    return int(opened) if opened.isdigit() else None
-
-
 def _cells(s: SessionInfo, now: float) -> list[tuple[str, cells.Parts]]:
     return [(cells.BY_KEY[key].title, cells.BY_KEY[key].cell(s, now)) for key in COLUMNS]
 
 
-async def _state(ws: Workspace, device: Device, opened: int | None) -> dict[str, Any]:
+async def _state(ws: Workspace, device: Device) -> dict[str, Any]:
     """What the page shows: the requests waiting, the sessions failing, the runs finished since
-    the device looked, the table, and the detail of the session it has open. Every text is
-    worded here (``present``), as the monitor words it; the page only places it."""
+    the device looked, the table (the same for every page of a device: one stream serves them
+    all). Every text is worded here (``present``), as the monitor words it; the page only
+    places it."""
     now = time.time()
     pending = await ws.pending()
     sessions = await ws.ps()
@@ -276,7 +276,6 @@ async def _state(ws: Workspace, device: Device, opened: int | None) -> dict[str,
         "calls": [{"call": str(c), "summary": INFO[c].summary, "confirm": INFO[c].confirm} for c in CALLS],
         "sessions": [{"id": s.id, "name": s.name, "waiting": s.state is State.WAITING, "cells": _cells(s, now)}
                      for s in sessions],
-        "open": await _detail(ws, opened, now) if opened is not None else None,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -17,6 +18,9 @@ class Calls:
     started for a session): each journal row names it as its ``other`` session, where the
     call has no second session of its own. ``who`` names the person in each journal row where
     the process is not theirs alone (``as_who``: a device paired with the web face).
+    ``told``, where set, is called once a request made through it is asked (``decide``): an
+    engine asking on its own connection hears none of its own commits, and must look at once
+    (its notifications of the request go out then, not at the next commit of another's).
     """
 
     def __init__(self, store: Store, actor: str = "cli", acting: int | None = None) -> None:
@@ -24,6 +28,7 @@ class Calls:
         self.actor = actor
         self.acting = acting
         self.who: str | None = None
+        self.told: Callable[[], object] | None = None
 
     def as_who(self, who: str) -> Self:
         """The same open workspace, its calls journaled as made by ``who`` (sharing the store:

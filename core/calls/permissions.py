@@ -165,6 +165,8 @@ class PermissionCalls(Calls):
             asked = await self.ask(sid, tool, input, key=key)
             answer, why = asked.answer, asked.why
             if answer is None:
+                if self.told is not None:
+                    self.told()
                 try:
                     found = await self.answer(asked.request)
                 except asyncio.CancelledError:  # the asker hung up (its CLI, its relay): nothing waits

@@ -446,7 +446,7 @@ class Engine:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
                 turn.served = served(cwd, resources)
-                turn.ask = (own.asking(self.ledger.as_actor("agent"), lambda: self.stopping)
+                turn.ask = (own.asking(self._asking(), lambda: self.stopping)
                             if own is not None and asks == "mcp" else None)
                 if asks == "talk" and row["permissions"] == bounds.ASK:
                     turn.decide = self._asker(sid)
@@ -503,10 +503,18 @@ class Engine:
         log.info("run %d of session %d started (%s, pid %s, %s)", start.run, sid, row["runner"], step.pid, held.said)
         return True
 
-    def _asker(self, sid: int) -> Callable[[str, dict[str, Any]], Awaitable[tuple[bool, str]]]:
-        """How an ``openai:`` run of ``sid`` asks a person whether a tool call may run."""
+    def _asking(self) -> Ledger:
+        """The workspace a run's agent asks a person through: journaled as the agent's, and
+        this engine told at once of each request (``Calls.told``: it hears no commit of its own
+        connection), so that its notification goes out now."""
         assert self.ledger is not None
         agent = self.ledger.as_actor("agent")
+        agent.told = self.kick.set
+        return agent
+
+    def _asker(self, sid: int) -> Callable[[str, dict[str, Any]], Awaitable[tuple[bool, str]]]:
+        """How an ``openai:`` run of ``sid`` asks a person whether a tool call may run."""
+        agent = self._asking()
 
         async def ask(tool: str, input: dict[str, Any]) -> tuple[bool, str]:
             return await agent.decide(sid, tool, input, keep=lambda: self.stopping)

@@ -192,3 +192,40 @@ async def _last_is(ws: Workspace, sid: int, text: str) -> bool:
 
 async def _terminated(ws: Workspace, sid: int) -> bool:
     return (await ws.info(sid)).state is State.TERMINATED
+
+
+async def test_many_pages_of_one_browser_share_one_stream_and_each_answers(browser: Any, tmp_path: Path) -> None:
+    """A browser keeps six connections to a server at most (HTTP/1.1), and a live page holds one:
+    eight pages of one browser share one stream (the page holding the lock hands each state to
+    the others), so every page is live and an answer from the eighth goes through; when the page
+    holding the stream closes, another takes it over."""
+    db = tmp_path / "ws.db"
+    ws = await Workspace.open(db)
+    served = Served(db, "--pair", "desk")
+    try:
+        with ModelServer(Script(tool_call("data_write", {"path": "out.txt", "content": "many"}), say("ok"))) as model:
+            sid = await _asking(ws, tmp_path, "tabs", model.url_v1)
+            async with engine_on(db):
+                context = await browser.new_context(viewport={"width": 1280, "height": 800})
+                first = await context.new_page()
+                await first.goto(served.link)
+                await first.get_by_role("button", name="Pair this device").click()
+                await first.wait_for_url(f"{served.address}/")
+                pages = [first]
+                for _ in range(7):
+                    page = await context.new_page()
+                    await page.goto(served.address)
+                    pages.append(page)
+                await ws.activate(sid)
+                for page in pages:
+                    await page.locator("li[data-request]").wait_for(timeout=HANG_S * 1000)
+                await first.close()  # the page holding the stream, most likely: another takes it
+                await ws.spawn("later", "dev", cwd=str(tmp_path))
+                await pages[-1].get_by_role("link", name="2 later").wait_for(timeout=HANG_S * 1000)
+                await pages[-1].get_by_role("button", name="Allow once").click()
+                await until(lambda: _ended(ws, sid))
+                assert (tmp_path / "data" / "out.txt").read_text() == "many"
+                await context.close()
+    finally:
+        served.stop()
+        await ws.close()
