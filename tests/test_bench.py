@@ -233,3 +233,25 @@ def test_asking_tiny_measures_the_agent_clis_and_the_openai_loop() -> None:
     for runner in ("claude", "codex", "opencode", "openai"):
         assert 0 < figures[f"{runner}_request_to_waiting"]["median"] < 60
         assert 0 < figures[f"{runner}_allow_to_tool"]["median"] < 60
+
+
+def test_web_tiny_measures_the_page_the_push_and_the_tap() -> None:
+    import shutil
+
+    try:
+        import playwright.async_api  # noqa: F401
+        found = bool(shutil.which("chromium") or shutil.which("chromium-browser"))
+    except ImportError:
+        found = False
+    if not found:  # as the browser tests (tests/web/test_web_browser.py) skip, or fail where required
+        why = "the web bench needs Playwright (pip) and Chromium (Debian: apt-get install chromium)"
+        if os.environ.get("PROCESSION_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    proc = subprocess.run([sys.executable, str(BENCH / "web.py"), "--tiny", "--only", "openai"], capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    for key in ("first_paint", "first_state", "openai_request_to_push", "openai_request_to_page",
+                "openai_allow_to_tool", "rss_1_page", "rss_10_pages"):
+        assert figures[key]["median"] > 0, key
