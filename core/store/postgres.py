@@ -455,6 +455,9 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
     except psycopg.OperationalError as exc:
         if raw:
             raise
+        if _refused_tls(exc):  # a server that is not the one the address trusts: said, never waited for
+            raise WorkspaceError(f"cannot open the workspace database {safe_url(url)}: its server's certificate is"
+                                 f" refused ({_first_line(exc)})") from None
         if exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P")):  # no server there, or it is going or coming
             raise StoreUnreachable(f"cannot open the workspace database {safe_url(url)}: it cannot be reached"
                                    f" ({_first_line(exc)})") from None
@@ -576,6 +579,13 @@ async def _first(conn: psycopg.AsyncConnection[Any], sql: str) -> Any:
 
 def _read_only(path: object) -> WorkspaceError:
     return WorkspaceError(f"{path} is read-only for this database role; nothing was changed")
+
+
+def _refused_tls(exc: BaseException) -> bool:
+    """Whether libpq refused the server's certificate (``sslmode=verify-ca``/``verify-full``):
+    an authority the address does not trust, or a name the certificate does not hold."""
+    text = str(exc)
+    return "certificate verify failed" in text or "server certificate for" in text and "does not match" in text
 
 
 def _first_line(exc: BaseException) -> str:

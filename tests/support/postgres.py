@@ -45,7 +45,9 @@ def _free_port() -> int:
 class Server:
     """One server, for one test process (an xdist worker)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **settings: str) -> None:
+        """``settings``: more of the server's own (``ssl="on"``), each given as ``-c NAME=VALUE``."""
+        self.settings = settings
         bin_dir = binaries()
         if bin_dir is None:
             raise RuntimeError("PostgreSQL's server is not installed (Debian: apt-get install postgresql)")
@@ -76,7 +78,8 @@ class Server:
             [*self.prefix, str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=300", "-c", "shared_buffers=32MB"],
+             "-c", "max_connections=300", "-c", "shared_buffers=32MB",
+             *(word for name, value in self.settings.items() for word in ("-c", f"{name}={value}"))],
             # in the test process's own session: an engine run inside a test ends the orphans of
             # other sessions its process is given (``reaper.reap``), and would end the server
             stdout=subprocess.DEVNULL, stderr=(self.root / "server.log").open("ab"))
@@ -137,6 +140,16 @@ class Server:
         self.admin(f"CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA {schema} TO {role};"
                    f" GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
         return url.replace("postgresql://procession@", f"postgresql://{role}@")
+
+    def own(self, name: str, data: bytes, mode: int = 0o600) -> Path:
+        """A file of the server's own in its folder (a key it reads must be its user's)."""
+        path = self.root / name
+        path.write_bytes(data)
+        os.chmod(path, mode)
+        if os.getuid() == 0:
+            entry = pwd.getpwnam(SERVER_USER)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        return path
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
