@@ -25,13 +25,15 @@ def needs_terminal() -> str | None:
 
 
 async def open_monitor(db: Path | str, args: argparse.Namespace) -> int:
+    """``--engine`` is passed on only when given: unsaid, the monitor decides by the workspace's
+    kind (``procession.tui.host.runs_engine``)."""
     reason = needs_terminal()
     if reason:
         print(f"{PROG}: {reason}", file=sys.stderr)
         return 2
     from procession.tui.app import run_monitor
 
-    return await run_monitor(db, readonly=args.readonly, theme=args.theme)
+    return await run_monitor(db, readonly=args.readonly, theme=args.theme, engine=args.engine)
 
 
 async def monitor(args: argparse.Namespace) -> int:

@@ -184,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
                              " or the machine's name): sessions spawned here belong to it, an engine runs its own")
     parser = argparse.ArgumentParser(prog=PROG, parents=[common],
                                      description="Agent sessions as processes. With no command, opens the monitor.")
-    parser.add_argument("--readonly", action="store_true", help="a monitor that changes nothing")
+    watching = parser.add_mutually_exclusive_group()  # a read-only monitor runs no engine
+    watching.add_argument("--readonly", action="store_true", help="a monitor that changes nothing")
+    watching.add_argument("--engine", action="store_true", default=None,
+                          help="the monitor runs this host's engine on a shared (PostgreSQL) workspace too, unless"
+                               " another process does; on a workspace file it always does")
     parser.add_argument("--theme", help="the monitor's colour theme")
     sub: Any = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Intermixed)
     for cmd in COMMANDS.values():

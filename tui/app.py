@@ -2,10 +2,11 @@
 
 ``ProcessionApp`` is opened on a workspace that is already open (``run_monitor`` opens it
 first), so it always has one. It holds what is app-wide: the theme and settings, the data
-feed (``Feed``), the engine it runs when no other process does (``EngineHost``), the keys
-that work on every screen (help, setup, quit, the palette), and the poll that notices the
-store's changes every ``POLL_S`` and redraws only the sessions whose revision moved. The
-table and its keys are the ``MainScreen``; the calls are the registry in ``calls``.
+feed (``Feed``), the engine it runs when no other process does (``EngineHost``; on a shared
+workspace only when asked, ``runs_engine``), the keys that work on every screen (help, setup,
+quit, the palette), and the poll that notices the store's changes every ``POLL_S`` and redraws
+only the sessions whose revision moved. The table and its keys are the ``MainScreen``; the
+calls are the registry in ``calls``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from procession.calls import Workspace
+from procession.model import hosts
 from procession.model.calls import INFO, Call
 from procession.model.errors import ProcessionError, WorkspaceError
 from procession.present.cells import BY_KEY, COLUMNS, shown
-from procession.present import results
+from procession.present import engines, results
 from procession.present.words import plural, printable
+from procession.store import is_url
 
 from . import config as config_mod
 from . import themes as themes_mod
@@ -41,7 +44,7 @@ from .calls import FLOWS, ON_AGENT
 from .detail import Detail
 from .dialogs import ActionMenu, Choice, Confirm, Help, Setup
 from .feed import Feed
-from .host import EngineHost
+from .host import EngineHost, runs_engine
 from .main import MainScreen
 from .meters import Meters
 
@@ -94,7 +97,9 @@ class CallCommands(Provider):
 
 
 class ProcessionApp(App[str]):
-    """``ProcessionApp(ws).run()`` opens the monitor on an open workspace."""
+    """``ProcessionApp(ws).run()`` opens the monitor on an open workspace. ``engine``: whether
+    it runs its host's engine (True, False), or None, as ``runs_engine`` decides for the
+    workspace (``--engine`` gives True)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "procession"
@@ -110,7 +115,7 @@ class ProcessionApp(App[str]):
     ]
 
     def __init__(self, ws: Workspace, *, readonly: bool = False, theme: str | None = None,
-                 config: config_mod.Config | None = None, engine: bool = True, slots: int = 2,
+                 config: config_mod.Config | None = None, engine: bool | None = None, slots: int = 2,
                  clock: Callable[[], float] = time.time, user_themes: Path | None = None) -> None:
         super().__init__()
         self.ws = ws.as_actor("tui")
@@ -121,7 +126,9 @@ class ProcessionApp(App[str]):
         self.user_themes = user_themes
         self.own_themes: set[str] = set()  # the shipped themes and the user's: the only ones offered
         self.feed = Feed(self.ws, clock)
-        self.host = EngineHost(ws.path, slots) if engine and not readonly else None
+        self.shared = is_url(ws.path)  # a PostgreSQL workspace: several machines' sessions, an engine for each
+        self.here = hosts.this()  # the host whose engine this monitor would run
+        self.host = EngineHost(ws.path, slots) if runs_engine(self.shared, engine) and not self.readonly else None
         self.main = MainScreen()
         self.seen_version: int | None = None
         self.dirty = True
@@ -387,23 +394,14 @@ class ProcessionApp(App[str]):
                         timeout=10)
             header = await self.feed.header()
             engine = header.engine
-        if self.host is not None and self.host.running:
-            label = f"this process (pid {engine['pid']})" if engine else "this process"
-        elif engine:
-            label = f"pid {engine['pid']} on {engine['host']}"
-        else:
-            label = "none (read-only)" if self.readonly else "none"
+        mine = self.host if self.host is not None and self.host.running else None
+        label = engines.header(engine, header.engines, self.feed.by_host, here=self.here,
+                               several_hosts=header.several_hosts, mine=mine is not None,
+                               after=mine.took_over if mine is not None else "", readonly=self.readonly,
+                               shared=self.shared)
         slots = engine["slots"] if engine else 0
-        if self.host is not None and self.host.running and self.host.took_over:
-            label += f", after {self.host.took_over}"
         if changed := self.feed.mark_lost(header.engines):
             self.main.table.refresh_keys(changed)
-        others = [e for e in header.engines if engine is None or e["host"] != engine["host"]]
-        running = {e["host"] for e in header.engines} | ({engine["host"]} if engine else set())
-        idle = sorted(h for h, n in self.feed.by_host.items() if n > 0 and h not in running)
-        if others or (idle and header.several_hosts):  # the other hosts of a shared workspace, and their engines
-            label += "; " + ", ".join([*(f"{printable(e['host'], lines=False)} {'up' if e['alive'] else 'LOST'}"
-                                         for e in others), *(f"{printable(h, lines=False)} none" for h in idle)])
         if header.several_hosts and all(c.key != "host" for c in self.main.table.columns):
             self.main.configure_columns(shown(self.settings.columns, True))
         spec = self.feed.view.spec

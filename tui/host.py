@@ -1,4 +1,5 @@
-"""The engine the monitor runs in its own process, when no other process runs one.
+"""The engine the monitor runs in its own process, when no other process runs one, and
+whether it runs one at all (``runs_engine``).
 
 No screen in it: the app starts it after opening, asks it how many steps it is running (to
 ask before quitting), and stops it on the way out. Its steps are child processes; the
@@ -16,6 +17,20 @@ from procession.model.errors import EngineBusy, ProcessionError
 
 if TYPE_CHECKING:
     from procession.engine import Engine
+
+
+def runs_engine(shared: bool, asked: bool | None) -> bool:
+    """Whether a monitor runs its host's engine: as ``asked`` (True: ``--engine``), else (None)
+    unless the workspace is ``shared``.
+
+    A workspace file is this machine's own: its sessions run where it is, and a person who opens
+    the monitor on it expects what they activate to run, so the monitor runs the engine (unless
+    another process does). A monitor that only watches is ``--readonly``; no ``--no-engine`` is
+    needed. A shared (PostgreSQL) workspace is watched from any machine: a laptop opened on it to
+    look would become the engine of its host, running that host's sessions until its lid
+    closes. There a monitor runs one only when asked (``--engine``), and its header says how
+    to start one when none runs."""
+    return asked if asked is not None else not shared
 
 
 class EngineHost:

@@ -294,7 +294,8 @@ class LifecycleCalls(Calls):
                      f" the move is taken back: move {sid} --to {act.row['host']})")
         elif await live_holder(act.tx, act.row["host"]) is None:
             act.note(f"no engine runs on this workspace for host {act.row['host']} (where its folder is): the run"
-                     " waits in the queue until one starts there (`procession run`, or a monitor)")
+                     " waits in the queue until one starts there (`procession run`, or a monitor: `procession`, with"
+                     " --engine on a shared workspace)")
         if (over := (await verdict(act.tx, sid, act.now)).over) is not None:
             act.note(over_budget(over), Call.LIMIT, sid)
         return Moved(sid, act.target)

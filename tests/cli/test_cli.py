@@ -552,6 +552,27 @@ def test_the_monitor_without_a_terminal_says_so(cli: Any) -> None:
     assert proc.stderr.strip().startswith("procession: the monitor needs a terminal") and "Traceback" not in proc.stderr
 
 
+def test_the_monitor_is_given_engine_only_when_asked_and_never_read_only(monkeypatch: pytest.MonkeyPatch,
+                                                                         cli: Any) -> None:
+    """Unsaid, the monitor decides by the workspace's kind (tests/tui/test_tui_shared_engine.py);
+    ``--engine`` asks for one, which a read-only monitor cannot run: a usage mistake."""
+    from procession.cli import main, monitor
+    from procession.tui import app
+
+    opened: list[dict[str, Any]] = []
+
+    async def run_monitor(db: Path | str, **options: Any) -> int:
+        opened.append(options)
+        return 0
+
+    monkeypatch.setattr(monitor, "needs_terminal", lambda: None)
+    monkeypatch.setattr(app, "run_monitor", run_monitor)
+    url = "postgresql://procession@db/procession"  # never opened: the monitor opens it
+    assert main(["--db", url]) == 0 and main(["--engine", "--db", url]) == 0
+    assert [o["engine"] for o in opened] == [None, True]
+    usage(cli("--engine", "--readonly", check=False))
+
+
 def test_set_changes_settings_after_spawn(cli: Any, tmp_path: Path) -> None:
     spawn(cli, "draft", "--window", "1000")
     prompt = tmp_path / "prompt.txt"
