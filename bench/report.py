@@ -162,13 +162,16 @@ def environment(root: Path, watched: Sequence[str] = (".",), **extra: Any) -> di
 
 
 @contextlib.asynccontextmanager
-async def engine_running(db: Path, slots: int = 1) -> AsyncIterator[Any]:
-    """An engine on ``db`` in this process, serving until the block ends."""
+async def engine_running(db: Path, slots: int = 1, notify: Any = None) -> AsyncIterator[Any]:
+    """An engine on ``db`` in this process, serving until the block ends; sending notifications
+    as ``notify`` says, and pricing by the built-in table (never by the config file of whoever
+    runs the bench), when ``notify`` is given."""
     import asyncio
 
     from procession.engine import Engine
+    from procession.model.prices import Prices
 
-    engine = Engine(db, slots=slots, grace=0.5)
+    engine = Engine(db, slots=slots, grace=0.5, **({"notify": notify, "prices": Prices()} if notify else {}))
     await engine.start()
     stop = asyncio.Event()
     task = asyncio.ensure_future(engine.serve(stop))

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
 import signal
@@ -61,7 +60,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +67,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from report import Results, environment, publish  # noqa: E402
+from report import Results, engine_running, environment, publish  # noqa: E402
 from support.agent_clis import SANDBOXES, AgentCliMissing, find_cli, session_env  # noqa: E402
 from support.models import ModelServer, say, shell, tool_call  # noqa: E402
 from support.ntfy import Ntfy  # noqa: E402
@@ -171,24 +169,6 @@ class Phone(Ntfy):
         return next((p for p in list(self.got) if "waits" in str(p.get("title")) and "at" in p), None)
 
 
-@contextlib.asynccontextmanager
-async def engine_on(db: Path, notify: Any) -> AsyncIterator[Any]:
-    """An engine on ``db`` in this process, sending notifications as ``notify`` says (never by
-    the config file of whoever runs the bench), until the block ends."""
-    from procession.engine import Engine
-    from procession.model.prices import Prices
-
-    engine = Engine(db, slots=1, grace=0.5, notify=notify, prices=Prices())
-    await engine.start()
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(engine.serve(stop))
-    try:
-        yield engine
-    finally:
-        stop.set()
-        await task
-
-
 async def polled(predicate: Any, what: str, interval: float = 0.005) -> Any:
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
@@ -245,7 +225,7 @@ async def one(runner: str, root: Path, server: ModelServer, env: tuple[dict[str,
             figures["first_paint"], figures["first_state"] = fcp / 1000, live / 1000
             await tab.close()
 
-            async with engine_on(db, settings):
+            async with engine_running(db, notify=settings):
                 # the stream's tick (and the engine's heartbeat) keep their phase from round to
                 # round: the ask is made at a part of that second of its own in each round
                 await asyncio.sleep(phase * TICK_S)

@@ -48,6 +48,18 @@ async def browser() -> Any:
         await launched.close()
 
 
+async def paired(opener: Any, served: Served, **options: Any) -> Any:
+    """A page of ``opener`` (a browser, or one of its contexts; ``options``: its viewport)
+    paired from the printed link, on the page of what needs you (the link's secret gone from
+    the address bar)."""
+    page = await opener.new_page(**options)
+    await page.goto(served.link)
+    await page.get_by_role("button", name="Pair this device").click()
+    await page.wait_for_url(f"{served.address}/")
+    assert "#" not in page.url
+    return page
+
+
 async def _asking(ws: Workspace, tmp_path: Path, name: str, url: str) -> int:
     sid = (await ws.spawn(name, "dev", runner=f"openai:m@{url}", cwd=str(tmp_path), permissions="ask")).sid
     folder = tmp_path / "data"  # the openai: loop's data tools write in a binding of this name
@@ -67,11 +79,7 @@ async def test_pair_then_allow_from_the_page_and_the_tool_runs(browser: Any, tmp
                                 say("written"))) as model:
             sid = await _asking(ws, tmp_path, HOSTILE, model.url_v1)
             async with engine_on(db):
-                page = await browser.new_page(viewport={"width": size[0], "height": size[1]})
-                await page.goto(served.link)
-                await page.get_by_role("button", name="Pair this device").click()
-                await page.wait_for_url(f"{served.address}/")
-                assert "#" not in page.url  # the link's secret left the address bar
+                page = await paired(browser, served, viewport={"width": size[0], "height": size[1]})
                 await ws.activate(sid)
                 card = page.locator("li[data-request]")
                 await card.wait_for(timeout=HANG_S * 1000)
@@ -97,10 +105,7 @@ async def test_a_deny_with_a_reason_reaches_the_model_and_a_second_tab_is_told(b
             sid = await _asking(ws, tmp_path, "careful", model.url_v1)
             async with engine_on(db):
                 context = await browser.new_context(viewport={"width": 390, "height": 844})
-                first = await context.new_page()
-                await first.goto(served.link)
-                await first.get_by_role("button", name="Pair this device").click()
-                await first.wait_for_url(f"{served.address}/")
+                first = await paired(context, served)
                 second = await context.new_page()  # the same device, a second tab
                 await second.goto(served.address)
                 await ws.activate(sid)
@@ -133,10 +138,7 @@ async def test_claude_code_asks_and_a_phone_answers_follows_the_session_and_canc
     await live.send(sid, "write the file")
     served = Served(db, "--pair", "phone")
     try:
-        page = await browser.new_page(viewport={"width": 390, "height": 844})
-        await page.goto(served.link)
-        await page.get_by_role("button", name="Pair this device").click()
-        await page.wait_for_url(f"{served.address}/")
+        page = await paired(browser, served, viewport={"width": 390, "height": 844})
         await live.activate(sid)
         card = page.locator("li[data-request]")
         await card.wait_for(timeout=HANG_S * 1000)
@@ -207,10 +209,7 @@ async def test_many_pages_of_one_browser_share_one_stream_and_each_answers(brows
             sid = await _asking(ws, tmp_path, "tabs", model.url_v1)
             async with engine_on(db):
                 context = await browser.new_context(viewport={"width": 1280, "height": 800})
-                first = await context.new_page()
-                await first.goto(served.link)
-                await first.get_by_role("button", name="Pair this device").click()
-                await first.wait_for_url(f"{served.address}/")
+                first = await paired(context, served)
                 pages = [first]
                 for _ in range(7):
                     page = await context.new_page()
