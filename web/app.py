@@ -41,8 +41,12 @@ from procession.model.states import State
 from procession.present import cells, lines, words
 
 COOKIE = "procession_device"
-#: How often an open stream looks for a change (and whether its device is still paired).
+#: How often an open stream sends the state whatever changed (its ages move; and whether its
+#: device is still paired), and how often it asks the store whether another process committed
+#: anything (a cheap look: SQLite's ``data_version``, PostgreSQL's notifications), sending the
+#: state at once when one did.
 TICK_S = 1.0
+LOOK_S = 0.1
 #: Pairing attempts per client address, and answers or calls per device, in a minute.
 PAIR_PER_MINUTE = 10
 CHANGES_PER_MINUTE = 120
@@ -166,13 +170,18 @@ def create(ws: Workspace, served: list[str], *, secure: bool) -> Starlette:
         async def stream() -> AsyncIterator[str]:
             last: str | None = None
             now: Device | None = device
+            seen, due = None, 0.0
             while now is not None:
-                shown = json.dumps(await _state(ws, now))
-                if shown != last:
-                    yield f"event: state\ndata: {shown}\n\n"
-                    last = shown
-                await asyncio.sleep(TICK_S)
-                now = await ws.still(device.id)
+                version = await ws.store.data_version()
+                if version != seen or time.monotonic() >= due:
+                    shown = json.dumps(await _state(ws, now))
+                    if shown != last:
+                        yield f"event: state\ndata: {shown}\n\n"
+                        last = shown
+                    seen, due = version, time.monotonic() + TICK_S
+                await asyncio.sleep(LOOK_S)
+                if time.monotonic() >= due:
+                    now = await ws.still(device.id)
             yield "event: revoked\ndata: {}\n\n"
         return StreamingResponse(stream(), media_type="text/event-stream", headers=HEADERS)
 
