@@ -27,7 +27,7 @@ from .protocol import STDERR_TAIL, Output
 READ_CHUNK = 64 * 1024
 #: How long the rest of the tree may keep the pipes open after the leader exits.
 LINGER_S = 0.5
-#: How often the leader's exit is looked for while its pipes stay open.
+#: Where there is no pidfd to wait on: how often the leader's exit is looked for.
 EXIT_POLL_S = 0.02
 Sink = Callable[[str, bytes], None]  # (stream "out" | "err", bytes as they arrive)
 
@@ -85,9 +85,9 @@ class ProcessStep:
 
         readers = [asyncio.ensure_future(_drain(self.proc.stdout, lambda c: sink("out", c))),
                    asyncio.ensure_future(_drain(self.proc.stderr, err))]
-        feeding = asyncio.ensure_future(self._feed(document))
-        read: asyncio.Future[Any] = asyncio.gather(*readers)
         exited: asyncio.Future[Any] = asyncio.ensure_future(self._exited())
+        feeding = asyncio.ensure_future(self._feed(document, exited))
+        read: asyncio.Future[Any] = asyncio.gather(*readers)
         try:
             # the output ends with the leader, unless what it left holds the pipes open:
             # asyncio's wait() would wait for them, so the leader's own exit is watched
@@ -114,12 +114,40 @@ class ProcessStep:
         return StepResult(code, self.stderr.text())
 
     async def _exited(self) -> None:
+        """Until the leader has exited, whatever holds its pipes: the event loop wakes this when
+        its pidfd becomes readable (Linux 5.3+), so a step that runs for hours costs nothing
+        meanwhile. Where there is no pidfd (another system, an older kernel, a sandbox that
+        refuses it) the return code asyncio sets is looked for every ``EXIT_POLL_S``."""
+        if self.proc.returncode is not None:
+            return
+        try:
+            pidfd = os.pidfd_open(self.proc.pid)
+        except ProcessLookupError:  # exited and collected already: its return code is on its way
+            return
+        except (AttributeError, OSError):
+            return await self._polled()
+        loop = asyncio.get_running_loop()
+        gone = loop.create_future()
+
+        def readable() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        try:
+            loop.add_reader(pidfd, readable)
+            await gone
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+
+    async def _polled(self) -> None:
         while self.proc.returncode is None:
             await asyncio.sleep(EXIT_POLL_S)
 
-    async def _feed(self, document: bytes | None) -> None:
+    async def _feed(self, document: bytes | None, exited: asyncio.Future[Any]) -> None:
         """Hand the step its input (or its conversation's lines as they come, until the
-        conversation ends); a step that does not read it is not an error."""
+        conversation ends); a step that does not read it is not an error. ``exited``: done
+        when the leader has exited (a server ended after its ``linger`` if it has not)."""
         assert self.proc.stdin is not None
         try:
             if self.talk is not None:
@@ -128,10 +156,8 @@ class ProcessStep:
                     await self.proc.stdin.drain()
                 if self.talk.terminate:
                     self.proc.stdin.close()  # its end, to an agent that ends with its input (saving its session)
-                    deadline = asyncio.get_running_loop().time() + self.talk.linger
-                    while self.proc.returncode is None and asyncio.get_running_loop().time() < deadline:
-                        await asyncio.sleep(EXIT_POLL_S)
-                    if self.proc.returncode is None:
+                    await asyncio.wait([exited], timeout=self.talk.linger)
+                    if not exited.done():
                         self.ended = self.signal_leader(signal.SIGTERM)
             elif document:
                 self.proc.stdin.write(document)
