@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -105,6 +106,27 @@ def _ignore(signum: int, frame: Any) -> None:
     pass
 
 
+def learn_exits_from_pidfds() -> None:
+    """On Python 3.11, asyncio learns that a child exited from its pidfd, in the event loop
+    (``PidfdChildWatcher``), as 3.12 does by itself: not from a thread per child blocked in
+    ``waitpid`` (3.11's ``ThreadedChildWatcher``), a hundred threads for a hundred steps.
+
+    Only from the main thread: the policy attaches its watcher to the main thread's loop (at
+    each ``set_event_loop`` too, so a later loop there gets it); another thread's loop keeps the
+    watcher it has. Nothing changes where pidfds do not work (the threads stay)."""
+    if sys.version_info >= (3, 12) or threading.current_thread() is not threading.main_thread():
+        return
+    if isinstance(watcher := asyncio.get_child_watcher(), asyncio.PidfdChildWatcher) and watcher.is_active():
+        return  # attached to this loop already: attached again, it would forget the children it waits for
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return
+    pidfds = asyncio.PidfdChildWatcher()
+    pidfds.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(pidfds)  # the threads of the one it replaces end with their children
+
+
 class Engine:
     """Runs a workspace. ``await serve(stop)`` until ``stop`` is set.
 
@@ -152,6 +174,7 @@ class Engine:
         runs, catch up on triggers. The heartbeat starts first: nothing the engine does at
         start-up delays it."""
         let_steps_be_interrupted()
+        learn_exits_from_pidfds()
         store = await _patiently(lambda: open_store(self.path))  # the server may go between the command's look and this
         reaper.hold()
         self.ledger = Ledger(store, actor="engine")
