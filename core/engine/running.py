@@ -1,8 +1,8 @@
 """One run while it happens: its step, what it says committed as it says it, its clock.
 
 A ``LiveRun`` feeds its step and reads what it prints as it prints it. Events (messages,
-memory changes, sends, usage) are committed every ``FLUSH_S`` (``Ledger.emit``), and the raw
-output goes into the run's log (``procession logs``), bounded: the first and the last
+memory changes, sends, usage) are committed as they come, at most every ``FLUSH_S``
+(``Ledger.emit``), and the raw output goes into the run's log (``procession logs``), bounded: the first and the last
 ``LOG_HEAD``/``LOG_TAIL`` bytes stay, the middle of a flood is dropped as it comes, with a
 line saying how much. Nothing the store refuses to take for a while is lost: a busy
 workspace only delays a flush, which is retried with what came meanwhile; the end of the run
@@ -70,6 +70,7 @@ class LiveRun:
     denied: list[str] = field(default_factory=list)  # what its processes said the kernel refused them
     problems: list[str] = field(default_factory=list)
     done: bool = False
+    _said: asyncio.Event = field(default_factory=asyncio.Event)  # something to flush: output, or what the store refused
     # the log, bounded: (stream, time, text) chunks not yet stored; bytes stored; tail row ids and sizes
     _chunks: list[tuple[str, float, str]] = field(default_factory=list)
     _logged: int = 0
@@ -94,6 +95,7 @@ class LiveRun:
         if stream == "err":
             self._denials(text)
         self._chunks.append((stream, time.time(), text))
+        self._said.set()
 
     def _denials(self, text: str) -> None:
         """Keep what the step's processes say the kernel refused them (a confined run's record
@@ -123,6 +125,7 @@ class LiveRun:
                 self.problems += emitted.problems
             except (StoreBusy, StoreFull):  # kept for the next flush: nothing said is lost
                 self.reader.pending = _merge(events, self.reader.pending)
+                self._said.set()
             except ProcessionError as exc:
                 self.problems.append(f"could not apply the step's events: {exc}")
             except Exception as exc:  # noqa: BLE001 - said in the run's error, never lost in silence
@@ -156,6 +159,7 @@ class LiveRun:
             ids = await self.ledger.log(self.run, chunks)
         except (StoreBusy, StoreFull):
             self._chunks = chunks + self._chunks
+            self._said.set()
             return
         except ProcessionError:
             return
@@ -177,15 +181,29 @@ class LiveRun:
                 await self.ledger.drop_log(self.run, drop_upto, self._head_end)
 
     async def flusher(self, ended: asyncio.Event) -> None:
-        """Every ``FLUSH_S`` until ``ended`` is set. Never cancelled: a flush holds events it
-        has taken from the reader until the store took them, which may wait on another
-        process's lock for seconds; cancelled then, they would be lost (the chaos bench found
-        it: a step's reply gone when its run ended while its flush waited)."""
+        """Flush what the step says as soon as it says it (``sink``), then at most once every
+        ``FLUSH_S`` while it goes on (a burst is one flush), until ``ended`` is set: a step that
+        says nothing costs nothing meanwhile, a hundred of them no wake-up at all. What the
+        store did not take (a busy workspace) is tried again ``FLUSH_S`` later, said or not.
+        A reader that also hears its agent otherwise than through its output (a conversation's
+        work: a person's answer, the HTTP events of ``opencode serve``) is flushed every
+        ``FLUSH_S`` instead.
+
+        Never cancelled: a flush holds events it has taken from the reader until the store
+        took them, which may wait on another process's lock for seconds; cancelled then, they
+        would be lost (the chaos bench found it: a step's reply gone when its run ended while
+        its flush waited)."""
+        timed = isinstance(self.reader, AgentReader) and self.reader.talk is not None
         while not ended.is_set():
+            if not timed:
+                await _either(self._said, ended)
+                if ended.is_set():
+                    return
+            self._said.clear()
+            await self.flush()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ended.wait(), FLUSH_S)
                 return
-            await self.flush()
 
     # ------------------------------------------------------------------ the clock
 
@@ -272,6 +290,16 @@ class LiveRun:
                 log.error("cannot record the output of run %d: %s", self.run, exc)
                 events, outcome = protocol.Events(), FAILED
                 error = f"the engine could not record this run's output: {exc}"
+
+
+async def _either(*events: asyncio.Event) -> None:
+    """Until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _merge(a: protocol.Events, b: protocol.Events) -> protocol.Events:
