@@ -40,6 +40,9 @@ MARKER_ENV = "PROCESSION_RUN"
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
 #: Rounds of "signal everything, look again" before a stop or a kill gives up on stragglers.
 ROUNDS = 8
+#: What ``/proc/PID/stat`` counts CPU time and memory in.
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 #: Engines of this process that hold it a subreaper (one per workspace it serves).
@@ -310,13 +313,27 @@ def _pids() -> list[int]:
 
 def _stat(pid: int) -> tuple[str, int] | None:
     """A process's state letter and parent pid, from ``/proc/PID/stat``; None when it is gone."""
+    fields = _fields(pid)
+    if len(fields) < 2:
+        return None
+    return fields[0].decode(), int(fields[1])
+
+
+def usage(pid: int) -> tuple[float, int] | None:
+    """A process's CPU time so far (user and system, seconds) and its resident memory (bytes),
+    from one read of ``/proc/PID/stat``; None when it is gone."""
+    fields = _fields(pid)
+    if len(fields) < 22:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[21]) * _PAGE
+
+
+def _fields(pid: int) -> list[bytes]:
+    """``/proc/PID/stat`` from its state on (its name, in parentheses, may hold spaces); none
+    when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
     except OSError:
-        return None
-    end = data.rfind(b")")
-    fields = data[end + 2:].split()
-    if len(fields) < 2:
-        return None
-    return fields[0].decode(), int(fields[1])
+        return []
+    return data[data.rfind(b")") + 2:].split()

@@ -27,6 +27,7 @@ from ..model.errors import ProcessionError, StoreBusy, StoreFull
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
 from ..model.prices import Price
 from .own_mcp import OwnServers
+from . import reaper
 from .reaper import Tracker
 from .runners import protocol
 from .runners.agents import Reader as AgentReader
@@ -83,7 +84,7 @@ class LiveRun:
     frozen_s: float = 0.0
     _timer: asyncio.TimerHandle | None = None
     _started: float = field(default_factory=time.monotonic)
-    procs: dict[int, Any] = field(default_factory=dict)  # psutil handles, for CPU and RSS
+    _used: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid: its CPU seconds, and when, last sampled
 
     # ------------------------------------------------------------------ output as it comes
 
@@ -213,6 +214,23 @@ class LiveRun:
             return
         left = self.timeout - self.running_s()
         self._timer = asyncio.get_running_loop().call_later(max(left, 0.0), on_timeout)
+
+    def usage(self, pids: set[int]) -> tuple[float, int]:
+        """CPU% (of one core, its processes' summed) and RSS of the run's processes ``pids``
+        since the last sample (a process seen for the first time counts from the next)."""
+        now = time.monotonic()
+        cpu, rss = 0.0, 0
+        used: dict[int, tuple[float, float]] = {}
+        for pid in pids:
+            found = reaper.usage(pid)
+            if found is None:
+                continue
+            used[pid] = (found[0], now)
+            if (before := self._used.get(pid)) is not None and now > before[1]:
+                cpu += 100 * (found[0] - before[0]) / (now - before[1])
+                rss += found[1]
+        self._used = used
+        return cpu, rss
 
     def running_s(self) -> float:
         return time.monotonic() - self._started - self.stopped_s()
