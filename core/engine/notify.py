@@ -66,6 +66,7 @@ from ..model.calls import Call
 from ..model.errors import ProcessionError
 from ..model.text import printable
 from ..store import Store, Tx
+from .reaper import WAITED, starting
 
 log = logging.getLogger("procession.notify")
 
@@ -253,10 +254,12 @@ class Notifier:
         named = _named(self.settings)
         with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a child it leaves behind holds no read open
             try:
-                proc = await asyncio.create_subprocess_exec(*self.settings.command, env["PROCESSION_TEXT"], env=env,
-                                                            stdin=asyncio.subprocess.DEVNULL,
-                                                            stdout=asyncio.subprocess.DEVNULL, stderr=errors,
-                                                            start_new_session=True)
+                with starting():  # in a session of its own: no reaper of steps' orphans takes it for one
+                    proc = await asyncio.create_subprocess_exec(*self.settings.command, env["PROCESSION_TEXT"],
+                                                                env=env, stdin=asyncio.subprocess.DEVNULL,
+                                                                stdout=asyncio.subprocess.DEVNULL, stderr=errors,
+                                                                start_new_session=True)
+                    WAITED.add(proc.pid)
             except (OSError, ValueError) as exc:  # ValueError: a NUL in what an agent asked
                 await self._say("start", n, f"the notify command {named} cannot start: {exc}")
                 return
@@ -268,6 +271,8 @@ class Notifier:
                 await proc.wait()
                 await self._say("timeout", n, f"the notify command {named} ran over {COMMAND_TIMEOUT_S:g} s; killed")
                 return
+            finally:
+                WAITED.discard(proc.pid)
             if status in NOT_RUN and self.settings.shell:
                 await self._say("start", n, f"the notify command {named} cannot start: {_last_line(errors)}")
             elif status:

@@ -87,8 +87,11 @@ def _subreaper(on: int) -> bool:
         return False
 
 
-#: Step leaders this process started and waits for itself (asyncio collects their status).
-LEADERS: set[int] = set()
+#: Children this process started in sessions of their own and waits for itself, asyncio
+#: collecting their exit status: step leaders, the commands of tools and of notifications.
+#: ``reap`` leaves them alone: it would kill one it cannot tell from an orphan, or take its
+#: exit status from asyncio (which then says 255).
+WAITED: set[int] = set()
 #: Processes being started right now (forked, not yet known by pid, marked or in their run's
 #: cgroup): ``reap`` waits for them, or it would take one for an orphan and kill it.
 _starting = 0
@@ -96,10 +99,10 @@ _starting = 0
 
 @contextlib.contextmanager
 def starting() -> Iterator[None]:
-    """Around starting a process of a run (until it is a ``LEADERS`` member, or carries its
-    run's marker): no orphan is reaped meanwhile. Without it a step started while the engine
-    looked for orphans died of SIGKILL before it ran (``exit -9``), most often just after an
-    engine restart, when many runs start at once."""
+    """Around starting a process in a session of its own (until it is a ``WAITED`` member, or
+    carries its run's marker): no orphan is reaped meanwhile. Without it a step started while
+    the engine looked for orphans died of SIGKILL before it ran (``exit -9``), most often just
+    after an engine restart, when many runs start at once."""
     global _starting
     _starting += 1
     try:
@@ -115,8 +118,8 @@ def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()
     Only processes of another session than this process's are taken: every step starts in a
     session of its own, and its descendants stay there or make their own, while whatever else
     this process starts (a subprocess, a test's helper) stays in its session and is waited for
-    by whoever started it. Step leaders (``LEADERS``) are left to asyncio. A live orphan is a
-    step's process whose parent exited; one that carries the marker of a run in ``live`` (a
+    by whoever started it, as are the children asyncio waits for (``WAITED``). A live orphan is
+    a step's process whose parent exited; one that carries the marker of a run in ``live`` (a
     marker tracker's), or is ``owned`` (a member of a live run's cgroup), belongs to that run.
     Any other — its run over, or it cleared its environment, so that a marker tracker cannot
     tell it from nothing — is killed: nothing a step started outlives it unseen. Returns the
@@ -127,7 +130,7 @@ def reap(live: frozenset[str] = frozenset(), owned: frozenset[int] = frozenset()
     mine = os.getsid(0)
     needles = {f"{MARKER_ENV}={m}".encode() for m in live}
     for pid in _pids():
-        if pid in LEADERS:
+        if pid in WAITED:
             continue
         stat = _stat(pid)
         if stat is None or stat[1] != me:

@@ -191,6 +191,27 @@ async def test_a_command_that_cannot_start_is_said_once_in_the_log_and_to_the_mo
     assert [results.restarted(entry, "?") for entry in told] == [said[0]]
 
 
+async def test_a_command_that_outlasts_the_engines_look_for_orphans_is_left_to_finish(
+        live: Workspace, db: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A notify command runs in a session of its own, as a step's orphan would: the engine's
+    reaper, looking every ``SAMPLE_S``, leaves it to end by itself (it was killed, exit -9)."""
+    from procession.engine.engine import SAMPLE_S
+
+    done = tmp_path / "done"
+    settings = Settings(command=(sys.executable, "-c", f"import time; time.sleep({SAMPLE_S * 2.5});"
+                                 f" open({str(done)!r}, 'w').write('ok')"))
+    sid = (await live.spawn("fine", "a", runner="command:true", cwd=str(tmp_path))).sid
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "procession.notify"]
+
+    with caplog.at_level(logging.WARNING, logger="procession.notify"):
+        async with engine_on(db, notify=settings):
+            await live.activate(sid)
+            await until(lambda: done.exists() or said())
+    assert done.exists() and not said(), said()
+
+
 async def test_pushes_reach_a_phones_service_once_per_event_without_the_tools_input(
         live: Workspace, db: Path, tmp_path: Path) -> None:
     """``[notify] push``: the same notices, through Apprise, to an ntfy server: one push per

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.runner_spec import RunnerSpec
-from ..reaper import LEADERS, Tracker, starting
+from ..reaper import WAITED, Tracker, starting
 from .agents.base import Conversation
 from .protocol import STDERR_TAIL, Output
 
@@ -71,7 +71,7 @@ class ProcessStep:
                 stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True, env=tracker.environ(env),
             )
             tracker.started(proc.pid)
-            LEADERS.add(proc.pid)
+            WAITED.add(proc.pid)
         return cls(proc, tracker, talk)
 
     async def run(self, document: bytes | None, sink: Sink) -> StepResult:
@@ -107,7 +107,7 @@ class ProcessStep:
             code = 1 if self.talk is not None and self.talk.failed else 0
         elif self.talk is not None and self.talk.failed and code == 0:  # its reader gave up on it
             code = 1
-        LEADERS.discard(self.proc.pid)
+        WAITED.discard(self.proc.pid)
         for reader in readers:  # what broke while reading (the sink's work) breaks the run, not silently
             if not reader.cancelled() and (exc := reader.exception()) is not None:
                 raise exc
@@ -210,7 +210,7 @@ class ProcessStep:
         """Kill a step that was never claimed, and wait for it."""
         self.kill()
         await self.proc.wait()
-        LEADERS.discard(self.proc.pid)
+        WAITED.discard(self.proc.pid)
 
     def kill(self) -> None:
         """SIGKILL to the leader and everything of its tree. Not ``Process.kill``: it polls the

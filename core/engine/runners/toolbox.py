@@ -39,7 +39,7 @@ from urllib.parse import quote
 from ...model import beneath, limits, mcp_binding
 from ...model.errors import ProcessionError
 from ...model.toolcalls import OUTPUT_MAX
-from ..reaper import starting
+from ..reaper import WAITED, starting
 
 #: A bound command's time limit, and how much of its output is read (the rest is drained).
 COMMAND_TIMEOUT_S: Final = 60.0
@@ -518,6 +518,7 @@ def command_tool(uri: str, cwd: str, env: dict[str, str], wrap: Wrap = list) -> 
                 *wrap([*argv, *map(str, args)]), cwd=cwd, env=env, start_new_session=True,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            WAITED.add(proc.pid)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), timeout)
         except TimeoutError:
@@ -527,6 +528,8 @@ def command_tool(uri: str, cwd: str, env: dict[str, str], wrap: Wrap = list) -> 
         except BaseException:  # the run was stopped: the command goes with it
             _kill(proc)
             raise
+        finally:
+            WAITED.discard(proc.pid)
         text = out.decode("utf-8", "replace")
         if proc.returncode:
             raise Refused(f"{text}\n[exit status {proc.returncode}]".lstrip())
