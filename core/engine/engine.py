@@ -641,7 +641,8 @@ class Engine:
         """CPU% and RSS of every process of every live step, into the store; orphans reaped;
         the workspace file checked to be still the one at its path. The trackers' members are
         read in one go on a thread (not a thread's hand-off per step), each process's figures
-        from one read of its ``/proc`` stat: a hundred idle steps cost the engine little."""
+        from one read of its ``/proc`` stat, and only figures that changed are written (each
+        write has every monitor redraw the rows): a hundred idle steps cost the engine little."""
         assert self.ledger is not None
         while True:
             await asyncio.sleep(SAMPLE_S)
@@ -653,15 +654,17 @@ class Engine:
             members = await asyncio.to_thread(lambda: {tracker: tracker.members() for tracker in trackers})
             reaper.reap(frozenset(t.marker for t in trackers if isinstance(t, reaper.MarkerTracker)),
                         frozenset().union(*(m for t, m in members.items() if isinstance(t, reaper.CgroupTracker))))
-            stats = []
+            changed = []
             for live in list(self.live.values()):
                 if live.tracker in members:
                     cpu, rss = live.usage(members[live.tracker])
-                    if rss:
-                        stats.append((cpu, rss, live.run))
-            if stats:
+                    if rss and (cpu, rss) != live.stored:
+                        changed.append((live, cpu, rss))
+            if changed:
                 with contextlib.suppress(ProcessionError):
-                    await self.ledger.sample(stats)
+                    await self.ledger.sample([(cpu, rss, live.run) for live, cpu, rss in changed])
+                    for live, cpu, rss in changed:
+                        live.stored = (cpu, rss)
 
     # ------------------------------------------------------------------ watch triggers
 

@@ -85,6 +85,7 @@ class LiveRun:
     _timer: asyncio.TimerHandle | None = None
     _started: float = field(default_factory=time.monotonic)
     _used: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid: its CPU seconds, and when, last sampled
+    stored: tuple[float, int] | None = None  # the CPU% and RSS its run's row holds
 
     # ------------------------------------------------------------------ output as it comes
 
