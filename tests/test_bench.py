@@ -255,3 +255,14 @@ def test_web_tiny_measures_the_page_the_push_and_the_tap() -> None:
     for key in ("first_paint", "first_state", "openai_request_to_push", "openai_request_to_page",
                 "openai_allow_to_tool", "rss_1_page", "rss_10_pages"):
         assert figures[key]["median"] > 0, key
+
+
+def test_idle_tiny_measures_an_engine_at_rest_and_with_idle_steps_and_no_thread_for_each() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "idle.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["mode"] == "tiny" and report["steps"] == 10
+    figures = report["results"]
+    assert {"cpu_0", "cpu_10", "threads_0", "threads_10"} <= set(figures)
+    assert figures["threads_10"]["median"] < figures["threads_0"]["median"] + 5  # not one per step
