@@ -651,7 +651,7 @@ class Engine:
                 self._give_up(moved)
                 return
             trackers = {live.tracker for live in self.live.values() if live.tracker is not None} | self.launching
-            members = await asyncio.to_thread(lambda: {tracker: tracker.members() for tracker in trackers})
+            members = await asyncio.to_thread(lambda: {t: t.members() for t in trackers}) if trackers else {}
             reaper.reap(frozenset(t.marker for t in trackers if isinstance(t, reaper.MarkerTracker)),
                         frozenset().union(*(m for t, m in members.items() if isinstance(t, reaper.CgroupTracker))))
             changed = []
