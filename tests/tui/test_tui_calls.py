@@ -362,6 +362,7 @@ async def test_a_refused_memory_value_keeps_the_cursor_in_it_and_suggests_valid_
         fill(app, value=suggested)
         await pilot.press("ctrl+s")
         await until(lambda: not isinstance(app.screen, Form))
+        await until(lambda: _memory(db, sid))  # the call runs after the form closes: its end, before quitting
     async with await Workspace.open(db) as ws:
         assert (await ws.show(sid)).memory == {"said": typed}
 
@@ -396,3 +397,8 @@ async def test_the_demo_session_on_its_scripted_model_says_so_in_its_detail(tmp_
         await until(lambda: isinstance(app.screen, Detail) and app.screen.rev >= 0)
         summary = " ".join(str(app.screen.query_one("#summary", Static).render()).split())
         assert "scripted" in summary and "not a real model" in summary
+
+
+async def _memory(db: Path, sid: int) -> dict[str, Any]:
+    async with await Workspace.open(db) as ws:
+        return (await ws.show(sid)).memory
