@@ -179,6 +179,10 @@ class Tracker:
     def members(self) -> set[int]:
         raise NotImplementedError
 
+    def living(self) -> set[int]:
+        """Its processes that have not exited (a zombie waits only for its parent to collect it)."""
+        return {pid for pid in self.members() if (stat := _stat(pid)) is not None and stat[0] != "Z"}
+
     def signal(self, sig: int) -> int:
         """Send ``sig`` to every process, again to those that appear meanwhile; how many got it."""
         done: set[int] = set()

@@ -6,6 +6,8 @@ real processes, real lock contention."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -15,7 +17,11 @@ import pytest
 
 from conftest import engine_on, until
 from procession import Workspace
+from procession.engine import reaper
 from procession.engine.running import FLUSH_S, LiveRun
+from procession.engine.runners.agents.base import Conversation
+from procession.engine.runners.process import ProcessStep
+from procession.model import runner_spec
 from procession.engine.runners.process import LINGER_S
 from procession.store import sqlite as store_sqlite
 from support.runs import finished, running_pid
@@ -35,6 +41,36 @@ async def test_a_step_whose_leader_exited_is_over_within_its_linger_though_a_gra
         run = await until(lambda: finished(live, sid))
     assert run.outcome == "ok", run.error
     assert run.ended - float(stamp.read_text()) < LINGER_S + 1.0 * slow_factor()
+
+
+SERVER = """
+import os, signal, subprocess, sys, time
+saver = subprocess.Popen(["/bin/sh", "-c", 'trap "sleep 0.5; echo saved > $0; exit 0" TERM; while :; do sleep 0.05; done',
+                          sys.argv[1]])
+time.sleep(0.3)  # the saver's trap is set
+sys.stdin.read()  # its conversation: until its stdin is closed
+saver.send_signal(signal.SIGTERM)  # its session saved by the child it started, as an SDK does
+os._exit(0)  # and gone at once, the child still saving
+"""
+
+
+async def test_what_an_agent_server_left_saving_its_session_ends_by_itself_within_its_linger(tmp_path: Path) -> None:
+    saved = tmp_path / "saved"
+    talk = Conversation()
+    talk.terminate, talk.linger = True, 5.0
+    tracker = reaper.tracker("test-engine", "test-" + tmp_path.name, run=tmp_path.name)
+    step = await ProcessStep.start(runner_spec.parse("command:x"), str(tmp_path), dict(os.environ), tracker,
+                                   command=[sys.executable, "-c", SERVER, str(saved)], talk=talk)
+    try:
+        await asyncio.sleep(0.5)
+        talk.hang_up()
+        result = await step.run(None, lambda stream, chunk: None)
+    finally:
+        tracker.kill()
+        tracker.close()
+    assert result.exit_code == 0, result.stderr
+    assert saved.read_text() == "saved\n"  # killed with its server, it would have saved nothing
+    assert not tracker.living()
 
 
 async def test_a_silent_step_is_never_flushed_and_one_that_speaks_is_flushed_at_once(

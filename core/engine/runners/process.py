@@ -5,7 +5,8 @@ or group its processes moved to (``reaper``): SIGSTOP / SIGCONT to every process
 the leader's group (as a terminal's Ctrl-C) then SIGTERM, then SIGKILL to everything. The
 step's input is written while its output is read, so neither side can fill a pipe and wait
 for the other. The step is over when its leader has exited: what it left running (a
-``setsid`` grandchild holding the pipes open, say) is killed after ``LINGER_S``.
+``setsid`` grandchild holding the pipes open, say) is killed after ``LINGER_S``; what an agent
+server left (its conversation's ``linger``) may first end by itself, saving its session.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +96,8 @@ class ProcessStep:
             await asyncio.wait([read, exited], return_when=asyncio.FIRST_COMPLETED)
             if not read.done():
                 await asyncio.wait([read], timeout=LINGER_S)
+            if exited.done() and self.talk is not None and self.talk.terminate:
+                await self._left_to_end(self.talk.linger)
         finally:
             self.kill()  # whatever the leader left behind
             feeding.cancel()
@@ -112,6 +116,15 @@ class ProcessStep:
             if not reader.cancelled() and (exc := reader.exception()) is not None:
                 raise exc
         return StepResult(code, self.stderr.text())
+
+    async def _left_to_end(self, within: float) -> None:
+        """What an agent server started may still be saving its session when the server has
+        exited (Claude Code under claude-agent-acp: its SDK signals it and exits at once):
+        given up to ``within`` seconds to end by itself before the rest is killed; killed
+        sooner, the session it saves is lost and its next run cannot take it up again."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and self.tracker.living():
+            await asyncio.sleep(EXIT_POLL_S)
 
     async def _exited(self) -> None:
         """Until the leader has exited, whatever holds its pipes: the event loop wakes this when
