@@ -182,6 +182,7 @@ class Engine:
             ledger = self.ledger
             took = await _patiently(lambda: ledger.acquire(self.token, self.slots, proc_start(os.getpid())))
             store.fence = (hosts.this(), self.token)  # from now on, a write is refused once the lease is not ours
+            store.interest = hosts.this()  # the commits of other hosts' engines are theirs to look at
             loop = asyncio.get_running_loop()
             self.heartbeat = Heartbeat(store.path, self.token, lambda why: loop.call_soon_threadsafe(self._give_up, why))
             self.heartbeat.start()

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from ..model import hosts
 from ..model.errors import Fenced
@@ -47,6 +48,17 @@ class Row(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
+#: The tables a host's engine writes that no other host's engine acts on: its runs and their
+#: output, its lease, the journal, the stamps, and its own sessions' history, memory and requests
+#: (the sessions themselves are told apart by their host, ``Tx.concerns``).
+OWN_HOST: Final = frozenset({"runs", "run_output", "engines", "journal", "meta", "messages", "folds", "memory",
+                             "memory_versions", "requests", "checkpoints"})
+#: The tables no engine acts on, whoever writes them: what a call writes elsewhere (a message,
+#: an answer to a request) may be what an engine waits for, so it concerns every host.
+UNREAD: Final = frozenset({"journal", "meta"})
+_WRITE: Final = re.compile(r"\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+(\w+)", re.I)
+
+
 class Tx(ABC):
     """One open transaction: statements, the journal row, and change stamps.
 
@@ -59,6 +71,26 @@ class Tx(ABC):
         self.now = store.clock()
         self._rev: int | None = None
         self.followers: list[tuple[Any, ...]] = []
+        #: the hosts whose engines must look at what it wrote (an engine's own is one of them);
+        #: None: every host's, which is what any write says unless it is known to reach less far
+        self.concerned: set[str] | None = set() if store.fence is None else {store.fence[0]}
+        self._own = UNREAD if store.fence is None else OWN_HOST
+
+    def concerns(self, host: str) -> None:
+        """What it wrote reaches ``host``'s engine (a session of that host was changed)."""
+        if self.concerned is not None:
+            self.concerned.add(host)
+
+    def reaches(self, sql: str) -> None:
+        """Widen whom a write concerns to every host unless its table is one no other host's
+        engine acts on (``OWN_HOST`` for an engine's writes, ``UNREAD`` for anyone else's); a
+        session's change that returns its host is accounted for by its caller
+        (``rows.update_session``)."""
+        if self.concerned is None:
+            return
+        written = _WRITE.match(sql)
+        if written is not None and written.group(1).lower() not in self._own and " RETURNING host" not in sql:
+            self.concerned = None
 
     @abstractmethod
     async def execute(self, sql: str, params: Params = ()) -> int:
@@ -189,6 +221,9 @@ class Store(ABC):
     #: the host and lease token of the engine writing through it: each write is refused once
     #: that lease is not its own (``fenced``); None for every other process
     fence: tuple[str, str] | None = None
+    #: the host whose commits this process looks at (an engine's) besides those that concern
+    #: every host (``Tx.concerned``); None: every commit. Where the store hears commits.
+    interest: str | None = None
 
     @abstractmethod
     async def close(self) -> None:

@@ -19,7 +19,13 @@ needs no privilege, could be held by any role that may connect); reads
 binding checks them (64-bit integers, UTF-8 text), and text cannot hold a NUL character
 (PostgreSQL's rule, said in one line). Every committed write notifies the workspace's channel
 (``CHANNEL`` and its schema's hash): another process's ``data_version`` moves without polling
-the tables.
+the tables. An engine's commit names the hosts it concerns (``Tx.concerned``), and an engine
+hears only its own host's and those of every host's concern: ten hosts' engines each looked
+at every commit of the other nine, and spent the machine on it.
+
+Round trips are what a call costs here, so none is spent that can be saved: a transaction's
+beginning goes with its first statement (``PgTx._first``, bound client-side: one message of
+several statements takes no parameters), its notification with its ``COMMIT``.
 """
 
 from __future__ import annotations
@@ -145,28 +151,55 @@ def _value(value: Any) -> Any:
 
 
 class PgTx(Tx):
-    """A transaction on the workspace database's connection."""
+    """A transaction on the workspace database's connection, begun with its first statement
+    (``opening``: sent together, one round trip instead of two)."""
 
-    def __init__(self, store: PgStore) -> None:
+    def __init__(self, store: PgStore, opening: str) -> None:
         super().__init__(store)
-        self.conn = store.conn
+        self.pg = store
+        self.opening: str | None = opening  # what begins it, until its first statement is sent
+
+    @property
+    def conn(self) -> psycopg.AsyncConnection[Any]:
+        return self.pg.conn
+
+    async def _open(self) -> None:
+        """Begin it on its own, before a statement that cannot carry its beginning."""
+        if self.opening is not None:
+            opening, self.opening = self.opening, None
+            await self.pg._begin(opening)
 
     async def execute(self, sql: str, params: Params = ()) -> int:
+        self.reaches(sql)
+        if self.opening is not None:
+            return int((await self._first(sql, params)).rowcount)
         async with self._errors():
             cur = await self.conn.execute(translate(sql), _check(params))
             return cur.rowcount
+
+    async def _first(self, sql: str, params: Params) -> Any:
+        """Its first statement, sent after what begins it in one message (the parameters bound
+        here, as text literals: a message of several statements takes none); its cursor."""
+        assert self.opening is not None
+        opening, self.opening = self.opening, None
+        async with self._errors():
+            return await self.pg._begin(opening, translate(sql), _check(params))
 
     async def clock(self) -> float:
         """The database server's clock (``clock_timestamp``: now, not the transaction's start)."""
         return float(await self.value(SERVER_NOW))
 
     async def insert(self, sql: str, params: Params = ()) -> int:
+        self.reaches(sql)
+        await self._open()
         async with self._errors():
             cur = await self.conn.execute(translate(sql) + " RETURNING id", _check(params))
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.reaches(sql)
+        await self._open()
         async with self._errors():
             batch = [_check(r) for r in rows]
             if batch:
@@ -174,8 +207,13 @@ class PgTx(Tx):
                     await cur.executemany(translate(sql), batch)
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        self.reaches(sql)  # a write that returns what it wrote is read as rows
+        if self.opening is not None:
+            cur = await self._first(sql, params)
+        else:
+            async with self._errors():
+                cur = await self.conn.execute(translate(sql), _check(params))
         async with self._errors():
-            cur = await self.conn.execute(translate(sql), _check(params))
             return cast(list[Row], await cur.fetchall()) if cur.description else []
 
     async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
@@ -186,6 +224,7 @@ class PgTx(Tx):
         from psycopg.rows import tuple_row
 
         name = f"stream_{uuid.uuid4().hex}"
+        await self._open()
         async with self._errors():
             cur = self.conn.cursor(name, row_factory=tuple_row)
             await cur.execute(translate(sql), _check(params))
@@ -299,17 +338,22 @@ class PgStore(Store):
         except psycopg.Error:
             await self.conn.close()
 
-    async def _begin(self, sql: str) -> None:
-        """Open a transaction. A connection found dropped here (the server restarted since the
+    async def _begin(self, opening: str, first: str | None = None, params: Params = ()) -> Any:
+        """Open a transaction (``opening``), with its ``first`` statement if given; that
+        statement's cursor. A connection found dropped here (the server restarted since the
         last call) is opened again and the transaction begun on it: nothing had been done yet."""
         import psycopg
 
         for attempt in (1, 2):
             await self._reconnect()
-            done = asyncio.ensure_future(self.conn.execute(sql))
+            cursor = psycopg.AsyncClientCursor(self.conn)
+            done = asyncio.ensure_future(cursor.execute(f"{opening}; {first}", params) if first else cursor.execute(opening))
             try:
                 await asyncio.shield(done)
-                return
+                if first:
+                    while cursor.nextset():  # past what the opening's statements said, to the first's
+                        pass
+                return cursor
             except asyncio.CancelledError:
                 await asyncio.wait([done])
                 await self._end()
@@ -325,6 +369,10 @@ class PgStore(Store):
                 await self._end()
                 if attempt == 2 or not self.conn.closed:
                     raise self.unreachable(exc) from None
+            except psycopg.Error:
+                await self._end()
+                raise
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
@@ -333,17 +381,19 @@ class PgStore(Store):
         A role that may only read is refused at once, before anything is done."""
         import psycopg
 
+        if self.readonly:  # known since it was opened; a role's rights taken later: refused by its first statement
+            raise _read_only(self.path)
         async with self._lock:
-            await self._begin(f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s';"
-                              f" {WRITE_LOCK}; SET LOCAL lock_timeout = 0")
-            tx = PgTx(self)
+            tx = PgTx(self, f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s'; {WRITE_LOCK};"
+                            " SET LOCAL lock_timeout = 0")
             try:
                 await fenced(tx)
                 yield tx
                 if tx.followers:
                     await tx.many(JOURNAL, tx.followers)
-                await tx.execute(f"NOTIFY {self.channel}")
-                done = asyncio.ensure_future(self.conn.execute("COMMIT"))
+                if tx.opening is not None:  # nothing was said in it: nothing to commit
+                    return
+                done = asyncio.ensure_future(self.conn.execute(f"{self._notify(tx)}; COMMIT"))
                 try:
                     await asyncio.shield(done)
                 except psycopg.OperationalError as exc:
@@ -354,6 +404,14 @@ class PgStore(Store):
                 await self._end()
                 raise
 
+    def _notify(self, tx: Tx) -> str:
+        """What tells the other processes of the commit (sent with it: one round trip): the
+        hosts whose engines it concerns, when they are known, so that ten hosts' engines do
+        not each look at every commit of the other nine (faces hear them all)."""
+        if not tx.concerned:  # every host's concern, or no session's: told to all
+            return f"NOTIFY {self.channel}"
+        return f"NOTIFY {self.channel}, '{' '.join(sorted(tx.concerned))}'"  # host names: [A-Za-z0-9._-] only
+
     async def atomic(self, body: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         async with self.tx() as tx:
             return await body(tx)
@@ -361,11 +419,12 @@ class PgStore(Store):
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Tx]:
         async with self._lock:
-            await self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            tx = PgTx(self, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
-                yield PgTx(self)
+                yield tx
             finally:
-                await self._end()
+                if tx.opening is None:  # begun
+                    await self._end()
 
     async def data_version(self) -> int:
         """How many commits this process has heard of, from any process (``NOTIFY``): read from
@@ -393,8 +452,10 @@ class PgStore(Store):
         if self._listener is None or self._listener.closed or self._listener.broken:
             return
         try:
-            async for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                self._heard += 1
+            async for told in self._listener.notifies(timeout=timeout):
+                if self._concerns(told.payload):
+                    self._heard += 1
+                    break
         except psycopg.Error:
             await self._drop_listener()
 
@@ -403,9 +464,14 @@ class PgStore(Store):
             self._listener = await _connect(self.url, raw=True)
             await self._listener.execute(f"LISTEN {self.channel}")
             self._heard += 1  # commits missed while not listening count as a change
-        async for _ in self._listener.notifies(timeout=0):
-            self._heard += 1
+        async for told in self._listener.notifies(timeout=0):
+            self._heard += self._concerns(told.payload)
         return self._heard
+
+    def _concerns(self, payload: str) -> bool:
+        """Whether a commit is one this process must look at: every one, but for an engine,
+        which looks at those of its own host and those that concern every host."""
+        return self.interest is None or not payload or self.interest in payload.split(" ")
 
     async def _drop_listener(self) -> None:
         if self._listener is not None:

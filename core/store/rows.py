@@ -128,7 +128,9 @@ async def update_session(tx: Tx, sid: int, **cols: Any) -> None:
     cols["rev"] = await tx.rev()
     cols["last_active"] = tx.now
     assignments = ", ".join(f"{k} = ?" for k in cols)
-    await tx.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", [*cols.values(), sid])
+    host = await tx.value(f"UPDATE sessions SET {assignments} WHERE id = ? RETURNING host", [*cols.values(), sid])
+    if host is not None:  # the engine that runs it is told; no other is
+        tx.concerns(str(host))
 
 
 async def workdir(tx: Tx, sid: int) -> str:

@@ -399,3 +399,53 @@ async def test_a_copy_starts_with_no_engine_claim(cli, db, live, tmp_path) -> No
         assert [m.content for m in await ws.history(sid)] == ["ran"]
     finally:
         await ws.close()
+
+
+async def test_an_engine_hears_its_own_hosts_commits_and_those_of_every_hosts_concern_not_the_others(
+        postgres) -> None:
+    """Ten hosts' engines on one database each looked at every commit of the other nine: a
+    commit now names the hosts it concerns (an engine's own, and the host of each session it
+    changed), an engine hears only its own host's and those that concern every host (any
+    call's but an engine's, a write whose reach is not known), and a face hears them all."""
+    from procession.store import rows
+    from support.hosts import spawn_on
+
+    url = postgres.workspace()
+    async with await Workspace.open(url) as setup:
+        north = await spawn_on(setup, "north", "n", "command:true")
+        south = await spawn_on(setup, "south", "s", "command:true")
+    async with await Workspace.open(url) as south_engine, await Workspace.open(url) as north_engine, \
+            await Workspace.open(url) as face:
+        async with south_engine.store.tx() as tx:
+            await rows.put_lease(tx, "south-token", os.getpid(), "south", 2, None, "here")
+        south_engine.store.fence = ("south", "south-token")
+        north_engine.store.interest = "north"
+        heard = [await north_engine.store.data_version(), await face.store.data_version()]
+
+        async def told() -> list[int]:
+            await asyncio.sleep(0.3)  # a notification comes after its commit: given its time
+            now = [await north_engine.store.data_version(), await face.store.data_version()]
+            moved = [a - b for a, b in zip(now, heard)]
+            heard[:] = now
+            return moved
+
+        async with south_engine.store.tx() as tx:  # south's engine changes a session of its own
+            await rows.update_session(tx, south, failures=1)
+        assert await told() == [0, 1]
+        async with south_engine.store.tx() as tx:  # ...and one of north's (a message woke it, say)
+            await rows.update_session(tx, north, failures=1)
+        assert await told() == [1, 1]
+        async with south_engine.store.tx() as tx:  # a table every host's engine acts on
+            await tx.execute("UPDATE triggers SET armed = 1 WHERE session_id = ?", (south,))
+        assert await told() == [1, 1]
+        await face.send(south, "a person's call, about south's session")
+        assert await told() == [1, 1]
+
+        waiting = asyncio.ensure_future(north_engine.store.hear(5.0))  # waits through south's own...
+        async with south_engine.store.tx() as tx:
+            await rows.update_session(tx, south, failures=2)
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        async with south_engine.store.tx() as tx:  # ...and wakes for north's
+            await rows.update_session(tx, north, failures=2)
+        await asyncio.wait_for(waiting, HANG_S)
