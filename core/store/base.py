@@ -163,6 +163,10 @@ class Tx(ABC):
             )
         return int(self._rev)
 
+    def stamped(self, rev: int) -> None:
+        """The change stamp its beginning took (where taking the writers' lock stamps it)."""
+        self._rev = rev
+
     async def touch(self, *sids: int) -> None:
         """Mark sessions changed (and active now) so that watchers see them."""
         rev = await self.rev()

@@ -9,7 +9,7 @@ PostgreSQL project's own Python driver, kept by its maintainers. asyncpg is fast
 but knows only ``$1`` parameters and its own types.
 
 Semantics are SQLite's: a write transaction first locks the workspace's one ``rev`` row of
-``meta`` (``WRITE_LOCK``), so write transactions run one at a time across every process and
+``meta`` (``WRITE_BEGIN`` stamps it), so write transactions run one at a time across every process and
 machine, in the order they commit (the change stamp ``rev`` only grows, as the monitor
 expects; a call's reads and its writes see one state no other writer changes meanwhile). A
 row lock needs the privilege to update the row: a role given ``SELECT`` only cannot take it
@@ -25,7 +25,8 @@ at every commit of the other nine, and spent the machine on it.
 
 Round trips are what a call costs here, so none is spent that can be saved: a transaction's
 beginning goes with its first statement (``PgTx._first``, bound client-side: one message of
-several statements takes no parameters), its notification with its ``COMMIT``.
+several statements takes no parameters), the change stamp with its lock, its notification
+with its ``COMMIT``.
 """
 
 from __future__ import annotations
@@ -50,12 +51,21 @@ from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, Workspa
 if TYPE_CHECKING:
     import psycopg
 
+#: How long a write transaction waits for the writer lock before it says the workspace is busy
+BUSY_TIMEOUT_S = 10
 #: The lock every write transaction takes first, held until it ends: one writer at a time, as in
 #: SQLite; one per workspace (a database may hold several, each in a schema of its own, each
 #: with its own ``meta``). ``FOR UPDATE`` needs the UPDATE privilege on ``meta``: a role that
 #: may only read is refused it at once, and never blocks a writer. A row lock, not ``LOCK
 #: TABLE``: nothing else (autovacuum, a reader) ever waits on it.
 WRITE_LOCK = "SELECT 1 FROM meta WHERE key = 'rev' FOR UPDATE"
+#: How a write transaction begins: the lock taken by stamping the row (an update locks it as
+#: ``WRITE_LOCK`` does), so that the change stamp every write needs (``Tx.rev``) costs no round
+#: trip of its own; waited for ``BUSY_TIMEOUT_S`` at most (``StoreBusy``), no longer after.
+WRITE_BEGIN = ("BEGIN", f"SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s'",
+               "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'rev' RETURNING value",
+               "SET LOCAL lock_timeout = 0")
+SNAPSHOT_BEGIN = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 #: What two first openers of an empty schema take to make the workspace once: there is no row
 #: to lock yet. Taken only while there is no workspace (a role that holds it keeps no writer
 #: of an existing workspace waiting).
@@ -64,8 +74,6 @@ _CREATOR = f"SELECT pg_advisory_xact_lock({0x70726F63}, hashtext(current_schema(
 CHANNEL = "procession_"
 #: The server's time, in seconds since the epoch: the one clock of every host's leases.
 SERVER_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())"
-#: How long a write transaction waits for the writer lock before it says the workspace is busy
-BUSY_TIMEOUT_S = 10
 #: What every connection is opened with, unless the workspace's address says otherwise (libpq's
 #: own parameters): a server that does not answer is given up after ``connect_timeout``; a link
 #: cut under an idle connection is found by TCP keepalives (a probe after 3 s of silence, then
@@ -154,10 +162,10 @@ class PgTx(Tx):
     """A transaction on the workspace database's connection, begun with its first statement
     (``opening``: sent together, one round trip instead of two)."""
 
-    def __init__(self, store: PgStore, opening: str) -> None:
+    def __init__(self, store: PgStore, opening: tuple[str, ...]) -> None:
         super().__init__(store)
         self.pg = store
-        self.opening: str | None = opening  # what begins it, until its first statement is sent
+        self.opening: tuple[str, ...] | None = opening  # what begins it, until its first statement is sent
 
     @property
     def conn(self) -> psycopg.AsyncConnection[Any]:
@@ -167,7 +175,7 @@ class PgTx(Tx):
         """Begin it on its own, before a statement that cannot carry its beginning."""
         if self.opening is not None:
             opening, self.opening = self.opening, None
-            await self.pg._begin(opening)
+            await self.pg._begin(self, opening)
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
@@ -183,7 +191,7 @@ class PgTx(Tx):
         assert self.opening is not None
         opening, self.opening = self.opening, None
         async with self._errors():
-            return await self.pg._begin(opening, translate(sql), _check(params))
+            return await self.pg._begin(self, opening, translate(sql), _check(params))
 
     async def clock(self) -> float:
         """The database server's clock (``clock_timestamp``: now, not the transaction's start)."""
@@ -338,21 +346,25 @@ class PgStore(Store):
         except psycopg.Error:
             await self.conn.close()
 
-    async def _begin(self, opening: str, first: str | None = None, params: Params = ()) -> Any:
-        """Open a transaction (``opening``), with its ``first`` statement if given; that
-        statement's cursor. A connection found dropped here (the server restarted since the
-        last call) is opened again and the transaction begun on it: nothing had been done yet."""
+    async def _begin(self, tx: PgTx, opening: tuple[str, ...], first: str | None = None, params: Params = ()) -> Any:
+        """Open ``tx`` (``opening``'s statements), with its ``first`` statement if given; that
+        statement's cursor. What the opening stamps is the transaction's ``rev``. A connection
+        found dropped here (the server restarted since the last call) is opened again and the
+        transaction begun on it: nothing had been done yet."""
         import psycopg
 
         for attempt in (1, 2):
             await self._reconnect()
             cursor = psycopg.AsyncClientCursor(self.conn)
-            done = asyncio.ensure_future(cursor.execute(f"{opening}; {first}", params) if first else cursor.execute(opening))
+            said = "; ".join(opening)
+            done = asyncio.ensure_future(cursor.execute(f"{said}; {first}", params) if first else cursor.execute(said))
             try:
                 await asyncio.shield(done)
-                if first:
-                    while cursor.nextset():  # past what the opening's statements said, to the first's
-                        pass
+                for at in range(len(opening)):  # past what the opening's statements said, to the first's
+                    if cursor.description is not None and (stamp := await cursor.fetchone()) is not None:
+                        tx.stamped(int(stamp[0]))
+                    if first or at < len(opening) - 1:
+                        cursor.nextset()
                 return cursor
             except asyncio.CancelledError:
                 await asyncio.wait([done])
@@ -377,15 +389,14 @@ class PgStore(Store):
     @asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
         """A write transaction: all of it commits, or none of it does, even when the task
-        running it is cancelled half-way; one at a time across every process (``WRITE_LOCK``).
+        running it is cancelled half-way; one at a time across every process (``WRITE_BEGIN``).
         A role that may only read is refused at once, before anything is done."""
         import psycopg
 
         if self.readonly:  # known since it was opened; a role's rights taken later: refused by its first statement
             raise _read_only(self.path)
         async with self._lock:
-            tx = PgTx(self, f"BEGIN; SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s'; {WRITE_LOCK};"
-                            " SET LOCAL lock_timeout = 0")
+            tx = PgTx(self, WRITE_BEGIN)
             try:
                 await fenced(tx)
                 yield tx
@@ -419,7 +430,7 @@ class PgStore(Store):
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Tx]:
         async with self._lock:
-            tx = PgTx(self, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            tx = PgTx(self, SNAPSHOT_BEGIN)
             try:
                 yield tx
             finally:
