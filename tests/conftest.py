@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from procession import Workspace
+from support.stores import BACKENDS, backend_of
 from support.wait import HANG_S, slow_factor, until  # noqa: F401  (tests import them from here)
 
 
@@ -44,9 +45,10 @@ def in_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-#: The stores a module runs its tests on, with ``pytestmark = STORES`` (the call suite): an SQLite
-#: file and a PostgreSQL database of a real server the tests start (``support.postgres``).
-STORES = pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"], indirect=True)
+#: The stores a module runs its tests on, with ``pytestmark = STORES`` (the call suite, which
+#: every backend passes: ``support.stores``): an SQLite file and a PostgreSQL database of a
+#: real server the tests start (``support.postgres``).
+STORES = pytest.mark.parametrize("store_kind", list(BACKENDS), indirect=True)
 
 
 @pytest.fixture
@@ -73,9 +75,8 @@ def postgres() -> Iterator[Any]:
 @pytest.fixture
 def db(tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> Path | str:
     """Where the test's workspace is: a file, or a new workspace in the PostgreSQL server."""
-    if store_kind == "postgresql":
-        return str(request.getfixturevalue("postgres").workspace())
-    return tmp_path / "ws.db"
+    backend = BACKENDS[store_kind]
+    return backend.workspace(request.getfixturevalue(backend.server) if backend.server else None, tmp_path)
 
 
 @pytest.fixture
@@ -154,43 +155,14 @@ async def engine(db: Path, live: Workspace):
 
 
 def dump(path: Path | str) -> list[str]:
-    """Every row of every table of a workspace (a file or a PostgreSQL one), as text: equal
-    dumps, equal stores. (Not where a PostgreSQL table's ids go on: a sequence is not rolled
-    back with the transaction that drew from it, so a refused call may leave a gap in the ids.)"""
-    import sqlite3
-
-    if isinstance(path, str) and path.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(path, autocommit=True) as conn:  # one connection: a test dumps dozens of times
-            tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-                                                 " ORDER BY tablename")]
-            return [f"{t}: {tuple(row)!r}" for t in tables for row in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
-    con = sqlite3.connect(path)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
+    """Every row of every table of a workspace, as text: equal dumps, equal stores."""
+    return backend_of(path).dump(path)
 
 
 def sql(path: Path | str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """One statement on a workspace from outside (a file, or a PostgreSQL one: written in
-    SQLite's dialect, as the calls write theirs), committed; the rows it read."""
-    import sqlite3
-
-    if isinstance(path, str) and path.startswith("postgresql://"):
-        import psycopg
-
-        from procession.store.dialect import translate
-
-        with psycopg.connect(path, autocommit=True) as conn:
-            cur = conn.execute(translate(statement), params)
-            return [tuple(r) for r in cur.fetchall()] if cur.description else []
-    con = sqlite3.connect(path, isolation_level=None)
-    try:
-        return con.execute(statement, params).fetchall()
-    finally:
-        con.close()
+    """One statement on a workspace from outside (written in SQLite's dialect, as the calls
+    write theirs), committed; the rows it read."""
+    return backend_of(path).sql(path, statement, params)
 
 
 from support.runs import proc_state  # noqa: E402,F401  (tests import it from here)
