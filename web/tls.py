@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
-import urllib.parse
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
@@ -27,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from procession.model import own_files
 from procession.model.errors import InvalidArgument
 
 CERT, KEY = "cert.pem", "key.pem"
@@ -44,17 +43,9 @@ class Unfit(Exception):
 
 
 def kept_in(workspace: Path | str) -> Path:
-    """Where the certificate of ``workspace`` (a file, or a ``postgresql://`` address) is kept:
-    beside its database file; for a PostgreSQL one (no file here), in the user's data folder,
-    named from its server and database (one per database, so each keeps its own; nothing else
-    of the address, which may hold a password in its query)."""
-    if isinstance(workspace, str) and "://" in workspace:
-        from platformdirs import user_data_dir
-
-        parts = urllib.parse.urlsplit(workspace)
-        name = f"{parts.hostname or 'local'}_{parts.port or 5432}_{parts.path.strip('/')}"
-        return Path(user_data_dir("procession")) / "web" / re.sub(r"[^\w.-]+", "_", name)
-    return Path(f"{os.path.abspath(workspace)}.web")
+    """Where the certificate of ``workspace`` is kept (``own_files.web``: a run's world never
+    holds it)."""
+    return own_files.web(workspace)
 
 
 def self_signed(folder: Path, names: list[str], say: Callable[[str], object]) -> tuple[Path, Path, str]:

@@ -98,6 +98,7 @@ class Policy:
     world: bool = False  # a world of its own (``world``): namespaces, a root holding only what it reads and writes
     own_net: bool = False  # and a network of its own, empty (``--net none``)
     plain_sockets: bool = False  # only plain TCP and UDP sockets (``sockets``): what the TCP rules hold
+    covered: tuple[str, ...] = ()  # the workspace's own files beneath what it reaches: not in its world
 
 
 @dataclass(slots=True, frozen=True)
@@ -125,7 +126,7 @@ class Bounds:
         return ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh",
                 sys.executable, "-I", "-S", LAUNCHER, *landlock.command_line(p.read, p.write, p.connect, p.scoped, p.require),
                 *(["-W"] if p.world else []), *(["-N"] if p.own_net else []), *(["-P"] if p.plain_sockets else []),
-                "--", *argv]
+                *(word for path in p.covered for word in ("-h", path)), "--", *argv]
 
 
 def worktree_git(common: str, top: str) -> tuple[list[str], list[str]]:
@@ -173,7 +174,7 @@ def unconfined(confine: str = bounds.OFF, net: str = bounds.ANY) -> Bounds:
 def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping[str, Any]], env: Mapping[str, str],
             tmp: str, program: str | None = None, state: Iterable[str] = (), reads: Iterable[str] = (),
             endpoints: Iterable[str] = (), commands: Iterable[str] = (), writes: bool = True,
-            read_only: str = "", worktree: tuple[str, str] | None = None) -> Bounds:
+            read_only: str = "", worktree: tuple[str, str] | None = None, own: Iterable[str] = ()) -> Bounds:
     """The bounds of a run: ``workdir`` (where it runs), the session's ``resources`` (its
     bindings), its environment (``PATH``, ``HOME``), its temporary folder, the agent CLI's
     ``program``, ``state`` folders and configuration files (``reads``), the URLs of its
@@ -185,7 +186,9 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     session's permissions let it do nothing unasked but read), and a run the kernel cannot hold
     so does not start; ``worktree``: its folder is a fork's git worktree (its repository's
     common git folder and its top, as the store has them), on whose branch it may commit
-    (``worktree_git``). ``InvalidArgument`` when the run may not start: a bound that is too
+    (``worktree_git``); ``own``: the workspace's own files (``own_files``), covered in its world
+    where they lie beneath what it reaches (where no world can be made, its record says they
+    are in its reach). ``InvalidArgument`` when the run may not start: a bound that is too
     wide, or ``strict`` on a kernel that cannot hold it."""
     if read_only and (confine == bounds.OFF or kernel() < 1):
         raise InvalidArgument(f"{read_only}, so the kernel must hold its run to reading its bounds, and "
@@ -236,9 +239,16 @@ def for_run(*, confine: str, net: str, workdir: str, resources: Iterable[Mapping
     alone = namespaces()
     if alone and confine == bounds.STRICT:
         raise InvalidArgument(f"--confine strict: a run cannot have a world of its own here: {alone}")
+    reached = [*read, *write]
+    covered = tuple(p for p in dict.fromkeys(own)
+                    if any(p.rstrip("/") == r or p.startswith(r.rstrip("/") + "/") for r in reached))
     policy = Policy(_unique(read), _unique(write), connect, require=("net", "scope") if confine == bounds.STRICT else (),
-                    world=not alone, own_net=not alone and net == bounds.NONE, plain_sockets=connect is not None)
-    return Bounds(confine, net, policy, _said(abi, net, alone, read_only))
+                    world=not alone, own_net=not alone and net == bounds.NONE, plain_sockets=connect is not None,
+                    covered=() if alone else covered)
+    said = _said(abi, net, alone, read_only)
+    if covered and alone:  # (``strict`` did not get here)
+        said += f"; the workspace's own files are in its reach ({covered[0].rstrip('/')}): keep it outside the folder"
+    return Bounds(confine, net, policy, said)
 
 
 def said_here(net: str, read_only: str = "") -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..model import agent_homes, bounds, environ, hosts, mcp_binding, runner_spec
+from ..model import agent_homes, bounds, environ, hosts, mcp_binding, own_files, runner_spec
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
@@ -465,7 +465,7 @@ class Engine:
                                                       for r in resources)):
                 own = OwnServers(str(self.ledger.path), sid, tmp, env)
                 env.update(await own.open(resources))
-            held, exe = run_bounds(row, spec, cwd, resources, env, tmp, worktree)
+            held, exe = run_bounds(row, spec, cwd, resources, env, tmp, worktree, own_files.of(self.ledger.path))
             if exe is not None:
                 turn = await self.ledger.agent_turn(sid, spec, cwd, env)
                 turn.tmp, turn.confined = tmp, held.confined
@@ -720,11 +720,12 @@ def run_environment(row: Any, kind: str, tmp: str, marks: dict[str, str]) -> dic
 
 
 def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list[dict[str, Any]],
-               env: dict[str, str], tmp: str, worktree: tuple[str, str] | None = None,
+               env: dict[str, str], tmp: str, worktree: tuple[str, str] | None = None, own: list[str] | None = None,
                ) -> tuple[confinement.Bounds, str | None]:
     """How a run of the session ``row`` is held (``confinement.for_run``; ``worktree``: its
-    own git worktree's repository and top), and the executable of its agent CLI (None: it has
-    none). ``InvalidArgument`` when it may not start."""
+    own git worktree's repository and top; ``own``: the workspace's own files, never in its
+    world), and the executable of its agent CLI (None: it has none). ``InvalidArgument`` when
+    it may not start."""
     exe: str | None = None
     state: list[str] = []
     configs: list[str] = []
@@ -737,7 +738,7 @@ def run_bounds(row: Any, spec: runner_spec.RunnerSpec, cwd: str, resources: list
     held = confinement.for_run(confine=row["confine"], net=row["net"], workdir=cwd, resources=resources, env=env,
                                tmp=tmp, program=exe, state=state, reads=configs, endpoints=urls,
                                commands=[spec.target] if spec.kind == "command" else [], writes=spec.kind != "builtin",
-                               worktree=worktree,
+                               worktree=worktree, own=own or (),
                                read_only="" if row["permissions"] != bounds.ASK or asks else
                                f"its {spec.kind} runner cannot ask a person and its permissions are ask")
     return held, exe

@@ -187,7 +187,7 @@ def main(argv: list[str]) -> None:
     """``landlock.py POLICY... -- PROGRAM ARGS...``: confine, then become the program. Any
     failure ends here, exit status 126, saying why on stderr: never run a program unconfined
     that was to run confined."""
-    given: dict[str, list[str]] = {"-r": [], "-w": [], "-c": [], "-q": [], "-a": []}
+    given: dict[str, list[str]] = {"-r": [], "-w": [], "-c": [], "-q": [], "-a": [], "-h": []}
     flags: set[str] = set()
     at = 0
     try:
@@ -205,7 +205,7 @@ def main(argv: list[str]) -> None:
             raise IndexError
     except (IndexError, ValueError):
         sys.stderr.write("procession: cannot confine the step: usage: landlock.py [-r PATH] [-w PATH] [-a PATH] [-c PORT]"
-                         " [-n] [-s] [-q net|scope] [-W [-N]] [-P] -- PROGRAM [ARGS...]\n")
+                         " [-n] [-s] [-q net|scope] [-W [-N] [-h PATH]] [-P] -- PROGRAM [ARGS...]\n")
         raise SystemExit(126) from None
     _die_with_parent()
     os.get_exec_path()  # execvp's first use imports ``warnings``: while the interpreter's own files are readable
@@ -217,7 +217,7 @@ def main(argv: list[str]) -> None:
             import world
 
         try:
-            world.enter([*given["-r"], *given["-w"]], net="-N" in flags)
+            world.enter([*given["-r"], *given["-w"]], net="-N" in flags, covered=given["-h"])
         except OSError as exc:
             sys.stderr.write(f"procession: cannot make the run's world: {exc}\n")
             raise SystemExit(126) from None

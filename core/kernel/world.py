@@ -94,11 +94,12 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def enter(paths: Iterable[str], *, net: bool) -> None:
+def enter(paths: Iterable[str], *, net: bool, covered: Iterable[str] = ()) -> None:
     """Make this process's world as the module says, and return in its PID 2 (the program's
     process, in the new root, in the folder it started in), ready to be confined and exec'd;
     the launcher and init never return from here. ``paths``: what the run's policy names
-    (read and written alike: Landlock decides which); ``net``: a network of its own (empty).
+    (read and written alike: Landlock decides which); ``net``: a network of its own (empty);
+    ``covered``: the workspace's own files, not in the world though a folder it shows holds them.
     ``Refused`` (in the launcher, before anything was started) when the kernel will not."""
     libc = _libc()
     uid, gid, cwd = os.getuid(), os.getgid(), os.getcwd()
@@ -121,7 +122,7 @@ def enter(paths: Iterable[str], *, net: bool) -> None:
     os.close(told)
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # (its parent is outside its PID view: not to be asked)
     try:
-        _build(libc, sorted(set(paths)), cwd)
+        _build(libc, sorted(set(paths)), cwd, sorted(set(covered)))
         if net:
             _loopback(libc)
     except OSError as exc:
@@ -168,10 +169,11 @@ def _init(program: int, tell: int) -> None:
             os._exit(0)
 
 
-def _build(libc: ctypes.CDLL, paths: list[str], cwd: str) -> None:
-    """The new root: a tmpfs holding each of ``paths`` (sorted) bound at its place, its own
-    ``/proc``, ``/dev`` and ``/tmp``; then made the root, the machine's let go of, and the
-    process put back in ``cwd``."""
+def _build(libc: ctypes.CDLL, paths: list[str], cwd: str, covered: list[str]) -> None:
+    """The new root: a tmpfs holding each of ``paths`` (sorted) bound at its place, each of
+    ``covered`` beneath them covered (``_cover``) and what ``paths`` name beneath those shown
+    again, its own ``/proc``, ``/dev`` and ``/tmp``; then made the root, the machine's let go
+    of, and the process put back in ``cwd``."""
     pivot = _PIVOT_ROOT.get(os.uname().machine)
     if pivot is None:
         raise Refused(f"no pivot_root known for {os.uname().machine}")
@@ -192,6 +194,15 @@ def _build(libc: ctypes.CDLL, paths: list[str], cwd: str) -> None:
             continue  # shown already, with the folder that holds it
         if _bind(libc, "/oldroot" + path, "/newroot" + path):
             bound.append(path)
+    hidden = [path.rstrip("/") for path in covered if any(path.startswith(done + "/") for done in bound)]
+    for path in covered:
+        if path.rstrip("/") in hidden:
+            _cover(libc, path.rstrip("/"), folder=path.endswith("/"))
+    again: list[str] = []
+    for path in paths:  # what the policy names beneath a covered folder (its session's agent folder)
+        if any(path.startswith(h + "/") for h in hidden) and not any(path.startswith(a + "/") for a in again):
+            if _bind(libc, "/oldroot" + path, "/newroot" + path):
+                again.append(path)
     _dev(libc)
     os.makedirs("/newroot" + cwd, exist_ok=True)  # a step given no folder (``builtin:``) still starts in one: empty
     os.makedirs("/newroot/tmp", exist_ok=True)
@@ -205,6 +216,40 @@ def _build(libc: ctypes.CDLL, paths: list[str], cwd: str) -> None:
     _check(libc.umount2(b".", MNT_DETACH), "umount the old root")
     os.chdir("/")
     os.chdir(cwd)
+
+
+def _cover(libc: ctypes.CDLL, path: str, *, folder: bool) -> None:
+    """``path``, in the world under construction, covered: a folder by an empty one of its own,
+    a file by an empty device (``/dev/null``). One that is not there yet is made first (an empty
+    folder or file: what its owner makes or finds there), else the run could make it, a WAL
+    for SQLite to replay, a hook in a session's agent folder. Reached with no link followed (a
+    run may have put one on the way, to have another covered instead): where that cannot be,
+    the world is not made (``OSError``), rather than show what it must not."""
+    parent = _open_beneath(libc, "/newroot" + os.path.dirname(path))
+    if parent < 0:
+        raise OSError(f"the workspace's own {path} cannot be covered: a link is on its way")
+    name = os.path.basename(path)
+    try:
+        try:
+            if folder:
+                os.mkdir(name, 0o700, dir_fd=parent)
+            else:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=parent))
+        except FileExistsError:
+            pass
+        fd = _open_beneath(libc, "/newroot" + path)
+    finally:
+        os.close(parent)
+    if fd < 0:
+        raise OSError(f"the workspace's own {path} cannot be covered: a link is on its way")
+    try:
+        where = f"/oldroot/proc/self/fd/{fd}"
+        if os.fstat(fd).st_mode & 0o170000 == 0o040000:
+            _mount(libc, "tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755")
+        else:
+            _mount(libc, "/oldroot/dev/null", where, None, MS_BIND)
+    finally:
+        os.close(fd)
 
 
 def _bind(libc: ctypes.CDLL, source: str, target: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import until
+from conftest import engine_on, until
 from procession import State, Workspace
 from support.agent_clis import sandbox, session_env
 from support.models import Hold, ModelServer, say
@@ -108,3 +108,27 @@ async def test_an_interrupt_then_a_cancel_mid_reply_leave_no_process(
     await stopped_mid_reply(live, sid, model_server, live.cancel, 3)
     assert await state_of(live, sid) is State.TERMINATED
     assert marked(db, sid) == []
+
+
+async def test_an_agent_session_working_where_its_workspace_is_kept_has_its_own_agent_folder_only(
+        model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workspace kept in the project the session works in (``--db .procession/ws.db``): its
+    run's world covers the workspace's files and every session's agent folder, and shows its
+    own again, where Claude Code keeps the session it takes up at the next turn."""
+    box = sandbox("claude", model_server, tmp_path)
+    db = box.workdir / ".procession" / "ws.db"
+    db.parent.mkdir()
+    (db.parent / "agents" / "someone-else").mkdir(parents=True)
+    env, passed = session_env([box], monkeypatch.setenv)
+    model_server.script.add(say("Hello there."), say("Still here."))
+    async with await Workspace.open(db) as ws, engine_on(db):
+        sid = (await ws.spawn("c", "contract", runner="claude:", cwd=str(box.workdir), env=env, passed=passed)).sid
+        for n, text in enumerate(("hello", "are you there?"), 1):
+            run = await turn(ws, sid, text, n)
+            assert run.outcome == "ok", run.error
+        assert (await ws.history(sid))[-1].content == "Still here."
+        own = (await ws.show(sid)).agent_ref
+        assert "in a world of its own" in (await ws.info(sid)).confinement
+    said = " ".join(model_server.requests[-1].texts("user"))
+    assert "hello" in said and "are you there?" in said  # its own session, taken up from its own folder
+    assert list((db.parent / "agents").glob(f"*/claude/projects/*/{own['id']}.jsonl"))

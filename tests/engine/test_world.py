@@ -376,3 +376,55 @@ async def test_a_run_has_a_keyring_of_its_own(live: Workspace, engine: object, t
     await until(lambda: finished(live, sid))
     assert (await live.history(sid))[-1].content == "False True"  # it has a keyring: its own, empty
     assert libc.syscall(250, 10, -3, b"user", b"planted_by_step", 0) < 0  # nothing reached the engine's
+
+
+#: What a step does to the workspace it finds in its folder: argv "write" or "look".
+OWN = """
+import json, os, sys
+out = {"read": len(open("ws.db", "rb").read()), "agents": sorted(os.listdir("agents")),
+       "web": sorted(os.listdir("ws.db.web"))}
+if sys.argv[1] == "write":
+    mark = ("XQ" * 3 + str(12345 * 7)).encode()  # in no command line the workspace keeps
+    for name in ("ws.db", "ws.db-wal", "ws.db-journal", "agents/planted", "ws.db.web/planted"):
+        try:
+            with open(name, "ab") as fh:
+                fh.write(mark)
+            out[name] = "written"
+        except OSError as exc:
+            out[name] = exc.strerror
+print(json.dumps({"type": "message", "content": json.dumps(out)}))
+"""
+
+
+async def test_a_workspace_kept_in_a_runs_folder_is_not_in_its_world(live: Workspace, engine: object, db: Path,
+                                                                       tmp_path: Path) -> None:
+    """A workspace kept in the folder its sessions work in (``--db ./ws.db``): a run there reads
+    none of its database, writes none of it, can put no file of SQLite's beside it (a WAL or a
+    journal SQLite would replay), sees no session's agent folder and not the web face's key.
+    The same step with ``--confine off`` reads them (the control)."""
+    assert db.parent == tmp_path
+    (tmp_path / "own.py").write_text(OWN)
+    other = tmp_path / "agents" / "someone-else" / "claude"
+    other.mkdir(parents=True)
+    (other / "settings.json").write_text('{"hooks": {}}')
+    (tmp_path / "ws.db.web").mkdir()
+    (tmp_path / "ws.db.web" / "key.pem").write_text("the web face's key")
+    said = {}
+    for name, confine, act in (("inside", bounds.BOUND, "write"), ("free", bounds.OFF, "look")):
+        sid = (await live.spawn(name, "a", runner=f"command:{sys.executable} own.py {act}", cwd=str(tmp_path),
+                                confine=confine)).sid
+        await live.activate(sid)
+        run = await until(lambda: finished(live, sid))
+        assert run.outcome == "ok", run.error
+        said[name] = json.loads((await live.history(sid))[-1].content)
+    inside = said["inside"]
+    assert inside["read"] == 0 and inside["agents"] == [] and inside["web"] == []
+    assert all(inside[name] == "written" for name in ("ws.db", "ws.db-wal", "ws.db-journal"))  # ...to nothing
+    mark = ("XQ" * 3 + str(12345 * 7)).encode()
+    for path in [*tmp_path.glob("ws.db*"), *tmp_path.glob("agents/**/*"), *tmp_path.glob("ws.db.web/*")]:
+        assert path.is_dir() or mark not in path.read_bytes(), path
+    assert (tmp_path / "ws.db-journal").stat().st_size == 0  # made empty before the run could make it
+    assert not (tmp_path / "agents" / "planted").exists() and not (tmp_path / "ws.db.web" / "planted").exists()
+    assert len(await live.ps()) == 2  # the workspace is whole
+    free = said["free"]
+    assert free["read"] > 0 and free["agents"] == ["someone-else"] and free["web"] == ["key.pem"]
