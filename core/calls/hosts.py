@@ -16,7 +16,7 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound
 from ..model.outcomes import Dead, Teamed
 from ..model.records import Holder
-from ..store import roles, rows
+from ..store import engines, roles, rows
 from .base import Calls
 from .reads import process_alive
 from .syscall import Act, syscall
@@ -38,7 +38,7 @@ class HostCalls(Calls):
                                                                                            holder.proc_start):
             raise InvalidArgument(f"host {host}'s engine (pid {holder.pid} on machine {holder.machine}) is alive:"
                                   f" it beat {max(silent, 0):.0f}s ago; stop it (SIGTERM) rather than declare it dead")
-        await rows.drop_lease(act.tx, holder.token)
+        await engines.drop_lease(act.tx, holder.token)
         return Dead(0, host, holder.pid, holder.machine, silent)
 
 

@@ -27,7 +27,7 @@ from ..model import budgets as budget_model
 from ..model.outcomes import Moved
 from ..model.records import Holder
 from ..model.states import Reason, Restart, State
-from ..store import Row, Tx, rows
+from ..store import Row, Tx, engines, rows, runs, triggers
 from ..store.tokens import calibrate
 from ..model import hosts, mcp_binding, runner_spec
 from ..model.runner_spec import RunnerSpec
@@ -165,12 +165,12 @@ class Ledger(MoveSteps, Workspace):
                 f" cut off (its runs may be going on there): if it is dead, say so with procession host"
                 f" {hosts.this()} --dead, then start this one again"
             )
-        await rows.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())
+        await engines.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())
         return Leased(os.getpid(), slots, {"token": before["token"], "pid": before["pid"]} if before else None)
 
     @syscall(Call.LEASE, session=None, check=None)
     async def release(self, act: Act, token: str) -> Released:
-        await rows.drop_lease(act.tx, token)
+        await engines.drop_lease(act.tx, token)
         return Released()
 
     # ------------------------------------------------------------------ runs
@@ -311,7 +311,7 @@ class Ledger(MoveSteps, Workspace):
         if await tx.value("SELECT 1 FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')", (sid,)):
             raise IllegalTransition(Call.START, sid, State(row["state"]), "it is moving to another host")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
-        run = await rows.insert_run(tx, sid, causes, None, None, engine, tracker)
+        run = await runs.insert_run(tx, sid, causes, None, None, engine, tracker)
         await tx.execute("UPDATE runs SET prompt_upto = ?, confinement = ? WHERE id = ?", (prompt_upto, confinement, run))
         await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None,
                                   **({"confinement": confinement} if confinement is not None else {}))
@@ -396,7 +396,7 @@ class Ledger(MoveSteps, Workspace):
                                  "/*pg:jsonb_set(meta::jsonb, '{outcome}', to_jsonb(CAST(? AS TEXT)))::text*/"
                                  " WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?/*pg:::text*/",
                                  (outcome, sid, upto, run))
-        await rows.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
+        await runs.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
         counts: dict[str, Any] = {"last_outcome": outcome}
         if outcome == OK:
             counts.update(failures=0, not_before=None)
@@ -440,11 +440,11 @@ class Ledger(MoveSteps, Workspace):
         """Append to a run's log (not a call: the log is the step's own output, not a change
         of any session)."""
         async with self.store.tx() as tx:
-            return await rows.log_output(tx, run, chunks)
+            return await runs.log_output(tx, run, chunks)
 
     async def drop_log(self, run: int, upto: int, after: int) -> None:
         async with self.store.tx() as tx:
-            await rows.drop_output(tx, run, upto, after)
+            await runs.drop_output(tx, run, upto, after)
 
     async def trigger_changes(self, since: int) -> tuple[int, list[int], list[Row]]:
         """Triggers of the sessions changed after revision ``since`` (all for 0) that may fire
@@ -466,7 +466,7 @@ class Ledger(MoveSteps, Workspace):
         """Store CPU% and RSS of live steps: ``(cpu, rss, run)`` rows. Not a call: not journaled,
         but the sessions are stamped changed so that monitors redraw their rows."""
         async with self.store.tx() as tx:
-            await rows.sample_runs(tx, stats)
+            await runs.sample_runs(tx, stats)
 
     # ------------------------------------------------------------------ triggers
 
@@ -477,7 +477,7 @@ class Ledger(MoveSteps, Workspace):
             if trig is None:
                 return "gone"
             if state is not None:
-                await rows.set_trigger_state(tx, trigger, state)
+                await triggers.set_trigger_state(tx, trigger, state)
             return await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig, cause)
 
     async def commit_trigger(self, trigger: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -502,7 +502,7 @@ class Ledger(MoveSteps, Workspace):
             if trig is None or (json.loads(trig["state"]) if trig["state"] else {}) != seen:
                 return ["gone" for _ in causes]
             if state != seen:
-                await rows.set_trigger_state(tx, trigger, state)
+                await triggers.set_trigger_state(tx, trigger, state)
             sid, results = trig["session_id"], []
             for cause in causes:  # read again each time: a wake may have kept the cause before on it
                 again = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
@@ -515,7 +515,7 @@ class Ledger(MoveSteps, Workspace):
     async def remember(self, trigger: int, state: dict[str, Any]) -> None:
         """Store a watch trigger's fingerprint (not a call: nothing the user sees changes)."""
         async with self.store.tx() as tx:
-            await rows.set_trigger_state(tx, trigger, state)
+            await triggers.set_trigger_state(tx, trigger, state)
 
     # ------------------------------------------------------------------ recovery
 
@@ -536,7 +536,7 @@ class Ledger(MoveSteps, Workspace):
         found = await tx.all(_ORPHANS.format(what="r.id, r.session_id"), (hosts.this(), token))
         sessions = []
         for run in found:
-            await rows.end_run(tx, run["id"], LOST)
+            await runs.end_run(tx, run["id"], LOST)
             row = await rows.session(tx, run["session_id"])
             state = State(row["state"])
             if state is State.RUNNING and _restarts(row["restart"], LOST, False):
@@ -658,7 +658,7 @@ async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list
         await rows.append(tx, row, [(role, text, "runner", False, {"run": run, **(meta or {})})
                                     for role, text, meta in events.messages], count)
     if events.tokens_in or events.tokens_out or events.cache_read or events.cache_write or events.cost:
-        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write,
+        await runs.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write,
                              events.cost)
     if events.calibrated:  # the server said what it was sent: the context figure follows it
         scale, samples = calibrate(row["token_scale"], row["token_samples"], events.reported, events.counted,

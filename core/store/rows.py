@@ -404,10 +404,6 @@ async def take_pending(tx: Tx, sid: int) -> list[dict[str, Any]]:
     return [c for r in rows for c in json.loads(r["pending"])]
 
 
-async def set_trigger_state(tx: Tx, trigger: int, state: dict[str, Any]) -> None:
-    await tx.execute("UPDATE triggers SET state = ? WHERE id = ?", (json.dumps(state), trigger))
-
-
 # ---------------------------------------------------------------- worktrees
 
 
@@ -455,14 +451,6 @@ async def insert_checkpoint(tx: Tx, sid: int, name: str, seq: int, state: dict[s
 # ---------------------------------------------------------------- runs
 
 
-async def insert_run(tx: Tx, sid: int, causes: list[dict[str, Any]], pid: int | None, proc_start: float | None,
-                     engine: str, tracker: str | None = None) -> int:
-    return await tx.insert(
-        "INSERT INTO runs (session_id, cause, started, pid, proc_start, engine, tracker) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (sid, json.dumps(causes), tx.now, pid, proc_start, engine, tracker),
-    )
-
-
 async def live_run(tx: Tx, sid: int, run: int) -> bool:
     return await tx.one("SELECT id FROM runs WHERE id = ? AND session_id = ? AND ended IS NULL", (run, sid)) is not None
 
@@ -474,22 +462,6 @@ async def withdraw(tx: Tx, *, run: int | None = None, session: int | None = None
                      f" WHERE {column} = ? AND answer IS NULL", (tx.now, value))
 
 
-async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, error: str | None = None,
-                  frozen_s: float = 0.0) -> None:
-    await tx.execute(
-        "UPDATE runs SET ended = ?, outcome = ?, exit_code = ?, error = ?, frozen_s = ?, cpu = NULL WHERE id = ?",
-        (tx.now, outcome, exit_code, error, frozen_s, run),
-    )
-
-
-async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int, cache_read: int = 0,
-                    cache_write: int = 0, cost: float = 0.0) -> None:
-    await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
-                     " cache_read = cache_read + ?, cache_write = cache_write + ?,"
-                     " cost = CASE WHEN ? > 0 THEN COALESCE(cost, 0) + ? ELSE cost END WHERE id = ?",
-                     (tokens_in, tokens_out, cache_read, cache_write, cost, cost, run))
-
-
 async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, usage: tuple[int, int, int, int]) -> int:
     """A run the agent's own CLI made outside Procession (found by ``adopt`` or ``sync``): its
     span and its token use, so that the session's figures count what its agent spent."""
@@ -497,28 +469,6 @@ async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, 
         "INSERT INTO runs (session_id, cause, started, ended, outcome, tokens_in, tokens_out, cache_read, cache_write)"
         " VALUES (?, ?, ?, ?, 'outside', ?, ?, ?, ?)",
         (sid, json.dumps([{"kind": "outside", "cli": cli}]), started, ended, *usage))
-
-
-async def log_output(tx: Tx, run: int, chunks: Iterable[tuple[str, float, str]]) -> list[int]:
-    """Append ``(stream, time, text)`` chunks to a run's log; returns their row ids."""
-    ids = []
-    for stream, ts, text in chunks:
-        ids.append(await tx.insert("INSERT INTO run_output (run_id, stream, ts, data) VALUES (?, ?, ?, ?)",
-                                   (run, stream, ts, text)))
-    return ids
-
-
-async def drop_output(tx: Tx, run: int, upto: int, after: int) -> None:
-    """Forget a run's log rows ``after < id <= upto`` (the middle of a flood; head and tail stay)."""
-    await tx.execute("DELETE FROM run_output WHERE run_id = ? AND id > ? AND id <= ?", (run, after, upto))
-
-
-async def sample_runs(tx: Tx, stats: list[tuple[float, int, int]]) -> None:
-    """CPU% and RSS of live runs, ``(cpu, rss, run)``; their sessions are stamped changed."""
-    await tx.many("UPDATE runs SET cpu = ?, rss = ? WHERE id = ? AND ended IS NULL", stats)
-    rev = await tx.rev()
-    await tx.many("UPDATE sessions SET rev = ? WHERE id = (SELECT session_id FROM runs WHERE id = ?)",
-                  [(rev, run) for _, _, run in stats])
 
 
 # ---------------------------------------------------------------- the lease
@@ -534,18 +484,3 @@ async def leases(tx: Tx) -> list[Row]:
     """Every host's engine lease, by host."""
     return await tx.all("SELECT token, pid, host, started, heartbeat, slots, proc_start, machine FROM engines"
                         " ORDER BY host")
-
-
-async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_start: float | None,
-                    machine: str) -> None:
-    await tx.execute(
-        "INSERT INTO engines (host, token, pid, started, heartbeat, slots, proc_start, machine)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
-        " pid = excluded.pid, started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots,"
-        " proc_start = excluded.proc_start, machine = excluded.machine",
-        (host, token, pid, now := await tx.clock(), now, slots, proc_start, machine),
-    )
-
-
-async def drop_lease(tx: Tx, token: str) -> None:
-    await tx.execute("DELETE FROM engines WHERE token = ?", (token,))
