@@ -484,3 +484,13 @@ async def leases(tx: Tx) -> list[Row]:
     """Every host's engine lease, by host."""
     return await tx.all("SELECT token, pid, host, started, heartbeat, slots, proc_start, machine FROM engines"
                         " ORDER BY host")
+
+
+# ---------------------------------------------------------------- requests
+
+
+async def asked(tx: Tx, ids: Sequence[int]) -> list[Row]:
+    """The requests ``ids`` (``id, tool, subject, input``), read whole: the journal keeps a
+    shortened input."""
+    return await tx.all(f"SELECT id, tool, subject, input FROM requests WHERE id IN ({','.join('?' * len(ids))})",
+                        ids)
