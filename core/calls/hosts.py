@@ -16,7 +16,7 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound
 from ..model.outcomes import Dead, Teamed
 from ..model.records import Holder
-from ..store import rows
+from ..store import engines, roles, rows
 from .base import Calls
 from .reads import process_alive
 from .syscall import Act, syscall
@@ -38,7 +38,7 @@ class HostCalls(Calls):
                                                                                            holder.proc_start):
             raise InvalidArgument(f"host {host}'s engine (pid {holder.pid} on machine {holder.machine}) is alive:"
                                   f" it beat {max(silent, 0):.0f}s ago; stop it (SIGTERM) rather than declare it dead")
-        await rows.drop_lease(act.tx, holder.token)
+        await engines.drop_lease(act.tx, holder.token)
         return Dead(0, host, holder.pid, holder.machine, silent)
 
 
@@ -58,22 +58,10 @@ class TeamCalls(Calls):
         owner's may change a row of it). Its password or certificate is the operator's to give
         (``ALTER ROLE name PASSWORD …``, or the server's ``pg_hba.conf``)."""
         role = _role(act, name)
-        if await act.tx.value("SELECT 1 FROM pg_roles WHERE rolname = ?", (role,)):
+        if await roles.role_exists(act.tx, role):
             raise InvalidArgument(f"a role {role} exists already in this database: give another name, or grant it"
                                   " yourself")
-        ws = await _schema(act)
-        await act.tx.execute(f"CREATE ROLE {role} LOGIN")
-        await act.tx.execute(f"GRANT USAGE ON SCHEMA {ws} TO {role}")
-        if read_only:
-            await act.tx.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {ws} TO {role}")
-            await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} GRANT SELECT ON TABLES TO {role}")
-        else:
-            await act.tx.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {ws} TO {role}")
-            await act.tx.execute(f"REVOKE UPDATE, DELETE ON {ws}.journal FROM {role}")
-            await act.tx.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {ws} TO {role}")
-            await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} GRANT SELECT, INSERT, UPDATE, DELETE ON"
-                                 f" TABLES TO {role}")
-            await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} GRANT USAGE, SELECT ON SEQUENCES TO {role}")
+        await roles.add_role(act.tx, role, await _schema(act), read_only)
         return Teamed(0, role, True, read_only)
 
     @syscall(Call.TEAM, session=None, check=None)
@@ -81,14 +69,9 @@ class TeamCalls(Calls):
         """Take ``name``'s role off this workspace (its privileges here revoked; the role
         itself is left to the operator, who may use it elsewhere)."""
         role = _role(act, name)
-        if not await act.tx.value("SELECT 1 FROM pg_roles WHERE rolname = ?", (role,)):
+        if not await roles.role_exists(act.tx, role):
             raise NotFound(f"no role {role} in this database")
-        ws = await _schema(act)
-        await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} REVOKE ALL ON TABLES FROM {role}")
-        await act.tx.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {ws} REVOKE ALL ON SEQUENCES FROM {role}")
-        await act.tx.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {ws} FROM {role}")
-        await act.tx.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {ws} FROM {role}")
-        await act.tx.execute(f"REVOKE ALL ON SCHEMA {ws} FROM {role}")
+        await roles.revoke_role(act.tx, role, await _schema(act))
         return Teamed(0, role, False)
 
     async def team(self) -> list[tuple[str, bool]]:
@@ -97,11 +80,7 @@ class TeamCalls(Calls):
         if self.store.dialect != "postgresql":
             return []
         async with self.store.snapshot() as tx:
-            found = await tx.all(
-                "SELECT r.rolname AS name, NOT has_table_privilege(r.rolname, 'sessions', 'INSERT') AS read_only"
-                " FROM pg_roles r WHERE r.rolcanlogin AND has_schema_privilege(r.rolname, current_schema(), 'USAGE')"
-                " AND r.rolname <> (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = current_schema())"
-                " ORDER BY r.rolname")
+            found = await roles.team(tx)
         return [(r["name"], bool(r["read_only"])) for r in found]
 
 
@@ -118,7 +97,7 @@ def _role(act: Act, name: str) -> str:
 
 async def _schema(act: Act) -> str:
     """The workspace's schema (its tables'), as a name DDL can hold."""
-    found = str(await act.tx.value("SELECT current_schema()"))
+    found = await roles.workspace_schema(act.tx)
     if not _ROLE.fullmatch(found):
         raise InvalidArgument(f"the workspace's schema {found[:70]!r} is not a plain name: grant roles on it yourself")
     return found

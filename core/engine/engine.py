@@ -35,7 +35,7 @@ from ..model import agent_homes, bounds, environ, hosts, mcp_binding, own_files,
 from ..model.errors import EngineBusy, InvalidArgument, ProcessionError, StoreBusy
 from ..model.states import State
 from ..model.text import plural
-from ..store import Store, open_store
+from ..store import Store, open_store, rows
 from . import confinement, follow, moving, reaper
 from .lease import Heartbeat
 from .notify import Notifier, Settings
@@ -612,9 +612,8 @@ class Engine:
         if not self.live:
             return
         async with self.ledger.store.snapshot() as tx:
-            marks = ",".join("?" * len(self.live))
-            found = await tx.all(f"SELECT id, state FROM sessions WHERE id IN ({marks})", list(self.live))
-        states = {r["id"]: State(r["state"]) for r in found}
+            found = await rows.states(tx, list(self.live))
+        states = {sid: State(state) for sid, state in found.items()}
         for sid, live in list(self.live.items()):
             state = states.get(sid, State.TERMINATED)
             if state in (State.RUNNING, State.WAITING):

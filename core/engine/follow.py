@@ -22,6 +22,7 @@ from ..model import hosts, transcripts
 from ..model.errors import ProcessionError
 from ..model.text import plural
 from ..model.transcripts import Position
+from ..store import rows
 from .watch import Watcher
 
 log = logging.getLogger("procession.engine")
@@ -54,8 +55,8 @@ class Follower:
     async def refresh(self) -> None:
         """Take in the agent sessions changed since the last refresh."""
         async with self.ledger.store.snapshot() as tx:
-            rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            changed = await tx.all("SELECT id, state, host, agent_ref FROM sessions WHERE rev > ?", (self.rev,))
+            rev = await rows.last_rev(tx)
+            changed = await rows.changed_agents(tx, self.rev)
         self.rev = rev
         added: list[int] = []
         here = hosts.this()
@@ -97,7 +98,7 @@ async def settled(ledger: Any, sid: int, announced: dict[str, Any] | None) -> di
     run's last events carry it), or None when it has none or its transcript cannot be read
     (a later sync may then read part of the run again: said in the log)."""
     async with ledger.store.snapshot() as tx:
-        row = await tx.one("SELECT uuid, agent_ref, env FROM sessions WHERE id = ?", (sid,))
+        row = await rows.agent_reference(tx, sid)
     held = agent_ref(row) if row is not None else None
     ref = announced or held
     if not ref or ref.get("fork") or not transcripts.read_on(ref):

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..store import is_url, schema
-from ..store.postgres import SERVER_NOW, linked
+from ..store.beat import Beat, beat_errors, open_beat
 
 log = logging.getLogger("procession.engine")
 
@@ -44,12 +41,12 @@ class Heartbeat(threading.Thread):
         beat: Beat | None = None
         failing = ""  # what the last beat could not do (said once, and once more when it can again)
         with contextlib.suppress(*beat_errors(self.path)):
-            beat = _beat(self.path, self.busy_ms)
+            beat = open_beat(self.path, self.busy_ms)
         try:
             while not self.stopped.wait(HEARTBEAT_S):
                 try:
                     if beat is None:
-                        beat = _beat(self.path, self.busy_ms)
+                        beat = open_beat(self.path, self.busy_ms)
                     renewed = beat.renew(self.token)
                     found = beat.schema() if renewed else schema.VERSION
                 except beat_errors(self.path) as exc:  # busy, failing or out of reach: the next beat tries again
@@ -78,48 +75,3 @@ class Heartbeat(threading.Thread):
     def stop(self) -> None:
         self.stopped.set()
         self.join(timeout=HEARTBEAT_S * 3)
-
-
-class Beat:
-    """A connection of the heartbeat's own: the workspace file, or its PostgreSQL database, whose
-    server's clock stamps the beat (``Tx.clock``: every machine judges it by that one clock)."""
-
-    def __init__(self, con: Any, server: bool) -> None:
-        self.con, self.server = con, server
-
-    def renew(self, token: str) -> bool:
-        if self.server:
-            done = self.con.execute(f"UPDATE engines SET heartbeat = ({SERVER_NOW}) WHERE token = %s", (token,))
-        else:
-            done = self.con.execute("UPDATE engines SET heartbeat = ? WHERE token = ?", (time.time(), token))
-        return bool(done.rowcount == 1)
-
-    def schema(self) -> int:
-        """The workspace's schema version, as its meta row says now (0 for none: what replaced
-        the file is said by the engine, which finds it is not the workspace it opened)."""
-        row = self.con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        return int(row[0]) if row else 0
-
-    def broken(self) -> bool:
-        return bool(getattr(self.con, "broken", False) or getattr(self.con, "closed", False))
-
-    def close(self) -> None:
-        self.con.close()
-
-
-def _beat(path: Path | str, busy_ms: int) -> Beat:
-    if is_url(path):
-        import psycopg
-
-        return Beat(psycopg.connect(linked(str(path)), autocommit=True, application_name="procession heartbeat"), True)
-    return Beat(sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None), False)
-
-
-def beat_errors(path: Path | str) -> tuple[type[Exception], ...]:
-    """What a beat may meet: SQLite's errors, or psycopg's for a database (imported only then:
-    a file's beat opens at once, before anything can move the file away)."""
-    if not is_url(path):
-        return (sqlite3.Error,)
-    import psycopg
-
-    return (psycopg.Error,)

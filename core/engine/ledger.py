@@ -27,7 +27,7 @@ from ..model import budgets as budget_model
 from ..model.outcomes import Moved
 from ..model.records import Holder
 from ..model.states import Reason, Restart, State
-from ..store import Row, Tx, rows
+from ..store import Row, Tx, engines, rows, runs, triggers
 from ..store.tokens import calibrate
 from ..model import hosts, mcp_binding, runner_spec
 from ..model.runner_spec import RunnerSpec
@@ -165,12 +165,12 @@ class Ledger(MoveSteps, Workspace):
                 f" cut off (its runs may be going on there): if it is dead, say so with procession host"
                 f" {hosts.this()} --dead, then start this one again"
             )
-        await rows.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())
+        await engines.put_lease(act.tx, token, os.getpid(), hosts.this(), slots, proc_start, hosts.machine())
         return Leased(os.getpid(), slots, {"token": before["token"], "pid": before["pid"]} if before else None)
 
     @syscall(Call.LEASE, session=None, check=None)
     async def release(self, act: Act, token: str) -> Released:
-        await rows.drop_lease(act.tx, token)
+        await engines.drop_lease(act.tx, token)
         return Released()
 
     # ------------------------------------------------------------------ runs
@@ -178,34 +178,21 @@ class Ledger(MoveSteps, Workspace):
     async def ready(self, limit: int, only: set[int] | None = None) -> list[Row]:
         """Sessions waiting for a slot (of ``only``, when given): highest priority first,
         oldest first within one."""
-        among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
         async with self.store.snapshot() as tx:
-            return await tx.all(
-                f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {rows.CONTEXT}) AS context_tokens,"
-                " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions, uuid, agent_ref"
-                " FROM sessions s"
-                f" WHERE host = ? AND state = 'ready' AND armed = 1{among} AND NOT EXISTS (SELECT 1 FROM moves m"
-                " WHERE m.session_id = s.id AND m.stage IN ('packing', 'placing'))"
-                " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
-                (hosts.this(), limit),
-            )
+            return await rows.ready_sessions(tx, hosts.this(), limit, only)
 
     async def held(self) -> float | None:
         """When the next session held back after failed runs may take the wakes it was kept (its
         triggers', or its own restart)."""
         async with self.store.snapshot() as tx:
-            found = await tx.value("SELECT min(not_before) FROM sessions WHERE host = ? AND state = 'sleeping' AND"
-                                   " not_before IS NOT NULL AND (causes IS NOT NULL OR EXISTS (SELECT 1 FROM triggers t"
-                                   " WHERE t.session_id = sessions.id AND t.pending IS NOT NULL))", (hosts.this(),))
-        return None if found is None else float(found)
+            return await rows.held_until(tx, hosts.this())
 
     @syscall(Call.WAKE, session=None, check=None)
     async def release_held(self, act: Act) -> Released:
         """The back-off of failed runs is over: the wakes kept meanwhile queue their sessions."""
-        for r in await act.tx.all("SELECT id FROM sessions WHERE host = ? AND state = 'sleeping' AND not_before <= ?",
-                                  (hosts.this(), act.now)):
-            await rows.update_session(act.tx, r["id"], not_before=None)
-            await waking.release_pending(act.tx, r["id"])
+        for sid in await rows.held_over(act.tx, hosts.this(), act.now):
+            await rows.update_session(act.tx, sid, not_before=None)
+            await waking.release_pending(act.tx, sid)
         return Released()
 
     # ------------------------------------------------------------------ budgets
@@ -229,16 +216,14 @@ class Ledger(MoveSteps, Workspace):
     async def warn_budget(self, act: Act, sid: int, warned: list[tuple[int, str]]) -> Warned:
         """Tell once a period that a session's spend passed 80% of a cap."""
         for limit_id, _ in warned:
-            per = await act.tx.value("SELECT per FROM limits WHERE id = ?", (limit_id,))
-            await act.tx.execute("UPDATE limits SET warned = ? WHERE id = ?",
-                                 (budget_model.period_start(str(per), act.now), limit_id))
+            per = await rows.limit_period(act.tx, limit_id)
+            await rows.set_warned(act.tx, limit_id, budget_model.period_start(per, act.now))
         return Warned(sid, [text for _, text in warned])
 
     async def budget_held(self) -> list[int]:
         """The sessions a budget holds suspended."""
         async with self.store.snapshot() as tx:
-            return [sid for (sid,) in await tx.tuples("SELECT id FROM sessions WHERE state = 'suspended' AND reason = ?",
-                                                       (Reason.BUDGET.value,))]
+            return await rows.suspended_for(tx, Reason.BUDGET.value)
 
     async def budget_releasable(self, held: list[int]) -> bool:
         """Whether one of ``held`` is under its budgets again (then, and only then, a call)."""
@@ -308,11 +293,11 @@ class Ledger(MoveSteps, Workspace):
             raise IllegalTransition(Call.START, sid, State(row["state"]), f"it belongs to host {row['host']}")
         if not row["armed"] or row["runner"] != runner:
             raise IllegalTransition(Call.START, sid, State(row["state"]), "its runner changed or is not approved")
-        if await tx.value("SELECT 1 FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')", (sid,)):
+        if await rows.moving(tx, sid):
             raise IllegalTransition(Call.START, sid, State(row["state"]), "it is moving to another host")
         causes = json.loads(row["causes"]) if row["causes"] else [{"kind": "manual"}]
-        run = await rows.insert_run(tx, sid, causes, None, None, engine, tracker)
-        await tx.execute("UPDATE runs SET prompt_upto = ?, confinement = ? WHERE id = ?", (prompt_upto, confinement, run))
+        run = await runs.insert_run(tx, sid, causes, None, None, engine, tracker)
+        await runs.record_prompt(tx, run, prompt_upto, confinement)
         await rows.update_session(tx, sid, state=State.RUNNING.value, queued_at=None, causes=None,
                                   **({"confinement": confinement} if confinement is not None else {}))
         context = await history.context(tx, sid)
@@ -328,9 +313,7 @@ class Ledger(MoveSteps, Workspace):
     async def launch_run(self, act: Act, sid: int, run: int, *, pid: int, proc_start: float | None) -> Launched:
         """The process of a claimed run, started: its pid (``ps``, the process stats) and its
         start time (so that a later engine never kills a reused pid)."""
-        changed = await act.tx.execute("UPDATE runs SET pid = ?, proc_start = ? WHERE id = ? AND session_id = ?"
-                                       " AND ended IS NULL", (pid, proc_start, run, sid))
-        return Launched(changed > 0)
+        return Launched(await runs.launched(act.tx, sid, run, pid, proc_start))
 
     @syscall(Call.EMIT, check=None)
     async def emit(self, act: Act, sid: int, run: int, events: Events) -> Emitted:
@@ -371,8 +354,7 @@ class Ledger(MoveSteps, Workspace):
         if not waits:
             await rows.withdraw(tx, run=run)
         # an answer carried to this run and not asked for again is not kept for later ones
-        await tx.execute("UPDATE requests SET carried = 0 WHERE session_id = ? AND carried = 1 AND answered <"
-                         " (SELECT started FROM runs WHERE id = ?)", (sid, run))
+        await rows.forget_carried(tx, sid, run)
         if state is State.WAITING and not waits:
             state = State.RUNNING  # nothing waits any more: it ends as a running one does
         ended = state is State.TERMINATED
@@ -390,13 +372,10 @@ class Ledger(MoveSteps, Workspace):
         if problems:
             error = "\n".join(filter(None, [error, *problems]))
         if outcome in (INTERRUPTED, TIMEOUT, CANCELLED):  # what an agent said before it was stopped says so
-            upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
+            upto = await runs.prompt_upto(tx, run)
             if upto is not None:
-                await tx.execute("UPDATE messages SET meta = /*sqlite*/json_set(meta, '$.outcome', ?)"
-                                 "/*pg:jsonb_set(meta::jsonb, '{outcome}', to_jsonb(CAST(? AS TEXT)))::text*/"
-                                 " WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?/*pg:::text*/",
-                                 (outcome, sid, upto, run))
-        await rows.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
+                await rows.mark_stopped(tx, sid, run, upto, outcome)
+        await runs.end_run(tx, run, outcome, exit_code, error[-4096:] or None, frozen_s)
         counts: dict[str, Any] = {"last_outcome": outcome}
         if outcome == OK:
             counts.update(failures=0, not_before=None)
@@ -429,9 +408,7 @@ class Ledger(MoveSteps, Workspace):
             await rows.update_session(tx, sid, **changes)
         await waking.release_pending(tx, sid)
         if outcome not in (CANCELLED, LOST) and not ended:
-            for trig in await tx.all(
-                "SELECT * FROM triggers WHERE kind = 'after' AND json_extract(spec, '$.session') = ?/*pg:::text*/", (sid,)
-            ):
+            for trig in await triggers.after(tx, sid):
                 await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig,
                                   {"session": sid, "run": run, "outcome": outcome})
         return Finish(sid, state)
@@ -440,11 +417,11 @@ class Ledger(MoveSteps, Workspace):
         """Append to a run's log (not a call: the log is the step's own output, not a change
         of any session)."""
         async with self.store.tx() as tx:
-            return await rows.log_output(tx, run, chunks)
+            return await runs.log_output(tx, run, chunks)
 
     async def drop_log(self, run: int, upto: int, after: int) -> None:
         async with self.store.tx() as tx:
-            await rows.drop_output(tx, run, upto, after)
+            await runs.drop_output(tx, run, upto, after)
 
     async def trigger_changes(self, since: int) -> tuple[int, list[int], list[Row]]:
         """Triggers of the sessions changed after revision ``since`` (all for 0) that may fire
@@ -452,41 +429,34 @@ class Ledger(MoveSteps, Workspace):
         sessions, their triggers. A trigger's change always stamps its session, so the engine
         recomputes only what changed. Only this host's: the folders they watch are here."""
         async with self.store.snapshot() as tx:
-            rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            sessions = [r[0] for r in await tx.tuples("SELECT id FROM sessions WHERE rev > ?", (since,))]
-            found = await tx.all(
-                "SELECT t.id, t.session_id, t.kind, t.spec, t.created, t.last_fired, t.state FROM triggers t"
-                " JOIN sessions s ON s.id = t.session_id"
-                " WHERE s.rev > ? AND s.host = ? AND t.armed = 1 AND s.armed = 1 AND s.state != 'terminated'"
-                " ORDER BY t.id", (since, hosts.this()),
-            ) if sessions else []
+            rev = await rows.last_rev(tx)
+            sessions = await rows.changed(tx, since)
+            found = await triggers.changed(tx, since, hosts.this()) if sessions else []
         return rev, sessions, found
 
     async def sample(self, stats: list[tuple[float, int, int]]) -> None:
         """Store CPU% and RSS of live steps: ``(cpu, rss, run)`` rows. Not a call: not journaled,
         but the sessions are stamped changed so that monitors redraw their rows."""
         async with self.store.tx() as tx:
-            await rows.sample_runs(tx, stats)
+            await runs.sample_runs(tx, stats)
 
     # ------------------------------------------------------------------ triggers
 
     async def fire(self, trigger: int, cause: dict[str, Any], state: dict[str, Any] | None = None) -> str:
         """Fire one trigger (journaled by ``waking.wake``); ``state`` replaces its stored fingerprint."""
         async with self.store.tx() as tx:
-            trig = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
+            trig = await triggers.trigger(tx, trigger)
             if trig is None:
                 return "gone"
             if state is not None:
-                await rows.set_trigger_state(tx, trigger, state)
+                await triggers.set_trigger_state(tx, trigger, state)
             return await waking.wake(tx, await rows.session(tx, trig["session_id"]), trig, cause)
 
     async def commit_trigger(self, trigger: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """A commit trigger's spec and what it has seen, while it may fire (armed, of an approved
         session that has not ended); None otherwise."""
         async with self.store.snapshot() as tx:
-            row = await tx.one("SELECT t.spec, t.state FROM triggers t JOIN sessions s ON s.id = t.session_id"
-                               " WHERE t.id = ? AND t.kind = 'commit' AND t.armed = 1 AND s.armed = 1"
-                               " AND s.state != 'terminated'", (trigger,))
+            row = await triggers.live_commit(tx, trigger)
         if row is None:
             return None
         return json.loads(row["spec"]), json.loads(row["state"]) if row["state"] else {}
@@ -498,14 +468,14 @@ class Ledger(MoveSteps, Workspace):
         state moved since it was read (``seen``) is left alone. A new problem, or one solved,
         stamps the session, so that faces show it."""
         async with self.store.tx() as tx:
-            trig = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
+            trig = await triggers.trigger(tx, trigger)
             if trig is None or (json.loads(trig["state"]) if trig["state"] else {}) != seen:
                 return ["gone" for _ in causes]
             if state != seen:
-                await rows.set_trigger_state(tx, trigger, state)
+                await triggers.set_trigger_state(tx, trigger, state)
             sid, results = trig["session_id"], []
             for cause in causes:  # read again each time: a wake may have kept the cause before on it
-                again = await tx.one("SELECT * FROM triggers WHERE id = ?", (trigger,))
+                again = await triggers.trigger(tx, trigger)
                 assert again is not None
                 results.append(await waking.wake(tx, await rows.session(tx, sid), again, cause))
             if not causes and (state.get("problem") != seen.get("problem") or state.get("last") != seen.get("last")):
@@ -515,7 +485,7 @@ class Ledger(MoveSteps, Workspace):
     async def remember(self, trigger: int, state: dict[str, Any]) -> None:
         """Store a watch trigger's fingerprint (not a call: nothing the user sees changes)."""
         async with self.store.tx() as tx:
-            await rows.set_trigger_state(tx, trigger, state)
+            await triggers.set_trigger_state(tx, trigger, state)
 
     # ------------------------------------------------------------------ recovery
 
@@ -523,8 +493,7 @@ class Ledger(MoveSteps, Workspace):
         """Runs of this host's sessions left live by another engine (dead, since we hold this
         host's lease). Another host's runs are its own engine's to recover: their processes are there."""
         async with self.store.snapshot() as tx:
-            found = await tx.all(_ORPHANS.format(what="r.id, r.session_id, r.pid, r.proc_start, r.tracker"),
-                                 (hosts.this(), token))
+            found = await runs.orphans(tx, hosts.this(), token)
         return [Orphan(*r) for r in found]
 
     @syscall(Call.RECOVER, session=None, check=None)
@@ -533,10 +502,10 @@ class Ledger(MoveSteps, Workspace):
         queue them again if their restart policy says so; a session waiting for a person waits
         on (its answer goes to a new run)."""
         tx = act.tx
-        found = await tx.all(_ORPHANS.format(what="r.id, r.session_id"), (hosts.this(), token))
+        found = await runs.orphans(tx, hosts.this(), token)
         sessions = []
         for run in found:
-            await rows.end_run(tx, run["id"], LOST)
+            await runs.end_run(tx, run["id"], LOST)
             row = await rows.session(tx, run["session_id"])
             state = State(row["state"])
             if state is State.RUNNING and _restarts(row["restart"], LOST, False):
@@ -559,19 +528,10 @@ class Ledger(MoveSteps, Workspace):
             elif state is State.SUSPENDED and row["resume_to"] == State.RUNNING:
                 await rows.update_session(tx, row["id"], resume_to=State.SLEEPING.value)
             sessions.append(row["id"])
-        stray = await tx.all(
-            "SELECT id FROM sessions s WHERE host = ? AND state = 'running'"
-            " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id AND r.ended IS NULL)", (hosts.this(),)
-        )
-        for r in stray:
-            await rows.update_session(tx, r["id"], state=State.SLEEPING.value)
-            sessions.append(r["id"])
+        for sid in await rows.stray_running(tx, hosts.this()):
+            await rows.update_session(tx, sid, state=State.SLEEPING.value)
+            sessions.append(sid)
         return Recovered([r["id"] for r in found], sessions)
-
-
-#: The live runs of a host's sessions not started by the engine holding its lease (``token``)
-_ORPHANS = ("SELECT {what} FROM runs r JOIN sessions s ON s.id = r.session_id"
-            " WHERE r.ended IS NULL AND s.host = ? AND (r.engine IS NULL OR r.engine != ?) ORDER BY r.id")
 
 
 def _restarts(policy: str, outcome: str, stopping: bool) -> bool:
@@ -642,7 +602,7 @@ async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list
     """A step's messages, memory changes, sends and usage; returns what could not be done."""
     sid = row["id"]
     if events.agent_ref:  # the agent has its own session now: it has seen what this run's prompt held
-        seen = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
+        seen = await runs.prompt_upto(tx, run)
         ref = dict(events.agent_ref)
         held = native.agent_ref(row) or {}
         if held.get("id") == ref["id"] and not held.get("fork"):  # the same session resumed: where it was read to
@@ -658,7 +618,7 @@ async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list
         await rows.append(tx, row, [(role, text, "runner", False, {"run": run, **(meta or {})})
                                     for role, text, meta in events.messages], count)
     if events.tokens_in or events.tokens_out or events.cache_read or events.cache_write or events.cost:
-        await rows.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write,
+        await runs.add_usage(tx, run, events.tokens_in, events.tokens_out, events.cache_read, events.cache_write,
                              events.cost)
     if events.calibrated:  # the server said what it was sent: the context figure follows it
         scale, samples = calibrate(row["token_scale"], row["token_samples"], events.reported, events.counted,
@@ -668,7 +628,7 @@ async def _apply(tx: Tx, row: Row, run: int, events: Events, count: Any) -> list
         tokens, window = events.context
         await rows.update_session(tx, sid, agent_context=tokens, **({"agent_window": window} if window else {}))
     if events.status:
-        await tx.execute("UPDATE runs SET status = ? WHERE id = ?", (events.status[:200], run))
+        await runs.set_status(tx, run, events.status[:200])
         await tx.touch(sid)
     problems = []
     values = {}

@@ -65,7 +65,7 @@ from ..model import commands, config, requests
 from ..model.calls import Call
 from ..model.errors import ProcessionError
 from ..model.text import printable
-from ..store import Store, Tx
+from ..store import Store, Tx, journal, rows
 from .reaper import WAITED, starting
 
 log = logging.getLogger("procession.notify")
@@ -186,18 +186,14 @@ class Notifier:
         for problem in self.settings.problems:
             log.warning("%s", problem)
         async with self.store.snapshot() as tx:
-            self.seen = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
+            self.seen = await journal.tip(tx)
 
     async def poll(self) -> list[Notice]:
         """Send what happened since the last look; returns what was sent."""
         if not self.settings.command and not self.settings.desktop and not self.settings.push:
             return []
         async with self.store.snapshot() as tx:
-            found = await tx.all(
-                "SELECT j.id, j.call, j.actor, j.session_id, j.args, j.outcome, s.name, a.name AS agent,"
-                " s.quiet OR a.quiet AS quiet"
-                " FROM journal j JOIN sessions s ON s.id = j.session_id JOIN agents a ON a.id = s.agent_id"
-                " WHERE j.id > ? AND j.call IN ('ask', 'finish', 'suspend', 'limit') ORDER BY j.id", (self.seen,))
+            found = await journal.notable(tx, self.seen)
             asked = await _requests(tx, [r for r in map(_waits_on, found) if r is not None])
         notices = []
         for row in found:
@@ -287,11 +283,11 @@ class Notifier:
         said = printable(problem, lines=False)
         log.warning("%s", said)
 
-        async def journal(tx: Tx) -> int:
+        async def note(tx: Tx) -> int:
             return await tx.journal("engine", Call.NOTIFY, n.sid, {"reason": n.reason}, {"problem": said})
 
         try:
-            await self.store.atomic(journal)
+            await self.store.atomic(note)
         except ProcessionError as exc:
             log.warning("the notify problem could not be journaled: %s", exc)
 
@@ -309,11 +305,10 @@ def _waits_on(row: Any) -> int | None:
 
 
 async def _requests(tx: Tx, ids: list[int]) -> dict[int, Any]:
-    """The requests ``ids``, read whole (the journal keeps a shortened input)."""
+    """The requests ``ids``, by id."""
     if not ids:
         return {}
-    found = await tx.all(f"SELECT id, tool, subject, input FROM requests WHERE id IN ({','.join('?' * len(ids))})", ids)
-    return {r["id"]: r for r in found}
+    return {r["id"]: r for r in await rows.asked(tx, ids)}
 
 
 def asked_for(request: Any, detail: str) -> str:

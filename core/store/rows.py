@@ -158,6 +158,84 @@ async def ancestry(tx: Tx, sid: int) -> list[Row]:
     )
 
 
+async def ready_sessions(tx: Tx, host: str, limit: int, only: set[int] | None) -> list[Row]:
+    """``host``'s sessions waiting for a slot (of ``only``, when given), but those moving to
+    another host: highest priority first, oldest first within one; what a run is started with."""
+    among = f" AND id IN ({','.join(str(int(s)) for s in only)})" if only is not None else ""
+    return await tx.all(
+        f"SELECT id, runner, cwd, timeout, COALESCE(agent_context, {CONTEXT}) AS context_tokens,"
+        " COALESCE(agent_window, window) AS window, env, pass_env, confine, net, permissions, uuid, agent_ref"
+        " FROM sessions s"
+        f" WHERE host = ? AND state = 'ready' AND armed = 1{among} AND NOT EXISTS (SELECT 1 FROM moves m"
+        " WHERE m.session_id = s.id AND m.stage IN ('packing', 'placing'))"
+        " ORDER BY priority DESC, queued_at ASC, id ASC LIMIT ?",
+        (host, limit),
+    )
+
+
+async def moving(tx: Tx, sid: int) -> bool:
+    """Whether a session is being packed or placed for another host (no run starts meanwhile)."""
+    return bool(await tx.value("SELECT 1 FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')", (sid,)))
+
+
+async def held_until(tx: Tx, host: str) -> float | None:
+    """When the first of ``host``'s sessions held back after failed runs may take the wakes it
+    was kept (its triggers', or its own restart); None while none is."""
+    found = await tx.value("SELECT min(not_before) FROM sessions WHERE host = ? AND state = 'sleeping' AND"
+                           " not_before IS NOT NULL AND (causes IS NOT NULL OR EXISTS (SELECT 1 FROM triggers t"
+                           " WHERE t.session_id = sessions.id AND t.pending IS NOT NULL))", (host,))
+    return None if found is None else float(found)
+
+
+async def held_over(tx: Tx, host: str, now: float) -> list[int]:
+    """``host``'s sleeping sessions whose back-off after failed runs is over at ``now``."""
+    return [r["id"] for r in await tx.all("SELECT id FROM sessions WHERE host = ? AND state = 'sleeping'"
+                                          " AND not_before <= ?", (host, now))]
+
+
+async def suspended_for(tx: Tx, reason: str) -> list[int]:
+    """The sessions suspended for ``reason`` (a ``Reason``)."""
+    return [sid for (sid,) in await tx.tuples("SELECT id FROM sessions WHERE state = 'suspended' AND reason = ?",
+                                              (reason,))]
+
+
+async def stray_running(tx: Tx, host: str) -> list[int]:
+    """``host``'s sessions said to be running with no live run (their engine died between
+    ending the run and putting them to sleep)."""
+    return [r["id"] for r in await tx.all(
+        "SELECT id FROM sessions s WHERE host = ? AND state = 'running'"
+        " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id AND r.ended IS NULL)", (host,)
+    )]
+
+
+async def states(tx: Tx, sids: Sequence[int]) -> dict[int, str]:
+    """The state of each of ``sids`` still there (a session purged is not)."""
+    marks = ",".join("?" * len(sids))
+    return {r["id"]: r["state"] for r in await tx.all(f"SELECT id, state FROM sessions WHERE id IN ({marks})",
+                                                      list(sids))}
+
+
+async def last_rev(tx: Tx) -> int:
+    """The newest change stamp: a watcher that read changes up to it asks next for what came after."""
+    return int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
+
+
+async def changed(tx: Tx, since: int) -> list[int]:
+    """The sessions changed after change stamp ``since`` (every one for 0)."""
+    return [r[0] for r in await tx.tuples("SELECT id FROM sessions WHERE rev > ?", (since,))]
+
+
+async def changed_agents(tx: Tx, since: int) -> list[Row]:
+    """Of the sessions changed after ``since``, what says whether their agent's transcript is
+    followed here: ``id, state, host, agent_ref``."""
+    return await tx.all("SELECT id, state, host, agent_ref FROM sessions WHERE rev > ?", (since,))
+
+
+async def agent_reference(tx: Tx, sid: int) -> Row | None:
+    """What finds a session's agent CLI and its transcript: ``uuid, agent_ref, env``."""
+    return await tx.one("SELECT uuid, agent_ref, env FROM sessions WHERE id = ?", (sid,))
+
+
 # ---------------------------------------------------------------- history
 
 
@@ -219,6 +297,15 @@ async def copy_folds(tx: Tx, sid: int, folds: Sequence[Fold]) -> None:
 
 async def expand_fold(tx: Tx, fold: int) -> None:
     await tx.execute("UPDATE folds SET expanded = ? WHERE id = ?", (tx.now, fold))
+
+
+async def mark_stopped(tx: Tx, sid: int, run: int, upto: int, outcome: str) -> None:
+    """The messages a run stored after its prompt (``upto``) say how it was stopped (``outcome``):
+    what an agent said before it was stopped reads as such."""
+    await tx.execute("UPDATE messages SET meta = /*sqlite*/json_set(meta, '$.outcome', ?)"
+                     "/*pg:jsonb_set(meta::jsonb, '{outcome}', to_jsonb(CAST(? AS TEXT)))::text*/"
+                     " WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?/*pg:::text*/",
+                     (outcome, sid, upto, run))
 
 
 # ---------------------------------------------------------------- memory
@@ -406,10 +493,6 @@ async def take_pending(tx: Tx, sid: int) -> list[dict[str, Any]]:
     return [c for r in rows for c in json.loads(r["pending"])]
 
 
-async def set_trigger_state(tx: Tx, trigger: int, state: dict[str, Any]) -> None:
-    await tx.execute("UPDATE triggers SET state = ? WHERE id = ?", (json.dumps(state), trigger))
-
-
 # ---------------------------------------------------------------- worktrees
 
 
@@ -457,14 +540,6 @@ async def insert_checkpoint(tx: Tx, sid: int, name: str, seq: int, state: dict[s
 # ---------------------------------------------------------------- runs
 
 
-async def insert_run(tx: Tx, sid: int, causes: list[dict[str, Any]], pid: int | None, proc_start: float | None,
-                     engine: str, tracker: str | None = None) -> int:
-    return await tx.insert(
-        "INSERT INTO runs (session_id, cause, started, pid, proc_start, engine, tracker) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (sid, json.dumps(causes), tx.now, pid, proc_start, engine, tracker),
-    )
-
-
 async def live_run(tx: Tx, sid: int, run: int) -> bool:
     return await tx.one("SELECT id FROM runs WHERE id = ? AND session_id = ? AND ended IS NULL", (run, sid)) is not None
 
@@ -476,20 +551,11 @@ async def withdraw(tx: Tx, *, run: int | None = None, session: int | None = None
                      f" WHERE {column} = ? AND answer IS NULL", (tx.now, value))
 
 
-async def end_run(tx: Tx, run: int, outcome: str, exit_code: int | None = None, error: str | None = None,
-                  frozen_s: float = 0.0) -> None:
-    await tx.execute(
-        "UPDATE runs SET ended = ?, outcome = ?, exit_code = ?, error = ?, frozen_s = ?, cpu = NULL WHERE id = ?",
-        (tx.now, outcome, exit_code, error, frozen_s, run),
-    )
-
-
-async def add_usage(tx: Tx, run: int, tokens_in: int, tokens_out: int, cache_read: int = 0,
-                    cache_write: int = 0, cost: float = 0.0) -> None:
-    await tx.execute("UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
-                     " cache_read = cache_read + ?, cache_write = cache_write + ?,"
-                     " cost = CASE WHEN ? > 0 THEN COALESCE(cost, 0) + ? ELSE cost END WHERE id = ?",
-                     (tokens_in, tokens_out, cache_read, cache_write, cost, cost, run))
+async def forget_carried(tx: Tx, sid: int, run: int) -> None:
+    """An answer carried to ``run`` (answered before it started) and not asked for again is not
+    kept for later runs."""
+    await tx.execute("UPDATE requests SET carried = 0 WHERE session_id = ? AND carried = 1 AND answered <"
+                     " (SELECT started FROM runs WHERE id = ?)", (sid, run))
 
 
 async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, usage: tuple[int, int, int, int]) -> int:
@@ -499,28 +565,6 @@ async def outside_run(tx: Tx, sid: int, cli: str, started: float, ended: float, 
         "INSERT INTO runs (session_id, cause, started, ended, outcome, tokens_in, tokens_out, cache_read, cache_write)"
         " VALUES (?, ?, ?, ?, 'outside', ?, ?, ?, ?)",
         (sid, json.dumps([{"kind": "outside", "cli": cli}]), started, ended, *usage))
-
-
-async def log_output(tx: Tx, run: int, chunks: Iterable[tuple[str, float, str]]) -> list[int]:
-    """Append ``(stream, time, text)`` chunks to a run's log; returns their row ids."""
-    ids = []
-    for stream, ts, text in chunks:
-        ids.append(await tx.insert("INSERT INTO run_output (run_id, stream, ts, data) VALUES (?, ?, ?, ?)",
-                                   (run, stream, ts, text)))
-    return ids
-
-
-async def drop_output(tx: Tx, run: int, upto: int, after: int) -> None:
-    """Forget a run's log rows ``after < id <= upto`` (the middle of a flood; head and tail stay)."""
-    await tx.execute("DELETE FROM run_output WHERE run_id = ? AND id > ? AND id <= ?", (run, after, upto))
-
-
-async def sample_runs(tx: Tx, stats: list[tuple[float, int, int]]) -> None:
-    """CPU% and RSS of live runs, ``(cpu, rss, run)``; their sessions are stamped changed."""
-    await tx.many("UPDATE runs SET cpu = ?, rss = ? WHERE id = ? AND ended IS NULL", stats)
-    rev = await tx.rev()
-    await tx.many("UPDATE sessions SET rev = ? WHERE id = (SELECT session_id FROM runs WHERE id = ?)",
-                  [(rev, run) for _, _, run in stats])
 
 
 # ---------------------------------------------------------------- the lease
@@ -538,16 +582,24 @@ async def leases(tx: Tx) -> list[Row]:
                         " ORDER BY host")
 
 
-async def put_lease(tx: Tx, token: str, pid: int, host: str, slots: int, proc_start: float | None,
-                    machine: str) -> None:
-    await tx.execute(
-        "INSERT INTO engines (host, token, pid, started, heartbeat, slots, proc_start, machine)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host) DO UPDATE SET token = excluded.token,"
-        " pid = excluded.pid, started = excluded.started, heartbeat = excluded.heartbeat, slots = excluded.slots,"
-        " proc_start = excluded.proc_start, machine = excluded.machine",
-        (host, token, pid, now := await tx.clock(), now, slots, proc_start, machine),
-    )
+# ---------------------------------------------------------------- requests
 
 
-async def drop_lease(tx: Tx, token: str) -> None:
-    await tx.execute("DELETE FROM engines WHERE token = ?", (token,))
+async def asked(tx: Tx, ids: Sequence[int]) -> list[Row]:
+    """The requests ``ids`` (``id, tool, subject, input``), read whole: the journal keeps a
+    shortened input."""
+    return await tx.all(f"SELECT id, tool, subject, input FROM requests WHERE id IN ({','.join('?' * len(ids))})",
+                        ids)
+
+
+# ---------------------------------------------------------------- limits
+
+
+async def limit_period(tx: Tx, limit: int) -> str:
+    """The period a limit caps spend over (``per``)."""
+    return str(await tx.value("SELECT per FROM limits WHERE id = ?", (limit,)))
+
+
+async def set_warned(tx: Tx, limit: int, start: float) -> None:
+    """A limit's warning told for the period that began at ``start``: not told again in it."""
+    await tx.execute("UPDATE limits SET warned = ? WHERE id = ?", (start, limit))
