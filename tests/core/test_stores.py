@@ -407,7 +407,7 @@ async def test_an_engine_hears_its_own_hosts_commits_and_those_of_every_hosts_co
     commit now names the hosts it concerns (an engine's own, and the host of each session it
     changed), an engine hears only its own host's and those that concern every host (any
     call's but an engine's, a write whose reach is not known), and a face hears them all."""
-    from procession.store import rows
+    from procession.store import engines, rows
     from support.hosts import spawn_on
 
     url = postgres.workspace()
@@ -417,7 +417,7 @@ async def test_an_engine_hears_its_own_hosts_commits_and_those_of_every_hosts_co
     async with await Workspace.open(url) as south_engine, await Workspace.open(url) as north_engine, \
             await Workspace.open(url) as face:
         async with south_engine.store.tx() as tx:
-            await rows.put_lease(tx, "south-token", os.getpid(), "south", 2, None, "here")
+            await engines.put_lease(tx, "south-token", os.getpid(), "south", 2, None, "here")
         south_engine.store.fence = ("south", "south-token")
         north_engine.store.interest = "north"
         heard = [await north_engine.store.data_version(), await face.store.data_version()]
