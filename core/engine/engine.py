@@ -437,6 +437,11 @@ class Engine:
         sid = row["id"]
         spec = runner_spec.parse(row["runner"])
         cwd, resources, worktree = await self.ledger.workdir(sid)
+        if not os.path.isdir(cwd):  # not here: held, not failed (its runs did not fail, they cannot be run here)
+            with contextlib.suppress(ProcessionError):  # (it left the queue meanwhile: nothing to hold)
+                absent = await self.ledger.hold_absent(sid, cwd)
+                log.warning("session %d: %s", sid, "; ".join(n.text for n in absent.notes))
+            return False
         tmp = tempfile.mkdtemp(prefix=f"procession-run-{sid}-")
         launch = uuid.uuid4().hex[:12]
         tracker: reaper.Tracker | None = None

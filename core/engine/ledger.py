@@ -212,6 +212,20 @@ class Ledger(MoveSteps, Workspace):
         act.note(f"over {why}: raise its limit (procession limit) or wait for the next period")
         return Moved(sid, State.SUSPENDED)
 
+    @syscall(Call.SUSPEND, check=None)
+    async def hold_absent(self, act: Act, sid: int, folder: str) -> Moved:
+        """Suspend a session whose folder is not on this machine instead of failing its run (an
+        engine that took its host over from another machine, say): nothing of it runs here,
+        and its queued run runs on resume, once the folder is there or it moved where it is."""
+        row = await rows.session(act.tx, sid)
+        if row["state"] != State.READY:
+            raise IllegalTransition(Call.SUSPEND, sid, State(row["state"]), "it is not waiting for a slot")
+        await rows.update_session(act.tx, sid, state=State.SUSPENDED.value, reason=Reason.ABSENT.value,
+                                  resume_to=State.READY.value)
+        act.note(f"its folder {folder} is not on this machine ({hosts.machine()}): move it to the host where it is"
+                 f" (procession move {sid} --to HOST), or resume it once the folder is here")
+        return Moved(sid, State.SUSPENDED)
+
     @syscall(Call.LIMIT, check=None)
     async def warn_budget(self, act: Act, sid: int, warned: list[tuple[int, str]]) -> Warned:
         """Tell once a period that a session's spend passed 80% of a cap."""

@@ -45,7 +45,9 @@ class Reason(StrEnum):
     """Why a session is terminated; or why it is suspended by something other than a person:
     ``FAILING`` (the engine: its runs keep failing), ``ATTACHED`` (its agent's own CLI is open
     on it, ``attach``: no run may start meanwhile), ``BUDGET`` (the engine: a run would go over
-    its budget, ``model.budgets``; resumed by a raised limit or a new period)."""
+    its budget, ``model.budgets``; resumed by a raised limit or a new period), ``ABSENT`` (the
+    engine: its folder is not on this machine, as when an engine of another machine took its
+    host over; resumed, or moved to a host where it is, by a person)."""
 
     DONE = "done"
     CANCELLED = "cancelled"
@@ -54,6 +56,7 @@ class Reason(StrEnum):
     FAILING = "failing"
     ATTACHED = "attached"
     BUDGET = "budget"
+    ABSENT = "absent"
 
 
 class Restart(StrEnum):

@@ -111,14 +111,38 @@ async def test_step_runs_in_the_bound_folder(live, engine, tmp_path):
     assert (await live.history(sid))[-1].content == str(work)
 
 
-async def test_missing_folder_fails_the_run_not_the_engine(live, engine, tmp_path):
-    folder = tmp_path / "gone"
+async def test_a_session_whose_folder_is_not_on_the_engines_machine_is_held_not_failed(
+        live: Workspace, engine: object, tmp_path, caplog) -> None:
+    """An engine that took a host over from another machine finds sessions whose folders are
+    not on its own: it runs none of them and counts no failure; each is suspended saying why
+    (reason ``absent``) and runs once resumed where its folder is."""
+    folder = tmp_path / "project"
     folder.mkdir()
-    sid = (await live.spawn("nowhere", "a", runner="command:true", cwd=str(folder))).sid
-    folder.rmdir()  # removed after the session was made
+    sid = (await live.spawn("elsewhere", "a", runner="command:echo ran > ran.txt", cwd=str(folder))).sid
+    folder.rmdir()  # (as on a machine that never had it)
     await live.activate(sid)
-    run = await until(lambda: finished(live, sid))
-    assert run.outcome == "failed" and "cannot start the step" in run.error
+    held = await until(lambda: _suspended(live, sid))
+    assert held.reason == "absent" and held.failures == 0
+    assert await live.runs(sid) == []  # nothing ran, nothing failed
+    [row] = [e for e in await live.journal(sid) if e.call == "suspend"]
+    assert row.actor == "engine"
+    assert f"session {sid}: its folder {folder} is not on this machine" in caplog.text  # said, and how to go on
+    assert f"procession move {sid} --to HOST" in caplog.text
+    folder.mkdir()
+    await live.resume(sid)  # its queued run runs on resume
+    await until(lambda: (folder / "ran.txt").exists())
+    [run] = await until(lambda: _ran(live, sid))
+    assert run.outcome == "ok"
+
+
+async def _suspended(ws: Workspace, sid: int):
+    info = await ws.info(sid)
+    return info if info.state == State.SUSPENDED else None
+
+
+async def _ran(ws: Workspace, sid: int):
+    runs = await ws.runs(sid)
+    return runs if runs and all(r.ended for r in runs) else None
 
 
 async def test_timeout(live, engine):
