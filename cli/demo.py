@@ -28,7 +28,7 @@ from pathlib import Path
 
 from procession.calls import Workspace, gitrepo
 from procession.model.errors import ProcessionError, WorkspaceError
-from procession.store import Clock
+from procession.store import Clock, meta
 
 from . import demo_model
 
@@ -115,7 +115,7 @@ async def is_demo(db: Path) -> bool:
     ws = await Workspace.open(db, create=False)
     try:
         async with ws.store.snapshot() as tx:
-            return bool(await tx.value("SELECT value FROM meta WHERE key = ?", (MARK,)))
+            return bool(await meta.get(tx, MARK))
     finally:
         await ws.close()
 
@@ -142,7 +142,7 @@ async def build(db: Path, *, fresh: bool = False, clock: Clock = time.time) -> D
     try:
         sessions = await _populate(ws, folder, git)
         async with ws.store.tx() as tx:
-            await tx.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (MARK, str(folder)))
+            await meta.put(tx, MARK, str(folder))
     finally:
         await ws.close()
     return Demo(db, folder, sessions)

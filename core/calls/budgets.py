@@ -15,29 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import budgets, limits
+from ..model import budgets
 from ..model.budgets import Spend
 from ..model.calls import Call
 from ..model.errors import InvalidArgument
 from ..model.outcomes import Limited
 from ..model.records import Budget
-from ..model.states import Reason, State
-from ..store import Row, Tx, rows
+from ..model.states import State
+from ..store import Row, Tx, limits, rows
 from .base import Calls
 from .syscall import Act, syscall
-
-#: The sessions a limit holds, as ``held(id)``: those ``seed`` names and, at any depth, the
-#: sessions forked from them or spawned by them.
-_HELD = ("WITH RECURSIVE held(id) AS ({seed} UNION SELECT s.id FROM sessions s JOIN held h"
-         " ON s.parent_id = h.id OR s.spawned_by = h.id) ")
-#: Where a limit's sessions start: a session's, from it; an agent's, from its sessions.
-_SEEDS = {"session_id": "SELECT id FROM sessions WHERE id = ?",
-          "agent_id": "SELECT id FROM sessions WHERE agent_id = ?"}
-#: The spend of runs started since ``?`` (the period's start), of the sessions ``held``.
-_SPEND = ("SELECT COALESCE(SUM(tokens_in + tokens_out), 0), COALESCE(SUM(cost), 0),"
-          " COALESCE(SUM(MAX(0, COALESCE(ended, ?) - started - frozen_s)), 0), COUNT(*) FROM runs"
-          " WHERE started >= ? AND (outcome IS NULL OR outcome != 'outside') AND session_id IN (SELECT id FROM held)")
-
 
 class BudgetCalls(Calls):
     @syscall(Call.LIMIT, session="sid", check=None)
@@ -58,21 +45,17 @@ class BudgetCalls(Calls):
         for key, value in caps.items():
             if value is not None and (value < 0 or value != value):
                 raise InvalidArgument(f"the {key} limit must be 0 or more")
-        before = await act.tx.one(f"SELECT * FROM limits WHERE {owner[0]} = ?", (owner[1],))
+        before = await limits.limit_of(act.tx, owner)
         if clear:
             if before is None:
                 raise InvalidArgument(f"{_who(sid, agent)} has no limit")
-            await act.tx.execute("DELETE FROM limits WHERE id = ?", (before["id"],))
+            await limits.drop_limit(act.tx, before["id"])
         else:
             if all(v is None for v in caps.values()) and per is None:
                 raise InvalidArgument("give a cap (--tokens, --cost, --time, --runs), --per, or --clear")
             merged = {k: caps[k] if caps[k] is not None else (before[k] if before is not None else None) for k in caps}
             when = budgets.period(per or (before["per"] if before is not None else "day"))
-            await act.tx.execute(
-                f"INSERT INTO limits ({owner[0]}, tokens, cost, seconds, runs, per, made) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                f" ON CONFLICT ({owner[0]}) DO UPDATE SET tokens = excluded.tokens, cost = excluded.cost,"
-                " seconds = excluded.seconds, runs = excluded.runs, per = excluded.per, warned = NULL",
-                (owner[1], *merged.values(), when, act.now))
+            await limits.put_limit(act.tx, owner, merged, when)
         resumed = await release(act.tx)
         if sid is not None:
             await act.tx.touch(sid)
@@ -87,10 +70,10 @@ class BudgetCalls(Calls):
                 await rows.session(tx, sid)
             owner = None
             if agent is not None:
-                found = await tx.value("SELECT id FROM agents WHERE name = ?", (agent,))
+                found = await limits.agent_named(tx, agent)
                 if found is None:
                     raise InvalidArgument(f"no agent {agent}")
-                owner = ("agent_id", int(found))
+                owner = ("agent_id", found)
             return await spent(tx, sid, owner, tx.now)
 
 
@@ -123,8 +106,7 @@ async def release(tx: Tx) -> list[int]:
     """Resume the sessions the budget suspended that are under it now (a raised limit, a new
     period); returns them."""
     resumed = []
-    for r in await tx.all("SELECT id, resume_to FROM sessions WHERE state = 'suspended' AND reason = ?",
-                          (Reason.BUDGET.value,)):
+    for r in await limits.budget_suspended(tx):
         if (await verdict(tx, r["id"], tx.now)).over is None:
             await rows.update_session(tx, r["id"], state=r["resume_to"] or State.SLEEPING.value, resume_to=None,
                                       reason=None)
@@ -136,7 +118,7 @@ async def spends(tx: Tx, sids: list[int]) -> dict[int, float]:
     """Each of ``sids``' largest part of a cap spent, of the budgets that hold it (its own, its
     agent's, its lineage's); sessions with none are left out. One read when no limit exists at
     all (most workspaces); else two a limit, whatever the number of sessions."""
-    found = await tx.all("SELECT * FROM limits")
+    found = await limits.every_limit(tx)
     if not found or not sids:
         return {}
     wanted = set(sids)
@@ -144,7 +126,7 @@ async def spends(tx: Tx, sids: list[int]) -> dict[int, float]:
     for r in found:
         owner = _owner(r)
         part = max((await _budget(tx, r, tx.now)).used.values(), default=0.0)
-        for (sid,) in await tx.tuples(_HELD.format(seed=_SEEDS[owner[0]]) + "SELECT id FROM held", (owner[1],)):
+        for sid in await limits.held(tx, owner):
             if sid in wanted:
                 out[sid] = max(out.get(sid, 0.0), part)
     return out
@@ -155,32 +137,14 @@ async def spent(tx: Tx, sid: int | None, owner: tuple[str, int] | None, now: flo
     was forked from or spawned by, at any depth, then their agents'), or ``owner``'s, or all;
     each with what was spent in its period."""
     if sid is not None:
-        sessions, agents = await _lineage(tx, sid)
-        s_marks, a_marks = ",".join("?" * len(sessions)), ",".join("?" * len(agents))
-        found = sorted(await tx.all(f"SELECT * FROM limits WHERE session_id IN ({s_marks}) OR agent_id IN ({a_marks})",
-                                    [*sessions, *agents]),
+        sessions, agents = await limits.lineage(tx, sid)
+        found = sorted(await limits.limits_over(tx, sessions, agents),
                        key=lambda r: (r["session_id"] is None, r["session_id"] != sid, r["id"]))
     elif owner is not None:
-        found = await tx.all(f"SELECT * FROM limits WHERE {owner[0]} = ?", (owner[1],))
+        found = [] if (mine := await limits.limit_of(tx, owner)) is None else [mine]
     else:
-        found = await tx.all("SELECT * FROM limits ORDER BY id")
+        found = await limits.every_limit(tx)
     return [await _budget(tx, row, now) for row in found]
-
-
-async def _lineage(tx: Tx, sid: int) -> tuple[list[int], list[int]]:
-    """Session ``sid`` and every session it was forked from or spawned by, at any depth; and
-    the agents of those."""
-    sessions: set[int] = set()
-    agents: set[int] = set()
-    frontier = {sid}
-    while frontier:
-        sessions |= frontier
-        marks = ",".join("?" * len(frontier))
-        found = await tx.tuples(f"SELECT agent_id, parent_id, spawned_by FROM sessions WHERE id IN ({marks})",
-                                sorted(frontier))
-        agents.update(a for a, _, _ in found)
-        frontier = {up for _, *ups in found for up in ups if up is not None} - sessions
-    return sorted(sessions), sorted(agents)
 
 
 def _owner(row: Row) -> tuple[str, int]:
@@ -194,9 +158,8 @@ async def _budget(tx: Tx, row: Row, now: float) -> Budget:
     if owner[0] == "session_id":
         scope, name = "session", str(owner[1])
     else:
-        scope, name = "agent", str(await tx.value("SELECT name FROM agents WHERE id = ?", (owner[1],)))
-    tokens, cost, secs, runs = (await tx.tuples(_HELD.format(seed=_SEEDS[owner[0]]) + _SPEND,
-                                                (owner[1], now, start)))[0]
+        scope, name = "agent", await limits.agent_name(tx, owner[1])
+    tokens, cost, secs, runs = await limits.spend(tx, owner, now, start)
     spend = Spend(int(tokens), float(cost), float(secs), int(runs))
     caps = {k: row[k] for k in budgets.CAPS}
     return Budget(row["id"], scope, name, row["per"], {k: v for k, v in caps.items() if v is not None},

@@ -20,7 +20,7 @@ from ..model import limits
 from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound
 from ..model.outcomes import Paired, Pairing, Revoked
-from ..store import Tx
+from ..store import Tx, devices
 from .base import Calls
 from .syscall import Act, syscall
 
@@ -73,8 +73,7 @@ async def answer_token(tx: Tx, request: int) -> str:
     """A token that answers ``request`` once, within ``BUTTON_HOURS`` (a push's buttons carry
     it to the web face, which holds no cookie of theirs): stored as its hash only."""
     secret = secrets.token_urlsafe(SECRET_BYTES)
-    await tx.execute("INSERT INTO answer_tokens (token, request, expires) VALUES (?, ?, ?)",
-                     (hashed(secret), request, tx.now + BUTTON_HOURS * 3600))
+    await devices.add_answer_token(tx, hashed(secret), request, tx.now + BUTTON_HOURS * 3600)
     return secret
 
 
@@ -88,8 +87,7 @@ class DeviceCalls(Calls):
             raise InvalidArgument(f"a pairing link lasts more than 0 and at most {PAIR_MINUTES_MAX:g} minutes")
         secret = secrets.token_urlsafe(SECRET_BYTES)
         expires = act.now + minutes * 60
-        await act.tx.execute("INSERT INTO pairings (token, name, read_only, expires) VALUES (?, ?, ?, ?)",
-                             (hashed(secret), name, int(read_only), expires))
+        await devices.add_pairing(act.tx, hashed(secret), name, read_only, expires)
         return Pairing(0, name, read_only, expires, secret)
 
     async def paired(self, link: str) -> Paired:
@@ -99,25 +97,24 @@ class DeviceCalls(Calls):
 
     @syscall(Call.PAIRED, session=None, check=None)
     async def _paired(self, act: Act, link: _Secret) -> Paired:
-        found = await act.tx.one("SELECT * FROM pairings WHERE token = ?", (hashed(link),))
+        found = await devices.pairing(act.tx, hashed(link))
         if found is None or found["used"] is not None or found["expires"] < act.now:
             raise InvalidArgument("this pairing link is not valid (used, expired or unknown): make another with"
                                   " procession web --pair NAME")
-        await act.tx.execute("UPDATE pairings SET used = ? WHERE token = ?", (act.now, found["token"]))
+        await devices.pairing_used(act.tx, found["token"])
         secret, csrf = secrets.token_urlsafe(SECRET_BYTES), secrets.token_urlsafe(SECRET_BYTES)
-        device = await act.tx.insert("INSERT INTO devices (name, token, csrf, read_only, created) VALUES (?, ?, ?, ?, ?)",
-                                     (found["name"], hashed(secret), csrf, found["read_only"], act.now))
+        device = await devices.add_device(act.tx, found["name"], hashed(secret), csrf, found["read_only"])
         return Paired(0, device, found["name"], bool(found["read_only"]), secret, csrf)
 
     @syscall(Call.REVOKE, session=None, check=None)
     async def revoke(self, act: Act, device: int) -> Revoked:
         """``device`` may no longer reach the web face (from its next request on)."""
-        found = await act.tx.one("SELECT * FROM devices WHERE id = ?", (device,))
+        found = await devices.device(act.tx, device)
         if found is None:
             raise NotFound(f"no device {device} (procession web --devices lists them)")
         if found["revoked"] is not None:
             raise InvalidArgument(f"device {device} ({found['name']}) is revoked already")
-        await act.tx.execute("UPDATE devices SET revoked = ? WHERE id = ?", (act.now, device))
+        await devices.revoke(act.tx, device)
         return Revoked(0, device, found["name"])
 
     async def redeem(self, token: str) -> int:
@@ -125,10 +122,8 @@ class DeviceCalls(Calls):
         (whatever the answer then meets: a request answered meanwhile stays as it was). One
         used before, expired or unknown is refused in one line, saying no more than that."""
         async def use(tx: Tx) -> int:
-            found = await tx.one("SELECT request, expires FROM answer_tokens WHERE token = ? AND used IS NULL",
-                                 (hashed(token),))
-            if (found is None or found["expires"] < tx.now or await tx.execute(
-                    "UPDATE answer_tokens SET used = ? WHERE token = ? AND used IS NULL", (tx.now, hashed(token))) != 1):
+            found = await devices.answer_token(tx, hashed(token))
+            if found is None or found["expires"] < tx.now or not await devices.spend_answer_token(tx, hashed(token)):
                 raise InvalidArgument("this button may no longer answer (used, expired or unknown): answer on the page")
             return int(found["request"])
         return await self.store.atomic(use)
@@ -137,7 +132,7 @@ class DeviceCalls(Calls):
         """``device`` has seen what finished until now (its page's "finished since you looked"
         starts again from here); when that is."""
         async def mark(tx: Tx) -> float:
-            await tx.execute("UPDATE devices SET seen = ? WHERE id = ?", (tx.now, device))
+            await devices.looked(tx, device)
             return tx.now
         return await self.store.atomic(mark)
 
@@ -146,18 +141,18 @@ class DeviceCalls(Calls):
     async def devices(self) -> list[Device]:
         """Every device ever paired, revoked ones too, oldest first."""
         async with self.store.snapshot() as tx:
-            return [_device(r) for r in await tx.all("SELECT * FROM devices ORDER BY id")]
+            return [_device(r) for r in await devices.devices(tx)]
 
     async def device(self, secret: str) -> Device | None:
         """The device a cookie's secret names, if it is paired and not revoked."""
         if not secret:
             return None
         async with self.store.snapshot() as tx:
-            row = await tx.one("SELECT * FROM devices WHERE token = ? AND revoked IS NULL", (hashed(secret),))
+            row = await devices.device_of(tx, hashed(secret))
         return _device(row) if row is not None else None
 
     async def still(self, device: int) -> Device | None:
         """``device`` as it is now, if it is paired still (an open stream looks each time it sends)."""
         async with self.store.snapshot() as tx:
-            row = await tx.one("SELECT * FROM devices WHERE id = ? AND revoked IS NULL", (device,))
+            row = await devices.live_device(tx, device)
         return _device(row) if row is not None else None

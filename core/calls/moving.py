@@ -18,7 +18,7 @@ import asyncio
 import json
 import os
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ..model import bounds, hosts, transcripts
 from ..model.calls import Call
@@ -27,7 +27,7 @@ from ..model.outcomes import Moving
 from ..model.records import MOVE_GOING, MoveInfo
 from ..model.states import State
 from ..model.text import plural
-from ..store import Row, Tx, rows
+from ..store import Row, Tx, moves, rows
 from . import native
 from .base import Calls
 from .files import LOCAL_KINDS, map_paths, moved_spec, moved_uri, place_agent_session
@@ -62,14 +62,13 @@ class MoveCalls(Calls):
         if last is not None and last.stage in UNDER_WAY:
             raise _refused(row, f"it is moving to host {last.target} already ({last.stage}): wait for it"
                                 + (f", or take it back (move {sid} --to {row['host']})" if last.going else ""))
-        if await tx.value("SELECT 1 FROM runs WHERE session_id = ? AND ended IS NULL", (sid,)):
+        if await moves.running(tx, sid):
             raise _refused(row, "a step of it is held, suspended, on its host: interrupt it (or let it finish) first")
         tree = await rows.worktree(tx, sid)
         if tree is not None and not files:
             raise InvalidArgument(f"session {sid} works in a fork's own folder {tree['path']}, which moves with its"
                                   " files: move it without --no-files")
-        if not await tx.value("SELECT 1 FROM engines WHERE host = ? UNION ALL SELECT 1 FROM sessions WHERE host = ?"
-                              " LIMIT 1", (to, to)):
+        if not await moves.known_host(tx, to):
             raise NotFound(f"no host {to} has an engine or a session in this workspace: start its engine first"
                            f" (procession --host {to} run, on that machine), then move the session")
         was = tree["path"] if tree is not None else row["cwd"]  # a fork's own folder travels whole
@@ -91,11 +90,7 @@ class MoveCalls(Calls):
             await _alone_in(act, was)
             await _no_forks_in(tx, row, was)
         await tx.touch(sid)  # its row shows where it goes
-        await tx.execute("DELETE FROM moves WHERE session_id = ?", (sid,))
-        await tx.execute(
-            "INSERT INTO moves (session_id, source, target, was, folder, paths, files, stage, created, updated)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 'packing', ?, ?)",
-            (sid, row["host"], to, was, folder, json.dumps(paths), int(files), act.now, act.now))
+        await moves.start(tx, sid, row["host"], to, was, folder, json.dumps(paths), files)
         for r in resources:
             if not transcripts.within(r["uri"], was):
                 there = transcripts.remap(r["uri"], paths)
@@ -170,8 +165,7 @@ async def take_back(tx: Tx, sid: int, now: float) -> MoveInfo | None:
     if last is None or not last.going:
         return None
     await tx.touch(sid)  # the rows that showed it moving show it where it is again
-    await tx.execute("UPDATE moves SET stage = 'cancelled', pack = NULL, bundle = NULL, carried = NULL,"
-                     " updated = ? WHERE session_id = ?", (now, sid))
+    await moves.cancel(tx, sid, now)
     return last
 
 
@@ -179,26 +173,20 @@ async def _alone_in(act: Act, folder: str) -> None:
     """Refuse to carry off a folder another live session of the host works in (or beneath):
     it would lose its files. One working around it (in a folder that holds it) keeps its own
     folder, and is told that this part of it goes."""
-    row, live = act.row, "SELECT id, cwd FROM sessions WHERE host = ? AND id <> ? AND state <> 'terminated'"
-    other = await act.tx.one(f"{live} AND (cwd = ? OR substr(cwd, 1, length(?) + 1) = ? || '/') ORDER BY id LIMIT 1",
-                             (row["host"], row["id"], folder, folder, folder))
+    row = act.row
+    other = await moves.session_in(act.tx, row["host"], row["id"], folder)
     if other is not None:
         raise _refused(row, f"session {other['id']} works in {other['cwd']} too, and would lose its files: move it"
                             " with --no-files (its folder stays, and must be on the other host already), or move"
                             f" session {other['id']} first")
-    for other in await act.tx.all(f"{live} AND substr(?, 1, length(cwd) + 1) = cwd || '/' ORDER BY id LIMIT 3",
-                                  (row["host"], row["id"], folder)):
+    for other in await moves.sessions_around(act.tx, row["host"], row["id"], folder):
         act.note(f"session {other['id']} works in {other['cwd']}, around the folder that goes: it stays, without it")
 
 
 async def _no_forks_in(tx: Tx, row: Row, folder: str) -> None:
     """Refuse to carry off a repository a live fork's worktree on this host belongs to: the
     worktree would be left without its git folder, its branch gone with it."""
-    fork = await tx.one(
-        "SELECT w.session_id, w.path FROM worktrees w JOIN sessions s ON s.id = w.session_id WHERE w.removed IS NULL"
-        " AND w.kind = 'git' AND s.host = ? AND s.state <> 'terminated' AND s.id <> ?"
-        " AND (w.repo = ? OR substr(w.repo, 1, length(?) + 1) = ? || '/') ORDER BY w.session_id LIMIT 1",
-        (row["host"], row["id"], folder, folder, folder))
+    fork = await moves.fork_in(tx, row["host"], row["id"], folder)
     if fork is not None:
         raise _refused(row, f"session {fork['session_id']} works in {fork['path']}, a worktree of the repository in"
                             f" its folder: merge it, or move session {fork['session_id']} first")
@@ -234,10 +222,7 @@ class MoveSteps(Calls):
     async def moves_waiting(self, host: str) -> list[Row]:
         """The moves that wait for ``host``'s engine: to pack or clear (its source), to place (its target)."""
         async with self.store.snapshot() as tx:
-            return await tx.all(
-                "SELECT session_id, source, target, was, folder, paths, files, stage, manifest, tree FROM moves"
-                " WHERE (source = ? AND stage IN ('packing', 'clearing')) OR (target = ? AND stage = 'placing')"
-                " ORDER BY session_id", (host, host))
+            return await moves.waiting(tx, host)
 
     async def leaving(self, sid: int) -> tuple[Row, Row | None]:
         """The session as its source's engine packs it, and its own folder if it is a fork's."""
@@ -247,7 +232,7 @@ class MoveSteps(Calls):
     async def move_pack(self, sid: int) -> tuple[bytes, bytes | None]:
         """The packed folder a move carries, and a worktree's branch bundled."""
         async with self.store.snapshot() as tx:
-            found = await tx.one("SELECT pack, bundle FROM moves WHERE session_id = ?", (sid,))
+            found = await moves.pack(tx, sid)
         if found is None:
             raise NotFound(f"session {sid} has no move under way")
         return bytes(found["pack"] or b""), bytes(found["bundle"]) if found["bundle"] is not None else None
@@ -266,11 +251,9 @@ class MoveSteps(Calls):
                          + (f" and {len(packed.left) - 5} more" if len(packed.left) > 5 else ""))
         left = None if tree is None else json.dumps({"kind": tree["kind"], "repo": tree["repo"],
                                                       "branch": tree["branch"], "tip": packed.tip})
-        await act.tx.execute(
-            "UPDATE moves SET stage = 'placing', pack = ?, bundle = ?, tree = ?, manifest = ?, carried = ?, said = ?,"
-            " updated = ? WHERE session_id = ?",
-            (packed.data if move["files"] else None, packed.bundle, left, json.dumps(packed.manifest),
-             json.dumps(carried) if carried is not None else None, said(move, *lines), act.now, sid))
+        await moves.packed(act.tx, sid, packed.data if move["files"] else None, packed.bundle, left,
+                           json.dumps(packed.manifest), json.dumps(carried) if carried is not None else None,
+                           said(move, *lines))
         return _moving(move, "placing")
 
     @syscall(Call.MOVE, check=None)
@@ -290,21 +273,19 @@ class MoveSteps(Calls):
         await rows.update_session(tx, sid, host=move["target"], cwd=transcripts.remap(row["cwd"], paths),
                                   agent_ref=agent)
         if (tree := await rows.worktree(tx, sid)) is not None:
-            await tx.execute(  # the folder it came from, moved as its paths are: where it merges into on this host
-                "UPDATE worktrees SET path = ?, folder = ?, source = ?, repo = ? WHERE session_id = ? AND removed IS NULL",
-                (move["folder"], transcripts.remap(tree["folder"], paths), transcripts.remap(tree["source"], paths),
-                 repo or tree["repo"], sid))
+            # the folder it came from, moved as its paths are: where it merges into on this host
+            await moves.move_worktree(tx, sid, move["folder"], transcripts.remap(tree["folder"], paths),
+                                      transcripts.remap(tree["source"], paths), repo or tree["repo"])
         for r in await rows.resources(tx, sid):
             if r["kind"] in LOCAL_KINDS and (uri := moved_uri(r["kind"], r["uri"], paths)) != r["uri"]:
-                await tx.execute("UPDATE resources SET uri = ? WHERE id = ?", (uri, r["id"]))
+                await moves.move_resource(tx, r["id"], uri)
         for t in await rows.triggers(tx, sid):
             spec = json.loads(t["spec"])
             if (new := moved_spec(spec, paths)) != spec:
-                await tx.execute("UPDATE triggers SET spec = ? WHERE id = ?", (json.dumps(new), t["id"]))
+                await moves.respec_trigger(tx, t["id"], json.dumps(new))
         lines = [f"host {move['target']} filled its folder {move['folder']}" if move["files"]
                  else f"host {move['target']} has its folder {move['folder']}", *(n.text for n in act.notes)]
-        await tx.execute("UPDATE moves SET stage = 'clearing', pack = NULL, bundle = NULL, carried = NULL, said = ?,"
-                         " updated = ? WHERE session_id = ?", (said(move, *lines), act.now, sid))
+        await moves.placed(tx, sid, said(move, *lines))
         return _moving(move, "clearing")
 
     @syscall(Call.MOVE, check=None)
@@ -313,28 +294,24 @@ class MoveSteps(Calls):
         move = await _step(act.tx, sid, "clearing", "source")
         line = kept or (f"host {move['source']} removed its old folder {move['was']}" if move["files"]
                         else f"its folder {move['was']} stays on host {move['source']} (moved with --no-files)")
-        await act.tx.execute("UPDATE moves SET stage = 'done', manifest = NULL, problem = ?, said = ?, updated = ?"
-                             " WHERE session_id = ?", (kept, said(move, line), act.now, sid))
+        await moves.cleared(act.tx, sid, kept, said(move, line))
         return _moving(move, "done")
 
     @syscall(Call.MOVE, check=None)
     async def move_failed(self, act: Act, sid: int, problem: str) -> Moving:
         """A step could not be done: the move ends, the session where it was (the files it
         made on the target are gone already; its old folder is untouched)."""
-        move = await act.tx.one("SELECT * FROM moves WHERE session_id = ? AND stage IN ('packing', 'placing')",
-                                (sid,))
+        move = await moves.going(act.tx, sid)
         if move is None:
             raise NotFound(f"session {sid} has no move under way")
         await act.tx.touch(sid)
-        await act.tx.execute("UPDATE moves SET stage = 'failed', problem = ?, pack = NULL, bundle = NULL, carried = NULL,"
-                             " updated = ? WHERE session_id = ?", (problem, act.now, sid))
+        await moves.failed(act.tx, sid, problem)
         return _moving(move, "failed")
 
 
-async def _step(tx: Tx, sid: int, stage: str, side: str) -> Row:
+async def _step(tx: Tx, sid: int, stage: str, side: Literal["source", "target"]) -> Row:
     """The move of ``sid`` at ``stage``, this host its ``side`` (else it was taken back meanwhile)."""
-    move = await tx.one(f"SELECT * FROM moves WHERE session_id = ? AND stage = ? AND {side} = ?",
-                        (sid, stage, hosts.this()))
+    move = await moves.at(tx, sid, stage, side, hosts.this())
     if move is None:
         raise NotFound(f"session {sid}'s move is not at {stage} for host {hosts.this()} (taken back meanwhile)")
     return move

@@ -25,6 +25,7 @@ from ..model.outcomes import Answered, Asked, Forgot
 from ..model.records import Request, Rule
 from ..model.states import State
 from ..store import Row, Tx, rows
+from ..store import requests as asks
 from . import waking
 from .agents import WAIT_FORCED, WAIT_POLL_S
 from .base import Calls
@@ -45,8 +46,7 @@ class PermissionCalls(Calls):
         limits.json_shape(input, "the tool's input")  # an agent's words: nested a million deep is refused
         subject = requests.subject(tool, input)
         text = json.dumps(input, ensure_ascii=False, sort_keys=True)
-        run = await act.tx.value("SELECT id FROM runs WHERE session_id = ? AND ended IS NULL ORDER BY id DESC"
-                                 " LIMIT 1", (sid,))
+        run = await asks.asking_run(act.tx, sid)
         answer: tuple[str, str | None, str] | None = None
         if act.row["permissions"] == bounds.ALL:
             answer = (requests.ALLOW, None, "its permissions (all)")
@@ -56,16 +56,11 @@ class PermissionCalls(Calls):
             if used is not None:
                 answer = (requests.ALLOW, None, _by_rules([rules[u] for u in used]))
             else:
-                carried = await act.tx.one("SELECT id, answer, why FROM requests WHERE session_id = ? AND carried = 1"
-                                           " AND tool = ? AND input = ? ORDER BY id LIMIT 1", (sid, tool, text))
+                carried = await asks.take_carried(act.tx, sid, tool, text)
                 if carried is not None:
-                    await act.tx.execute("UPDATE requests SET carried = 0 WHERE id = ?", (carried["id"],))
                     answer = (carried["answer"], carried["why"], f"request {carried['id']}")
-        request = await act.tx.insert(
-            "INSERT INTO requests (session_id, run_id, tool, input, subject, key, asked, answer, why, answered,"
-            " answered_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (sid, run, tool, text, subject, key, act.now, *(answer[:2] if answer else (None, None)),
-             act.now if answer else None, answer[2] if answer else None))
+        given, why, by = answer if answer else (None, None, None)
+        request = await asks.insert_request(act.tx, sid, run, tool, text, subject, key, given, why, by)
         if answer is None:
             await rows.update_session(act.tx, sid, state=act.target.value)
             return Asked(sid, request, None)
@@ -83,16 +78,10 @@ class PermissionCalls(Calls):
         if always:
             tool, input = asked["tool"], json.loads(asked["input"])
             subject = requests.subject(tool, input)  # as this Procession reads it (the request may be older)
-            await act.tx.execute("INSERT INTO rules (session_id, tool, subject, made, request_id)"
-                                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                                 (asked["session_id"], tool, subject, act.now, request))
-            rule = await act.tx.value("SELECT id FROM rules WHERE session_id = ? AND tool = ? AND subject = ?",
-                                      (asked["session_id"], tool, subject))
+            rule = await asks.put_rule(act.tx, asked["session_id"], tool, subject, request)
             rules = await _rules(act.tx, asked["session_id"], tool)
-            also = [r["id"] for r in await act.tx.all(
-                "SELECT id, input FROM requests WHERE session_id = ? AND answer IS NULL AND id != ? AND tool = ?"
-                " ORDER BY id", (asked["session_id"], request, tool))
-                if requests.cover(tool, json.loads(r["input"]), rules) is not None]
+            also = [r["id"] for r in await asks.open_requests(act.tx, asked["session_id"], tool, request)
+                    if requests.cover(tool, json.loads(r["input"]), rules) is not None]
         state = await _answer(act, asked, [request, *also], requests.ALLOW, None, self.store.count_tokens)
         return Answered(asked["session_id"], request, requests.ALLOW, state, rule, tuple(also))
 
@@ -109,27 +98,26 @@ class PermissionCalls(Calls):
     async def unask(self, act: Act, request: int) -> Asked:
         """Withdraw a request whose asker stopped waiting; its session runs on if nothing else
         of it waits (an answer given meanwhile stays)."""
-        asked = await act.tx.one("SELECT * FROM requests WHERE id = ?", (request,))
+        asked = await asks.request_row(act.tx, request)
         if asked is None:
             raise NotFound(f"no request {request}")
         sid = asked["session_id"]
         if asked["answer"] is None:
-            await act.tx.execute("UPDATE requests SET answer = ?, answered = ?, answered_by = 'its asker left'"
-                                 " WHERE id = ?", (requests.WITHDRAWN, act.now, request))
+            await asks.asker_left(act.tx, request, requests.WITHDRAWN)
             row = await rows.session(act.tx, sid)
-            if not await _asking(act.tx, sid) and row["state"] == State.WAITING:
+            if not await asks.asking(act.tx, sid) and row["state"] == State.WAITING:
                 await rows.update_session(act.tx, sid, state=State.RUNNING.value)
         return Asked(sid, request, requests.WITHDRAWN)
 
     @syscall(Call.FORGET, session="result", check=None)
     async def forget(self, act: Act, rule: int) -> Forgot:
         """Remove the rule ``rule``: its calls ask again."""
-        found = await act.tx.one("SELECT * FROM rules WHERE id = ?", (rule,))
+        found = await asks.rule(act.tx, rule)
         if found is None:
             raise NotFound(f"no rule {rule} (procession rules lists them)")
         act.row = await rows.session(act.tx, found["session_id"])
         transition(act.row, Call.FORGET)
-        await act.tx.execute("DELETE FROM rules WHERE id = ?", (rule,))
+        await asks.drop_rule(act.tx, rule)
         await act.tx.touch(found["session_id"])
         return Forgot(found["session_id"], rule, found["tool"], found["subject"])
 
@@ -137,19 +125,14 @@ class PermissionCalls(Calls):
 
     async def pending(self, sids: list[int] | None = None) -> list[Request]:
         """The requests waiting for an answer, oldest first (of ``sids`` only, when given)."""
-        where = "r.answer IS NULL"
-        args: list[Any] = []
-        if sids is not None:
-            where += f" AND r.session_id IN ({','.join('?' * len(sids))})"
-            args += sids
         async with self.store.snapshot() as tx:
-            found = await tx.all(f"{_REQUEST} WHERE {where} ORDER BY r.id", args)
+            found = await asks.waiting(tx, sids)
         return [_request(r) for r in found]
 
     async def request(self, request: int) -> Request:
         """One request, answered or not (``NotFound``)."""
         async with self.store.snapshot() as tx:
-            found = await tx.one(f"{_REQUEST} WHERE r.id = ?", (request,))
+            found = await asks.request(tx, request)
         if found is None:
             raise NotFound(f"no request {request} (procession pending lists those waiting)")
         return _request(found)
@@ -202,18 +185,13 @@ class PermissionCalls(Calls):
         async with self.store.snapshot() as tx:
             if sid is not None:
                 await rows.session(tx, sid)
-            found = await tx.all(_RULES + (" WHERE r.session_id = ?" if sid is not None else "") + " ORDER BY r.id",
-                                 (sid,) if sid is not None else ())
+            found = await asks.rules(tx, sid)
         out = []
         for r in found:
             reads = _reading(r)
             out.append(Rule(r["id"], r["session_id"], r["tool"], r["subject"], r["made"], r["request_id"], reads,
                             requests.matches(reads)))
         return out
-
-
-#: The rules with the input of the call each was made from (what an old one is read as).
-_RULES = "SELECT r.*, q.input AS made_from FROM rules r LEFT JOIN requests q ON q.id = r.request_id"
 
 
 def _reading(r: Row) -> str | None:
@@ -223,7 +201,7 @@ def _reading(r: Row) -> str | None:
 async def _rules(tx: Tx, sid: int, tool: str) -> dict[str, int]:
     """Session ``sid``'s rules of ``tool``, by what each matches now (one that matches nothing left out)."""
     found: dict[str, int] = {}
-    for r in await tx.all(_RULES + " WHERE r.session_id = ? AND r.tool = ? ORDER BY r.id", (sid, tool)):
+    for r in await asks.tool_rules(tx, sid, tool):
         reads = _reading(r)
         if reads is not None:
             found.setdefault(reads, r["id"])
@@ -235,10 +213,6 @@ def _by_rules(ids: list[int]) -> str:
     return f"rule {ids[0]}" if len(ids) == 1 else f"rules {', '.join(map(str, ids))}"
 
 
-_REQUEST = ("SELECT r.*, s.name AS session_name, a.name AS agent_name FROM requests r"
-            " JOIN sessions s ON s.id = r.session_id JOIN agents a ON a.id = s.agent_id")
-
-
 def _request(r: Row) -> Request:
     return Request(r["id"], r["session_id"], r["session_name"], r["agent_name"], r["run_id"], r["tool"],
                    json.loads(r["input"]), r["subject"], r["asked"], r["answer"], r["why"], r["answered"],
@@ -247,7 +221,7 @@ def _request(r: Row) -> Request:
 
 async def _open(act: Act, request: int) -> Row:
     """The request, still open, and its session checked for an answer (``act.row``)."""
-    asked = await act.tx.one("SELECT * FROM requests WHERE id = ?", (request,))
+    asked = await asks.request_row(act.tx, request)
     if asked is None:
         raise NotFound(f"no request {request} (procession pending lists those waiting)")
     if asked["answer"] is not None:
@@ -259,21 +233,14 @@ async def _open(act: Act, request: int) -> Row:
     return asked
 
 
-async def _asking(tx: Tx, sid: int) -> bool:
-    """Whether a request of session ``sid`` is still open."""
-    return bool(await tx.value("SELECT 1 FROM requests WHERE session_id = ? AND answer IS NULL LIMIT 1", (sid,)))
-
-
 async def _answer(act: Act, asked: Row, ids: list[int], answer: str, why: str | None,
                   count: Callable[[str], int]) -> State:
     """Answer ``ids`` (requests of one session); the session runs on once nothing of it waits.
     A request whose run is gone has its answer carried into a new run, queued now."""
     tx, sid = act.tx, asked["session_id"]
     run_live = asked["run_id"] is not None and await _listening(tx, sid, asked["run_id"])
-    marks = ",".join("?" * len(ids))
-    await tx.execute(f"UPDATE requests SET answer = ?, why = ?, answered = ?, answered_by = ?, carried = ?"
-                     f" WHERE id IN ({marks})", (answer, why, act.now, act.actor, int(not run_live), *ids))
-    if await _asking(tx, sid):
+    await asks.answer(tx, ids, answer, why, act.actor, carried=not run_live)
+    if await asks.asking(tx, sid):
         await tx.touch(sid)
         return State.WAITING
     if run_live:
@@ -289,8 +256,8 @@ async def _listening(tx: Tx, sid: int, run: int) -> bool:
     killed under it leaves it open until the next one records it lost)."""
     if not await rows.live_run(tx, sid, run):
         return False
-    holder = await live_holder(tx, await tx.value("SELECT host FROM sessions WHERE id = ?", (sid,)))
-    return holder is not None and holder.token == await tx.value("SELECT engine FROM runs WHERE id = ?", (run,))
+    holder = await live_holder(tx, await asks.session_host(tx, sid))
+    return holder is not None and holder.token == await asks.run_engine(tx, run)
 
 
 async def _tell(tx: Tx, act: Act, asked: Row, answer: str, why: str | None,
