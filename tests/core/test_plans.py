@@ -7,8 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from procession import Workspace
-from procession.calls import adopt
-from procession.store import sessions
+from procession.store import agents, sessions
 
 
 def plan(db: Path, sql: str, params: tuple[object, ...]) -> str:
@@ -39,4 +38,4 @@ async def test_a_fork_finds_its_name_and_a_monitor_the_agents_sessions_in_an_ind
     names = plan(db, "SELECT count(*) FROM sessions WHERE agent_id = ? AND name >= ? AND name < ?",
                  (1, "review #", "review $"))
     assert "INDEX sessions_name" in names, names
-    assert "INDEX sessions_agent_ref" in plan(db, adopt.AGENT_REFS, ())
+    assert "INDEX sessions_agent_ref" in plan(db, agents.AGENT_REFS, ())
