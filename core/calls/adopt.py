@@ -31,10 +31,11 @@ from ..model.outcomes import Adopted, Adoption, Attached, Moved, Synced
 from ..model.states import Reason, State
 from ..model.toolcalls import one_line
 from ..model.transcripts import Position, Said, Transcript
-from ..store import Tx, rows
+from ..store import Tx, messages, rows
+from ..store import agents as agent_rows
 from .lifecycle import LifecycleCalls
 from . import outside
-from .native import HELD, PROMPTED, agent_ref, carry_over, cli_environment, holder, located, user_environment
+from .native import PROMPTED, agent_ref, carry_over, cli_environment, located, user_environment
 from .syscall import Act, all_or_none, syscall
 
 #: A session adopted with no model named in its transcript, or no window, gets these.
@@ -52,11 +53,6 @@ def _kept_changing(sids: list[int]) -> InvalidArgument:
                            f" {'their transcripts were' if len(sids) > 1 else 'its transcript was'} read: sync again")
 
 
-#: The sessions an agent CLI holds, not ended and not running a step here: found in their own
-#: index (a monitor asks every 3 s; the other sessions are not read).
-AGENT_REFS = ("SELECT id, agent_ref FROM sessions WHERE agent_ref IS NOT NULL"
-              " AND state NOT IN ('terminated', 'running')")
-
 class _MovedOn(Exception):
     """The session's read position moved while its transcript was read (nothing is written;
     not a refusal: the transcript is read again)."""
@@ -68,11 +64,8 @@ async def _stored(tx: Tx, sid: int, run: int, said: Sequence[Said]) -> int:
     before the prompt of a run its engine lost: the transcript then holds what the run stored
     first, in the order stored, and a sync leaves that out (the first that differs, and all
     after it, are brought)."""
-    upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
-    stored = await tx.tuples("SELECT role, content FROM messages WHERE session_id = ? AND seq > ?"
-                             " AND json_extract(meta, '$.run') = ?/*pg:::text*/ ORDER BY seq", (sid, upto or 0, run))
     same = 0
-    for (role, content), message in zip(stored, said):
+    for (role, content), message in zip(await messages.stored_by_run(tx, sid, run), said):
         if (role, content) != (message.role, message.content):
             break
         same += 1
@@ -99,14 +92,13 @@ class AdoptCalls(LifecycleCalls):
         """Every session id of ``cli`` a session holds, or held before a migrate -> the first
         session holding it."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples(f"SELECT agent, MIN(sid) FROM ({HELD}) AS held GROUP BY agent", (cli, cli))
-        return {str(ident): int(sid) for ident, sid in found}
+            return await agent_rows.holders(tx, cli)
 
     async def agent_refs(self) -> dict[int, dict[str, Any]]:
         """The agent references of the sessions not ended and not running a step here (what
         the monitor looks for outside Procession)."""
         async with self.store.snapshot() as tx:
-            found = await tx.tuples(AGENT_REFS)
+            found = await agent_rows.agent_refs(tx)
         return {sid: ref for sid, text in found if not (ref := json.loads(text)).get("fork")}
 
     async def adopt(self, cli: str, ident: str | None = None, *, every: bool = False, since: float | None = None,
@@ -151,7 +143,7 @@ class AdoptCalls(LifecycleCalls):
     async def adopt_read(self, act: Act, read: Transcript, *, agent: str) -> Adopted:
         """One transcript, read, as a new sleeping session of ``agent``: its messages with their
         own times, the CLI's reference and read position, its model, context and token use."""
-        held = await holder(act.tx, read.cli, read.id)
+        held = await agent_rows.holder(act.tx, read.cli, read.id)
         if held is not None:
             return Adopted(held, read.cli, read.id, read.path, 0, already=True)
         if not read.cwd or not os.path.isabs(read.cwd):

@@ -10,12 +10,12 @@ session it reaches, at any depth, as a process reaches its children.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 
 from ..model.errors import InvalidArgument
 from ..model.records import Waited
 from ..model.states import State
-from ..store import Tx, rows
+from ..store import Tx, journal, messages, rows, sessions
+from ..store.agents import agent_sessions
 from . import history
 from .base import Calls
 from .reads import run_info
@@ -28,7 +28,6 @@ WAIT_FORCED = 10
 WAIT_MESSAGES = 50
 #: The longest wait, in seconds.
 WAIT_MAX = 86_400.0
-_BATCH = 500
 
 
 class AgentCalls(Calls):
@@ -45,36 +44,26 @@ class AgentCalls(Calls):
                     if node in seen:
                         continue
                     seen.add(node)
-                    row = await tx.one("SELECT s.parent_id, a.name FROM sessions s JOIN agents a ON a.id = s.agent_id"
-                                       " WHERE s.id = ?", (node,))
+                    row = await sessions.parent_and_agent(tx, node)
                     if row is None:
                         continue
                     if node == session or (agent is not None and row["name"] == agent):
                         return True
                     if row["parent_id"] is not None:
                         up.append(row["parent_id"])
-                    up += [v for (v,) in await tx.tuples(
-                        "SELECT other_id FROM journal WHERE session_id = ? AND call = 'spawn' AND other_id IS NOT NULL",
-                        (node,))]
+                    up += await journal.spawned_as(tx, node)
                 frontier = up
         return False
 
     async def reach(self, *, agent: str | None, session: int | None = None) -> set[int]:
         """Every session ``reaches`` says yes to, found downwards from the agent's own."""
         async with self.store.snapshot() as tx:
-            found = set() if agent is None else {sid for (sid,) in await tx.tuples(
-                "SELECT s.id FROM sessions s JOIN agents a ON a.id = s.agent_id WHERE a.name = ?", (agent,))}
+            found = set() if agent is None else await agent_sessions(tx, agent)
             if session is not None:
                 found.add(session)
             frontier = list(found)
             while frontier:
-                down: list[int] = []
-                for chunk in _batches(frontier):
-                    marks = ",".join("?" * len(chunk))
-                    down += [sid for (sid,) in await tx.tuples(
-                        f"SELECT id FROM sessions WHERE parent_id IN ({marks})"
-                        f" UNION SELECT session_id FROM journal WHERE other_id IN ({marks}) AND call = 'spawn'",
-                        [*chunk, *chunk]) if sid not in found]
+                down = [sid for sid in await sessions.offspring(tx, frontier) if sid not in found]
                 found.update(down)
                 frontier = down
         return found
@@ -86,7 +75,7 @@ class AgentCalls(Calls):
             seen: set[int] = set()
             while node is not None and node not in seen:
                 seen.add(node)
-                row = await tx.one("SELECT parent_id, spawned_by FROM sessions WHERE id = ?", (node,))
+                row = await sessions.parent_and_spawner(tx, node)
                 if row is None:
                     return False
                 if row["spawned_by"] == session:
@@ -97,13 +86,8 @@ class AgentCalls(Calls):
     async def folders(self, sids: set[int]) -> list[str]:
         """The folders sessions ``sids`` work in: each one's own and every file or folder bound
         to it (what a scoped MCP client may spawn into, or watch)."""
-        found: set[str] = set()
         async with self.store.snapshot() as tx:
-            for chunk in _batches(sorted(sids)):
-                marks = ",".join("?" * len(chunk))
-                found.update(p for (p,) in await tx.tuples(
-                    f"SELECT cwd FROM sessions WHERE id IN ({marks}) UNION SELECT uri FROM resources"
-                    f" WHERE session_id IN ({marks}) AND kind IN ('folder', 'file', 'sqlite')", [*chunk, *chunk]))
+            found = await sessions.folders(tx, sorted(sids))
         return sorted(found)
 
     async def wait(self, sid: int, timeout: float, *, since: int | None = None) -> Waited:
@@ -116,7 +100,7 @@ class AgentCalls(Calls):
             raise InvalidArgument(f"a wait's timeout must be 0 to {WAIT_MAX:.0f} seconds")
         async with self.store.snapshot() as tx:
             await rows.session(tx, sid)
-            tip = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
+            tip = await journal.tip(tx)
             if since is not None and not 0 <= since <= tip:
                 raise InvalidArgument(f"the journal has no row {since} yet (its last is {tip})")
             mark = tip if since is None else since
@@ -139,23 +123,20 @@ class AgentCalls(Calls):
 async def _length_at(tx: Tx, sid: int, mark: int) -> int:
     """How many messages session ``sid``'s history held at journal row ``mark`` (those made
     since are what a wait shows)."""
-    when = await tx.value("SELECT ts FROM journal WHERE id = ?", (mark,))
+    when = await journal.written_at(tx, mark)
     if when is None:
         return 0
-    held = await tx.value("SELECT seq FROM messages WHERE session_id = ? AND created <= ? ORDER BY seq DESC LIMIT 1",
-                          (sid, when))
+    held = await messages.held_at(tx, sid, when)
     if held is not None:
-        return int(held)
+        return held
     return int((await rows.session(tx, sid))["fork_seq"])  # none of its own: a fork's are its parent's
 
 
 async def _woken(tx: Tx, sid: int, mark: int, length: int, *, final: bool) -> Waited | None:
     """What woke a wait from journal row ``mark``, or None (``final``: the time is up)."""
     row = await rows.session(tx, sid)
-    run = await tx.one("SELECT r.*, j.id AS journal_row FROM journal j JOIN runs r ON r.id = CAST(json_extract(j.args, '$.run') AS INTEGER)"
-                       " WHERE j.session_id = ? AND j.call = 'finish' AND j.id > ? ORDER BY j.id LIMIT 1", (sid, mark))
-    sent = None if run is not None else await tx.value(
-        "SELECT id FROM journal WHERE session_id = ? AND call = 'send' AND id > ? ORDER BY id LIMIT 1", (sid, mark))
+    run = await journal.finished_run(tx, sid, mark)
+    sent = None if run is not None else await journal.first_send(tx, sid, mark)
     at = run["journal_row"] if run is not None else sent
     if run is not None:
         woke = "run"
@@ -170,13 +151,8 @@ async def _woken(tx: Tx, sid: int, mark: int, length: int, *, final: bool) -> Wa
     else:
         return None
     new = int(row["length"])
-    messages = await history.read(tx, sid, max(length, new - WAIT_MESSAGES)) if new > length else []
+    said = await history.read(tx, sid, max(length, new - WAIT_MESSAGES)) if new > length else []
     if at is None:
-        at = await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal")
-    return Waited(sid, woke, State(row["state"]), run_info(run) if run is not None else None, tuple(messages),
+        at = await journal.tip(tx)
+    return Waited(sid, woke, State(row["state"]), run_info(run) if run is not None else None, tuple(said),
                   int(at))
-
-
-def _batches(items: list[int]) -> Iterable[list[int]]:
-    for i in range(0, len(items), _BATCH):
-        yield items[i:i + _BATCH]

@@ -14,7 +14,7 @@ from ..model.calls import Call
 from ..model.errors import InvalidArgument, NotFound, ProcessionError
 from ..model.outcomes import Approved, Bound, TriggerAdded, TriggerRemoved, Unbound
 from ..model.records import Resource, TriggerInfo
-from ..store import Tx, rows
+from ..store import Tx, bindings, rows
 from . import commits
 from .base import Calls
 from .syscall import Act, syscall
@@ -134,11 +134,7 @@ async def _after_path(tx: Tx, start: int, goal: int) -> list[int]:
     came_from: dict[int, int | None] = {start: None}
     frontier = [start]
     while frontier:
-        found = await tx.all(
-            "SELECT session_id, CAST(json_extract(spec, '$.session') AS INTEGER) AS waker FROM triggers"
-            f" WHERE kind = 'after' AND json_extract(spec, '$.session') IN ({', '.join(['?/*pg:::text*/'] * len(frontier))})",
-            frontier,
-        )
+        found = await bindings.woken_after(tx, frontier)
         frontier = []
         for row in found:
             if row["session_id"] not in came_from:

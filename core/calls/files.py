@@ -27,7 +27,8 @@ from ..model.errors import InvalidArgument, NotFound, ProcessionError, SnapshotE
 from ..model.outcomes import Loaded, Saved
 from ..model.records import Checkpoint, Fold
 from ..model.text import plural
-from ..store import rows
+from ..store import agents as agent_rows
+from ..store import checkpoints, messages, rows, sessions
 from . import history, native
 from .base import Calls
 from .context import write_counted_fold
@@ -95,7 +96,7 @@ class FileCalls(Calls):
     @syscall(Call.SAVE)
     async def _checkpoint(self, act: Act, sid: int, name: str) -> Saved:
         limits.name(name, "checkpoint name")
-        if await act.tx.value("SELECT 1 FROM checkpoints WHERE session_id = ? AND name = ?", (sid, name)):
+        if await checkpoints.has_checkpoint(act.tx, sid, name):
             raise InvalidArgument(f"session {sid} already has a checkpoint named {name!r}")
         state = {"memory": await rows.memory(act.tx, sid),
                  "folds": [f.to_json() for f in await history.folds(act.tx, sid)]}
@@ -152,7 +153,7 @@ class FileCalls(Calls):
         # in once read, its agent's reference checked when the transaction commits
         await tx.defer_references()
         sid = await rows.insert_session(tx, 0, agent_id=0, name="", runner="", window=0, cwd=os.getcwd(), armed=0)
-        fresh = await tx.one("SELECT id, uuid, length, history_tokens FROM sessions WHERE id = ?", (sid,))
+        fresh = await sessions.history_end(tx, sid)
         assert fresh is not None
         parts: dict[str, Any] = {}
         for key, value in reading.parts:
@@ -170,7 +171,7 @@ class FileCalls(Calls):
                     raise SnapshotError(f"{file} is not a valid snapshot: {exc}") from None
         system = s["system"]
         system_tokens = count(system) if system else 0
-        context = await tx.value("SELECT context_tokens FROM sessions WHERE id = ?", (sid,))
+        context = await sessions.context_tokens(tx, sid)
         paths = dict(mapping or {})
         _unmatched(act, paths, [s.get("cwd") or "", *(r["uri"] for r in parts["resources"] if r["kind"] in LOCAL_KINDS),
                                 *(p for _, spec in triggers for p in [*spec.get("paths", []), spec.get("repo") or ""]
@@ -206,8 +207,7 @@ class FileCalls(Calls):
     @syscall(Call.LOAD, session="result", other="sid", check="sid")
     async def _restore(self, act: Act, sid: int, checkpoint: str, name: str | None = None) -> Loaded:
         """A new session forked at ``sid``'s checkpoint, with the memory and folds it had then."""
-        cp = await act.tx.one("SELECT seq, state, created FROM checkpoints WHERE session_id = ? AND name = ?",
-                              (sid, checkpoint))
+        cp = await checkpoints.checkpoint(act.tx, sid, checkpoint)
         if cp is None:
             raise NotFound(f"session {sid} has no checkpoint named {checkpoint!r}")
         state = json.loads(cp["state"])
@@ -280,7 +280,7 @@ async def place_agent_session(act: Act, s: dict[str, Any], cwd: str, paths: dict
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a carried session of another shape
         raise SnapshotError(f"the {title} session the snapshot carries cannot be"
                             f" placed here: {type(exc).__name__} {exc}") from None
-    held = await native.holder(act.tx, ref["cli"], placed["id"], besides=own)
+    held = await agent_rows.holder(act.tx, ref["cli"], placed["id"], besides=own)
     if placed.pop("already", False) or held is not None:  # its source is here (this workspace or another)
         whose = f"session {held}'s" if held is not None else "on this machine already"
         act.note(f"its {title} session {placed['id']} is {whose}: its first run makes one of its own from it"
@@ -382,9 +382,9 @@ async def _refold(tx: Any, sid: int, specs: list[dict[str, Any]], count: Callabl
         inside = [(i, f) for i, f in enumerate(made) if lo <= f[0] and f[1] <= hi]
         # an earlier fold is in the context unless a later earlier one holds it
         shown = [f for i, f in inside if not any(j > i and g[0] <= f[0] and f[1] <= g[1] for j, g in inside)]
-        hidden, tokens = await _unprotected(tx, sid, lo, hi)
+        hidden, tokens = await messages.unprotected(tx, sid, lo, hi)
         for f_lo, f_hi, f_tokens in shown:
-            c, t = await _unprotected(tx, sid, f_lo, f_hi)
+            c, t = await messages.unprotected(tx, sid, f_lo, f_hi)
             hidden, tokens = hidden - c + 1, tokens - t + f_tokens
         if not hidden:
             raise SnapshotError(f"{source} is not a valid snapshot: fold {n} hides nothing")
@@ -393,10 +393,3 @@ async def _refold(tx: Any, sid: int, specs: list[dict[str, Any]], count: Callabl
                                  spec.get("created"))
         made.append((lo, hi, summary_tokens))
     return len(made)
-
-
-async def _unprotected(tx: Any, sid: int, lo: int, hi: int) -> tuple[int, int]:
-    """How many unprotected messages ``lo..hi`` of a session's own segment holds, and their tokens."""
-    found = await tx.one("SELECT count(*), coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?"
-                         " AND seq BETWEEN ? AND ? AND pinned = 0 AND role != 'system'", (sid, lo, hi))
-    return int(found[0]), int(found[1])

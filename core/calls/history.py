@@ -22,10 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.records import ContextItem, Fold, Message
-from ..store import Tx
-
-
-_COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
+from ..store import Tx, messages, sessions
 
 
 #: Rows fetched from SQLite at a time while streaming.
@@ -36,38 +33,8 @@ _new = tuple.__new__
 
 
 def _message(r: Sequence[Any]) -> Message:
-    """A row of ``_COLUMNS`` as a ``Message``, made as a tuple is (no Python ``__new__``)."""
+    """A row of ``messages.COLUMNS`` as a ``Message``, made as a tuple is (no Python ``__new__``)."""
     return _new(Message, (r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], json.loads(r[7]) if r[7] else None))
-
-
-#: Which rows of a range a fold hides none of: what the active context keeps inside a fold.
-PROTECTED = "(m.pinned != 0 OR m.role = 'system')"
-
-
-#: History positions ``:lo < seq <= :hi`` of session ``:sid``, in order, in one statement: the
-#: lineage walked up from the session only as far as ``:lo`` (each ancestor's part ends where
-#: the fork below it starts, or lower, where the part below it ends), its parts put oldest
-#: first, and each part read in the ``(session, seq)`` index. The rows come in the order of
-#: that loop (the parts, a ``CROSS JOIN``'s outer loop, then the index within each): sorting
-#: them instead would hold a million-message history before its first row. PostgreSQL promises
-#: no order without one: there it is sorted (by ``seq``: the parts' ranges follow each other).
-#: ``{where}``: more of a row to match.
-_READ = f"""
-    WITH RECURSIVE chain(id, parent_id, lo, hi, depth) AS (
-        SELECT id, parent_id, fork_seq, min(length, :hi), 0 FROM sessions WHERE id = :sid
-        UNION ALL
-        SELECT s.id, s.parent_id, s.fork_seq, min(c.lo, c.hi), c.depth + 1
-        FROM sessions s JOIN chain c ON s.id = c.parent_id WHERE c.lo > :lo
-    ),
-    parts AS MATERIALIZED (
-        SELECT id, max(lo, :lo) AS lo, hi FROM chain WHERE hi > max(lo, :lo) ORDER BY depth DESC LIMIT -1
-    )
-    SELECT {", ".join("m." + c for c in _COLUMNS.split(", "))}
-    FROM parts p CROSS JOIN messages m ON m.session_id = p.id AND m.seq > p.lo AND m.seq <= p.hi{{where}}
-    /*pg:ORDER BY m.seq*/
-"""
-#: Later than any history position: the whole history.
-_END = 2**63 - 1
 
 
 async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, size: int = BATCH,
@@ -75,10 +42,8 @@ async def batches(tx: Tx, sid: int, lo: int = 0, hi: int | None = None, *, size:
     """History positions ``lo < seq <= hi`` of ``sid`` (all of it by default), in order, in
     lists of at most ``size`` (only its protected messages with ``protected``): memory stays
     flat in the history length, and the read is one statement whatever the lineage's depth
-    (``_READ``)."""
-    where = f" AND {PROTECTED}" if protected else ""
-    params = {"sid": sid, "lo": lo, "hi": _END if hi is None else hi}
-    async with aclosing(tx.stream(_READ.format(where=where), params, size)) as found:
+    (``messages.history_pages``)."""
+    async with aclosing(messages.history_pages(tx, sid, lo, hi, size=size, protected=protected)) as found:
         async for rows in found:
             yield [_message(r) for r in rows]
 
@@ -107,7 +72,7 @@ async def context(tx: Tx, sid: int, in_force: Sequence[Fold] | None = None, *,
     long one cost those items. Equal to ``active(read(tx, sid), in_force)[-last:]``."""
     if in_force is None:
         in_force = await folds(tx, sid)
-    length = int(await tx.value("SELECT length FROM sessions WHERE id = ?", (sid,)) or 0)
+    length = await sessions.history_length(tx, sid)
     if last is not None:
         if last <= 0:
             return []
@@ -131,32 +96,15 @@ async def cum_tokens(tx: Tx, sid: int, seq: int) -> int:
     the end of a deep chain reads its own row, whatever the depth)."""
     if seq <= 0:
         return 0
-    value = await tx.value(
-        """
-        WITH RECURSIVE up(id, parent_id, fork_seq) AS (
-            SELECT id, parent_id, fork_seq FROM sessions WHERE id = ?
-            UNION ALL
-            SELECT s.id, s.parent_id, s.fork_seq FROM sessions s JOIN up ON s.id = up.parent_id
-            WHERE up.fork_seq >= ?
-        )
-        SELECT m.cum_tokens FROM up JOIN messages m ON m.session_id = up.id AND m.seq = ?
-        WHERE up.fork_seq < ? LIMIT 1
-        """,
-        (sid, seq, seq, seq),
-    )
+    value = await messages.cum_tokens(tx, sid, seq)
     if value is None:
         raise ValueError(f"session {sid} has no position {seq}")
-    return int(value)
+    return value
 
 
 async def folds(tx: Tx, sid: int) -> list[Fold]:
     """The session's folds in force, oldest first."""
-    rows = await tx.all(
-        "SELECT id, lo, hi, summary, summary_tokens, archived_count, archived_tokens, created"
-        " FROM folds WHERE session_id = ? AND expanded IS NULL ORDER BY id",
-        (sid,),
-    )
-    return [Fold(*row) for row in rows]
+    return await messages.folds_in_force(tx, sid)
 
 
 def apply_fold(items: list[ContextItem], fold: Fold) -> list[ContextItem]:

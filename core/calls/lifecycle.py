@@ -16,7 +16,8 @@ from ..model.errors import ContextTooLarge, InvalidArgument, ProcessionError
 from ..model.outcomes import EnvChanged, Migrated, Moved, Niced, Note, Outcome, Recounted, Spawned, Updated
 from ..model.records import Fold
 from ..model.states import Reason, Restart, State
-from ..store import rows, tokens
+from ..store import agents as agent_rows
+from ..store import rows, sessions, tokens
 from . import counting, native, waking, worktrees
 from .base import Calls
 from .budgets import verdict
@@ -288,8 +289,7 @@ class LifecycleCalls(Calls):
         await waking.queue(act.tx, act.row, [cause or {"kind": "manual", "by": self.actor}])
         if act.row["not_before"]:  # asked for by hand: no back-off of failed trigger-fired runs
             await rows.update_session(act.tx, sid, not_before=None)
-        if (going := await act.tx.value("SELECT target FROM moves WHERE session_id = ? AND stage IN"
-                                        " ('packing', 'placing')", (sid,))) is not None:
+        if (going := await sessions.moving_to(act.tx, sid)) is not None:
             act.note(f"it is moving to host {going}: the run waits, and runs there once the session is (or here, if"
                      f" the move is taken back: move {sid} --to {act.row['host']})")
         elif await live_holder(act.tx, act.row["host"]) is None:
@@ -486,11 +486,9 @@ async def _new_host(act: Act, sid: int) -> None:
     """Say so when a session is spawned on a host the workspace has never seen while it knows
     others (a mistyped ``--host``): nothing runs it until an engine runs there."""
     host = hosts.this()
-    if await act.tx.value("SELECT 1 FROM sessions WHERE host = ? AND id <> ? UNION ALL SELECT 1 FROM engines"
-                          " WHERE host = ? LIMIT 1", (host, sid, host)):
+    if await sessions.host_known(act.tx, host, sid):
         return
-    known = sorted(h for (h,) in await act.tx.tuples("SELECT host FROM engines UNION SELECT DISTINCT host FROM sessions"
-                                                     " WHERE id <> ?", (sid,)))
+    known = await sessions.hosts_known(act.tx, sid)
     if known:
         act.note(f"host {host} is new to this workspace (its hosts: {', '.join(known[:5])}): the session runs once an"
                  f" engine runs for host {host} (procession --host {host} run)")
@@ -512,9 +510,9 @@ async def _set_agent(act: Act, agent: str, quiet: bool | None, **others: Any) ->
     if quiet is None:
         raise InvalidArgument(f"nothing to change in agent {agent}: give --quiet on or off")
     agent_id = await rows.known_agent(act.tx, agent)
-    if await act.tx.value("SELECT quiet FROM agents WHERE id = ?", (agent_id,)) == int(quiet):
+    if await agent_rows.agent_quiet(act.tx, agent_id) == quiet:
         raise InvalidArgument(f"agent {agent} is already {'quiet' if quiet else 'not quiet'}")
-    await act.tx.execute("UPDATE agents SET quiet = ? WHERE id = ?", (int(quiet), agent_id))
+    await agent_rows.set_agent_quiet(act.tx, agent_id, quiet)
     return Updated(0, ("quiet",), agent=agent)
 
 

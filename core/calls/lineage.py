@@ -17,7 +17,7 @@ from ..model.outcomes import Forked, Merged, Note
 from ..model.records import FileMerge, Fold, MergePlan, _Missing
 from ..model.states import Reason, State
 from ..model.text import plural
-from ..store import Row, Store, Tx, rows
+from ..store import Row, Store, Tx, bindings, messages, rows, runlog, sessions
 from . import history, worktrees
 from .base import Calls
 from .merge import MISSING, Ancestor, Link, Resolution, common_ancestor, three_way
@@ -190,36 +190,10 @@ class LineageCalls(Calls):
                       files=tuple(f"{st} {p}" for st, p in files.changes) if files else (), commit=commit)
 
 
-#: Up to how many names of a base a fork's number is the smallest free one (each candidate
-#: one lookup in the index); past it, one past how many there are.
-_NAMES_LOOKED = 64
-
-
 async def _next_name(tx: Tx, row: Row) -> str:
-    """The parent's name with the next free number: forks of forks do not grow their names.
-
-    Read in the name index (``base #2`` … sort between ``base #`` and ``base $``): the
-    smallest free number, 2 or one past a number taken, each candidate one lookup; among more
-    than ``_NAMES_LOOKED`` names of the base (a loop forking on and on), one past how many
-    there are, when it is free (the next when they were numbered in turn), in two lookups
-    whatever the forks."""
+    """The parent's name with the next free number: forks of forks do not grow their names."""
     found = _NUMBERED.match(row["name"])
-    base = found.group(1) if found else row["name"]
-    prefix, agent = f"{base} #", row["agent_id"]
-    span = (agent, prefix, f"{base} $")
-    taken = int(await tx.value("SELECT count(*) FROM sessions WHERE agent_id = ? AND name >= ? AND name < ?", span))
-    guess = f"{prefix}{taken + 2}"
-    if taken > _NAMES_LOOKED and await tx.value(
-            "SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
-        return guess
-    n = await tx.value(
-        "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT /*sqlite*/CAST(substr(name, ?) AS INTEGER)"
-        "/*pg:CAST(COALESCE(substring(substr(name, CAST(? AS INT)) from '^[0-9]{1,18}'), '0') AS INTEGER)*/"
-        " + 1 FROM sessions"
-        " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
-        " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
-        (len(prefix) + 1, *span, agent, prefix))
-    return f"{prefix}{n}"
+    return await sessions.fork_name(tx, row["agent_id"], found.group(1) if found else row["name"])
 
 
 async def remove_folder(store: Store, sid: int, *, wait_s: float = 0.0) -> list[str]:
@@ -233,7 +207,7 @@ async def remove_folder(store: Store, sid: int, *, wait_s: float = 0.0) -> list[
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         async with store.snapshot() as tx:
-            if not await tx.value("SELECT 1 FROM runs WHERE session_id = ? AND ended IS NULL", (sid,)):
+            if not await runlog.live(tx, sid):
                 break
         await asyncio.sleep(0.05)
     try:
@@ -295,7 +269,7 @@ async def _settle(act: Act, child: int, made: worktrees.Made) -> None:
             continue
         if changed:
             moved += 1
-            await tx.execute("UPDATE triggers SET spec = ? WHERE id = ?", (json.dumps(spec), t["id"]))
+            await bindings.set_trigger_spec(tx, t["id"], spec)
     where = f"a git worktree on the new branch {made.branch}" if made.kind == "git" else "a copy of its folder"
     act.note(f"session {child} works in {made.folder}: {where}"
              + (f", with {plural(len(made.carried), 'uncommitted change')} carried over" if made.carried else ""))
@@ -409,9 +383,7 @@ async def agent_fork(tx: Tx, row: Row, at: int) -> dict[str, Any]:
 async def agent_holds(tx: Tx, row: Row, cli: str) -> int:
     """The last message the agent's own session holds: what it was given (``agent_seen``), and
     what it said and did itself after (its replies and tool calls are in its session too)."""
-    own = await tx.value("SELECT seq FROM messages WHERE session_id = ? AND author IN ('runner', ?)"
-                         " ORDER BY seq DESC LIMIT 1", (row["id"], cli))  # from the end: the newest is near it
-    return max(int(row["agent_seen"]), int(own or 0))
+    return max(int(row["agent_seen"]), await messages.last_said(tx, row["id"], cli) or 0)
 
 
 async def agent_cut(tx: Tx, sid: int, at: int) -> tuple[str, int] | None:

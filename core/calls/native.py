@@ -16,29 +16,11 @@ from ..store import Tx, rows
 from . import history
 
 
-#: The CLI's session ids (``agent``) the sessions (``sid``) stand for: each one's own (a fork
-#: waiting for its first run holds its parent's reference, to fork it: not counted), and those
-#: it held before it migrated to another CLI (``was``). Parameters: the CLI, twice.
-HELD: Final = (
-    "SELECT json_extract(agent_ref, '$.id') AS agent, id AS sid FROM sessions WHERE agent_ref IS NOT NULL"
-    " AND json_extract(agent_ref, '$.cli') = ? AND json_extract(agent_ref, '$.fork') IS NULL"
-    " UNION ALL SELECT json_extract(w.value, '$.id'), s.id FROM sessions s, json_each(s.agent_ref, '$.was') w"
-    " WHERE s.agent_ref IS NOT NULL AND json_extract(w.value, '$.cli') = ?"
-)
-
 #: In an agent reference: the run whose prompt its CLI writes into the transcript after the
 #: position (set when the run announces the session, before the CLI writes its prompt; gone
 #: once what the run stored moves the position past it). That prompt stands for messages the
 #: history holds already: a sync leaves it out, and what the run stored after it (``adopt``).
 PROMPTED: Final = "prompted"
-
-
-async def holder(tx: Tx, cli: str, ident: str, *, besides: int | None = None) -> int | None:
-    """The first session that stands for the CLI's session ``ident`` (``HELD``), but ``besides``
-    (a session that moves: it is the one that holds it)."""
-    found = await tx.value(f"SELECT MIN(sid) FROM ({HELD}) AS held WHERE agent = ? AND sid <> ?",
-                           (cli, cli, ident, -1 if besides is None else besides))
-    return int(found) if found is not None else None
 
 
 def agent_ref(row: Any) -> dict[str, Any] | None:

@@ -15,7 +15,6 @@ from typing import Any, Final, cast
 from ..model import agent_homes, hosts, runner_spec
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
-    MOVE_GOING,
     AgentHome,
     Checkpoint,
     Fold,
@@ -33,7 +32,8 @@ from ..model.records import (
     Worktree,
 )
 from ..model.states import State
-from ..store import Tx, rows, tokens
+from ..store import Tx, checkpoints, journal, rows, runlog, sessions, tokens
+from ..store.sessions import PS_SORTS as PS_SORTS  # the columns ``ps`` sorts by: what faces offer
 from . import history
 from .base import Calls
 from .budgets import spends
@@ -55,9 +55,7 @@ NOWHERE: Final = Whereabouts()
 
 
 async def whereabouts(tx: Tx) -> Whereabouts:
-    marks = ", ".join("?" * len(MOVE_GOING))
-    moving = dict(await tx.tuples(f"SELECT session_id, target FROM moves WHERE stage IN ({marks})", MOVE_GOING))
-    return Whereabouts(await lost_hosts(tx), moving)
+    return Whereabouts(await lost_hosts(tx), await sessions.moving(tx))
 
 
 def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktree | None = None,
@@ -75,14 +73,6 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
 PS_BATCH = 2000
 #: How far back (journal rows) a face first looks for the restarts of the engine running now.
 RESTARTS_LOOKED = 2000
-#: The journal rows of what the engine did by itself that faces tell (``restarts``).
-_TOLD = ("actor = 'engine' AND (call = 'notify' OR call = 'activate' AND json_extract(args, '$.why') = 'restart')")
-#: The columns ``ps`` sorts by (the keys of the monitor's columns) and their SQL.
-PS_SORTS = {
-    "sid": "s.id", "agent": "a.name", "host": "s.host", "name": "s.name", "state": "s.state", "priority": "s.priority",
-    "context": f"COALESCE(s.agent_context, {rows.CONTEXT})", "messages": "s.length", "active": "s.last_active",
-    "runner": "s.runner", "cpu": "r.cpu", "rss": "r.rss",
-}
 
 
 _HEAD = SessionInfo.__slots__[:24]
@@ -108,23 +98,6 @@ def _info_json(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Wo
     data["spend"] = spend
     data["moving"] = where.moving.get(r[0])
     return data
-
-
-def _changes_sql(indexed: str) -> tuple[str, str, str]:
-    """``changes``' statements: the sessions, their triggers, their worktrees."""
-    ids = f"SELECT id FROM sessions{indexed} WHERE rev > ? AND id > ? ORDER BY id LIMIT ?"
-    return (rows.PS_SELECT.replace("FROM sessions s ", f"FROM sessions s{indexed} ")
-            + " WHERE s.rev > ? AND s.id > ? ORDER BY s.id LIMIT ?",
-            f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN ({ids}) ORDER BY id",
-            f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN ({ids})")
-
-
-#: What ``changes`` reads of the sessions changed since a revision (a monitor's tick): found in
-#: the revision index and sorted, a cost in the sessions changed (SQLite, knowing nothing of
-#: how many match, would walk every session in SID order: 30 ms at 100,000, three times a tick).
-CHANGED_SQL = _changes_sql(" INDEXED BY sessions_rev")
-#: What it reads of every session a page at a time (a monitor's first read): in SID order.
-LOAD_SQL = _changes_sql("")
 
 
 class ReadCalls(Calls):
@@ -158,51 +131,28 @@ class ReadCalls(Calls):
                        limit: int | None, size: int,
                        ) -> AsyncGenerator[tuple[list[tuple[Any, ...]], dict[int, list[TriggerInfo]],
                                              dict[int, Worktree], dict[int, float], Whereabouts], None]:
-        where: list[str] = []
-        params: list[Any] = []
-        if not all and state != State.TERMINATED:
-            where.append("s.state != 'terminated'")
-        if agent is not None:
-            where.append("a.name = ?")
-            params.append(agent)
-        if state is not None:
-            if state not in _STATES:
-                raise InvalidArgument(f"unknown state {state!r}; states are {', '.join(_STATES)}")
-            where.append("s.state = ?")
-            params.append(state)
+        if state is not None and state not in _STATES:
+            raise InvalidArgument(f"unknown state {state!r}; states are {', '.join(_STATES)}")
         if sort is not None and sort not in PS_SORTS:
             raise InvalidArgument(f"cannot sort by {sort!r}; columns are {', '.join(PS_SORTS)}")
-        order = PS_SORTS[sort or "sid"]
-        direction = " DESC" if reverse else ""
-        sql = (rows.PS_SELECT + (" WHERE " + " AND ".join(where) if where else "")
-               + f" ORDER BY {order}{direction}" + (f", s.id{direction}" if order != "s.id" else "")
-               + (" LIMIT ?" if limit is not None else ""))
-        if limit is not None:
-            params.append(limit)
         async with self.store.snapshot() as tx:
             around = await whereabouts(tx)
-            async with aclosing(tx.stream(sql, params, size)) as batches:
+            async with aclosing(sessions.listed(tx, terminated=all or state == State.TERMINATED, agent=agent,
+                                                state=state, sort=sort or "sid", reverse=reverse, limit=limit,
+                                                size=size)) as batches:
                 async for found in batches:
                     ids = [r[0] for r in found]
-                    marks = ", ".join("?" * len(ids))
-                    trigs = rows.trigger_infos(await tx.tuples(
-                        f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id IN ({marks}) ORDER BY id", ids))
-                    wts = rows.worktree_infos(await tx.tuples(
-                        f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE removed IS NULL AND session_id IN"
-                        f" ({marks})", ids))
-                    yield found, trigs, wts, await spends(tx, ids), around
+                    yield (found, await sessions.triggers_of(tx, ids), await sessions.worktrees_of(tx, ids),
+                           await spends(tx, ids), around)
 
     async def changes(self, since: int = 0, *, after: int = 0, limit: int = -1) -> tuple[int, list[SessionInfo]]:
         """Sessions changed after revision ``since`` (every session for 0), in SID order from
         ``after`` on, at most ``limit`` of them; and the revision they bring the reader to.
         A monitor asks for this on each tick and redraws only them; it reads a big workspace
         a page at a time, so that its first screen does not wait for the last row."""
-        sessions, trig_sql, wt_sql = CHANGED_SQL if since else LOAD_SQL
         async with self.store.snapshot() as tx:
-            rev = int(await tx.value("SELECT value FROM meta WHERE key = 'rev'"))
-            found = await tx.tuples(sessions, (since, after, limit))
-            trigs = rows.trigger_infos(await tx.tuples(trig_sql, (since, after, limit))) if found else {}
-            wts = rows.worktree_infos(await tx.tuples(wt_sql, (since, after, limit))) if found else {}
+            rev = await sessions.revision(tx)
+            found, trigs, wts = await sessions.changed(tx, since, after, limit)
             spent = await spends(tx, [r[0] for r in found])
             where = await whereabouts(tx) if found else NOWHERE
         return rev, [_info(r, trigs.get(r[0], ()), wts.get(r[0]), spent.get(r[0]), where) for r in found]
@@ -211,24 +161,19 @@ class ReadCalls(Calls):
         """What a monitor's header shows besides its own rows: recent firings, live runs, this
         host's engine and every host's, whether the sessions live on more than one host."""
         async with self.store.snapshot() as tx:
-            fired = await tx.value("SELECT count(*) FROM journal WHERE call = 'wake' AND ts > ?",
-                                   (tx.now - window_s,))
-            running = await tx.value("SELECT count(*) FROM runs r JOIN sessions s ON s.id = r.session_id"
-                                     " WHERE r.ended IS NULL AND s.state = 'running'")
-            frozen = await tx.value("SELECT count(*) FROM runs WHERE ended IS NULL") - running
+            fired = await journal.wakes_since(tx, tx.now - window_s)
+            running, frozen = await runlog.live_counts(tx)
             now = await tx.clock()
             engines = [(holder, _alive(now, holder)) for holder in (Holder(*r) for r in await rows.leases(tx))]
             here = hosts.this()
-            # two seeks in the host index, whatever the sessions
-            several = await tx.value("SELECT EXISTS (SELECT 1 FROM sessions WHERE host < ?)"
-                                     " OR EXISTS (SELECT 1 FROM sessions WHERE host > ?)", (here, here))
+            several = await sessions.several_hosts(tx, here)
         return {
-            "fired": int(fired), "running": int(running), "frozen": int(frozen),
+            "fired": fired, "running": running, "frozen": frozen,
             "engine": next(({"pid": h.pid, "host": h.host, "slots": h.slots} for h, alive in engines
                             if alive and h.host == here), None),
             "engines": [{"host": h.host, "pid": h.pid, "machine": h.machine, "slots": h.slots, "alive": alive,
                          "silent": max(0.0, now - h.heartbeat)} for h, alive in engines],
-            "several_hosts": bool(several) or any(h.host != here for h, _ in engines),
+            "several_hosts": several or any(h.host != here for h, _ in engines),
         }
 
     async def info(self, sid: int) -> SessionInfo:
@@ -266,13 +211,11 @@ class ReadCalls(Calls):
 
     async def _detail(self, tx: Tx, sid: int, in_force: Sequence[Fold], items: Sequence[ContextItem]) -> SessionDetail:
         info = await _ps_info(tx, sid)
-        system, fail_limit, restart, quiet, agent_quiet, env, passed, ref, tokenizer, scale, samples = (await tx.tuples(
-            "SELECT s.system, s.fail_limit, s.restart, s.quiet, a.quiet, s.env, s.pass_env, s.agent_ref, s.tokenizer,"
-            " s.token_scale, s.token_samples FROM sessions s JOIN agents a ON a.id = s.agent_id WHERE s.id = ?",
-            (sid,)))[0]
+        system, fail_limit, restart, quiet, agent_quiet, env, passed, ref, tokenizer, scale, samples = (
+            await sessions.settings(tx, sid))
         memory = await rows.memory(tx, sid)
         res = await rows.resources(tx, sid)
-        cps = await tx.all("SELECT id, name, seq, created FROM checkpoints WHERE session_id = ? ORDER BY id", (sid,))
+        cps = await checkpoints.checkpoints(tx, sid)
         return SessionDetail(
             info=info,
             system=system,
@@ -363,32 +306,17 @@ class ReadCalls(Calls):
         one under the monitor); journaled after row ``after`` (None: since the engines running
         now started, among the last ``RESTARTS_LOOKED`` rows); and the journal's last row, to go on from."""
         async with self.store.snapshot() as tx:
-            tip = int(await tx.value("SELECT COALESCE(MAX(id), 0) FROM journal"))
-            if after is None:
-                started = await tx.value("SELECT min(started) FROM engines")
-                if started is None:
-                    return tip, []
-                found = await tx.all(f"SELECT * FROM journal WHERE id > ? AND ts >= ? AND {_TOLD} ORDER BY id",
-                                     (tip - RESTARTS_LOOKED, started))
-            else:
-                found = await tx.all(f"SELECT * FROM journal WHERE id > ? AND id <= ? AND {_TOLD} ORDER BY id",
-                                     (after, tip))
+            tip = await journal.tip(tx)
+            found = await journal.told(tx, tip, after, RESTARTS_LOOKED)
         return tip, [_entry(r) for r in found]
 
     async def journal(self, sid: int | None = None, limit: int = 50) -> list[JournalEntry]:
         """The newest ``limit`` journal rows (of one session, when ``sid`` is given), oldest first."""
         async with self.store.snapshot() as tx:
-            if sid is None:
-                found = await tx.all("SELECT * FROM journal ORDER BY id DESC LIMIT ?", (limit,))
-            else:
+            if sid is not None:
                 await rows.session(tx, sid)
-                found = await tx.all(
-                    "SELECT * FROM (SELECT * FROM journal WHERE session_id = ? ORDER BY id DESC LIMIT ?) AS own"
-                    " UNION SELECT * FROM (SELECT * FROM journal WHERE other_id = ? ORDER BY id DESC LIMIT ?) AS other"
-                    " ORDER BY id DESC LIMIT ?",
-                    (sid, limit, sid, limit, limit),
-                )
-        return [_entry(r) for r in reversed(found)]
+            found = await journal.newest(tx, limit, sid)
+        return [_entry(r) for r in found]
 
     async def run_log(self, sid: int, run: int | None = None, *, after: int = 0,
                       last: int | None = None) -> tuple[RunInfo, list[LogChunk]]:
@@ -397,31 +325,24 @@ class ReadCalls(Calls):
         printed): for ``procession logs`` and the detail view, which follow a live run this way."""
         async with self.store.snapshot() as tx:
             await rows.session(tx, sid)
-            found = await tx.one("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT 1", (sid,)) \
-                if run is None else await tx.one("SELECT * FROM runs WHERE session_id = ? AND id = ?", (sid, run))
+            found = await runlog.run_of(tx, sid, run)
             if found is None:
                 raise NotFound(f"session {sid} has no run {run}" if run else f"session {sid} has had no run yet")
-            chunks = await tx.tuples("SELECT id, stream, ts, data FROM run_output WHERE run_id = ? AND id > ?"
-                                     " ORDER BY id" + (" DESC LIMIT ?" if last is not None else ""),
-                                     (found["id"], after, *(() if last is None else (last,))))
-        return run_info(found), [LogChunk(*c) for c in (chunks if last is None else reversed(chunks))]
+            chunks = await runlog.output(tx, found["id"], after, last)
+        return run_info(found), [LogChunk(*c) for c in chunks]
 
     async def runs(self, sid: int | None = None, limit: int = 100) -> list[RunInfo]:
         async with self.store.snapshot() as tx:
-            if sid is None:
-                found = await tx.all("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (limit,))
-            else:
+            if sid is not None:
                 await rows.session(tx, sid)
-                found = await tx.all("SELECT * FROM runs WHERE session_id = ? ORDER BY id DESC LIMIT ?",
-                                     (sid, limit))
-        return [run_info(r) for r in reversed(found)]
+            found = await runlog.newest(tx, limit, sid)
+        return [run_info(r) for r in found]
 
     async def ended_runs(self, after: float, limit: int = 20) -> list[RunInfo]:
         """The runs of any session that ended after ``after``, newest first, at most ``limit``
         (found by the index of their ends, whatever the runs)."""
         async with self.store.snapshot() as tx:
-            return [run_info(r) for r in await tx.all("SELECT * FROM runs WHERE ended > ? ORDER BY ended DESC LIMIT ?",
-                                                      (after, limit))]
+            return [run_info(r) for r in await runlog.ended_after(tx, after, limit)]
 
 
 def _entry(r: Any) -> JournalEntry:
@@ -436,20 +357,17 @@ def run_info(r: Any) -> RunInfo:
 
 
 async def _ps_info(tx: Tx, sid: int) -> SessionInfo:
-    found = await tx.tuples(f"{rows.PS_SELECT} WHERE s.id = ?", (sid,))
-    if not found:
+    found = await sessions.listed_row(tx, sid)
+    if found is None:
         raise SessionNotFound(sid)
-    trigs = rows.trigger_infos(await tx.tuples(
-        f"SELECT {rows.TRIGGER_COLUMNS} FROM triggers WHERE session_id = ? ORDER BY id", (sid,)))
-    wts = rows.worktree_infos(await tx.tuples(
-        f"SELECT {rows.WORKTREE_COLUMNS} FROM worktrees WHERE session_id = ? AND removed IS NULL", (sid,)))
-    return _info(found[0], trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid), await whereabouts(tx))
+    trigs = await sessions.triggers_of(tx, [sid])
+    wts = await sessions.worktrees_of(tx, [sid])
+    return _info(found, trigs.get(sid, ()), wts.get(sid), (await spends(tx, [sid])).get(sid), await whereabouts(tx))
 
 
 async def last_move(tx: Tx, sid: int) -> MoveInfo | None:
     """``sid``'s last move to another host (``calls.moving``), None if it never moved."""
-    row = await tx.one("SELECT session_id, source, target, was, folder, files, stage, problem, said, created, updated"
-                       " FROM moves WHERE session_id = ?", (sid,))
+    row = await sessions.last_move(tx, sid)
     if row is None:
         return None
     return MoveInfo(row["session_id"], row["source"], row["target"], row["was"], row["folder"], bool(row["files"]),
