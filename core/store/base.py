@@ -15,7 +15,7 @@ import asyncio
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -35,8 +35,18 @@ URL_SCHEMES = ("postgresql://", "postgres://")
 #: it authenticated (``session_user``, which no statement of theirs can change), before what
 #: the caller says of itself (``ana@laptop``, ``phone (web)``): a role per person makes the
 #: journal say who, whatever a caller claims.
-JOURNAL = ("INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome, who)"
-           " VALUES (?, ?, ?, ?, ?, ?, ?, /*sqlite*/ ? /*pg: session_user || ' · ' || ?*/)")
+JOURNAL: Final = {
+    "sqlite": "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome, who)"
+              " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    "postgresql": "INSERT INTO journal (ts, actor, call, session_id, other_id, args, outcome, who)"
+                  " VALUES (?, ?, ?, ?, ?, ?, ?, session_user || ' · ' || ?)",
+}
+
+
+def said(tx: Tx, by: Mapping[str, str]) -> str:
+    """A statement as ``tx``'s database says it, where the two say a thing each its own way
+    (``by``: the text for each ``Store.dialect``); what they say alike is written once."""
+    return by[tx.store.dialect]
 
 
 class Row(Protocol):
@@ -180,7 +190,7 @@ class Tx(ABC):
     ) -> int:
         """The journal row of this transaction's call; its id. ``who``: the person, where this
         process is not theirs alone (a paired device of the web face); else ``hosts.who``."""
-        return await self.insert(JOURNAL, self._journal_row(actor, call, sid, args, outcome, other, who))
+        return await self.insert(JOURNAL[self.store.dialect], self._journal_row(actor, call, sid, args, outcome, other, who))
 
     def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
         """A journal row for something the call caused (a trigger firing), written after the call's own."""

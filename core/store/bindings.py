@@ -7,15 +7,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Row, Tx
+from .base import Row, Tx, said
 
 
 async def woken_after(tx: Tx, sids: Sequence[int]) -> list[Row]:
     """``session_id, waker`` of the ``after`` triggers by which a session wakes when one of
     ``sids`` (its ``waker``) runs."""
+    mark = said(tx, {"sqlite": "?", "postgresql": "CAST(? AS TEXT)"})  # (a JSON value read as text there)
     return await tx.all(
         "SELECT session_id, CAST(json_extract(spec, '$.session') AS INTEGER) AS waker FROM triggers"
-        f" WHERE kind = 'after' AND json_extract(spec, '$.session') IN ({', '.join(['?/*pg:::text*/'] * len(sids))})",
+        f" WHERE kind = 'after' AND json_extract(spec, '$.session') IN ({', '.join([mark] * len(sids))})",
         sids,
     )
 

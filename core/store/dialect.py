@@ -1,6 +1,7 @@
 """SQLite's statements said in PostgreSQL, and the PostgreSQL schema made from SQLite's.
 
-Calls write their statements once, in SQLite's dialect; a PostgreSQL workspace runs each through
+The store's functions write a statement once, in SQLite's dialect, where the two databases
+say it alike; a PostgreSQL workspace runs each through
 ``translate`` (once per text: the result is cached). The rules are few and exact, each one a
 difference the calls' statements meet:
 
@@ -10,15 +11,16 @@ difference the calls' statements meet:
   ``DOUBLE PRECISION``: PostgreSQL's ``INTEGER`` is 32-bit);
 - the scalar ``max(a, b)`` / ``min(a, b)`` are ``GREATEST`` / ``LEAST``;
 - ``json_extract(col, '$.key')`` is ``(col::jsonb ->> 'key')``, the value as text (a
-  comparison with a number is written ``= ?/*pg:::text*/``), and
+  comparison with a number is said for each database: ``base.said``), and
   ``json_each(col, '$.key') w`` is the set of that array's elements ``w.value``;
 - ``LIMIT -1`` and a negative bound ``LIMIT ?`` mean no limit, as in SQLite;
 - ``CROSS JOIN ... ON`` is an inner ``JOIN``; SQLite's planner hints (``INDEXED BY``) go;
 - ``IN ()`` and ``NOT IN ()``, an empty list (SQLite's: nothing is in it), compare with an
   empty array of the same type (``= ANY ('{}')``, ``<> ALL ('{}')``);
-- ``/*pg: text*/`` is ``text`` (a comment to SQLite): what PostgreSQL needs that SQLite does
-  not, such as an ``ORDER BY`` where SQLite's loop order already gives the order; and
-  ``/*sqlite*/ this /*pg: that*/`` is ``that``, where the two must say a thing differently.
+
+Where the two databases say a thing each its own way (PostgreSQL's JSON operators, an order
+SQLite's loop gives by itself, the server's own name for the person), the store function
+holds both texts side by side (``base.said``): no hint inside a statement is rewritten here.
 
 The schema is not written twice either: ``schema_ddl`` builds SQLite's current schema in
 memory from its migrations and says each table, column, key and index in PostgreSQL's terms,
@@ -34,7 +36,7 @@ from typing import Any
 
 from . import schema
 
-_SEGMENTS = re.compile(r"('(?:[^']|'')*')|(\"(?:[^\"]|\"\")*\")|(/\*sqlite\*/.*?)?(/\*pg:(.*?)\*/)|(/\*.*?\*/)", re.S)
+_SEGMENTS = re.compile(r"('(?:[^']|'')*')|(\"(?:[^\"]|\"\")*\")|(/\*.*?\*/)", re.S)
 _JSON_EXTRACT = re.compile(r"json_extract\(([\w.]+), '\$\.(\w+)'\)")
 _JSON_EACH = re.compile(r"json_each\(([\w.]+), '\$\.(\w+)'\) (\w+)")
 _PARAM = re.compile(r"(?<![:\w])(\?|:([A-Za-z_]\w*))")
@@ -54,9 +56,7 @@ def translate(sql: str) -> str:
     at = 0
     for m in _SEGMENTS.finditer(sql):
         out.append(_code(sql[at:m.start()]))
-        if m.group(4):  # [/*sqlite*/ ...]/*pg: ...*/
-            out.append(_code(m.group(5)))
-        elif m.group(6) is None:  # a literal or a quoted name: its % doubled, nothing else
+        if m.group(3) is None:  # a literal or a quoted name: its % doubled, nothing else (a comment goes)
             out.append(m.group(0).replace("%", "%%"))
         at = m.end()
     out.append(_code(sql[at:]))

@@ -4,10 +4,10 @@ copy-on-write lineage, and its folds. Reads only; messages are appended by ``row
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Final
 
 from ..model.records import Fold
-from .base import Tx
+from .base import Tx, said
 
 #: What ``history_pages`` reads of a message, in this order.
 COLUMNS = "seq, role, content, tokens, author, pinned, created, meta"
@@ -33,8 +33,10 @@ _READ = f"""
     )
     SELECT {", ".join("m." + c for c in COLUMNS.split(", "))}
     FROM parts p CROSS JOIN messages m ON m.session_id = p.id AND m.seq > p.lo AND m.seq <= p.hi{{where}}
-    /*pg:ORDER BY m.seq*/
 """
+#: How the parts come in order: SQLite's loop over them in their order gives it; PostgreSQL's
+#: plan may not, so it says so.
+_IN_ORDER: Final = {"sqlite": "", "postgresql": " ORDER BY m.seq"}
 #: Later than any history position: the whole history.
 _END = 2**63 - 1
 
@@ -46,7 +48,7 @@ def history_pages(tx: Tx, sid: int, lo: int, hi: int | None, *, size: int,
     ``protected``): one statement whatever the lineage's depth (``_READ``)."""
     where = f" AND {PROTECTED}" if protected else ""
     params = {"sid": sid, "lo": lo, "hi": _END if hi is None else hi}
-    return tx.stream(_READ.format(where=where), params, size)
+    return tx.stream(_READ.format(where=where) + said(tx, _IN_ORDER), params, size)
 
 
 async def cum_tokens(tx: Tx, sid: int, seq: int) -> int | None:
@@ -105,5 +107,13 @@ async def held_at(tx: Tx, sid: int, when: float) -> int | None:
 async def stored_by_run(tx: Tx, sid: int, run: int) -> list[tuple[Any, ...]]:
     """``(role, content)`` of the messages run ``run`` stored itself after its prompt, in order."""
     upto = await tx.value("SELECT prompt_upto FROM runs WHERE id = ?", (run,))
-    return await tx.tuples("SELECT role, content FROM messages WHERE session_id = ? AND seq > ?"
-                           " AND json_extract(meta, '$.run') = ?/*pg:::text*/ ORDER BY seq", (sid, upto or 0, run))
+    return await tx.tuples(said(tx, _BY_RUN), (sid, upto or 0, run))
+
+
+#: The messages a run stored itself after its prompt (a message's ``meta`` names its run).
+_BY_RUN: Final = {
+    "sqlite": "SELECT role, content FROM messages WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?"
+              " ORDER BY seq",
+    "postgresql": "SELECT role, content FROM messages WHERE session_id = ? AND seq > ?"
+                  " AND (meta::jsonb ->> 'run') = CAST(? AS TEXT) ORDER BY seq",
+}

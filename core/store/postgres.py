@@ -401,7 +401,7 @@ class PgStore(Store):
                 await fenced(tx)
                 yield tx
                 if tx.followers:
-                    await tx.many(JOURNAL, tx.followers)
+                    await tx.many(JOURNAL[self.dialect], tx.followers)
                 if tx.opening is not None:  # nothing was said in it: nothing to commit
                     return
                 done = asyncio.ensure_future(self.conn.execute(f"{self._notify(tx)}; COMMIT"))

@@ -1,4 +1,5 @@
-"""Every row a call writes, and the row reads calls share: the one place with session SQL.
+"""The rows most calls write (sessions, history, memory, resources, triggers, worktrees), and
+the row reads they share; the other tables' questions are in modules of their own.
 
 The calls (``procession.calls``) decide what to change; these functions say how, in SQL.
 Each takes the open transaction, so a call that uses several of them is still one
@@ -13,13 +14,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..model import hosts, limits
 from ..model.errors import InvalidArgument, SessionNotFound
 from ..model.records import Fold, TriggerInfo, Worktree
 from ..model.states import State
-from .base import Row, Tx
+from .base import Row, Tx, said
 
 #: A session's context as its model counts it (``tokens.scaled``), of a row aliased ``s``.
 CONTEXT = "CAST(ROUND(s.context_tokens * s.token_scale) AS INTEGER)"
@@ -302,10 +303,16 @@ async def expand_fold(tx: Tx, fold: int) -> None:
 async def mark_stopped(tx: Tx, sid: int, run: int, upto: int, outcome: str) -> None:
     """The messages a run stored after its prompt (``upto``) say how it was stopped (``outcome``):
     what an agent said before it was stopped reads as such."""
-    await tx.execute("UPDATE messages SET meta = /*sqlite*/json_set(meta, '$.outcome', ?)"
-                     "/*pg:jsonb_set(meta::jsonb, '{outcome}', to_jsonb(CAST(? AS TEXT)))::text*/"
-                     " WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?/*pg:::text*/",
-                     (outcome, sid, upto, run))
+    await tx.execute(said(tx, _STOPPED), (outcome, sid, upto, run))
+
+
+#: A run's messages marked with how it ended, in each database's JSON.
+_STOPPED: Final = {
+    "sqlite": "UPDATE messages SET meta = json_set(meta, '$.outcome', ?)"
+              " WHERE session_id = ? AND seq > ? AND json_extract(meta, '$.run') = ?",
+    "postgresql": "UPDATE messages SET meta = jsonb_set(meta::jsonb, '{outcome}', to_jsonb(CAST(? AS TEXT)))::text"
+                  " WHERE session_id = ? AND seq > ? AND (meta::jsonb ->> 'run') = CAST(? AS TEXT)",
+}
 
 
 # ---------------------------------------------------------------- memory

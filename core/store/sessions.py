@@ -4,10 +4,10 @@ their hosts. Reads only; what a call writes of a session is ``rows``'."""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..model.records import MOVE_GOING, TriggerInfo, Worktree
-from .base import Row, Tx
+from .base import Row, Tx, said
 from .rows import CONTEXT, PS_SELECT, TRIGGER_COLUMNS, WORKTREE_COLUMNS, trigger_infos, worktree_infos
 
 #: The columns ``listed`` sorts by (the keys of the monitor's columns) and their SQL.
@@ -175,14 +175,22 @@ async def fork_name(tx: Tx, agent: int, base: str) -> str:
     if taken > _NAMES_LOOKED and await tx.value(
             "SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
         return guess
-    n = await tx.value(
-        "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT /*sqlite*/CAST(substr(name, ?) AS INTEGER)"
-        "/*pg:CAST(COALESCE(substring(substr(name, CAST(? AS INT)) from '^[0-9]{1,18}'), '0') AS INTEGER)*/"
-        " + 1 FROM sessions"
-        " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
-        " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
-        (len(prefix) + 1, *span, agent, prefix))
+    n = await tx.value(said(tx, _NEXT_FREE), (len(prefix) + 1, *span, agent, prefix))
     return f"{prefix}{n}"
+
+
+#: The smallest number past a fork's name's base that names no session yet: the number is
+#: the name's tail (SQLite's ``CAST`` reads the digits it starts with; PostgreSQL's refuses
+#: anything but digits, so they are cut out first).
+_NEXT_FREE: Final = {
+    "sqlite": "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT CAST(substr(name, ?) AS INTEGER) + 1 FROM sessions"
+              " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
+              " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
+    "postgresql": "SELECT n FROM (SELECT 2 AS n UNION ALL SELECT CAST(COALESCE(substring(substr(name, CAST(? AS INT))"
+                  " from '^[0-9]{1,18}'), '0') AS INTEGER) + 1 FROM sessions"
+                  " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
+                  " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
+}
 
 
 async def parent_and_agent(tx: Tx, sid: int) -> Row | None:

@@ -420,7 +420,7 @@ class SqliteStore(Store):
                 await fenced(tx)
                 yield tx
                 if tx.followers:
-                    await tx.many(JOURNAL, tx.followers)
+                    await tx.many(JOURNAL[self.dialect], tx.followers)
                 await self._settle("COMMIT")
             except BaseException as exc:
                 await self._rollback()
@@ -445,7 +445,7 @@ class SqliteStore(Store):
                     _drive(fenced(tx))
                     value = _drive(body(tx))
                     if tx.followers:
-                        raw.executemany(JOURNAL, tx.followers)
+                        raw.executemany(JOURNAL[self.dialect], tx.followers)
                     if abandoned.is_set():
                         raise _Abandoned
                     raw.execute("COMMIT")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .base import Row, Tx
+from .base import Row, Tx, said
 
 
 async def trigger(tx: Tx, trigger: int) -> Row | None:
@@ -16,9 +16,12 @@ async def trigger(tx: Tx, trigger: int) -> Row | None:
 
 async def after(tx: Tx, sid: int) -> list[Row]:
     """The ``after`` triggers waiting on session ``sid``'s runs."""
-    return await tx.all(
-        "SELECT * FROM triggers WHERE kind = 'after' AND json_extract(spec, '$.session') = ?/*pg:::text*/", (sid,)
-    )
+    return await tx.all(said(tx, _AFTER), (sid,))
+
+
+#: The ``after`` triggers naming a session (its id a JSON number, compared as text there).
+_AFTER = {"sqlite": "SELECT * FROM triggers WHERE kind = 'after' AND json_extract(spec, '$.session') = ?",
+          "postgresql": "SELECT * FROM triggers WHERE kind = 'after' AND (spec::jsonb ->> 'session') = CAST(? AS TEXT)"}
 
 
 async def changed(tx: Tx, since: int, host: str) -> list[Row]:

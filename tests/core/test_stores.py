@@ -373,8 +373,9 @@ async def test_a_server_that_goes_away_and_comes_back(postgres, tmp_path) -> Non
     ("SELECT max(a, :lo) FROM t WHERE b = ? LIMIT -1", "SELECT GREATEST(a, %(lo)s) FROM t WHERE b = %s LIMIT ALL"),
     ("SELECT window FROM s INDEXED BY s_rev WHERE name LIKE '50%'", "SELECT \"window\" FROM s WHERE name LIKE '50%%'"),
     ("SELECT CAST(x AS INTEGER), CAST(y AS REAL), max(z) FROM t", "SELECT CAST(x AS BIGINT), CAST(y AS DOUBLE PRECISION), max(z) FROM t"),
-    ("SELECT json_extract(spec, '$.session') = ?/*pg:::text*/", "SELECT (spec::jsonb ->> 'session') = %s::text"),
-    ("SELECT /*sqlite*/a(?)/*pg:b(?)*/, 'it''s ?' LIMIT ?", "SELECT b(%s), 'it''s ?' LIMIT NULLIF(GREATEST(%s, -1), -1)"),
+    ("SELECT json_extract(spec, '$.session') = CAST(? AS TEXT)", "SELECT (spec::jsonb ->> 'session') = CAST(%s AS TEXT)"),
+    ("SELECT a(?) /* a note */, 'it''s ? /* no note */' LIMIT ?",
+     "SELECT a(%s) , 'it''s ? /* no note */' LIMIT NULLIF(GREATEST(%s, -1), -1)"),
     ("SELECT 1 WHERE 2 IN () OR 3 NOT IN ()", "SELECT 1 WHERE 2 = ANY ('{}') OR 3 <> ALL ('{}')"),
 ])
 def test_statements_are_said_in_postgresql(sqlite: str, postgresql: str) -> None:
