@@ -225,7 +225,7 @@ def _cover(libc: ctypes.CDLL, path: str, *, folder: bool) -> None:
     for SQLite to replay, a hook in a session's agent folder. Reached with no link followed (a
     run may have put one on the way, to have another covered instead): where that cannot be,
     the world is not made (``OSError``), rather than show what it must not."""
-    parent = _open_beneath(libc, "/newroot" + os.path.dirname(path))
+    parent = _folder(libc, os.path.dirname(path))
     if parent < 0:
         raise OSError(f"the workspace's own {path} cannot be covered: a link is on its way")
     name = os.path.basename(path)
@@ -250,6 +250,27 @@ def _cover(libc: ctypes.CDLL, path: str, *, folder: bool) -> None:
             _mount(libc, "/oldroot/dev/null", where, None, MS_BIND)
     finally:
         os.close(fd)
+
+
+def _folder(libc: ctypes.CDLL, path: str) -> int:
+    """The folder ``path`` of the world under construction, opened (``O_PATH``) with no link
+    followed, each of its folders made (0700) where it is not yet, one at a time beneath the
+    one before (a folder missing in the real tree is made there, as its owner would); -1 when
+    a link is on its way."""
+    at = "/newroot"
+    fd = _open_beneath(libc, at)
+    for name in path.strip("/").split("/"):
+        if fd < 0 or not name:
+            break
+        try:
+            os.mkdir(name, 0o700, dir_fd=fd)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(fd)
+        at += "/" + name
+        fd = _open_beneath(libc, at)
+    return fd
 
 
 def _bind(libc: ctypes.CDLL, source: str, target: str) -> bool:

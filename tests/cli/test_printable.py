@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+from conftest import HANG_S
 from procession.model.snapshot import dump
 
 CONCEAL = "\x1b[8m"  # "hide what follows"
@@ -90,7 +91,7 @@ def test_refusals_quoting_user_text_stay_on_one_printable_line(cli, tmp_path):
 
 
 def test_the_engine_log_is_printable(cli, tmp_path):
-    """``procession run`` logs a step that cannot start with its folder's name as it is."""
+    """``procession run`` logs a session it cannot start here with its folder's name as it is."""
     folder = tmp_path / f"gone{OSC}"
     folder.mkdir()
     cli("spawn", "s", "--agent", "a", "--cwd", str(folder), "--runner", "command:true")
@@ -100,11 +101,11 @@ def test_the_engine_log_is_printable(cli, tmp_path):
                               text=True)
     try:
         cli("activate", "1")
-        deadline = time.time() + 20
-        while time.time() < deadline and not cli.json("runs", "1"):
+        deadline = time.time() + HANG_S
+        while time.time() < deadline and cli.json("show", "1")["state"] != "suspended":  # its folder is not here
             time.sleep(0.1)
     finally:
         engine.send_signal(signal.SIGINT)
         _, err = engine.communicate(timeout=30)
-    assert "cannot start the step" in err and "\\x1b]0;pwned\\x07" in err
+    assert "is not on this machine" in err and "\\x1b]0;pwned\\x07" in err
     assert not RAW.search(err), err
