@@ -264,7 +264,7 @@ async def deliver(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], author:
 
     start = int(row["length"])
     n = await rows.append(tx, row, remember(messages), tx.store.count_tokens, progress, total)
-    inbox = await rows.triggers(tx, row["id"], "inbox")
+    inbox = await rows.triggers(tx, row["id"], "inbox") if row["inbox"] else ()
     if inbox:
         first = start + n - len(kept) + 1
         cause = {"from": author, "count": n, "messages": [

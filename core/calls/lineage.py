@@ -328,7 +328,7 @@ async def branch(tx: Tx, row: Row, name: str, at: int | None, memory: dict[str, 
     if memory is not None:
         await rows.put_memory(tx, child, memory)
     await rows.copy_folds(tx, child, inherited)
-    await rows.copy_resources(tx, sid, child)
+    await rows.copy_resources(tx, sid, child, counted=False)
     await rows.copy_triggers(tx, sid, child)
     return child
 

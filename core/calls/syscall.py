@@ -148,6 +148,7 @@ def syscall(
 
             async def body(tx: Tx) -> tuple[Act, O]:
                 act = Act(tx, call, self.actor)
+                tx.will_journal()
                 if checked and checked != "result":
                     act.row = await rows.session(tx, arguments[checked])
                     act.target = transition(act.row, call)

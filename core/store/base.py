@@ -107,6 +107,13 @@ class Tx(ABC):
         """Run one statement; how many rows it changed (-1 for a statement that changes none)."""
         ...
 
+    async def later(self, sql: str, params: Params = ()) -> None:
+        """Run a write whose answer nobody waits for: at once here (SQLite's statements cost
+        no round trip), or sent ahead of the transaction's next statement (PostgreSQL: a round
+        trip saved). What it meets (a broken rule, a cut link) is raised by that statement or
+        by the commit, and the transaction is rolled back all the same."""
+        await self.execute(sql, params)
+
     @abstractmethod
     async def insert(self, sql: str, params: Params = ()) -> int:
         """Run one ``INSERT`` of one row into a table with an ``id`` key; the id it was given."""
@@ -114,6 +121,7 @@ class Tx(ABC):
 
     @abstractmethod
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for each of ``rows``; nobody waits for its answer (``later``)."""
         ...
 
     @abstractmethod
@@ -191,6 +199,10 @@ class Tx(ABC):
         """The journal row of this transaction's call; its id. ``who``: the person, where this
         process is not theirs alone (a paired device of the web face); else ``hosts.who``."""
         return await self.insert(JOURNAL[self.store.dialect], self._journal_row(actor, call, sid, args, outcome, other, who))
+
+    def will_journal(self) -> None:
+        """A journal row is to be written (a system call's): where its id costs a round trip
+        of its own, it is taken with the transaction's beginning (PostgreSQL)."""
 
     def follow(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any) -> None:
         """A journal row for something the call caused (a trigger firing), written after the call's own."""

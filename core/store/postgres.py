@@ -24,9 +24,12 @@ hears only its own host's and those of every host's concern: ten hosts' engines 
 at every commit of the other nine, and spent the machine on it.
 
 Round trips are what a call costs here, so none is spent that can be saved: a transaction's
-beginning goes with its first statement (``PgTx._first``, bound client-side: one message of
-several statements takes no parameters), the change stamp with its lock, its notification
-with its ``COMMIT``.
+beginning goes with its first statement, the change stamp with its lock, and a call's journal
+row's id with them (``RESERVE``); a write whose answer nobody reads (``Tx.later``, a few rows
+of ``many``, the journal row) waits and goes with the next statement, or with the
+notification and the ``COMMIT`` (``PgTx._send``: one message of several statements, bound
+client-side, numbers typed as server-side binding types them). A ``send`` is two round trips:
+its session read with the beginning, its writes with the commit.
 """
 
 from __future__ import annotations
@@ -66,10 +69,20 @@ WRITE_BEGIN = ("BEGIN", f"SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s'",
                "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'rev' RETURNING value",
                "SET LOCAL lock_timeout = 0")
 SNAPSHOT_BEGIN = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
+#: A journal row's id, taken as a call's transaction begins (``PgTx.will_journal``; after the
+#: writers' lock, so ids still grow in the order calls commit): the row then waits to go with
+#: the commit, and the call costs no round trip for it.
+RESERVE = "SELECT nextval(pg_get_serial_sequence('journal', 'id'))"
+#: The journal row of that id (``base.JOURNAL``'s, its id given).
+JOURNAL_AT = ("INSERT INTO journal (id, ts, actor, call, session_id, other_id, args, outcome, who)"
+              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, session_user || ' · ' || ?)")
 #: What two first openers of an empty schema take to make the workspace once: there is no row
 #: to lock yet. Taken only while there is no workspace (a role that holds it keeps no writer
 #: of an existing workspace waiting).
 _CREATOR = f"SELECT pg_advisory_xact_lock({0x70726F63}, hashtext(current_schema()))"  # "proc"
+#: How many rows of one ``many`` wait to be sent with the next statement, bound as text; more
+#: are sent at once, bound server-side (a transcript's load)
+QUEUED_ROWS = 8
 #: The channel a commit notifies, of this workspace's schema (its hash's digits follow)
 CHANNEL = "procession_"
 #: The server's time, in seconds since the epoch: the one clock of every host's leases.
@@ -120,13 +133,37 @@ class PgRow(tuple[Any, ...]):
 
 
 def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], PgRow]:
-    desc = cursor.description
-    return PgRow if desc is None else _row_class(tuple(d.name for d in desc))
+    """Rows of the cursor's result, their names read off the result itself (the driver's
+    ``description`` makes an object per column, at each statement: a session's row has 70)."""
+    result = cursor.pgresult
+    if result is None or not result.nfields:
+        return PgRow
+    return _row_class(tuple(result.fname(i).decode() for i in range(result.nfields)))
 
 
 @functools.lru_cache(maxsize=1024)
 def _row_class(names: tuple[str, ...]) -> type[PgRow]:
     return type("Row", (PgRow,), {"names": {n: i for i, n in enumerate(names)}, "__slots__": ()})
+
+
+@functools.cache
+def _typed_literal(name: str) -> type[Any]:
+    """A number bound as text the way it is bound server-side: typed (``'7'::int8``), not a
+    bare literal (``7``, an ``integer``; ``1.5``, a ``numeric``), so that what a statement
+    makes of it (a recursive query's column, a ``UNION``) does not depend on how it was sent."""
+    import psycopg
+    from psycopg.adapt import Dumper
+
+    class Typed(Dumper):
+        oid = psycopg.postgres.types[name].oid
+
+        def dump(self, obj: Any) -> bytes:
+            return repr(int(obj) if name == "int8" else float(obj)).encode()
+
+        def quote(self, obj: Any) -> bytes:
+            return b"'" + self.dump(obj) + b"'::" + name.encode()
+
+    return Typed
 
 
 def _check(params: Params) -> Params:
@@ -166,32 +203,79 @@ class PgTx(Tx):
         super().__init__(store)
         self.pg = store
         self.opening: tuple[str, ...] | None = opening  # what begins it, until its first statement is sent
+        #: writes whose answer nobody waits for (``later``, a few rows of ``many``), each bound
+        #: here as text: sent ahead of the next statement, or of the commit, in its message
+        self.queued: list[str] = []
+        self.reserved: int | None = None  # the journal row's id its beginning took (``RESERVE``)
 
     @property
     def conn(self) -> psycopg.AsyncConnection[Any]:
         return self.pg.conn
 
-    async def _open(self) -> None:
-        """Begin it on its own, before a statement that cannot carry its beginning."""
+    @property
+    def waiting(self) -> bool:
+        """Whether something is still to be sent before its next statement."""
+        return self.opening is not None or bool(self.queued)
+
+    def _bound(self, sql: str, params: Params) -> str:
+        """``sql`` with its parameters bound as text literals (a message of several statements
+        takes none), checked as any statement's are."""
+        try:
+            return self.pg.binder().mogrify(translate(sql), _check(params))
+        except UnicodeEncodeError:
+            raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
+
+    def will_journal(self) -> None:
+        if self.opening is not None and RESERVE not in self.opening:
+            self.opening += (RESERVE,)
+
+    async def journal(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
+                      other: int | None = None, who: str | None = None) -> int:
+        """The row waits for the commit, with the id its beginning took; a second row of the
+        transaction (one call of a batch after another) is written at once, as elsewhere."""
         if self.opening is not None:
-            opening, self.opening = self.opening, None
-            await self.pg._begin(self, opening)
+            await self._flush()
+        if self.reserved is None:
+            return await super().journal(actor, call, sid, args, outcome, other, who)
+        row, self.reserved = self.reserved, None
+        await self.later(JOURNAL_AT, (row, *self._journal_row(actor, call, sid, args, outcome, other, who)))
+        return row
+
+    async def later(self, sql: str, params: Params = ()) -> None:
+        self.reaches(sql)
+        self.queued.append(self._bound(sql, params))
+
+    async def _flush(self) -> None:
+        """Send what waits on its own, before a statement that cannot carry it (bound
+        server-side: ``many`` of many rows, ``stream``)."""
+        if self.waiting:
+            await self._send(None)
+
+    async def _send(self, sql: str | None, params: Params = ()) -> Any:
+        """``sql`` after what waits to be sent (the beginning, then the queued writes), all in
+        one message: one round trip. Its cursor, at ``sql``'s result."""
+        import psycopg
+
+        said, self.queued = self.queued, []
+        if sql is not None:
+            said.append(self._bound(sql, params))
+        opening, self.opening = self.opening, None
+        async with self._errors():
+            if opening is not None:
+                return await self.pg._begin(self, opening, said)
+            cursor = psycopg.AsyncClientCursor(self.conn)
+            await cursor.execute("; ".join(said))
+            for _ in range(len(said) - 1):
+                cursor.nextset()
+            return cursor
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
-        if self.opening is not None:
-            return int((await self._first(sql, params)).rowcount)
+        if self.waiting:
+            return int((await self._send(sql, params)).rowcount)
         async with self._errors():
             cur = await self.conn.execute(translate(sql), _check(params))
             return cur.rowcount
-
-    async def _first(self, sql: str, params: Params) -> Any:
-        """Its first statement, sent after what begins it in one message (the parameters bound
-        here, as text literals: a message of several statements takes none); its cursor."""
-        assert self.opening is not None
-        opening, self.opening = self.opening, None
-        async with self._errors():
-            return await self.pg._begin(self, opening, translate(sql), _check(params))
 
     async def clock(self) -> float:
         """The database server's clock (``clock_timestamp``: now, not the transaction's start)."""
@@ -199,30 +283,36 @@ class PgTx(Tx):
 
     async def insert(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
-        await self._open()
         async with self._errors():
-            cur = await self.conn.execute(translate(sql) + " RETURNING id", _check(params))
+            if self.waiting:
+                cur = await self._send(sql + " RETURNING id", params)
+            else:
+                cur = await self.conn.execute(translate(sql) + " RETURNING id", _check(params))
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """A few rows wait to be sent with the next statement (``later``); more are sent at
+        once, bound server-side, in one pipeline."""
         self.reaches(sql)
-        await self._open()
-        async with self._errors():
-            batch = [_check(r) for r in rows]
-            if batch:
-                async with self.conn.cursor() as cur:
-                    await cur.executemany(translate(sql), batch)
+        batch = list(rows)
+        if len(batch) <= QUEUED_ROWS:
+            self.queued.extend(self._bound(sql, r) for r in batch)
+            return
+        checked = [_check(r) for r in batch]
+        await self._flush()
+        async with self._errors(), self.conn.cursor() as cur:
+            await cur.executemany(translate(sql), checked)
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
         self.reaches(sql)  # a write that returns what it wrote is read as rows
-        if self.opening is not None:
-            cur = await self._first(sql, params)
+        if self.waiting:
+            cur = await self._send(sql, params)
         else:
             async with self._errors():
                 cur = await self.conn.execute(translate(sql), _check(params))
         async with self._errors():
-            return cast(list[Row], await cur.fetchall()) if cur.description else []
+            return cast(list[Row], await cur.fetchall()) if cur.pgresult is not None and cur.pgresult.nfields else []
 
     async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in await self.all(sql, params)]
@@ -232,7 +322,7 @@ class PgTx(Tx):
         from psycopg.rows import tuple_row
 
         name = f"stream_{uuid.uuid4().hex}"
-        await self._open()
+        await self._flush()
         async with self._errors():
             cur = self.conn.cursor(name, row_factory=tuple_row)
             await cur.execute(translate(sql), _check(params))
@@ -288,6 +378,18 @@ class PgStore(Store):
         self.channel = CHANNEL  # this workspace's own, once open
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._heard = 0
+        self._binder: psycopg.AsyncClientCursor[Any] | None = None
+
+    def binder(self) -> psycopg.AsyncClientCursor[Any]:
+        """What binds a statement's parameters as text (``PgTx._bound``), with the connection's
+        own adapters; it needs no live link."""
+        import psycopg
+
+        if self._binder is None or self._binder.connection is not self.conn:
+            self._binder = psycopg.AsyncClientCursor(self.conn)
+            for kind, name in ((int, "int8"), (float, "float8")):
+                self._binder.adapters.register_dumper(kind, _typed_literal(name))
+        return self._binder
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time, create: bool = True,
@@ -346,25 +448,29 @@ class PgStore(Store):
         except psycopg.Error:
             await self.conn.close()
 
-    async def _begin(self, tx: PgTx, opening: tuple[str, ...], first: str | None = None, params: Params = ()) -> Any:
-        """Open ``tx`` (``opening``'s statements), with its ``first`` statement if given; that
-        statement's cursor. What the opening stamps is the transaction's ``rev``. A connection
-        found dropped here (the server restarted since the last call) is opened again and the
-        transaction begun on it: nothing had been done yet."""
+    async def _begin(self, tx: PgTx, opening: tuple[str, ...], said: Sequence[str] = ()) -> Any:
+        """Open ``tx`` (``opening``'s statements), with ``said`` (statements bound as text)
+        after them in the same message; the cursor at the last one's result. What the opening
+        stamps is the transaction's ``rev``. A connection found dropped here (the server
+        restarted since the last call) is opened again and the transaction begun on it:
+        nothing had been done yet."""
         import psycopg
 
+        sets = len(opening) + len(said)
         for attempt in (1, 2):
             await self._reconnect()
             cursor = psycopg.AsyncClientCursor(self.conn)
-            said = "; ".join(opening)
-            done = asyncio.ensure_future(cursor.execute(f"{said}; {first}", params) if first else cursor.execute(said))
+            done = asyncio.ensure_future(cursor.execute("; ".join([*opening, *said])))
             try:
                 await asyncio.shield(done)
-                for at in range(len(opening)):  # past what the opening's statements said, to the first's
-                    if cursor.description is not None and (stamp := await cursor.fetchone()) is not None:
-                        tx.stamped(int(stamp[0]))
-                    if first or at < len(opening) - 1:
-                        cursor.nextset()
+                for at in range(sets - 1):  # past each statement's result, to the last one's
+                    if at < len(opening) and cursor.pgresult is not None and cursor.pgresult.nfields \
+                            and (value := await cursor.fetchone()) is not None:
+                        if opening[at] == RESERVE:
+                            tx.reserved = int(value[0])
+                        else:
+                            tx.stamped(int(value[0]))
+                    cursor.nextset()
                 return cursor
             except asyncio.CancelledError:
                 await asyncio.wait([done])
@@ -402,11 +508,16 @@ class PgStore(Store):
                 yield tx
                 if tx.followers:
                     await tx.many(JOURNAL[self.dialect], tx.followers)
-                if tx.opening is not None:  # nothing was said in it: nothing to commit
-                    return
-                done = asyncio.ensure_future(self.conn.execute(f"{self._notify(tx)}; COMMIT"))
+                if tx.opening is not None:
+                    if not tx.queued:  # nothing was said in it: nothing to commit
+                        return
+                    await tx._flush()  # only writes no one read: begun first, so that a cut is said right
+                said, tx.queued = [*tx.queued, self._notify(tx), "COMMIT"], []  # the writes that wait go with it
+                done = asyncio.ensure_future(self.conn.execute("; ".join(said)))
                 try:
                     await asyncio.shield(done)
+                except psycopg.errors.InsufficientPrivilege:  # a role's rights taken since it began
+                    raise _read_only(self.path) from None
                 except psycopg.OperationalError as exc:
                     raise StoreUnreachable(f"the workspace database {self.path} was cut off as the call committed"
                                            f" ({_first_line(exc)}): look before trying again, it may have been"

@@ -31,7 +31,10 @@ CHUNK = 10_000
 #: dirty pages to the WAL), and the connection gets its own size back after.
 BULK_CACHE_KIB = 16 * 1024
 
-_SESSION = "SELECT s.*, a.name AS agent FROM sessions s JOIN agents a ON a.id = s.agent_id"
+#: A session's row, its agent's name, and whether a message wakes it (it has an inbox trigger):
+#: a message sent to it needs no statement of its own to know (on PostgreSQL, a round trip).
+_SESSION = ("SELECT s.*, a.name AS agent, EXISTS (SELECT 1 FROM triggers t WHERE t.session_id = s.id"
+            " AND t.kind = 'inbox') AS inbox FROM sessions s JOIN agents a ON a.id = s.agent_id")
 #: The columns of ``SessionInfo``, in its field order (triggers come from their own table). A
 #: session run by an agent CLI has the context and window the agent last reported; any other
 #: its stored count as its model counts it.
@@ -277,7 +280,7 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
     if progress:
         progress(n, total)
     if n:
-        await tx.execute(
+        await tx.later(
             "UPDATE sessions SET length = ?, history_tokens = ?, context_tokens = context_tokens + ?,"
             " context_count = context_count + ?, rev = ?, last_active = ? WHERE id = ?",
             (seq, cum, added, n, await tx.rev(), now, sid),
@@ -412,22 +415,24 @@ async def insert_resources(tx: Tx, sid: int, items: Iterable[tuple[str, str, str
                   [(sid, kind, uri, mode, tx.now) for kind, uri, mode in items])
 
 
-async def copy_resources(tx: Tx, source: int, target: int, *, outside: str | None = None) -> int:
+async def copy_resources(tx: Tx, source: int, target: int, *, outside: str | None = None,
+                         counted: bool = True) -> int:
     """Bind ``source``'s resources to ``target`` too, in the order they were bound (the first
     folder is where a step runs), but for those under the folder ``outside`` (a merged fork's
-    own folder, about to go); returns how many were new to it."""
+    own folder, about to go); returns how many were new to it (``counted``; else 0, and the
+    copy waits for the next statement: ``Tx.later``)."""
     keep = ""
     params: list[Any] = [target, tx.now, source]
     if outside is not None:
         keep = " AND NOT (uri = ? OR substr(uri, 1, length(?) + 1) = ? || '/')"
         params += [outside, outside, outside]
-    made = await tx.execute(
-        "INSERT INTO resources (session_id, kind, uri, mode, created)"
-        f" SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?{keep} ORDER BY id"
-        " ON CONFLICT DO NOTHING",
-        params,
-    )
-    return max(made, 0)
+    sql = ("INSERT INTO resources (session_id, kind, uri, mode, created)"
+           f" SELECT ?, kind, uri, mode, ? FROM resources WHERE session_id = ?{keep} ORDER BY id"
+           " ON CONFLICT DO NOTHING")
+    if not counted:
+        await tx.later(sql, params)
+        return 0
+    return max(await tx.execute(sql, params), 0)
 
 
 async def delete_resource(tx: Tx, resource: int) -> None:
@@ -468,7 +473,7 @@ async def insert_triggers(tx: Tx, sid: int, items: Iterable[tuple[str, dict[str,
 
 async def copy_triggers(tx: Tx, source: int, target: int) -> None:
     """Copy ``source``'s triggers to ``target``, disarmed (a fork's)."""
-    await tx.execute(
+    await tx.later(
         "INSERT INTO triggers (session_id, kind, spec, armed, created)"
         " SELECT ?, kind, spec, 0, ? FROM triggers WHERE session_id = ?",
         (target, tx.now, source),

@@ -450,3 +450,47 @@ async def test_an_engine_hears_its_own_hosts_commits_and_those_of_every_hosts_co
         async with south_engine.store.tx() as tx:  # ...and wakes for north's
             await rows.update_session(tx, north, failures=2)
         await asyncio.wait_for(waiting, HANG_S)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"], indirect=True)
+async def test_a_write_nobody_waits_for_that_fails_refuses_its_whole_transaction(db) -> None:
+    """A write whose answer nobody reads (``Tx.later``) waits, on PostgreSQL, to go with the
+    next statement or with the commit: what it meets is raised all the same, by that statement
+    or by the commit, and nothing of the transaction is kept, on either store."""
+    async with await Workspace.open(db) as ws:
+        sid = (await ws.spawn("x", "ops", goal="as it was")).sid
+        for ending in ("a read after it", "the commit"):
+            with pytest.raises(Exception, match="(?i)not.null"):  # the database's own refusal, whichever
+                async with ws.store.tx() as tx:
+                    await tx.later("UPDATE sessions SET goal = ? WHERE id = ?", ("changed", sid))
+                    await tx.later("INSERT INTO messages (session_id) VALUES (?)", (sid,))  # no seq, no role
+                    if ending == "a read after it":
+                        await tx.all("SELECT id FROM sessions")
+            assert (await ws.info(sid)).goal == "as it was", ending
+        assert await ws.history(sid) == []
+        sent = await ws.send(sid, "still fine: 100% of it, 'quoted' and \\ back")
+        assert [m.content for m in await ws.history(sid)] == ["still fine: 100% of it, 'quoted' and \\ back"]
+        assert sent.row == (await ws.journal(limit=1))[0].id
+
+
+async def test_a_send_on_postgresql_is_two_round_trips(postgres) -> None:
+    """A call's round trips are what it costs on a shared database (issue 38): a ``send`` reads
+    its session with the transaction's beginning (its stamp and its journal row's id taken
+    there), and sends its writes (the message, the session's totals, the journal row) with the
+    commit. Counted in the server's own log of what this connection sent."""
+    async with await Workspace.open(postgres.workspace()) as ws:
+        sid = (await ws.spawn("x", "ops")).sid
+        await ws.send(sid, "warm")
+        conn = ws.store.conn  # type: ignore[attr-defined]
+        log = postgres.root / "server.log"
+        await conn.execute("SET log_statement = 'all'")
+        start = log.stat().st_size
+        sent = await ws.send(sid, "one message")
+        await conn.execute("SET log_statement = 'none'")
+        lines = log.read_bytes()[start:].decode().splitlines()
+        said = [line for line in lines if f"[{conn.info.backend_pid}]" in line
+                and ("statement: " in line or "execute " in line) and "log_statement" not in line]
+        assert len(said) == 2, "\n".join(said)
+        assert "COMMIT" in said[1] and "INSERT INTO journal" in said[1]
+        assert sent.row == (await ws.journal(limit=1))[0].id
+        assert [m.content for m in await ws.history(sid)] == ["warm", "one message"]
