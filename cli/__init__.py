@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import signal
 import sys
@@ -96,6 +97,18 @@ async def _patiently(given: str | None) -> Workspace | None:
             loop.remove_signal_handler(sig)
 
 
+def _say_store_progress() -> None:
+    """What the store says while it works a long time at opening (indexing an older
+    workspace's messages for search) goes to standard error, a line each."""
+    said = logging.getLogger("procession.store")
+    if not said.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+        said.addHandler(handler)
+        said.setLevel(logging.INFO)
+        said.propagate = False  # an engine's own log would say it twice
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # a command is a short process: what it has imported lives to its end, so the collector
     # need not walk it each time it looks for cycles among what the command makes (100,000
@@ -107,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         told: argparse.ArgumentParser = getattr(args, "parser_", parser)
         told.error(f"unrecognized arguments: {' '.join(extra)}")
     args.json = getattr(args, "json", False)
+    _say_store_progress()
     try:
         if getattr(args, "host", None):  # for this process and every one it starts (an engine's steps)
             os.environ[hosts.ENV] = hosts.check(args.host)

@@ -13,8 +13,10 @@ from typing import Any, Final
 
 from procession.calls import Workspace
 from procession.calls.outside import Looker, marked
-from procession.calls.reads import PS_SORTS
+from procession.calls.reads import GREP_LIMIT, PS_SORTS
+from procession.model import limits
 from procession.model.errors import InvalidArgument
+from procession.model.trigger_spec import duration
 from procession.model.records import Message, SessionDetail
 from procession.model.states import State
 from procession.present import lines, parse, words
@@ -201,6 +203,22 @@ async def wait(ws: Workspace, args: argparse.Namespace) -> int:
     emit(args, got.to_json(), lambda: "\n".join([lines.waited(got), *(lines.history_line(m, short=True)
                                                                          for m in got.messages)]))
     return TIMED_OUT if got.woke == "timeout" else 0
+
+
+@command("grep", "find messages by what was said in them, across every session, best first", args=[
+    arg("text", help='the words to find, each of them in a message; "a quoted phrase" as written'),
+    arg("--agent", help="only this agent's sessions"),
+    arg("--on", metavar="HOST", help="only the sessions of this host (--host is the host this process is)"),
+    arg("--since", metavar="DURATION", help="only messages of the last DURATION (30m, 2h, 7d)"),
+    arg("--role", choices=limits.ROLES, help="only messages of this role (tool: the tool calls)"),
+    arg("-n", "--limit", type=count_type, default=GREP_LIMIT, metavar="N", help="at most N messages"),
+])
+async def grep(ws: Workspace, args: argparse.Namespace) -> int:
+    """Exits 1 when nothing is found, as grep(1) does."""
+    found = await ws.grep(args.text, agent=args.agent, host=args.on, role=args.role, limit=args.limit,
+                          since=time.time() - duration(args.since) if args.since else None)
+    emit(args, [f.to_json() for f in found], lambda: lines.found_text(found, time.time()))
+    return 0 if found else 1
 
 
 @command("log", "the journal of system calls", args=[

@@ -138,6 +138,17 @@ def test_stores_tiny_measures_both_stores_and_claims_without_a_run_twice(postgre
     assert all(f["median"] > 0 for f in figures.values())
 
 
+def test_search_tiny_measures_grep_the_index_and_its_cost_on_both_stores(postgres) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "search.py"), "--tiny"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]  # it stops if a search finds nothing
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    for store in ("sqlite", "postgresql"):
+        keys = [f"{store}_grep_{kind}_1000" for kind in ("unique", "rare", "phrase", "common")]
+        assert {*keys, f"{store}_index_1000", f"{store}_append_cost"} <= set(figures)
+    assert all(f["median"] > 0 for f in figures.values())
+
+
 def test_peer_tiny_compares_with_sqlitesession() -> None:
     import pytest
 

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from ..model import agent_homes, hosts, runner_spec
+from ..model import agent_homes, hosts, limits, runner_spec
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
     AgentHome,
@@ -31,8 +31,9 @@ from ..model.records import (
     TriggerInfo,
     Worktree,
 )
+from ..model.search import Found, Query
 from ..model.states import State
-from ..store import Tx, checkpoints, journal, rows, runlog, sessions, tokens
+from ..store import Tx, checkpoints, journal, rows, runlog, search, sessions, tokens
 from ..store.sessions import PS_SORTS as PS_SORTS  # the columns ``ps`` sorts by: what faces offer
 from . import history
 from .base import Calls
@@ -73,6 +74,8 @@ def _info(r: Sequence[Any], trigs: Sequence[TriggerInfo] = (), worktree: Worktre
 PS_BATCH = 2000
 #: How far back (journal rows) a face first looks for the restarts of the engine running now.
 RESTARTS_LOOKED = 2000
+#: How many messages ``grep`` shows unless told.
+GREP_LIMIT = 20
 
 
 _HEAD = SessionInfo.__slots__[:24]
@@ -309,6 +312,23 @@ class ReadCalls(Calls):
             tip = await journal.tip(tx)
             found = await journal.told(tx, tip, after, RESTARTS_LOOKED)
         return tip, [_entry(r) for r in found]
+
+    async def grep(self, text: str, *, agent: str | None = None, host: str | None = None,
+                   since: float | None = None, role: str | None = None, limit: int = GREP_LIMIT) -> list[Found]:
+        """The messages of every session holding each word and "quoted phrase" of ``text``,
+        best first, from the store's full-text index (never a scan); a message a fork shares
+        with its parent is found once, in the session that holds it, with the forks that share
+        it; a compressed-away one is found too, marked archived."""
+        query = Query.parse(text)
+        if role is not None and role not in limits.ROLES:
+            raise InvalidArgument(f"bad role {role!r}; roles are {', '.join(limits.ROLES)}")
+        if limit < 1:
+            raise InvalidArgument("a search shows at least one message (--limit 1 or more)")
+        async with self.store.snapshot() as tx:
+            hits = await search.find(tx, query, agent=agent, host=host, since=since, role=role, limit=limit)
+            forks = [await search.forks_holding(tx, r[0], r[4]) for r in hits]
+        return [Found(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], float(r[9]), bool(r[10]), tuple(f))
+                for r, f in zip(hits, forks)]
 
     async def journal(self, sid: int | None = None, limit: int = 50) -> list[JournalEntry]:
         """The newest ``limit`` journal rows (of one session, when ``sid`` is given), oldest first."""

@@ -32,8 +32,9 @@ from ..model.records import (
     Waited,
     Worktree,
 )
-from ..model import agents, bounds, requests, runner_spec, toolcalls
+from ..model import agents, bounds, requests, runner_spec, search, toolcalls
 from ..model.agents import ACP, HEADLESS
+from ..model.search import Found
 from . import words
 from .words import one_line, printable
 
@@ -376,6 +377,22 @@ def history_line(m: Message, *, short: bool = False) -> str:
     if short:
         return head + gist(m.role, m.content, m.meta, 100)
     return head + (m.content.replace("\n", "\n" + " " * len(head)) if "\n" in m.content else m.content)
+
+
+def found_text(found: Sequence[Found], now: float | None = None) -> str:
+    """What ``grep`` found, a hit each two lines, or that nothing holds it."""
+    return "\n".join(found_line(f, now) for f in found) if found else "no message holds it"
+
+
+def found_line(f: Found, now: float | None = None) -> str:
+    """One hit of ``grep``: where (session, its name, position), who said it and when, the
+    forks that share it; then the snippet on one line, each hit between brackets."""
+    where = f"{f.session} {f.name}, message {f.seq}"
+    snippet = " ".join(f.snippet.split()).replace(search.START, "[").replace(search.END, "]")
+    tail = "  (archived)" if f.archived else ""
+    if f.forks:
+        tail += f"  (also in {words.plural(len(f.forks), 'fork')}: {', '.join(map(str, f.forks))})"
+    return f"{where:<32} {f.role:<9} {f.agent}@{f.host}  {words.ago(f.created, now)}{tail}\n    {snippet}"
 
 
 # ---------------------------------------------------------------- merges

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..model.errors import InvalidArgument, WorkspaceError
 from .base import Store, Tx
-from .dialect import sqlite_schema
+from .dialect import sqlite_schema, tables
 
 #: Rows read and written at a time
 BATCH = 2000
@@ -53,8 +53,7 @@ def _layout() -> dict[str, tuple[list[str], list[str]]]:
     the tables a copy carries."""
     db = sqlite_schema()
     out: dict[str, tuple[list[str], list[str]]] = {}
-    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
-                               " ORDER BY name"):
+    for table in sorted(tables(db)):
         if table in _NOT_COPIED:
             continue
         cols = db.execute(f"PRAGMA table_info({table})").fetchall()

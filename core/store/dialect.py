@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-from typing import Any
+from typing import Any, Final
 
 from . import schema
 
@@ -122,11 +122,9 @@ def schema_ddl(since: int = 0) -> list[str]:
     its ids); references are checked at each statement unless a call defers them
     (``Tx.defer_references``), as SQLite's ``defer_foreign_keys`` does."""
     db, was = sqlite_schema(), sqlite_schema(since)
-    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
-                                       " AND name NOT LIKE 'sqlite%' ORDER BY rowid")]
     out: list[str] = []
     references: list[str] = []
-    for table in tables:
+    for table in tables(db):
         cols = db.execute(f"PRAGMA table_info({table})").fetchall()
         before = was.execute(f"PRAGMA table_info({table})").fetchall()
         refs = {r[3]: (r[2], r[4]) for r in db.execute(f"PRAGMA foreign_key_list({table})")}
@@ -156,7 +154,32 @@ def schema_ddl(since: int = 0) -> list[str]:
             raise Unupgradable(name)
         if name not in had:
             out.append(translate(sql).replace("%%", "%"))
+    for version in range(since + 1, schema.VERSION + 1):
+        out += OWN.get(version, [])
     return out
+
+
+def tables(db: sqlite3.Connection) -> list[str]:
+    """The schema's tables, in the order they were made: not SQLite's own, nor a full-text
+    index (a virtual table) and the tables it keeps itself in, which each store makes its own
+    way (PostgreSQL's: ``OWN``) and a copy does not carry (it is made again from the rows)."""
+    virtual = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                        " AND sql LIKE 'CREATE VIRTUAL TABLE%'")]
+    return [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                           " AND name NOT LIKE 'sqlite%' ORDER BY rowid")
+            if not any(name == v or name.startswith(f"{v}_") for v in virtual)]
+
+
+#: What PostgreSQL makes its own way where SQLite's migration (the version) made a thing of
+#: its own: the search index over what was said, a GIN index of each message's terms (the
+#: ``simple`` configuration: words as written, lower-cased, no language's stemming or stop
+#: words, as SQLite's ``unicode61``), kept in a column the server computes as rows are added
+#: (``said``), so that ranking the matches reads their terms instead of parsing each text again.
+OWN: Final[dict[int, list[str]]] = {
+    schema.SEARCHED: ["ALTER TABLE messages ADD COLUMN said tsvector GENERATED ALWAYS AS"
+                      " (to_tsvector('simple', content)) STORED",
+                      "CREATE INDEX messages_search ON messages USING GIN (said)"],
+}
 
 
 def _column(col: tuple[Any, ...], keys: list[str]) -> str:

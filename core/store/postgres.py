@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 import urllib.parse
 import uuid
@@ -54,6 +55,7 @@ from ..model.errors import InvalidArgument, StoreBusy, StoreUnreachable, Workspa
 if TYPE_CHECKING:
     import psycopg
 
+log = logging.getLogger("procession.store")
 #: How long a write transaction waits for the writer lock before it says the workspace is busy
 BUSY_TIMEOUT_S = 10
 #: The lock every write transaction takes first, held until it ends: one writer at a time, as in
@@ -753,6 +755,9 @@ async def _upgrade(conn: psycopg.AsyncConnection[Any], where: str, version: int,
     except Unupgradable:
         raise WorkspaceError(f"{where} was made by an older Procession (schema {version}); open it with that one"
                              " and move it with `procession migrate-store` into a new file") from None
+    if version < schema.SEARCHED:
+        messages = await _first(conn, "SELECT count(*) FROM messages")
+        log.info("indexing what was said, for search: %s messages (one statement, the server's)", f"{messages:,}")
     for statement in statements:
         await conn.execute(statement)
     await conn.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (str(schema.VERSION),))

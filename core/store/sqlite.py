@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -36,10 +37,13 @@ from ..model import hosts
 from ..model.errors import InvalidArgument, StoreBusy, StoreFull, WorkspaceError
 
 BUSY_TIMEOUT_MS = 10_000
+#: Messages indexed for search per statement, when an older workspace is opened (then said)
+SEARCH_BATCH = 100_000
 #: The migration that gave sessions a host: the sessions of a file made before are this machine's
 HOSTED = 14
 
 
+log = logging.getLogger("procession.store")
 #: An address's scheme (RFC 3986: a letter, then letters, digits, ``+``, ``-`` and ``.``).
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -337,6 +341,8 @@ class SqliteStore(Store):
                         await conn.execute(statement)
                     if number == HOSTED:
                         await conn.execute("UPDATE sessions SET host = ? WHERE host = ''", (hosts.this(),))
+                    if number == schema.SEARCHED:
+                        await _index_said(conn)
                     if number == 1:
                         await conn.executemany(
                             "INSERT INTO meta (key, value) VALUES (?, ?)",
@@ -526,6 +532,26 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+async def _index_said(conn: aiosqlite.Connection) -> None:
+    """Index the messages a workspace held before it had a search index, a batch at a time
+    (in the migration's transaction: all of them, or none and the migration again at the next
+    opening), saying how far it is where the CLI shows it (``procession.store``'s log)."""
+    (top,), = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM messages")
+    for at in range(0, top, SEARCH_BATCH):
+        await conn.execute("INSERT INTO messages_search (rowid, content) SELECT id, content FROM messages"
+                           " WHERE id > ? AND id <= ?", (at, at + SEARCH_BATCH))
+        log.info("indexing what was said, for search: %s of %s messages", f"{min(at + SEARCH_BATCH, top):,}",
+                 f"{top:,}")
+
+
 def _statements(script: str) -> list[str]:
-    """Split a migration into statements (ours contain no semicolons inside literals)."""
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Split a migration into statements: one ends at a semicolon where SQLite finds it whole
+    (a trigger's body holds semicolons of its own; ours hold none inside literals)."""
+    out, part = [], ""
+    for piece in script.split(";"):
+        part += piece + ";"
+        if sqlite3.complete_statement(part):
+            if part.strip(" \n;"):
+                out.append(part.strip())
+            part = ""
+    return out

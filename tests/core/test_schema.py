@@ -253,6 +253,7 @@ async def test_a_workspace_of_the_first_schema_is_migrated_with_everything_in_it
         assert (info.name, info.goal, info.messages, info.last_outcome) == ("payroll", "g", 1, "failed")
         assert info.host == hosts.this() and not info.host_lost  # the machine its file is on
         assert [m.content for m in await ws.history(1)] == ["hello"]
+        assert [(f.session, f.seq) for f in await ws.grep("hello")] == [(1, 1)]  # indexed as it was migrated
         assert (await ws.show(1)).system == "sys"
         await ws.trigger_remove(1, 7)
         assert (await ws.trigger_add(1, "inbox")).trigger.id == 8
@@ -274,8 +275,9 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
         conn.executemany("INSERT INTO resources (session_id, kind, uri, mode, created) VALUES (?, ?, ?, 'rw', 0)",
                          [(one, "db", "/x/a.db"), (one, "sqlite", "/x/a.db"), (two, "db", "/x/b.db")])
         # and without what came after it (11: permissions and requests; 12: quiet agents; 13: versions
-        # of memory, names indexed; 14: hosts; 15: moves; 17: spawned sessions indexed; 18: devices; 19: answer tokens, runs by end)
-        conn.executescript("DROP TABLE answer_tokens; DROP INDEX runs_ended; DROP TABLE devices; DROP TABLE pairings; DROP INDEX sessions_spawned_by; DROP TABLE moves; DROP INDEX sessions_host; ALTER TABLE sessions DROP COLUMN host; DROP TABLE engines;"
+        # of memory, names indexed; 14: hosts; 15: moves; 17: spawned sessions indexed; 18: devices; 19: answer tokens,
+        # runs by end; 20: the search index)
+        conn.executescript("DROP TRIGGER messages_searched; DROP TABLE messages_search; DROP TABLE answer_tokens; DROP INDEX runs_ended; DROP TABLE devices; DROP TABLE pairings; DROP INDEX sessions_spawned_by; DROP TABLE moves; DROP INDEX sessions_host; ALTER TABLE sessions DROP COLUMN host; DROP TABLE engines;"
                            " ALTER TABLE journal DROP COLUMN who;"
                            " CREATE TABLE lease (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT NOT NULL, pid INTEGER"
                            " NOT NULL, host TEXT NOT NULL, started REAL NOT NULL, heartbeat REAL NOT NULL, slots INTEGER"

@@ -220,8 +220,8 @@ async def test_a_postgresql_workspace_of_an_older_schema_is_upgraded_only_when_a
     sid = (await ws.spawn("kept", "ops")).sid
     await ws.close()
     for statement in ("DROP TABLE moves", "DROP INDEX sessions_spawned_by", "DROP TABLE devices", "DROP TABLE pairings",
-                      "DROP TABLE answer_tokens", "DROP INDEX runs_ended",
-                      "UPDATE meta SET value = '14' WHERE key = 'schema'",
+                      "DROP TABLE answer_tokens", "DROP INDEX runs_ended", "DROP INDEX messages_search",
+                      "ALTER TABLE messages DROP COLUMN said", "UPDATE meta SET value = '14' WHERE key = 'schema'",
                       # an engine of the older Procession, on another machine, beating now
                       "INSERT INTO engines (host, token, pid, started, heartbeat, slots, proc_start, machine)"
                       " VALUES ('old', 't', 77, 0, EXTRACT(EPOCH FROM clock_timestamp()), 2, NULL, 'elsewhere')"):

@@ -1,0 +1,83 @@
+"""The questions ``grep`` asks: which messages hold every term, best first, and which forks share one.
+
+Each store answers from its own full-text index, never by reading the messages (schema 20):
+SQLite's FTS5 table over the messages' content (``messages_search``, ranked by BM25, its
+snippet cut by FTS5), PostgreSQL's GIN index over each message's terms (``messages.said``,
+ranked by ``ts_rank``, its snippet cut by ``ts_headline`` for the hits shown only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ..model.search import END, START, Query
+from .base import Row, Tx, said
+
+#: Whether a hit is folded away in its session's context: inside a compress's fold in force,
+#: and not a message a compress keeps (pinned, or the system's).
+_ARCHIVED: Final = ("(m.pinned = 0 AND m.role <> 'system' AND EXISTS (SELECT 1 FROM folds f WHERE"
+                    " f.session_id = m.session_id AND f.expanded IS NULL AND m.seq BETWEEN f.lo AND f.hi))")
+_SHOWN: Final = "m.session_id, s.name, a.name, s.host, m.seq, m.role, m.author, m.created"
+#: Words around the hits a snippet holds.
+SNIPPET_WORDS: Final = 16
+
+_FIND: Final = {
+    "sqlite": f"SELECT {_SHOWN}, snippet(messages_search, 0, char(2), char(3), '…', {SNIPPET_WORDS}),"
+              f" -messages_search.rank, {_ARCHIVED}"
+              " FROM messages_search JOIN messages m ON m.id = messages_search.rowid"
+              " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
+              " WHERE messages_search MATCH ?{where} ORDER BY messages_search.rank LIMIT ?",
+    "postgresql": "WITH q AS (SELECT {query} AS q), hits AS ("
+                  " SELECT m.id, ts_rank(m.said, q.q) AS rank FROM q, messages m"
+                  " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
+                  " WHERE m.said @@ q.q{where} ORDER BY rank DESC, m.id LIMIT ?)"
+                  f" SELECT {_SHOWN}, ts_headline('simple', m.content, q.q, ?), h.rank, {_ARCHIVED}"
+                  " FROM hits h JOIN messages m ON m.id = h.id JOIN sessions s ON s.id = m.session_id"
+                  " JOIN agents a ON a.id = s.agent_id, q ORDER BY h.rank DESC, m.id",
+}
+#: ``ts_headline``'s options: FTS5's snippet's, as near as they go.
+_HEADLINE: Final = (f"StartSel={START}, StopSel={END}, MaxWords={SNIPPET_WORDS}, MinWords={SNIPPET_WORDS // 2},"
+                    " MaxFragments=1, ShortWord=0")
+#: The forks that share a session's message ``seq``: its children forked at or past it, and
+#: theirs, at any depth (positions run on along a lineage: a grandchild forked at or past it
+#: holds it too).
+_FORKS: Final = """
+    WITH RECURSIVE down(id) AS (
+        SELECT id FROM sessions WHERE parent_id = ? AND fork_seq >= ?
+        UNION ALL
+        SELECT s.id FROM sessions s JOIN down d ON s.parent_id = d.id WHERE s.fork_seq >= ?
+    )
+    SELECT id FROM down ORDER BY id
+"""
+
+
+def _fts5(query: Query) -> str:
+    """Each term as an FTS5 string (a phrase of its words), every one of them required."""
+    return " ".join('"' + term.replace('"', '""') + '"' for term in query.terms)
+
+
+async def find(tx: Tx, query: Query, *, agent: str | None = None, host: str | None = None,
+               since: float | None = None, role: str | None = None, limit: int = 20) -> list[Row]:
+    """The messages holding every term of ``query`` (of that agent's sessions, host, time on,
+    role), best first: session, its name, agent, host, seq, role, author, created, the
+    snippet, the rank (higher is better), whether it is archived."""
+    where = ""
+    params: list[Any] = []
+    for column, value in (("a.name", agent), ("s.host", host), ("m.role", role)):
+        if value is not None:
+            where += f" AND {column} = ?"
+            params.append(value)
+    if since is not None:
+        where += " AND m.created >= ?"
+        params.append(since)
+    if tx.store.dialect == "sqlite":
+        args: list[Any] = [_fts5(query), *params, limit]
+    else:
+        args = [*query.terms, *params, limit, _HEADLINE]
+    phrases = " && ".join("phraseto_tsquery('simple', ?)" for _ in query.terms)  # PostgreSQL's
+    return await tx.all(said(tx, _FIND).format(query=phrases, where=where), args)
+
+
+async def forks_holding(tx: Tx, sid: int, seq: int) -> list[int]:
+    """The forks that share session ``sid``'s message ``seq`` through their lineage."""
+    return [r[0] for r in await tx.tuples(_FORKS, (sid, seq, seq))]
