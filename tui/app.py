@@ -188,9 +188,10 @@ class ProcessionApp(App[str]):
     def move_to(self, sid: int) -> None:
         self.main.table.move_to(sid)
 
-    def open_detail(self, sid: int) -> None:
+    def open_detail(self, sid: int, *, at: int | None = None) -> None:
+        """The session's detail view (at message ``at`` of its context, when given)."""
         self.feed.seen(sid)
-        self.push_screen(Detail(sid))
+        self.push_screen(Detail(sid, at=at))
 
     def action_attention(self) -> None:
         """The attention queue: what waits for you, what fails, what finished."""

@@ -33,9 +33,10 @@ class Detail(Calling):
 
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="back"), *call_bindings()]
 
-    def __init__(self, sid: int) -> None:
+    def __init__(self, sid: int, *, at: int | None = None) -> None:
         super().__init__()
         self.sid = sid
+        self.at = at  # the message to show first (a search's hit), marked
         self.rev = -1
         self.log_run = 0
         self.log_after = 0
@@ -103,9 +104,15 @@ class Detail(Calling):
         self.query_one("#runs-label", Label).update(
             f"run durations, newest right: {min(durations):.1f}–{max(durations):.1f} s" if len(durations) > 1
             else "run durations: fewer than two runs yet")
-        self.query_one("#body-context", Static).update(_context(detail))
-        if first:  # the newest messages are what one opens a session to see
-            scroll = self.query_one("#tab-context VerticalScroll", VerticalScroll)
+        context = _context(detail, self.at)
+        self.query_one("#body-context", Static).update(context)
+        scroll = self.query_one("#tab-context VerticalScroll", VerticalScroll)
+        if first and self.at is not None:  # the hit a search opened it at, near the top
+            before = _context(detail, self.at, upto=True)
+            width = max(20, (scroll.size.width or self.size.width or 160) - 2)
+            y = len(before.wrap(self.app.console, width)) if before.plain else 0
+            self.call_after_refresh(scroll.scroll_to, y=max(0, y - 2), animate=False)
+        elif first:  # the newest messages are what one opens a session to see
             self.call_after_refresh(scroll.scroll_end, animate=False)
         self.query_one("#body-memory", Static).update(
             "\n".join(lines.memory_line(k, v) for k, v in detail.memory.items()) or "(empty)")
@@ -139,7 +146,9 @@ def _summary(d: SessionDetail, now: float, width: int) -> Text:
     return text
 
 
-def _context(d: SessionDetail) -> Text:
+def _context(d: SessionDetail, at: int | None = None, *, upto: bool = False) -> Text:
+    """The context, the item holding message ``at`` marked (a fold, for an archived one); with
+    ``upto``, only what comes before that item (how far down it is)."""
     text = Text()
     if d.system:
         text.append("system prompt\n", "bold")
@@ -148,7 +157,13 @@ def _context(d: SessionDetail) -> Text:
     if len(items) > SHOWN_ITEMS:
         text.append(f"… {len(items) - SHOWN_ITEMS} earlier items not shown (procession show {d.info.id})\n\n", "dim")
         items = items[-SHOWN_ITEMS:]
+    marked = next((i for i in items if i.seq == at and i.fold is None), None) or next(  # or the fold hiding it
+        (i for i in reversed(items) if at is not None and i.fold is not None and i.seq <= at), None)
     for item in items:
+        if item is marked and upto:
+            break
+        if item is marked and at is not None:
+            text.append(lines.found_at(d.info.id, at, item.fold is not None) + "\n", "reverse bold")
         if item.fold is not None:
             text.append(f"▸ [{item.seq}] {item.folded} items folded ({item.tokens} tokens): ", "bold yellow")
             text.append(printable(item.content.splitlines()[0] if item.content else "") + "\n", "yellow")

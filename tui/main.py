@@ -19,6 +19,7 @@ from procession.present.cells import BY_KEY
 from .calling import Calling, call_bindings
 from .dialogs import ActionMenu, Choice
 from .meters import Meters
+from .said import Said
 from .table import SessionTable, TableHeader
 from .view import ViewSpec, matches
 
@@ -29,6 +30,7 @@ class MainScreen(Calling):
     BINDINGS = [
         Binding("f3,slash", "search", "Search", key_display="F3", id="search"),
         Binding("f4,backslash", "filter", "Filter", key_display="F4", id="filter"),
+        Binding("ctrl+f", "said", "Find what was said", show=False, id="said"),
         Binding("f5,t", "toggle_tree", "Tree", key_display="F5", id="tree"),
         Binding("f6", "sort_menu", "Sort", key_display="F6", id="sort"),
         Binding("greater_than_sign,full_stop", "sort_column(1)", "Sort by the next column", show=False,
@@ -136,8 +138,14 @@ class MainScreen(Calling):
         """F3 (or /): the next match of the search, as in htop; the bar is shown with the search
         selected, so that typing starts a new one. The first opens an empty bar."""
         if self.bar_mode != "search":
-            self._show_bar("search", "search: name, agent or state — F3 next, Enter or Esc closes", self.search_text)
+            self._show_bar("search", "search: name, agent or state — F3 next, Enter or Esc closes;"
+                           " Ctrl+F: what was said", self.search_text)
         self._next_match(self.search_text, skip=True)
+
+    def action_said(self) -> None:
+        """Ctrl+F: find what was said, in every session's messages."""
+        self._hide_bar()
+        self.app.push_screen(Said())
 
     def action_filter(self) -> None:
         self._show_bar("filter", "filter: name, agent or state — Enter keeps, Esc clears", self.spec.filter)

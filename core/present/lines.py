@@ -379,9 +379,28 @@ def history_line(m: Message, *, short: bool = False) -> str:
     return head + (m.content.replace("\n", "\n" + " " * len(head)) if "\n" in m.content else m.content)
 
 
+#: What a search that found nothing says.
+FOUND_NONE = "no message holds it"
+
+
 def found_text(found: Sequence[Found], now: float | None = None) -> str:
     """What ``grep`` found, a hit each two lines, or that nothing holds it."""
-    return "\n".join(found_line(f, now) for f in found) if found else "no message holds it"
+    return "\n".join(found_line(f, now) for f in found) if found else FOUND_NONE
+
+
+def found_title(found: Sequence[Found], shown: int) -> str:
+    """The monitor's heading of what a search found."""
+    if not found:
+        return f"What was said: {FOUND_NONE}"
+    best = f", the best {shown} shown" if len(found) >= shown else ""
+    return f"What was said: {words.plural(len(found), 'message')}{best}"
+
+
+def found_at(sid: int, at: int, folded: bool) -> str:
+    """What marks, in a session's context, the message a search opened it at."""
+    if folded:
+        return f"▼ message {at}, found, is archived in this fold (procession history {sid} --range {at}:{at})"
+    return f"▼ message {at}, found"
 
 
 def found_line(f: Found, now: float | None = None) -> str:
