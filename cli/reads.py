@@ -24,7 +24,7 @@ from procession.present.cells import text_table
 
 from . import cursor
 from .registry import PROG, SID, arg, command, count_type, sid_type
-from .terminal import emit, emit_stream, json_text
+from .terminal import UsageError, emit, emit_stream, json_text
 
 #: How often ``logs -f`` looks for more.
 FOLLOW_S = 0.2
@@ -232,12 +232,23 @@ async def log(ws: Workspace, args: argparse.Namespace) -> int:
 
 @command("runs", "runs: cause, start, outcome, exit status, pid, tokens", args=[
     arg("sid", type=sid_type, nargs="?"), arg("-n", "--limit", type=count_type, default=50),
+    arg("--tools", action="store_true", help="each run's tool calls too, and what let each run (a session's runs)"),
 ])
 async def runs(ws: Workspace, args: argparse.Namespace) -> int:
     found = await ws.runs(args.sid, args.limit)
     now = time.time()
-    emit(args, [r.to_json() for r in found],
-         lambda: "\n".join([lines.RUNS_HEADER, *(lines.run_line(r, now) for r in found)]))
+    if not args.tools:
+        emit(args, [r.to_json() for r in found],
+             lambda: "\n".join([lines.RUNS_HEADER, *(lines.run_line(r, now) for r in found)]))
+        return 0
+    if args.sid is None:
+        raise UsageError("--tools lists a session's runs' tool calls: give its SID")
+    used: dict[int | None, list[Any]] = {}
+    for u in await ws.tool_uses(args.sid, [r.id for r in found]):
+        used.setdefault(u.run, []).append(u)
+    emit(args, [{**r.to_json(), "tools": [u.to_json() for u in used.get(r.id, [])]} for r in found],
+         lambda: "\n".join([lines.RUNS_HEADER, *(line for r in found for line in
+                                                   [lines.run_line(r, now), *map(lines.tool_use_line, used.get(r.id, []))])]))
     return 0
 
 

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from ..model import agent_homes, hosts, limits, runner_spec
+from ..model import agent_homes, allowed, hosts, limits, runner_spec
 from ..model.errors import InvalidArgument, NotFound, SessionNotFound
 from ..model.records import (
     AgentHome,
@@ -31,9 +31,10 @@ from ..model.records import (
     TriggerInfo,
     Worktree,
 )
+from ..model.allowed import ToolUse
 from ..model.search import Found, Query
 from ..model.states import State
-from ..store import Tx, checkpoints, journal, rows, runlog, search, sessions, tokens
+from ..store import Tx, checkpoints, journal, messages, requests, rows, runlog, search, sessions, tokens
 from ..store.sessions import PS_SORTS as PS_SORTS  # the columns ``ps`` sorts by: what faces offer
 from . import history
 from .base import Calls
@@ -357,6 +358,17 @@ class ReadCalls(Calls):
                 await rows.session(tx, sid)
             found = await runlog.newest(tx, limit, sid)
         return [run_info(r) for r in found]
+
+    async def tool_uses(self, sid: int, runs: Sequence[int]) -> list[ToolUse]:
+        """The tool calls session ``sid``'s runs ``runs`` made, in order, each with how it came
+        to run (``model.allowed``): unasked, by the session's permissions, a rule, a person (who),
+        an answer carried over, refused, or withdrawn; and what the kernel refused it."""
+        async with self.store.snapshot() as tx:
+            await rows.session(tx, sid)
+            calls = await messages.tool_calls(tx, sid, runs)
+            asked = await requests.of_runs(tx, sid, runs)
+            who = await journal.answerers(tx, sid, [r["answered"] for r in asked if r["answered"] is not None])
+        return allowed.uses([(seq, json.loads(meta), created) for seq, meta, created in calls], asked, who)
 
     async def ended_runs(self, after: float, limit: int = 20) -> list[RunInfo]:
         """The runs of any session that ended after ``after``, newest first, at most ``limit``

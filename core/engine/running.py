@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from ..model.allowed import DENIALS_KEPT, denials
 from ..model.errors import ProcessionError, StoreBusy, StoreFull
 from .ledger import CANCELLED, FAILED, INTERRUPTED, OK, TIMEOUT, Ledger
 from ..model.prices import Price
@@ -45,9 +45,6 @@ LOG_TAIL = 256 * 1024
 #: How long the end of a run is retried while the workspace stays busy (then the next engine
 #: start records it as lost: the step itself is gone by then).
 RECORD_FOR_S = 600.0
-#: What a confined run's record keeps of the refusals its processes report.
-DENIALS_KEPT = 5
-_DENIED = re.compile(r"[^\n]*(?:Permission denied|Operation not permitted)[^\n]*")
 
 
 @dataclass(slots=True)
@@ -103,9 +100,9 @@ class LiveRun:
         """Keep what the step's processes say the kernel refused them (a confined run's record
         says it: ``sh: cannot create /etc/x: Permission denied``)."""
         if self.confined and len(self.denied) < DENIALS_KEPT:
-            for line in _DENIED.findall(text):
+            for line in denials(text):
                 if line not in self.denied and len(self.denied) < DENIALS_KEPT:
-                    self.denied.append(line.strip()[:300])
+                    self.denied.append(line)
 
     async def flush(self) -> None:
         """Commit the log and the events read since the last flush (kept for the next one when

@@ -32,8 +32,9 @@ from ..model.records import (
     Waited,
     Worktree,
 )
-from ..model import agents, bounds, requests, runner_spec, search, toolcalls
+from ..model import agents, allowed, bounds, requests, runner_spec, search, toolcalls
 from ..model.agents import ACP, HEADLESS
+from ..model.allowed import ToolUse
 from ..model.search import Found
 from . import words
 from .words import one_line, printable
@@ -474,6 +475,23 @@ def run_line(r: RunInfo, now: float | None = None) -> str:
             f" {r.tokens_in + r.tokens_out:>9}  {causes(r)}")
     if r.error:
         line += f"\n        {one_line(r.error, 100)}"
+    return line
+
+
+def tool_use_line(u: ToolUse) -> str:
+    """A tool call of a run, and what let it run (``model.allowed``): who, which rule, or
+    nothing asked; how long it waited for a person; what the kernel refused it."""
+    how = {allowed.UNASKED: "unasked: its agent's own permissions let it",
+           allowed.PERMISSIONS: "allowed by its permissions (all)",
+           allowed.RULE: f"allowed by {u.by}", allowed.PERSON: f"allowed by {u.by}",
+           allowed.CARRIED: f"allowed by the answer to {u.by} (an earlier run's)",
+           allowed.REFUSED: f"refused by {u.by}" + (f": {u.why}" if u.why else ""),
+           allowed.WITHDRAWN: "asked, and withdrawn before an answer"}[u.how]
+    if u.how in (allowed.PERSON, allowed.REFUSED) and u.asked is not None and u.answered is not None:
+        how += f" after {words.duration(u.answered - u.asked)}"
+    line = f"  [{u.seq:>5}] {one_line(f'{u.name}: {toolcalls.summary(u.input)}', 60)} — {how}"
+    if u.denied:
+        line += f"; the kernel refused it: {one_line('; '.join(u.denied), 100)}"
     return line
 
 

@@ -3,6 +3,8 @@ and a person are told of, and what agents waiting on another session look for.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .base import Row, Tx
 
 #: The journal rows of what the engine did by itself that faces tell (``told``).
@@ -84,3 +86,13 @@ async def notable(tx: Tx, after: int) -> list[Row]:
         " s.quiet OR a.quiet AS quiet"
         " FROM journal j JOIN sessions s ON s.id = j.session_id JOIN agents a ON a.id = s.agent_id"
         " WHERE j.id > ? AND j.call IN ('ask', 'finish', 'suspend', 'limit') ORDER BY j.id", (after,))
+
+
+async def answerers(tx: Tx, sid: int, times: Sequence[float]) -> dict[float, str]:
+    """Who answered session ``sid``'s requests at each of ``times`` (an ``allow`` or ``deny``
+    journals at its transaction's time, which its answer is stamped with too)."""
+    if not times:
+        return {}
+    found = await tx.tuples("SELECT ts, who FROM journal WHERE session_id = ? AND call IN ('allow', 'deny')"
+                            f" AND ts IN ({', '.join('?' * len(times))})", (sid, *times))
+    return {float(ts): who for ts, who in found}

@@ -3,7 +3,7 @@ copy-on-write lineage, and its folds. Reads only; messages are appended by ``row
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final
 
 from ..model.records import Fold
@@ -116,4 +116,21 @@ _BY_RUN: Final = {
               " ORDER BY seq",
     "postgresql": "SELECT role, content FROM messages WHERE session_id = ? AND seq > ?"
                   " AND (meta::jsonb ->> 'run') = CAST(? AS TEXT) ORDER BY seq",
+}
+
+
+async def tool_calls(tx: Tx, sid: int, runs: Sequence[int]) -> list[tuple[Any, ...]]:
+    """``(seq, meta, created)`` of session ``sid``'s tool calls made by ``runs``, in order."""
+    if not runs:
+        return []
+    marks = ", ".join("?" * len(runs))
+    return await tx.tuples(said(tx, _TOOLS).format(marks=marks), (sid, *runs))
+
+
+#: A session's tool calls of some runs (a tool call's ``meta`` names its run).
+_TOOLS: Final = {
+    "sqlite": "SELECT seq, meta, created FROM messages WHERE session_id = ? AND role = 'tool'"
+              " AND json_extract(meta, '$.run') IN ({marks}) ORDER BY seq",
+    "postgresql": "SELECT seq, meta, created FROM messages WHERE session_id = ? AND role = 'tool'"
+                  " AND CAST(meta::jsonb ->> 'run' AS BIGINT) IN ({marks}) ORDER BY seq",
 }

@@ -129,3 +129,11 @@ async def rules(tx: Tx, sid: int | None = None) -> list[Row]:
 async def tool_rules(tx: Tx, sid: int, tool: str) -> list[Row]:
     """Session ``sid``'s rules of ``tool``, oldest first, as ``rules`` reads them."""
     return await tx.all(_RULES + " WHERE r.session_id = ? AND r.tool = ? ORDER BY r.id", (sid, tool))
+
+
+async def of_runs(tx: Tx, sid: int, runs: Sequence[int]) -> list[Row]:
+    """What session ``sid``'s runs ``runs`` asked, in the order they asked it."""
+    if not runs:
+        return []
+    return await tx.all(f"SELECT * FROM requests WHERE session_id = ? AND run_id IN ({', '.join('?' * len(runs))})"
+                        " ORDER BY id", (sid, *runs))

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import engine_on, until
 from procession import State, Workspace
+from procession.model import hosts
 from procession.model.errors import IllegalTransition, NotFound
 from support.models import ModelServer, Script, say, tool_call
 
@@ -61,6 +62,12 @@ async def test_reads_run_unasked_writes_wait_and_allow_always_makes_a_rule(live,
     assert await live.pending() == []
     rules = await live.rules(sid)
     assert [(r.tool, r.subject) for r in rules] == [("data_write", "")]
+    # what let each call run, from its run's record alone (issue 39: "why did this run")
+    used = await live.tool_uses(sid, [run.id])
+    assert [(u.name, u.input.get("path"), u.how) for u in used] == [
+        ("data_read", "a.txt", "unasked"), ("data_write", "b.txt", "person"), ("data_write", "c.txt", "rule")]
+    assert hosts.who() in (used[1].by or "") and used[1].request == request.id and used[1].answered >= used[1].asked
+    assert used[2].by == f"rule {rules[0].id}"
     await live.forget(rules[0].id)
     assert await live.rules(sid) == []
     with pytest.raises(NotFound):
@@ -79,6 +86,8 @@ async def test_deny_is_the_tools_answer_and_the_run_goes_on(live, engine, model,
     assert run.outcome == "ok" and not (data / "b.txt").exists()
     tool = [m for m in await live.history(sid) if m.role == "tool"][0].meta["tool"]
     assert tool["is_error"] and tool["output"] == "read only today"
+    [used] = await live.tool_uses(sid, [run.id])
+    assert (used.how, used.why, used.is_error) == ("refused", "read only today", True) and hosts.who() in (used.by or "")
 
 
 async def test_interrupt_withdraws_what_waits(live, engine, model, tmp_path):
