@@ -126,17 +126,21 @@ async def live(db: Path) -> AsyncIterator[Workspace]:
 
 
 @contextlib.asynccontextmanager
-async def engine_on(path: Path, slots: int = 2, notify: Any = None, prices: Any = None):
+async def engine_on(path: Path, slots: int = 2, notify: Any = None, prices: Any = None, exporter: Any = None,
+                    tracing: Any = None):
     """A real engine on the workspace at ``path``, in this event loop (short grace period),
-    serving until the block ends; it sends notifications only where ``notify`` says and prices
-    tokens by ``prices`` (never by the config file of whoever runs the tests)."""
+    serving until the block ends; it sends notifications only where ``notify`` says, prices
+    tokens by ``prices`` and exports spans only to ``exporter`` or where ``tracing`` says
+    (never by the config file or the ``OTEL_*`` variables of whoever runs the tests)."""
     import asyncio
 
     from procession.engine import Engine
+    from procession.engine import tracing as tracing_
     from procession.engine.notify import Settings
     from procession.model.prices import Prices
 
-    eng = Engine(path, slots=slots, grace=0.3, notify=notify or Settings(), prices=prices or Prices())
+    eng = Engine(path, slots=slots, grace=0.3, notify=notify or Settings(), prices=prices or Prices(),
+                 tracing=tracing or tracing_.Settings(), exporter=exporter)
     await eng.start()
     stop = asyncio.Event()
     task = asyncio.ensure_future(eng.serve(stop))

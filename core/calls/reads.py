@@ -32,6 +32,7 @@ from ..model.records import (
     Worktree,
 )
 from ..model.allowed import ToolUse
+from ..model.traces import FORKED, MERGED, Link, RunTrace
 from ..model.search import Found, Query
 from ..model.states import State
 from ..store import Tx, checkpoints, journal, messages, requests, rows, runlog, search, sessions, tokens
@@ -370,6 +371,13 @@ class ReadCalls(Calls):
             who = await journal.answerers(tx, sid, [r["answered"] for r in asked if r["answered"] is not None])
         return allowed.uses([(seq, json.loads(meta), created) for seq, meta, created in calls], asked, who)
 
+    async def traced_runs(self, engine: str, since: float, limit: int = 100) -> list[RunTrace]:
+        """The runs engine ``engine`` (its lease's token) ran that ended at ``since`` or later,
+        oldest end first, each as its trace holds it (``model.traces``): for the engine's
+        OpenTelemetry export, read from the store alone."""
+        async with self.store.snapshot() as tx:
+            return [await _trace(tx, r) for r in await runlog.ended_by(tx, engine, since, limit)]
+
     async def ended_runs(self, after: float, limit: int = 20) -> list[RunInfo]:
         """The runs of any session that ended after ``after``, newest first, at most ``limit``
         (found by the index of their ends, whatever the runs)."""
@@ -380,6 +388,33 @@ class ReadCalls(Calls):
 def _entry(r: Any) -> JournalEntry:
     return JournalEntry(r["id"], r["ts"], r["actor"], r["call"], r["session_id"], r["other_id"], json.loads(r["args"]),
                         json.loads(r["outcome"]), r["who"])
+
+
+async def _trace(tx: Tx, r: Any) -> RunTrace:
+    """Run ``r`` as its trace holds it: its tool calls and what let each run, what it asked
+    that no call answers to, and the runs of other sessions it follows from (its session's
+    parent, for a fork's first run; the forks merged into its session since its last run)."""
+    sid, run = r["session_id"], r["id"]
+    row = await rows.session(tx, sid)
+    asked = await requests.of_runs(tx, sid, [run])
+    who = await journal.answerers(tx, sid, [a["answered"] for a in asked if a["answered"] is not None])
+    calls = await messages.tool_calls(tx, sid, [run])
+    tools = allowed.uses([(seq, json.loads(meta), created) for seq, meta, created in calls], asked, who)
+    answered = {u.request for u in tools}
+    unmatched = tuple({"request": a["id"], "tool": a["tool"], "asked": a["asked"], "answer": a["answer"],
+                       "answered": a["answered"], "by": who.get(a["answered"], a["answered_by"])}
+                      for a in asked if a["id"] not in answered)
+    links = []
+    before = await runlog.previous(tx, sid, run)
+    if before is None and row["parent_id"] is not None:
+        parent = await rows.session(tx, row["parent_id"])
+        links.append(Link(FORKED, parent["uuid"], parent["id"], await runlog.before(tx, parent["id"], row["created"]),
+                          row["fork_seq"]))
+    for source, when in await journal.merged_into(tx, sid, before["started"] if before else 0.0, r["started"]):
+        merged = await rows.session(tx, source)
+        links.append(Link(MERGED, merged["uuid"], source, await runlog.before(tx, source, when)))
+    return RunTrace(run_info(r), row["uuid"], row["name"], row["agent"], row["host"], row["runner"], tuple(tools),
+                    unmatched, tuple(links))
 
 
 def run_info(r: Any) -> RunInfo:

@@ -38,6 +38,7 @@ from ..model.text import plural
 from ..store import Store, open_store, rows
 from . import confinement, follow, moving, reaper
 from .lease import Heartbeat
+from . import tracing as tracing_
 from .notify import Notifier, Settings
 from .notify import load as load_notify
 from ..model.prices import Prices
@@ -137,7 +138,8 @@ class Engine:
 
     def __init__(self, path: Path | str | None = None, *, slots: int = DEFAULT_SLOTS,
                  grace: float = DEFAULT_GRACE_S, only: set[int] | None = None, triggers: bool = True,
-                 tracker: str = "auto", notify: Settings | None = None, prices: Prices | None = None) -> None:
+                 tracker: str = "auto", notify: Settings | None = None, prices: Prices | None = None,
+                 tracing: tracing_.Settings | None = None, exporter: Any = None) -> None:
         if slots < 1:
             raise ProcessionError("an engine needs at least one run slot")
         self.path = path
@@ -150,6 +152,9 @@ class Engine:
         self.prices = prices or Prices()  # read from the config file at start when not given
         self._read_prices = prices is None
         self.notifier: Notifier | None = None
+        self.tracing = tracing  # None: the user's config file, else the OTEL_* variables, say (``tracing.load``)
+        self.exporter = exporter  # where spans go instead of the configured endpoint (the tests')
+        self.tracer: tracing_.Tracer | None = None
         self.token = uuid.uuid4().hex
         self.ledger: Ledger | None = None
         self.live: dict[int, LiveRun] = {}
@@ -197,6 +202,9 @@ class Engine:
                 for problem in self.prices.problems:
                     log.warning("%s", problem)
             await _patiently(self.notifier.start)
+            self.tracer = self._tracer(ledger)
+            if self.tracer is not None:
+                await self.tracer.start(time.time())
             if self.with_triggers:
                 triggers = self.triggers = Triggers(self.ledger, self._watch_fired, watch=self.only is None,
                                                     kick=self.kick.set)
@@ -274,6 +282,10 @@ class Engine:
             if self.notifier is not None:
                 await self.notifier.poll()  # what the shutdown itself caused
                 await self.notifier.close()
+            if self.tracer is not None:
+                with contextlib.suppress(ProcessionError):
+                    await self._trace()  # the runs the shutdown ended
+                await asyncio.to_thread(self.tracer.close)
             if self.heartbeat is not None:
                 self.heartbeat.stop()
             with contextlib.suppress(ProcessionError):
@@ -284,6 +296,33 @@ class Engine:
             if reaper.let_go():
                 await asyncio.to_thread(reaper.collect)
         log.info("engine %s stopped", os.getpid())
+
+    def _tracer(self, ledger: Ledger) -> tracing_.Tracer | None:
+        """The OpenTelemetry export of the runs this engine ends, when configured (or given an
+        exporter); a setting it cannot use, or the SDK missing, is said and nothing exported."""
+        settings = self.tracing if self.tracing is not None else tracing_.load()
+        for problem in settings.problems:
+            log.warning("%s", problem)
+        if not settings.endpoint and self.exporter is None:
+            return None
+        try:
+            tracer = tracing_.Tracer(ledger, settings, hosts.this(), self.token, exporter=self.exporter)
+        except ImportError:
+            log.warning("tracing: [otel] is set but OpenTelemetry is not installed (pip install 'procession[otel]');"
+                        " nothing is exported")
+            return None
+        log.info("tracing: the spans of each run go to %s", settings.endpoint or "the exporter given")
+        return tracer
+
+    async def _trace(self) -> None:
+        """The spans of the runs ended since the last look; a failure is said, never raised."""
+        assert self.tracer is not None
+        try:
+            await self.tracer.poll()
+        except ProcessionError:
+            raise  # the store out of reach: the loop says it, and looks again
+        except Exception:  # noqa: BLE001 - tracing never stops an engine
+            log.exception("tracing: the spans of a run could not be made")
 
     async def _loop(self, stop: asyncio.Event) -> None:
         assert self.ledger is not None
@@ -310,6 +349,8 @@ class Engine:
                         self._look_at_moves()
                         if self.notifier is not None:
                             await self.notifier.poll()
+                        if self.tracer is not None:
+                            await self._trace()
                     if self.triggers and await self.triggers.fire_due(self.only):
                         self.kick.set()
                 except ProcessionError as exc:  # the workspace held too long, its database out of reach: again

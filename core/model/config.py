@@ -1,8 +1,8 @@
 """The user's config file: ``config.toml`` in the user config folder, one file read by table.
 
 The monitor keeps its settings at the top (``tui.config``) and its remapped keys in
-``[keys]``; the engine reads ``[notify]`` (``engine.notify``) and ``[prices]``
-(``model.prices``). Each reader takes its own table and says a mistake in it as a one-line
+``[keys]``; the engine reads ``[notify]`` (``engine.notify``), ``[prices]``
+(``model.prices``) and ``[otel]`` (``engine.tracing``). Each reader takes its own table and says a mistake in it as a one-line
 problem, leaving the others working. A key no reader takes (a typo, or a key at the wrong
 level) would otherwise be ignored without a word: ``unknown_keys`` names each one, and
 every face that reads the file says them (``procession config --check`` lists them all).
@@ -20,7 +20,7 @@ from . import user_files
 from .errors import InvalidArgument
 
 #: The keys at the top of the file: the monitor's settings, then each reader's table.
-TOP_KEYS: Final = ("theme", "interval", "columns", "keys", "notify", "prices")
+TOP_KEYS: Final = ("theme", "interval", "columns", "keys", "notify", "prices", "otel")
 #: The keys of ``[notify]``.
 NOTIFY_KEYS: Final = ("command", "reasons", "desktop", "detail", "push", "web", "buttons")
 

@@ -96,3 +96,10 @@ async def answerers(tx: Tx, sid: int, times: Sequence[float]) -> dict[float, str
     found = await tx.tuples("SELECT ts, who FROM journal WHERE session_id = ? AND call IN ('allow', 'deny')"
                             f" AND ts IN ({', '.join('?' * len(times))})", (sid, *times))
     return {float(ts): who for ts, who in found}
+
+
+async def merged_into(tx: Tx, sid: int, after: float, upto: float) -> list[tuple[int, float]]:
+    """``(source, when)`` of the sessions merged into ``sid`` between two times."""
+    return [(int(r[0]), float(r[1])) for r in await tx.tuples(
+        "SELECT other_id, ts FROM journal WHERE session_id = ? AND call = 'merge' AND ts > ? AND ts <= ?"
+        " AND other_id IS NOT NULL ORDER BY id", (sid, after, upto))]

@@ -51,3 +51,22 @@ async def ended_after(tx: Tx, after: float, limit: int) -> list[Row]:
     """The runs of any session that ended after ``after``, newest first, at most ``limit``
     (found by the index of their ends, whatever the runs)."""
     return await tx.all("SELECT * FROM runs WHERE ended > ? ORDER BY ended DESC LIMIT ?", (after, limit))
+
+
+async def ended_by(tx: Tx, engine: str, since: float, limit: int) -> list[Row]:
+    """The runs engine ``engine`` (its lease's token) ran that ended at ``since`` or later,
+    oldest end first, at most ``limit`` (found by the index of their ends)."""
+    return await tx.all("SELECT * FROM runs WHERE ended >= ? AND engine = ? ORDER BY ended, id LIMIT ?",
+                        (since, engine, limit))
+
+
+async def before(tx: Tx, sid: int, when: float) -> int | None:
+    """Session ``sid``'s last run started at ``when`` or before (what a fork made then, or a
+    merge, follows from)."""
+    found = await tx.value("SELECT max(id) FROM runs WHERE session_id = ? AND started <= ?", (sid, when))
+    return None if found is None else int(found)
+
+
+async def previous(tx: Tx, sid: int, run: int) -> Row | None:
+    """The run of ``sid`` before ``run``."""
+    return await tx.one("SELECT * FROM runs WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT 1", (sid, run))
