@@ -81,6 +81,18 @@ async def light(pilot: Any, app: ProcessionApp) -> None:
     app.table.move_to(REVIEW)
 
 
+async def search(pilot: Any, app: ProcessionApp) -> None:
+    """Ctrl+F: what was said, in every session, as it is typed."""
+    from textual.widgets import Input
+
+    from procession.tui.said import Said
+
+    await pilot.press("ctrl+f")
+    await _until(pilot, lambda: isinstance(app.screen, Said))
+    app.screen.query_one("#said-query", Input).value = "payroll"
+    await _until(pilot, lambda: bool(getattr(app.screen, "found", None)))
+
+
 async def attention(pilot: Any, app: ProcessionApp) -> None:
     """Two sessions whose agents ask (a run started as the engine starts one, its agent asking
     as an agent does), then the queue of what needs you."""
@@ -105,6 +117,7 @@ VIEWS: dict[str, tuple[Steps, dict[str, Any]]] = {
     "detail": (detail, {}),
     "merge-conflict": (merge, {}),
     "light-theme": (light, {"theme": "paper"}),
+    "search": (search, {}),
     "attention": (attention, {}),  # last: it leaves two sessions waiting
 }
 

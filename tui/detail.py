@@ -13,6 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Label, Log, Sparkline, Static, TabbedContent, TabPane
 
+from procession.model import allowed
+from procession.model.allowed import ToolUse
 from procession.model.errors import ProcessionError
 from procession.model.records import RunInfo, SessionDetail, SessionInfo
 from procession.present import lines, words
@@ -22,6 +24,8 @@ from .calling import Calling, call_bindings
 
 #: Items of the active context shown; older ones are summarised in one line.
 SHOWN_ITEMS = 400
+#: The runs whose tool calls the Runs tab lists, newest.
+TRACED_RUNS = 10
 #: How often the log of a running step is read for more.
 LOG_POLL_S = 0.5
 OUTCOME_STYLE = {"ok": "green", "failed": "red", "interrupted": "yellow", "timeout": "magenta",
@@ -120,7 +124,8 @@ class Detail(Calling):
             "\n".join(lines.resource_line(r) for r in detail.resources) or "(none)")
         self.query_one("#body-triggers", Static).update(
             "\n".join(lines.trigger_line(t, now) for t in detail.info.triggers) or "(none)")
-        self.query_one("#body-runs", Static).update(_runs(runs, now))
+        used = await ws.tool_uses(self.sid, [r.id for r in runs[-TRACED_RUNS:]])
+        self.query_one("#body-runs", Static).update(_runs(runs, now, used))
         self.query_one("#body-journal", Static).update(
             "\n".join(lines.journal_line(e, 90) for e in journal) or "(empty)")
 
@@ -174,8 +179,13 @@ def _context(d: SessionDetail, at: int | None = None, *, upto: bool = False) -> 
     return text
 
 
-def _runs(runs: list[RunInfo], now: float) -> Text:
+def _runs(runs: list[RunInfo], now: float, used: list[ToolUse]) -> Text:
+    """The runs, newest first, each with its tool calls and what let each run (the newest
+    ``TRACED_RUNS`` runs')."""
     text = Text()
+    calls: dict[int | None, list[ToolUse]] = {}
+    for u in used:
+        calls.setdefault(u.run, []).append(u)
     for r in reversed(runs):
         took = (r.ended or now) - r.started
         text.append(f"run {r.id:<5}", "bold")
@@ -184,4 +194,6 @@ def _runs(runs: list[RunInfo], now: float) -> Text:
                     f"  tokens {r.tokens_in}/{r.tokens_out}  cause {lines.causes(r)}\n")
         if r.error:
             text.append(f"    {printable(r.error.splitlines()[-1])[:150]}\n", "red")
+        for u in calls.get(r.id, []):
+            text.append(printable(lines.tool_use_line(u)) + "\n", "red" if u.how == allowed.REFUSED or u.denied else "")
     return text or Text("(no runs yet)")

@@ -407,12 +407,12 @@ def found_at(sid: int, at: int, folded: bool) -> str:
 def found_line(f: Found, now: float | None = None) -> str:
     """One hit of ``grep``: where (session, its name, position), who said it and when, the
     forks that share it; then the snippet on one line, each hit between brackets."""
-    where = f"{f.session} {f.name}, message {f.seq}"
+    where = f"{f.session} {one_line(f.name, 24)}, message {f.seq}"
     snippet = " ".join(f.snippet.split()).replace(search.START, "[").replace(search.END, "]")
     tail = "  (archived)" if f.archived else ""
     if f.forks:
         tail += f"  (also in {words.plural(len(f.forks), 'fork')}: {', '.join(map(str, f.forks))})"
-    return f"{where:<32} {f.role:<9} {f.agent}@{f.host}  {words.ago(f.created, now)}{tail}\n    {snippet}"
+    return f"{where:<40} {f.role:<9} {f.agent}@{f.host}  {words.ago(f.created, now)}{tail}\n    {snippet}"
 
 
 # ---------------------------------------------------------------- merges
