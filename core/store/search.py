@@ -21,19 +21,27 @@ _SHOWN: Final = "m.session_id, s.name, a.name, s.host, m.seq, m.role, m.author, 
 #: Words around the hits a snippet holds.
 SNIPPET_WORDS: Final = 16
 
+#: How many of the newest messages holding the words SQLite ranks: a word in most of a million
+#: messages would have each of them scored by BM25 to find the best few (~0.8 s here); the best
+#: of the newest ``RANKED`` are shown instead (the narrowing options reach the older ones).
+#: PostgreSQL ranks them all: its plans for the same bound read more than they saved (measured,
+#: ``bench/search.py``).
+RANKED: Final = 10_000
+_JOINS: Final = " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
+
 _FIND: Final = {
     "sqlite": f"SELECT {_SHOWN}, snippet(messages_search, 0, char(2), char(3), '…', {SNIPPET_WORDS}),"
               f" -messages_search.rank, {_ARCHIVED}"
-              " FROM messages_search JOIN messages m ON m.id = messages_search.rowid"
-              " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
-              " WHERE messages_search MATCH ?{where} ORDER BY messages_search.rank LIMIT ?",
+              f" FROM messages_search JOIN messages m ON m.id = messages_search.rowid{_JOINS}"
+              " WHERE messages_search MATCH ?{where} AND messages_search.rowid >= (SELECT min(id) FROM"
+              f" (SELECT messages_search.rowid AS id FROM messages_search JOIN messages m ON m.id = messages_search.rowid"
+              f"{_JOINS} WHERE messages_search MATCH ?{{where}} ORDER BY messages_search.rowid DESC LIMIT {RANKED}))"
+              " ORDER BY messages_search.rank LIMIT ?",
     "postgresql": "WITH q AS (SELECT {query} AS q), hits AS ("
-                  " SELECT m.id, ts_rank(m.said, q.q) AS rank FROM q, messages m"
-                  " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
+                  f" SELECT m.id, ts_rank(m.said, q.q) AS rank FROM q, messages m{_JOINS}"
                   " WHERE m.said @@ q.q{where} ORDER BY rank DESC, m.id LIMIT ?)"
                   f" SELECT {_SHOWN}, ts_headline('simple', m.content, q.q, ?), h.rank, {_ARCHIVED}"
-                  " FROM hits h JOIN messages m ON m.id = h.id JOIN sessions s ON s.id = m.session_id"
-                  " JOIN agents a ON a.id = s.agent_id, q ORDER BY h.rank DESC, m.id",
+                  f" FROM hits h JOIN messages m ON m.id = h.id{_JOINS}, q ORDER BY h.rank DESC, m.id",
 }
 #: ``ts_headline``'s options: FTS5's snippet's, as near as they go.
 _HEADLINE: Final = (f"StartSel={START}, StopSel={END}, MaxWords={SNIPPET_WORDS}, MinWords={SNIPPET_WORDS // 2},"
@@ -71,7 +79,7 @@ async def find(tx: Tx, query: Query, *, agent: str | None = None, host: str | No
         where += " AND m.created >= ?"
         params.append(since)
     if tx.store.dialect == "sqlite":
-        args: list[Any] = [_fts5(query), *params, limit]
+        args: list[Any] = [_fts5(query), *params, _fts5(query), *params, limit]
     else:
         args = [*query.terms, *params, limit, _HEADLINE]
     phrases = " && ".join("phraseto_tsquery('simple', ?)" for _ in query.terms)  # PostgreSQL's
