@@ -13,8 +13,9 @@ server is the tests' own (``tests/support/postgres.py``: local, ``fsync`` off).
 - *index bytes per message*: SQLite, the pages of the FTS5 tables (``dbstat``); PostgreSQL,
   the GIN index and the ``said`` column (``pg_relation_size``, ``pg_column_size``).
 - *append cost*: ``send --jsonl`` of M messages through the CLI into a new workspace, with
-  the index and with it dropped (trigger and table; index and column), alternated, medians:
-  the ratio is what the index adds to an append.
+  the index and with it dropped (SQLite: a view that takes the batches and keeps nothing;
+  PostgreSQL: the index and its column), alternated, medians: the ratio is what the index
+  adds to an append.
 """
 
 from __future__ import annotations
@@ -99,9 +100,10 @@ async def _index_bytes(target: str) -> int:
 
 async def _drop_index(target: str) -> None:
     async with await Workspace.open(target) as ws, ws.store.tx() as tx:
-        if ws.store.dialect == "sqlite":
-            await tx.execute("DROP TRIGGER messages_searched")
+        if ws.store.dialect == "sqlite":  # what an append gives the index goes nowhere
             await tx.execute("DROP TABLE messages_search")
+            await tx.execute("CREATE VIEW messages_search (content) AS SELECT NULL WHERE 0")
+            await tx.execute("CREATE TRIGGER nowhere INSTEAD OF INSERT ON messages_search BEGIN SELECT 1; END")
         else:
             await tx.execute("DROP INDEX messages_search")
             await tx.execute("ALTER TABLE messages DROP COLUMN said")

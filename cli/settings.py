@@ -25,8 +25,8 @@ def note_unknown_keys() -> None:
 
 def problems() -> list[str]:
     """Every problem of the config file: that it cannot be read, or each key no reader takes
-    and each value a reader refuses (the monitor's, ``[notify]``, ``[prices]``)."""
-    from procession.engine import notify  # the engine only for this command
+    and each value a reader refuses (the monitor's, ``[notify]``, ``[prices]``, ``[otel]``)."""
+    from procession.engine import notify, tracing  # the engine only for this command
     from procession.model import prices
     from procession.tui import config as monitor_config  # its settings, without Textual
 
@@ -35,7 +35,8 @@ def problems() -> list[str]:
     if problem:
         return [problem]
     # the monitor's own reading names each key no reader takes (as it says them when it opens)
-    return [*monitor_config.load(where).problems, *notify.load(where).problems, *prices.load(where).problems]
+    return [*monitor_config.load(where).problems, *notify.load(where).problems, *prices.load(where).problems,
+            *tracing.load(where, {}).problems]
 
 
 @command("config", "where the config file is; --check: every problem it has (exit 1 if any)", workspace=False,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.errors import InvalidArgument, WorkspaceError
+from . import search
 from .base import Store, Tx
 from .dialect import sqlite_schema, tables
 
@@ -104,6 +105,7 @@ async def copy_workspace(source: Store, target: Store) -> Copied:
                         raise InvalidArgument(f"{table} holds a row {target.dialect} cannot take ({exc});"
                                               " nothing was copied") from None
             await out.renumber()
+            await search.remake(out)  # the rows were not appended: the index takes them whole
             for table, (cols, key) in layout.items():
                 mine = await _digest(src, table, cols, key)
                 theirs = await _digest(out, table, cols, key)

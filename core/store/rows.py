@@ -20,6 +20,7 @@ from ..model import hosts, limits
 from ..model.errors import InvalidArgument, SessionNotFound
 from ..model.records import Fold, TriggerInfo, Worktree
 from ..model.states import State
+from . import search
 from .base import Row, Tx, said
 
 #: A session's context as its model counts it (``tokens.scaled``), of a row aliased ``s``.
@@ -268,11 +269,13 @@ async def append(tx: Tx, row: Row, messages: Iterable[tuple[Any, ...]], count: A
                 if cache is None:  # a long append: a cache it does not spill to the WAL every few rows
                     cache = await tx.widen_cache(BULK_CACHE_KIB)
                 await tx.many(_MESSAGE, batch)
+                await search.take(tx, sid, batch[0][1] - 1, seq)
                 batch.clear()
                 if progress:
                     progress(seq - first, total)
         if batch:
             await tx.many(_MESSAGE, batch)
+            await search.take(tx, sid, batch[0][1] - 1, seq)
     finally:
         if cache is not None:
             await tx.restore_cache(cache)

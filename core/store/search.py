@@ -59,6 +59,20 @@ _FORKS: Final = """
 """
 
 
+async def take(tx: Tx, sid: int, after: int, upto: int) -> None:
+    """Index session ``sid``'s messages ``after < seq <= upto``, just appended (SQLite's index;
+    PostgreSQL's column is the server's to compute)."""
+    if tx.store.dialect == "sqlite":
+        await tx.execute("INSERT INTO messages_search (rowid, content) SELECT id, content FROM messages"
+                         " WHERE session_id = ? AND seq > ? AND seq <= ?", (sid, after, upto))
+
+
+async def remake(tx: Tx) -> None:
+    """Index every message again (rows written otherwise than appended: a copied workspace's)."""
+    if tx.store.dialect == "sqlite":
+        await tx.execute("INSERT INTO messages_search (messages_search) VALUES ('rebuild')")
+
+
 def _fts5(query: Query) -> str:
     """Each term as an FTS5 string (a phrase of its words), every one of them required."""
     return " ".join('"' + term.replace('"', '""') + '"' for term in query.terms)

@@ -277,7 +277,7 @@ async def test_a_database_bound_as_db_and_as_sqlite_becomes_one_sqlite_binding(t
         # and without what came after it (11: permissions and requests; 12: quiet agents; 13: versions
         # of memory, names indexed; 14: hosts; 15: moves; 17: spawned sessions indexed; 18: devices; 19: answer tokens,
         # runs by end; 20: the search index)
-        conn.executescript("DROP TRIGGER messages_searched; DROP TABLE messages_search; DROP TABLE answer_tokens; DROP INDEX runs_ended; DROP TABLE devices; DROP TABLE pairings; DROP INDEX sessions_spawned_by; DROP TABLE moves; DROP INDEX sessions_host; ALTER TABLE sessions DROP COLUMN host; DROP TABLE engines;"
+        conn.executescript("DROP TABLE messages_search; DROP TABLE answer_tokens; DROP INDEX runs_ended; DROP TABLE devices; DROP TABLE pairings; DROP INDEX sessions_spawned_by; DROP TABLE moves; DROP INDEX sessions_host; ALTER TABLE sessions DROP COLUMN host; DROP TABLE engines;"
                            " ALTER TABLE journal DROP COLUMN who;"
                            " CREATE TABLE lease (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT NOT NULL, pid INTEGER"
                            " NOT NULL, host TEXT NOT NULL, started REAL NOT NULL, heartbeat REAL NOT NULL, slots INTEGER"

@@ -152,7 +152,7 @@ def _make_older(cli: Any, db: Path | str) -> None:
             backend.sql(db, statement, ())
     else:
         backend = BACKENDS["sqlite"]
-        for statement in ("DROP TRIGGER messages_searched", "DROP TABLE messages_search", "PRAGMA user_version = 19"):
+        for statement in ("DROP TABLE messages_search", "PRAGMA user_version = 19"):
             backend.sql(db, statement, ())
 
 
