@@ -6,6 +6,7 @@ import path).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -19,6 +20,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+def options(doc: str, **sizes: Any) -> tuple[argparse.Namespace, Any]:
+    """A benchmark's options: its full sizes, or ``--quick`` or ``--tiny`` ones (``mode``),
+    ``--reps N``, ``--json-out FILE``; and the sizes of the mode (``sizes``: by mode)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--reps", type=int)
+    parser.add_argument("--json-out", metavar="FILE")
+    args = parser.parse_args()
+    args.mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    return args, sizes.get(args.mode)
 
 
 class Results:

@@ -20,7 +20,6 @@ server is the tests' own (``tests/support/postgres.py``: local, ``fsync`` off).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -37,7 +36,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from report import Results, environment, process, publish  # noqa: E402
+from report import Results, environment, options, process, publish  # noqa: E402
 from scale import _texts  # noqa: E402
 from support.postgres import Server  # noqa: E402
 
@@ -127,13 +126,7 @@ async def _spawned(target: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--tiny", action="store_true")
-    parser.add_argument("--reps", type=int)
-    parser.add_argument("--json-out", metavar="FILE")
-    args = parser.parse_args()
-    sizes = TINY if args.tiny else QUICK if args.quick else FULL
+    args, sizes = options(__doc__ or "", full=FULL, quick=QUICK, tiny=TINY)
     reps = args.reps or sizes.reps
     root = Path(tempfile.mkdtemp(prefix="procession-search-"))
     res = Results()
@@ -166,7 +159,7 @@ def main() -> int:
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
-    publish(res.rows, {"mode": "tiny" if args.tiny else "quick" if args.quick else "full", "sizes": asdict(sizes),
+    publish(res.rows, {"mode": args.mode, "sizes": asdict(sizes),
                        "reps": reps, "environment": env, "total_seconds": round(time.perf_counter() - t0, 1),
                        **res.summary()}, args.json_out)
     return 0

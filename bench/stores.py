@@ -22,7 +22,6 @@ same temporary folder, ``synchronous = NORMAL`` as always.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from report import Results, environment, process, publish  # noqa: E402
+from report import Results, environment, options, process, publish  # noqa: E402
 from scale import _texts, build_long, build_sessions  # noqa: E402
 from support.postgres import Server  # noqa: E402
 
@@ -166,13 +165,7 @@ async def _tokens(target: str) -> dict[str, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--tiny", action="store_true")
-    parser.add_argument("--reps", type=int)
-    parser.add_argument("--json-out", metavar="FILE")
-    args = parser.parse_args()
-    sizes = TINY if args.tiny else QUICK if args.quick else FULL
+    args, sizes = options(__doc__ or "", full=FULL, quick=QUICK, tiny=TINY)
     reps = args.reps or sizes.reps
     root = Path(tempfile.mkdtemp(prefix="procession-stores-"))
     res = Results()
@@ -210,7 +203,7 @@ def main() -> int:
         a, b = res.summary()["results"][f"postgresql_{key}"], res.summary()["results"][f"sqlite_{key}"]
         res.record(f"ratio_{key}", f"postgresql / sqlite: {key}", "-", [], unit="x",
                    value=statistics.median(a["runs"]) / statistics.median(b["runs"]))
-    publish(res.rows, {"mode": "tiny" if args.tiny else "quick" if args.quick else "full", "sizes": asdict(sizes),
+    publish(res.rows, {"mode": args.mode, "sizes": asdict(sizes),
                        "reps": reps, "environment": env, "total_seconds": round(time.perf_counter() - t0, 1),
                        **res.summary()}, args.json_out)
     return 0

@@ -128,25 +128,24 @@ def test_flat_tiny_measures_each_figure_beside_its_yardstick() -> None:
     assert all(f["median"] > 0 for f in figures.values())
 
 
-def test_stores_tiny_measures_both_stores_and_claims_without_a_run_twice(postgres) -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "stores.py"), "--tiny"], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]  # it exits if a run ran twice
+def _both_stores(script: str, keys: list[str]) -> None:
+    """``script --tiny`` exits 0 (each stops on what must not happen), measuring ``keys`` on
+    each store, every figure above 0."""
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--tiny"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     for store in ("sqlite", "postgresql"):
-        assert {f"{store}_{k}" for k in ("send", "history", "fork", "append", "ps", "claims_1", "claims_3")} <= set(figures)
+        assert {f"{store}_{k}" for k in keys} <= set(figures)
     assert all(f["median"] > 0 for f in figures.values())
+
+
+def test_stores_tiny_measures_both_stores_and_claims_without_a_run_twice(postgres) -> None:
+    _both_stores("stores.py", ["send", "history", "fork", "append", "ps", "claims_1", "claims_3"])  # once each
 
 
 def test_search_tiny_measures_grep_the_index_and_its_cost_on_both_stores(postgres) -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "search.py"), "--tiny"], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]  # it stops if a search finds nothing
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
-    for store in ("sqlite", "postgresql"):
-        keys = [f"{store}_grep_{kind}_1000" for kind in ("unique", "rare", "phrase", "common")]
-        assert {*keys, f"{store}_index_1000", f"{store}_append_cost"} <= set(figures)
-    assert all(f["median"] > 0 for f in figures.values())
+    _both_stores("search.py", [*(f"grep_{kind}_1000" for kind in ("unique", "rare", "phrase", "common")),
+                               "index_1000", "append_cost"])  # a search that finds nothing stops it
 
 
 def test_peer_tiny_compares_with_sqlitesession() -> None:

@@ -12,30 +12,16 @@ from typing import Any
 import pytest
 
 from conftest import engine_on, until
-from procession import State, Workspace
 from procession.engine import tracing
 from procession.model import hosts
-from support.models import ModelServer, Script, say, tool_call
+from support.models import say, tool_call
+from test_asking import asking_session, model  # noqa: F401  (the scripted model, a fixture)
+from test_asking import ended as _ended
+from test_asking import waiting as _waiting
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace.export import SpanExportResult  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-
-
-@pytest.fixture
-def model() -> Any:
-    with ModelServer(Script()) as server:
-        yield server
-
-
-async def _ended(ws: Workspace, sid: int, n: int) -> Any:
-    runs = [r for r in await ws.runs(sid) if r.ended]
-    return runs if len(runs) >= n else None
-
-
-async def _waiting(ws: Workspace, sid: int) -> Any:
-    found = await ws.pending([sid])
-    return found[-1] if found and (await ws.info(sid)).state is State.WAITING else None
 
 
 def _spans(exporter: InMemorySpanExporter, eng: Any) -> list[Any]:
@@ -45,30 +31,24 @@ def _spans(exporter: InMemorySpanExporter, eng: Any) -> list[Any]:
 
 async def test_a_run_its_tool_calls_what_let_them_run_its_waits_and_its_forks_and_merges_are_spans(
         live, db, model, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "a.txt").write_text("a")
-    sid = (await live.spawn("careful", "books", runner=f"openai:m@{model.url_v1}", cwd=str(tmp_path),
-                            permissions="ask")).sid
-    await live.bind(sid, "folder", str(data), mode="rw")
-    model.script.add(tool_call("data_read", {"path": "a.txt"}), tool_call("data_write", {"path": "b.txt", "content": "b"}),
-                     tool_call("data_write", {"path": "c.txt", "content": "c"}), say("done"))
     exporter = InMemorySpanExporter()
     async with engine_on(db, exporter=exporter) as eng:
-        await live.send(sid, "go")
-        await live.activate(sid)
+        sid, _ = await asking_session(
+            live, model, tmp_path, tool_call("data_read", {"path": "a.txt"}),
+            tool_call("data_write", {"path": "b.txt", "content": "b"}),
+            tool_call("data_write", {"path": "c.txt", "content": "c"}), say("done"))
         request = await until(lambda: _waiting(live, sid))
         await live.allow(request.id, always=True)
         [run] = await until(lambda: _ended(live, sid, 1))
         await until(lambda: [s for s in _spans(exporter, eng) if s.name.startswith("invoke_agent")])
         spans = _spans(exporter, eng)
-        [agent] = [s for s in spans if s.name == "invoke_agent books"]
+        [agent] = [s for s in spans if s.name == "invoke_agent a"]
         session = await live.info(sid)
         assert agent.context.trace_id == tracing.trace_id(session.uuid)
         assert agent.context.span_id == tracing.span_id(session.uuid, run.id)
         attrs = dict(agent.attributes)
         assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["gen_ai.conversation.id"] == session.uuid
-        assert attrs["gen_ai.agent.name"] == "books" and attrs["gen_ai.request.model"] == "m"
+        assert attrs["gen_ai.agent.name"] == "a" and attrs["gen_ai.request.model"] == "m"
         assert attrs["gen_ai.provider.name"] == "openai" and attrs["procession.run.outcome"] == "ok"
         assert attrs["gen_ai.usage.input_tokens"] == run.tokens_in and attrs["gen_ai.usage.output_tokens"] == run.tokens_out
         assert agent.resource.attributes["host.name"] == hosts.this()
