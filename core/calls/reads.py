@@ -328,9 +328,9 @@ class ReadCalls(Calls):
             raise InvalidArgument("a search shows at least one message (--limit 1 or more)")
         async with self.store.snapshot() as tx:
             hits = await search.find(tx, query, agent=agent, host=host, since=since, role=role, limit=limit)
-            forks = [await search.forks_holding(tx, r[0], r[4]) for r in hits]
-        return [Found(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], float(r[9]), bool(r[10]), tuple(f))
-                for r, f in zip(hits, forks)]
+            forks = await search.forks_holding(tx, [(r[0], r[4]) for r in hits])
+        return [Found(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], float(r[9]), bool(r[10]),
+                      tuple(forks[(r[0], r[4])])) for r in hits]
 
     async def journal(self, sid: int | None = None, limit: int = 50) -> list[JournalEntry]:
         """The newest ``limit`` journal rows (of one session, when ``sid`` is given), oldest first."""

@@ -8,6 +8,7 @@ ranked by ``ts_rank``, its snippet cut by ``ts_headline`` for the hits shown onl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from ..model.search import END, START, Query
@@ -21,12 +22,11 @@ _SHOWN: Final = "m.session_id, s.name, a.name, s.host, m.seq, m.role, m.author, 
 #: Words around the hits a snippet holds.
 SNIPPET_WORDS: Final = 16
 
-#: How many of the newest messages holding the words SQLite ranks: a word in most of a million
-#: messages would have each of them scored by BM25 to find the best few (~0.8 s here); the best
-#: of the newest ``RANKED`` are shown instead (the narrowing options reach the older ones).
-#: PostgreSQL ranks them all: its plans for the same bound read more than they saved (measured,
-#: ``bench/search.py``).
-RANKED: Final = 10_000
+#: How many of the newest messages holding the words are ranked: a word in most of a million
+#: messages would have each of them scored to find the best few (0.7 s here on PostgreSQL,
+#: 0.8 s on SQLite); the best of the newest ``RANKED`` are shown instead, found walking back
+#: from the newest (the narrowing options reach older ones).
+RANKED: Final = 2_000
 _JOINS: Final = " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
 
 _FIND: Final = {
@@ -37,25 +37,28 @@ _FIND: Final = {
               f" (SELECT messages_search.rowid AS id FROM messages_search JOIN messages m ON m.id = messages_search.rowid"
               f"{_JOINS} WHERE messages_search MATCH ?{{where}} ORDER BY messages_search.rowid DESC LIMIT {RANKED}))"
               " ORDER BY messages_search.rank LIMIT ?",
-    "postgresql": "WITH q AS (SELECT {query} AS q), hits AS ("
-                  f" SELECT m.id, ts_rank(m.said, q.q) AS rank FROM q, messages m{_JOINS}"
-                  " WHERE m.said @@ q.q{where} ORDER BY rank DESC, m.id LIMIT ?)"
-                  f" SELECT {_SHOWN}, ts_headline('simple', m.content, q.q, ?), h.rank, {_ARCHIVED}"
-                  f" FROM hits h JOIN messages m ON m.id = h.id{_JOINS}, q ORDER BY h.rank DESC, m.id",
+    # the query written out where it is used, not taken from a CTE: so the planner reads how
+    # many messages hold its words (a word in most walks back from the newest; a rare one uses the index)
+    "postgresql": "WITH hits AS (SELECT r.id, ts_rank(r.said, {query}) AS rank FROM (SELECT m.id, m.said FROM messages m"
+                  f"{_JOINS} WHERE m.said @@ {{query}}{{where}} ORDER BY m.id DESC LIMIT {RANKED}) AS r"
+                  " ORDER BY rank DESC, r.id LIMIT ?)"
+                  f" SELECT {_SHOWN}, ts_headline('simple', m.content, {{query}}, ?), h.rank, {_ARCHIVED}"
+                  f" FROM hits h JOIN messages m ON m.id = h.id{_JOINS} ORDER BY h.rank DESC, m.id",
 }
 #: ``ts_headline``'s options: FTS5's snippet's, as near as they go.
 _HEADLINE: Final = (f"StartSel={START}, StopSel={END}, MaxWords={SNIPPET_WORDS}, MinWords={SNIPPET_WORDS // 2},"
                     " MaxFragments=1, ShortWord=0")
-#: The forks that share a session's message ``seq``: its children forked at or past it, and
-#: theirs, at any depth (positions run on along a lineage: a grandchild forked at or past it
-#: holds it too).
+#: The forks that share each hit (a session's message ``seq``): its session's children forked
+#: at or past it, and theirs, at any depth (positions run on along a lineage: a grandchild
+#: forked at or past it holds it too); all the hits at once.
 _FORKS: Final = """
-    WITH RECURSIVE down(id) AS (
-        SELECT id FROM sessions WHERE parent_id = ? AND fork_seq >= ?
+    WITH RECURSIVE hit(sid, seq) AS (VALUES {hits}),
+    down(sid, seq, id) AS (
+        SELECT h.sid, h.seq, s.id FROM hit h JOIN sessions s ON s.parent_id = h.sid AND s.fork_seq >= h.seq
         UNION ALL
-        SELECT s.id FROM sessions s JOIN down d ON s.parent_id = d.id WHERE s.fork_seq >= ?
+        SELECT d.sid, d.seq, s.id FROM down d JOIN sessions s ON s.parent_id = d.id AND s.fork_seq >= d.seq
     )
-    SELECT id FROM down ORDER BY id
+    SELECT sid, seq, id FROM down ORDER BY id
 """
 
 
@@ -94,12 +97,19 @@ async def find(tx: Tx, query: Query, *, agent: str | None = None, host: str | No
         params.append(since)
     if tx.store.dialect == "sqlite":
         args: list[Any] = [_fts5(query), *params, _fts5(query), *params, limit]
-    else:
-        args = [*query.terms, *params, limit, _HEADLINE]
-    phrases = " && ".join("phraseto_tsquery('simple', ?)" for _ in query.terms)  # PostgreSQL's
+    else:  # a plan for these words, not one made for any (which would not know how many messages hold them)
+        await tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        args = [*query.terms, *query.terms, *params, limit, *query.terms, _HEADLINE]
+    phrases = "(" + " && ".join("phraseto_tsquery('simple', ?)" for _ in query.terms) + ")"  # PostgreSQL's
     return await tx.all(said(tx, _FIND).format(query=phrases, where=where), args)
 
 
-async def forks_holding(tx: Tx, sid: int, seq: int) -> list[int]:
-    """The forks that share session ``sid``'s message ``seq`` through their lineage."""
-    return [r[0] for r in await tx.tuples(_FORKS, (sid, seq, seq))]
+async def forks_holding(tx: Tx, hits: Sequence[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
+    """The forks that share each of ``hits`` (``(session, seq)``) through their lineage."""
+    if not hits:
+        return {}
+    found: dict[tuple[int, int], list[int]] = {hit: [] for hit in hits}
+    rows = await tx.tuples(_FORKS.format(hits=", ".join("(?, ?)" for _ in hits)), [v for hit in hits for v in hit])
+    for sid, seq, fork in rows:
+        found[(sid, seq)].append(fork)
+    return found
