@@ -308,8 +308,8 @@ class Engine:
         try:
             tracer = tracing_.Tracer(ledger, settings, hosts.this(), self.token, exporter=self.exporter)
         except ImportError:
-            log.warning("tracing: [otel] is set but OpenTelemetry is not installed (pip install 'procession[otel]');"
-                        " nothing is exported")
+            log.warning("tracing: [otel] is set but OpenTelemetry is not installed (in the project's folder:"
+                        " pip install '.[otel]'); nothing is exported")
             return None
         log.info("tracing: the spans of each run go to %s", settings.endpoint or "the exporter given")
         return tracer

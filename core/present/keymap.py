@@ -12,5 +12,5 @@ BINDING_IDS: Final = frozenset((
     "actions", "activate", "adopt", "allow", "approve", "attach", "attention", "bind", "cancel", "clear",
     "compress", "deny", "details", "env", "expand", "filter", "follow", "forget", "fork", "help", "interrupt",
     "invert", "limit", "load", "memory", "merge", "migrate", "move", "nice", "nice_down", "nice_up", "pause",
-    "quit", "resume", "sampling", "save", "search", "send", "set", "setup", "sort", "sort_next", "sort_prev",
+    "quit", "resume", "said", "sampling", "save", "search", "send", "set", "setup", "sort", "sort_next", "sort_prev",
     "spawn", "suspend", "sync", "tag", "terminated", "tree", "trigger", "unbind", "untag"))

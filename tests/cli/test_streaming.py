@@ -14,6 +14,7 @@ from typing import Any
 from conftest import Clock
 from procession import Workspace
 from procession.model import snapshot
+from procession.store import rows
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -66,6 +67,10 @@ async def test_memory_of_whole_reads_is_flat_in_the_history_length(tmp_path: Pat
                            ("jsonl", ["send", str(sid), "--jsonl", str(transcript)])):
             peaks[what, n] = _peak_mb(db, tmp_path, *args)
     # 28,000 more messages of ~230 bytes are ~6 MB of text; a whole list of them in memory
-    # (what the reads held before: +85 MB for 54,000 more) costs far more than that bound
+    # (what the reads held before: +85 MB for 54,000 more) costs far more than that bound. A
+    # long append's page cache has a fixed size, which the longer one fills (with the search
+    # index's pages too: it stays there at 80,000 messages, 1-2 MB more than at 40,000)
+    cache = rows.BULK_CACHE_KIB // 1024
     for what in ("json", "show", "save", "load", "jsonl"):
-        assert peaks[what, 40_000] <= peaks[what, 12_000] + 10, peaks
+        bound = 10 + (cache if what in ("load", "jsonl") else 0)
+        assert peaks[what, 40_000] <= peaks[what, 12_000] + bound, peaks
