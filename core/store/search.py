@@ -30,13 +30,15 @@ RANKED: Final = 2_000
 _JOINS: Final = " JOIN sessions s ON s.id = m.session_id JOIN agents a ON a.id = s.agent_id"
 
 _FIND: Final = {
-    "sqlite": f"SELECT {_SHOWN}, snippet(messages_search, 0, char(2), char(3), '…', {SNIPPET_WORDS}),"
-              f" -messages_search.rank, {_ARCHIVED}"
+    # each of the newest hits scored once (BM25: ~30 µs a phrase's hit), the best of them cut
+    # into snippets: ``rank``, whose ORDER BY scores as it sorts, took twice the time
+    "sqlite": "WITH best AS (SELECT id, score FROM (SELECT messages_search.rowid AS id, bm25(messages_search) AS score"
               f" FROM messages_search JOIN messages m ON m.id = messages_search.rowid{_JOINS}"
-              " WHERE messages_search MATCH ?{where} AND messages_search.rowid >= (SELECT min(id) FROM"
-              f" (SELECT messages_search.rowid AS id FROM messages_search JOIN messages m ON m.id = messages_search.rowid"
-              f"{_JOINS} WHERE messages_search MATCH ?{{where}} ORDER BY messages_search.rowid DESC LIMIT {RANKED}))"
-              " ORDER BY messages_search.rank LIMIT ?",
+              f" WHERE messages_search MATCH ?{{where}} ORDER BY messages_search.rowid DESC LIMIT {RANKED})"
+              " ORDER BY score, id LIMIT ?)"
+              f" SELECT {_SHOWN}, snippet(messages_search, 0, char(2), char(3), '…', {SNIPPET_WORDS}), -best.score,"
+              f" {_ARCHIVED} FROM best JOIN messages_search ON messages_search.rowid = best.id"
+              f" JOIN messages m ON m.id = best.id{_JOINS} WHERE messages_search MATCH ? ORDER BY best.score, best.id",
     # the query written out where it is used, not taken from a CTE: so the planner reads how
     # many messages hold its words (a word in most walks back from the newest; a rare one uses the index)
     "postgresql": "WITH hits AS (SELECT r.id, ts_rank(r.said, {query}) AS rank FROM (SELECT m.id, m.said FROM messages m"
@@ -96,7 +98,7 @@ async def find(tx: Tx, query: Query, *, agent: str | None = None, host: str | No
         where += " AND m.created >= ?"
         params.append(since)
     if tx.store.dialect == "sqlite":
-        args: list[Any] = [_fts5(query), *params, _fts5(query), *params, limit]
+        args: list[Any] = [_fts5(query), *params, limit, _fts5(query)]
     else:  # a plan for these words, not one made for any (which would not know how many messages hold them)
         await tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
         args = [*query.terms, *query.terms, *params, limit, *query.terms, _HEADLINE]
