@@ -75,7 +75,7 @@ async def _build(target: str, n: int) -> None:
         for k, sid in enumerate(sids):
             await ws.send_many(sid, _messages(per, k * per))
         if ws.store.dialect == "postgresql":  # its statistics, as autovacuum leaves them a minute after a load
-            async with ws.store.snapshot() as tx:
+            async with ws.store.tx() as tx:
                 await tx.execute("ANALYZE")
 
 
