@@ -83,7 +83,7 @@ class Said(Calling):
         except InvalidArgument as exc:
             self.found = []
             hits.clear_options()
-            title.update(printable(str(exc)))
+            title.update(Text(printable(str(exc))))  # as text: it quotes what was typed ("[/]" is no markup)
             return
         title.update(lines.found_title(self.found, SHOWN))
         hits.clear_options()

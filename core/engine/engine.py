@@ -315,14 +315,10 @@ class Engine:
         return tracer
 
     async def _trace(self) -> None:
-        """The spans of the runs ended since the last look; a failure is said, never raised."""
+        """The spans of the runs ended since the last look (``Tracer.poll`` says what it cannot
+        make, run by run); the store out of reach is the loop's to say."""
         assert self.tracer is not None
-        try:
-            await self.tracer.poll()
-        except ProcessionError:
-            raise  # the store out of reach: the loop says it, and looks again
-        except Exception:  # noqa: BLE001 - tracing never stops an engine
-            log.exception("tracing: the spans of a run could not be made")
+        await self.tracer.poll()
 
     async def _loop(self, stop: asyncio.Event) -> None:
         assert self.ledger is not None

@@ -86,7 +86,10 @@ def load(path: Path | None = None, environ: Mapping[str, str] | None = None) -> 
                                                  " traces receiver (…/v1/traces); nothing is exported"))
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             return Settings(problems=(*problems, "[otel] headers: a table of texts; nothing is exported"))
-        return Settings(endpoint, headers, bool(found.get("content", content)), tuple(problems))
+        given = found.get("content", content)
+        if not isinstance(given, bool):  # "false" is a text, and true
+            return Settings(problems=(*problems, "[otel] content: true or false; nothing is exported"))
+        return Settings(endpoint, headers, given, tuple(problems))
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
     if not endpoint and env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         endpoint = env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
@@ -135,12 +138,14 @@ class Tracer:
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            exporter = OTLPSpanExporter(endpoint=settings.endpoint, headers=dict(settings.headers) or None, timeout=10)
+            exporter = OTLPSpanExporter(endpoint=settings.endpoint, headers=dict(settings.headers) or None,
+                                        timeout=FLUSH_MS / 1000)
         self.ws, self.settings, self.engine = ws, settings, engine
         self.counted = _Counting(exporter, settings.endpoint or "the exporter")
         self.provider = TracerProvider(resource=Resource.create({"service.name": "procession", "host.name": host}),
                                        id_generator=Given())
-        self.provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", self.counted)))
+        self.provider.add_span_processor(BatchSpanProcessor(cast("SpanExporter", self.counted),
+                                                            export_timeout_millis=FLUSH_MS))
         self.tracer = self.provider.get_tracer("procession")
         self.since = 0.0
         self.done: set[int] = set()  # the runs exported that ended at ``since``
@@ -158,7 +163,10 @@ class Tracer:
         """Make the spans of the runs ended since the last look; how many runs."""
         found = [t for t in await self.ws.traced_runs(self.engine, self.since, LOOKED) if t.run.id not in self.done]
         for trace in found:
-            self.export(trace)
+            try:
+                self.export(trace)
+            except Exception:  # noqa: BLE001 - one run that cannot be traced holds up no other, nor the engine
+                log.exception("tracing: the spans of run %d could not be made", trace.run.id)
             ended = trace.run.ended or self.since
             if ended > self.since:
                 self.since, self.done = ended, set()
@@ -177,7 +185,8 @@ class Tracer:
             "gen_ai.usage.output_tokens": run.tokens_out, "procession.session.id": run.session,
             "procession.session.name": trace.name, "procession.run.id": run.id,
             "procession.run.outcome": run.outcome or "", "procession.run.cost_usd": run.cost,
-            "procession.run.causes": json.dumps(run.cause), "procession.host": trace.host,
+            "procession.run.causes": [str(c.get("kind", "")) for c in run.cause if isinstance(c, dict)],
+            "procession.host": trace.host,
         }
         if run.cache_read or run.cache_write:
             attributes["gen_ai.usage.cache_read.input_tokens"] = run.cache_read
@@ -246,8 +255,7 @@ class Tracer:
         span.end(end_time=_ns(use.created))
 
     def close(self) -> None:
-        """Send what is left (a collector that is down: given ``FLUSH_MS``, then dropped)."""
-        self.provider.force_flush(FLUSH_MS)
+        """Send what is left (a collector that is down or silent: given ``FLUSH_MS``, then dropped)."""
         self.provider.shutdown()
 
 

@@ -170,14 +170,23 @@ def tables(db: sqlite3.Connection) -> list[str]:
             if not any(name == v or name.startswith(f"{v}_") for v in virtual)]
 
 
+#: A text as PostgreSQL's search index reads it, in words as SQLite's ``unicode61`` makes them:
+#: punctuation parts words, so that ``engine.py``, a path or an address is found by its parts
+#: (PostgreSQL's parser keeps each whole). ``{text}``: the text; the index's words and a query's
+#: are both made of it, in the ``simple`` configuration: lower-cased, no language's stemming or
+#: stop words.
+SEARCH_TEXT: Final = "regexp_replace({text}, '[[:punct:]]+', ' ', 'g')"
+#: How much of a message PostgreSQL indexes: a ``tsvector`` holds at most 1 MB of words, and a
+#: message whose words were more (a log, a list of hashes) could not have been stored at all.
+SEARCHED_CHARS: Final = 200_000
 #: What PostgreSQL makes its own way where SQLite's migration (the version) made a thing of
-#: its own: the search index over what was said, a GIN index of each message's terms (the
-#: ``simple`` configuration: words as written, lower-cased, no language's stemming or stop
-#: words, as SQLite's ``unicode61``), kept in a column the server computes as rows are added
-#: (``said``), so that ranking the matches reads their terms instead of parsing each text again.
+#: its own: the search index over what was said, a GIN index of each message's terms kept in a
+#: column the server computes as rows are added (``said``), so that ranking the matches reads
+#: their terms instead of parsing each text again.
 OWN: Final[dict[int, list[str]]] = {
-    schema.SEARCHED: ["ALTER TABLE messages ADD COLUMN said tsvector GENERATED ALWAYS AS"
-                      " (to_tsvector('simple', content)) STORED",
+    schema.SEARCHED: ["ALTER TABLE messages ADD COLUMN said tsvector GENERATED ALWAYS AS ("
+                      + "to_tsvector('simple', " + SEARCH_TEXT.format(text=f"left(content, {SEARCHED_CHARS})")
+                      + ")) STORED",
                       "CREATE INDEX messages_search ON messages USING GIN (said)"],
 }
 

@@ -120,17 +120,20 @@ _BY_RUN: Final = {
 
 
 async def tool_calls(tx: Tx, sid: int, runs: Sequence[int]) -> list[tuple[Any, ...]]:
-    """``(seq, meta, created)`` of session ``sid``'s tool calls made by ``runs``, in order."""
+    """``(seq, meta, created)`` of session ``sid``'s tool calls made by ``runs``, in order: read
+    from the first of their prompts on (by the history's index), not the whole history."""
     if not runs:
         return []
     marks = ", ".join("?" * len(runs))
-    return await tx.tuples(said(tx, _TOOLS).format(marks=marks), (sid, *runs))
+    return await tx.tuples(said(tx, _TOOLS).format(marks=marks), (sid, *runs, *runs))
 
 
-#: A session's tool calls of some runs (a tool call's ``meta`` names its run).
+#: A session's tool calls of some runs (a tool call's ``meta`` names its run), after the
+#: earliest of their prompts (what a run stores comes after its prompt).
+_AFTER_PROMPTS: Final = "seq > (SELECT coalesce(min(coalesce(prompt_upto, 0)), 0) FROM runs WHERE id IN ({marks}))"
 _TOOLS: Final = {
-    "sqlite": "SELECT seq, meta, created FROM messages WHERE session_id = ? AND role = 'tool'"
+    "sqlite": f"SELECT seq, meta, created FROM messages WHERE session_id = ? AND role = 'tool' AND {_AFTER_PROMPTS}"
               " AND json_extract(meta, '$.run') IN ({marks}) ORDER BY seq",
-    "postgresql": "SELECT seq, meta, created FROM messages WHERE session_id = ? AND role = 'tool'"
+    "postgresql": f"SELECT seq, meta, created FROM messages WHERE session_id = ? AND role = 'tool' AND {_AFTER_PROMPTS}"
                   " AND CAST(meta::jsonb ->> 'run' AS BIGINT) IN ({marks}) ORDER BY seq",
 }

@@ -465,14 +465,15 @@ class PgStore(Store):
             done = asyncio.ensure_future(cursor.execute("; ".join([*opening, *said])))
             try:
                 await asyncio.shield(done)
-                for at in range(sets - 1):  # past each statement's result, to the last one's
+                for at in range(sets):  # each statement's result, the cursor left at the last one's
                     if at < len(opening) and cursor.pgresult is not None and cursor.pgresult.nfields \
                             and (value := await cursor.fetchone()) is not None:
                         if opening[at] == RESERVE:
                             tx.reserved = int(value[0])
                         else:
                             tx.stamped(int(value[0]))
-                    cursor.nextset()
+                    if at < sets - 1:
+                        cursor.nextset()
                 return cursor
             except asyncio.CancelledError:
                 await asyncio.wait([done])
@@ -521,9 +522,13 @@ class PgStore(Store):
                 except psycopg.errors.InsufficientPrivilege:  # a role's rights taken since it began
                     raise _read_only(self.path) from None
                 except psycopg.OperationalError as exc:
-                    raise StoreUnreachable(f"the workspace database {self.path} was cut off as the call committed"
-                                           f" ({_first_line(exc)}): look before trying again, it may have been"
-                                           " done") from None
+                    if self.conn.broken or self.conn.closed or (exc.sqlstate or "08").startswith(("08", "57P")):
+                        raise StoreUnreachable(f"the workspace database {self.path} was cut off as the call"
+                                               f" committed ({_first_line(exc)}): look before trying again, it may"
+                                               " have been done") from None
+                    # a statement of it refused before the COMMIT ran (a timeout, a limit): nothing was done
+                    raise WorkspaceError(f"the workspace database {self.path} refused the call"
+                                         f" ({_first_line(exc)}); nothing was changed") from None
             except BaseException:
                 await self._end()
                 raise

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from ..model.search import END, START, Query
 from .base import Row, Tx, said
+from .dialect import SEARCH_TEXT
 
 #: Whether a hit is folded away in its session's context: inside a compress's fold in force,
 #: and not a message a compress keeps (pinned, or the system's).
@@ -78,6 +79,10 @@ async def remake(tx: Tx) -> None:
         await tx.execute("INSERT INTO messages_search (messages_search) VALUES ('rebuild')")
 
 
+#: A term as PostgreSQL's index holds words (``dialect.SEARCH_TEXT``): a phrase of its parts.
+_PHRASE: Final = f"phraseto_tsquery('simple', {SEARCH_TEXT.format(text='?')})"
+
+
 def _fts5(query: Query) -> str:
     """Each term as an FTS5 string (a phrase of its words), every one of them required."""
     return " ".join('"' + term.replace('"', '""') + '"' for term in query.terms)
@@ -102,7 +107,7 @@ async def find(tx: Tx, query: Query, *, agent: str | None = None, host: str | No
     else:  # a plan for these words, not one made for any (which would not know how many messages hold them)
         await tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
         args = [*query.terms, *query.terms, *params, limit, *query.terms, _HEADLINE]
-    phrases = "(" + " && ".join("phraseto_tsquery('simple', ?)" for _ in query.terms) + ")"  # PostgreSQL's
+    phrases = "(" + " && ".join(_PHRASE for _ in query.terms) + ")"  # PostgreSQL's
     return await tx.all(said(tx, _FIND).format(query=phrases, where=where), args)
 
 

@@ -132,6 +132,24 @@ async def test_grep_narrows_by_agent_host_role_and_time_and_says_what_it_refuses
         await ws.grep("payroll", limit=0)
 
 
+async def test_paths_and_long_texts_are_found_by_their_words_alike_on_both_stores(ws: Workspace) -> None:
+    """Punctuation parts words on both stores (PostgreSQL's parser alone would keep a path, an
+    address or a file name whole, found by none of its parts); a message whose words are more
+    than PostgreSQL's ``tsvector`` holds (1 MB: a log, a list of hashes) is stored all the same
+    and found by a word of its first 200,000 characters."""
+    import hashlib
+
+    sid = (await ws.spawn("s", "a")).sid
+    await ws.send(sid, "edited core/engine/engine.py and https://example.com/docs, mail ana@example.org")
+    for typed in ("engine", "engine.py", "core/engine", "example", "docs", "ana", '"example org"'):
+        assert [f.seq for f in await ws.grep(typed)] == [1], typed
+    hashes = " ".join(hashlib.md5(str(i).encode()).hexdigest() for i in range(40_000))  # 1.3 MB, every word new
+    await ws.send(sid, "kiwi " + hashes)
+    assert [f.seq for f in await ws.grep("kiwi")] == [2]
+    assert [f.seq for f in await ws.grep(hashlib.md5(b"7").hexdigest())] == [2]
+    assert [m.content for m in await ws.history(sid)][1] == "kiwi " + hashes
+
+
 async def test_the_text_a_query_holds_is_looked_for_never_read_as_the_index_language(ws: Workspace) -> None:
     """FTS5 and tsquery each have a language of their own (``NEAR``, ``OR``, ``*``, ``:``,
     ``!``, ``&``, column filters): what a person types is only ever words to find, so a query

@@ -62,6 +62,7 @@ async def test_a_run_its_tool_calls_what_let_them_run_its_waits_and_its_forks_an
         assert [e.name for e in tools[1].events] == ["procession.asked", "procession.answered"]
         assert tools[1].events[0].timestamp <= tools[1].events[1].timestamp <= tools[1].end_time
         assert "gen_ai.tool.call.arguments" not in tools[0].attributes  # content only when asked for
+        assert list(attrs["procession.run.causes"]) == [c["kind"] for c in run.cause]  # what woke it, not its words
         assert agent.start_time <= tools[0].start_time and tools[-1].end_time <= agent.end_time
 
         fork = (await live.fork(sid)).sid
@@ -131,6 +132,8 @@ def test_settings_come_from_otel_in_the_config_file_else_the_standard_variables(
     found = tracing.load(config, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://ignored"})
     assert (found.endpoint, dict(found.headers), found.content, found.problems) == (
         "https://collector:4318/v1/traces", {"authorization": "Bearer t"}, True, ())
+    config.write_text('[otel]\nendpoint = "http://c:4318/v1/traces"\ncontent = "false"\n')
+    assert not tracing.load(config, {}).endpoint and "content" in tracing.load(config, {}).problems[0]
     config.write_text('[otel]\nendpoint = "collector:4318"\nfrobnicate = 1\n')
     refused = tracing.load(config, {})
     assert refused.endpoint == "" and any("endpoint" in p for p in refused.problems)

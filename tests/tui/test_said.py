@@ -64,7 +64,7 @@ async def test_ctrl_f_finds_what_was_said_and_opens_the_session_at_the_message(m
         assert f"procession history {sid} --range 3:3" in _context(app)
         await keys(pilot, "escape")
 
-        app.screen.query_one("#said-query", Input).value = '" "'
-        await until(lambda: "nothing to look for" in str(app.screen.query_one("#said-title", Static).render()))
+        app.screen.query_one("#said-query", Input).value = '[/] " "'  # what was typed is quoted back as text
+        await until(lambda: "nothing to look for in '[/] \" \"'" in str(app.screen.query_one("#said-title", Static).render()))
         await keys(pilot, "escape")
         assert not isinstance(app.screen, Said | Detail)
