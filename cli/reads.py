@@ -14,7 +14,7 @@ from typing import Any, Final
 from procession.calls import Workspace
 from procession.calls.outside import Looker, marked
 from procession.calls.reads import GREP_LIMIT, PS_SORTS
-from procession.model import limits
+from procession.model import allowed, limits
 from procession.model.errors import InvalidArgument
 from procession.model.trigger_spec import duration
 from procession.model.records import Message, SessionDetail
@@ -243,9 +243,7 @@ async def runs(ws: Workspace, args: argparse.Namespace) -> int:
         return 0
     if args.sid is None:
         raise UsageError("--tools lists a session's runs' tool calls: give its SID")
-    used: dict[int | None, list[Any]] = {}
-    for u in await ws.tool_uses(args.sid, [r.id for r in found]):
-        used.setdefault(u.run, []).append(u)
+    used = allowed.by_run(await ws.tool_uses(args.sid, [r.id for r in found]))
     emit(args, [{**r.to_json(), "tools": [u.to_json() for u in used.get(r.id, [])]} for r in found],
          lambda: "\n".join([lines.RUNS_HEADER, *(line for r in found for line in
                                                    [lines.run_line(r, now), *map(lines.tool_use_line, used.get(r.id, []))])]))

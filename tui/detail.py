@@ -183,9 +183,7 @@ def _runs(runs: list[RunInfo], now: float, used: list[ToolUse]) -> Text:
     """The runs, newest first, each with its tool calls and what let each run (the newest
     ``TRACED_RUNS`` runs')."""
     text = Text()
-    calls: dict[int | None, list[ToolUse]] = {}
-    for u in used:
-        calls.setdefault(u.run, []).append(u)
+    calls = allowed.by_run(used)
     for r in reversed(runs):
         took = (r.ended or now) - r.started
         text.append(f"run {r.id:<5}", "bold")

@@ -366,10 +366,7 @@ class ReadCalls(Calls):
         an answer carried over, refused, or withdrawn; and what the kernel refused it."""
         async with self.store.snapshot() as tx:
             await rows.session(tx, sid)
-            calls = await messages.tool_calls(tx, sid, runs)
-            asked = await requests.of_runs(tx, sid, runs)
-            who = await journal.answerers(tx, sid, [r["answered"] for r in asked if r["answered"] is not None])
-        return allowed.uses([(seq, json.loads(meta), created) for seq, meta, created in calls], asked, who)
+            return (await _tool_uses(tx, sid, runs))[0]
 
     async def traced_runs(self, engine: str, since: float, limit: int = 100) -> list[RunTrace]:
         """The runs engine ``engine`` (its lease's token) ran that ended at ``since`` or later,
@@ -390,16 +387,22 @@ def _entry(r: Any) -> JournalEntry:
                         json.loads(r["outcome"]), r["who"])
 
 
+async def _tool_uses(tx: Tx, sid: int, runs: Sequence[int]) -> tuple[list[ToolUse], list[Any], dict[float, str]]:
+    """The tool calls of ``runs`` with how each came to run; what the runs asked, and who
+    answered at each time (``model.allowed``)."""
+    calls = await messages.tool_calls(tx, sid, runs)
+    asked = await requests.of_runs(tx, sid, runs)
+    who = await journal.answerers(tx, sid, [a["answered"] for a in asked if a["answered"] is not None])
+    return allowed.uses([(seq, json.loads(meta), created) for seq, meta, created in calls], asked, who), asked, who
+
+
 async def _trace(tx: Tx, r: Any) -> RunTrace:
     """Run ``r`` as its trace holds it: its tool calls and what let each run, what it asked
     that no call answers to, and the runs of other sessions it follows from (its session's
     parent, for a fork's first run; the forks merged into its session since its last run)."""
     sid, run = r["session_id"], r["id"]
     row = await rows.session(tx, sid)
-    asked = await requests.of_runs(tx, sid, [run])
-    who = await journal.answerers(tx, sid, [a["answered"] for a in asked if a["answered"] is not None])
-    calls = await messages.tool_calls(tx, sid, [run])
-    tools = allowed.uses([(seq, json.loads(meta), created) for seq, meta, created in calls], asked, who)
+    tools, asked, who = await _tool_uses(tx, sid, [run])
     answered = {u.request for u in tools}
     unmatched = tuple({"request": a["id"], "tool": a["tool"], "asked": a["asked"], "answer": a["answer"],
                        "answered": a["answered"], "by": who.get(a["answered"], a["answered_by"])}

@@ -90,6 +90,14 @@ def uses(calls: Sequence[tuple[int, dict[str, Any], float]], asked: Sequence[Any
     return out
 
 
+def by_run(used: Sequence[ToolUse]) -> dict[int | None, list[ToolUse]]:
+    """Tool calls by the run that made them, each run's in order."""
+    out: dict[int | None, list[ToolUse]] = {}
+    for u in used:
+        out.setdefault(u.run, []).append(u)
+    return out
+
+
 def _decided(request: dict[str, Any], who: Mapping[float, str]) -> tuple[str, str | None]:
     by = request["answered_by"] or ""
     if request["answer"] in (None, requests.WITHDRAWN) or by == "its asker left":
