@@ -29,18 +29,28 @@ row's id with them (``RESERVE``); a write whose answer nobody reads (``Tx.later`
 of ``many``, the journal row) waits and goes with the next statement, or with the
 notification and the ``COMMIT`` (``PgTx._send``: one message of several statements, bound
 client-side, numbers typed as server-side binding types them). A ``send`` is two round trips:
-its session read with the beginning, its writes with the commit.
+its session read with the beginning, its writes with the commit. Every statement goes in
+such a message, and none is planned at each call: each is prepared once per connection
+(``Prepared``) and sent as ``EXECUTE name(values)``, which the server parses in microseconds
+where planning the statement's text took it a tenth of a millisecond or more. psycopg's own
+preparing (the extended protocol, a statement at a time) would have needed a pipeline for the
+messages, which cost more in Python than the planning cost the server; and psycopg answers a
+rollback by letting go of every statement the connection prepared, ours too, when it prepared
+some itself: it prepares only a load's statement, for its rows (``PgTx.many``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import re
 import functools
 import logging
 import time
 import urllib.parse
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -85,6 +95,19 @@ _CREATOR = f"SELECT pg_advisory_xact_lock({0x70726F63}, hashtext(current_schema(
 #: How many rows of one ``many`` wait to be sent with the next statement, bound as text; more
 #: are sent at once, bound server-side (a transcript's load)
 QUEUED_ROWS = 8
+#: How many statements a connection keeps prepared (``Prepared``); the least recently used is
+#: let go past it, so that statements made of a varying number of values cannot fill the server
+PREPARED = 256
+#: The statements the server can prepare (its ``PREPARE``), by their first word
+_PREPARABLE = re.compile(r"\s*\(*\s*(SELECT|INSERT|UPDATE|DELETE|WITH|VALUES)\b", re.IGNORECASE)
+#: A statement's parameters as psycopg writes them (``%s``), and its escaped ``%``
+_PLACEHOLDER = re.compile(r"%[s%]")
+#: How a value's parameter is declared to ``PREPARE``: as server-side binding types it (a text,
+#: like psycopg's, typed by where it is used)
+_DECLARED = {int: "int8", bool: "int8", float: "float8", bytes: "bytea"}
+#: The names of prepared statements: never one twice in a process, so that a name a failed
+#: message may have left prepared is never prepared again
+_NAMES = itertools.count(1)
 #: The channel a commit notifies, of this workspace's schema (its hash's digits follow)
 CHANNEL = "procession_"
 #: The server's time, in seconds since the epoch: the one clock of every host's leases.
@@ -197,6 +220,62 @@ def _value(value: Any) -> Any:
                           " where a session belongs, give its id, an int (an outcome record's .sid)")
 
 
+class Prepared:
+    """The statements a connection has prepared, so that a message of statements bound as
+    text (``PgTx._send``) runs plans made once instead of planning each statement at each call
+    (the most of what a ``send`` cost the server). Keyed by a statement's text and the types of
+    its values, as each is declared to ``PREPARE`` (``_DECLARED``); a name is kept only once the
+    message that prepared it was carried out (a ``PREPARE`` outlives a rollback: one of a message
+    that failed is left under a name never used again). Past ``PREPARED``, the least recently
+    used are let go (``DEALLOCATE``) as a later transaction begins, never while one may still
+    use them."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn  # whose they are: another connection (the first one dropped) has none
+        self.names: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
+        self.making: dict[tuple[str, tuple[str, ...]], str] = {}  # prepared by the message being made
+        self.ahead: list[str] = []  # the PREPAREs the next message begins with
+        self.unused: list[str] = []  # the DEALLOCATEs the next transaction's first message begins with
+
+    def execute(self, text: str, values: Sequence[Any]) -> str | None:
+        """``text`` (psycopg's form, ``%s`` for each of ``values``) as an ``EXECUTE`` of its
+        prepared statement (``%s`` for each value still), prepared ahead of the message if it is
+        not yet; None for a statement the server cannot prepare."""
+        key = (text, tuple(_DECLARED.get(type(v), "unknown") for v in values))
+        name = self.names.get(key)
+        if name is not None:
+            self.names.move_to_end(key)
+        elif (name := self.making.get(key)) is None:
+            if ";" in text or not _PREPARABLE.match(text):
+                return None
+            name = self.making[key] = f"procession_{next(_NAMES)}"
+            count = itertools.count(1)
+            body = _PLACEHOLDER.sub(lambda m: "%" if m.group(0) == "%%" else f"${next(count)}", text)
+            self.ahead.append(f"PREPARE {name}({', '.join(key[1])}) AS {body}" if values else f"PREPARE {name} AS {body}")
+        return f"EXECUTE {name}({', '.join(['%s'] * len(values))})" if values else f"EXECUTE {name}"
+
+    def message(self, statements: Sequence[str], *, begins: bool = False) -> list[str]:
+        """``statements`` as one message, what they need prepared ahead of them: each statement
+        of the message, with those put ahead. A message that ``begins`` a transaction has
+        them after its first statement (``BEGIN`` must come first to set the transaction's
+        kind), with what is let go."""
+        ahead = [*(self.unused if begins else ()), *self.ahead]
+        self.ahead = []
+        if begins:
+            self.unused = []
+            return [statements[0], *ahead, *statements[1:]]
+        return [*ahead, *statements]
+
+    def sent(self, done: bool) -> None:
+        """The message was carried out (``done``), or not: what it prepared is kept, or its
+        names are never used again."""
+        if done:
+            self.names.update(self.making)
+        self.making.clear()
+        while len(self.names) > PREPARED:
+            self.unused.append(f"DEALLOCATE {self.names.popitem(last=False)[1]}")
+
+
 class PgTx(Tx):
     """A transaction on the workspace database's connection, begun with its first statement
     (``opening``: sent together, one round trip instead of two)."""
@@ -205,9 +284,10 @@ class PgTx(Tx):
         super().__init__(store)
         self.pg = store
         self.opening: tuple[str, ...] | None = opening  # what begins it, until its first statement is sent
-        #: writes whose answer nobody waits for (``later``, a few rows of ``many``), each bound
-        #: here as text: sent ahead of the next statement, or of the commit, in its message
-        self.queued: list[str] = []
+        #: writes whose answer nobody waits for (``later``, a few rows of ``many``), each checked
+        #: here, bound as text as its message is made: sent ahead of the next statement, or of
+        #: the commit, in its message
+        self.queued: list[tuple[str, Params]] = []
         self.reserved: int | None = None  # the journal row's id its beginning took (``RESERVE``)
 
     @property
@@ -219,13 +299,11 @@ class PgTx(Tx):
         """Whether something is still to be sent before its next statement."""
         return self.opening is not None or bool(self.queued)
 
-    def _bound(self, sql: str, params: Params) -> str:
-        """``sql`` with its parameters bound as text literals (a message of several statements
-        takes none), checked as any statement's are."""
-        try:
-            return self.pg.binder().mogrify(translate(sql), _check(params))
-        except UnicodeEncodeError:
-            raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
+    @staticmethod
+    def _checked(sql: str, params: Params) -> tuple[str, Params]:
+        """``sql`` as PostgreSQL takes it, its parameters checked as any statement's are (what
+        is not Unicode, as it is bound: ``PgStore.bound``)."""
+        return translate(sql), _check(params)
 
     def will_journal(self) -> None:
         if self.opening is not None and RESERVE not in self.opening:
@@ -245,7 +323,7 @@ class PgTx(Tx):
 
     async def later(self, sql: str, params: Params = ()) -> None:
         self.reaches(sql)
-        self.queued.append(self._bound(sql, params))
+        self.queued.append(self._checked(sql, params))
 
     async def _flush(self) -> None:
         """Send what waits on its own, before a statement that cannot carry it (bound
@@ -260,24 +338,21 @@ class PgTx(Tx):
 
         said, self.queued = self.queued, []
         if sql is not None:
-            said.append(self._bound(sql, params))
+            said.append(self._checked(sql, params))
         opening, self.opening = self.opening, None
         async with self._errors():
             if opening is not None:
                 return await self.pg._begin(self, opening, said)
             cursor = psycopg.AsyncClientCursor(self.conn)
-            await cursor.execute("; ".join(said))
-            for _ in range(len(said) - 1):
+            message = self.pg.message([self.pg.bound(*one) for one in said])
+            await self.pg.sent(cursor.execute("; ".join(message)))
+            for _ in range(len(message) - 1):
                 cursor.nextset()
             return cursor
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
-        if self.waiting:
-            return int((await self._send(sql, params)).rowcount)
-        async with self._errors():
-            cur = await self.conn.execute(translate(sql), _check(params))
-            return cur.rowcount
+        return int((await self._send(sql, params)).rowcount)
 
     async def clock(self) -> float:
         """The database server's clock (``clock_timestamp``: now, not the transaction's start)."""
@@ -285,34 +360,32 @@ class PgTx(Tx):
 
     async def insert(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
+        cur = await self._send(sql + " RETURNING id", params)
         async with self._errors():
-            if self.waiting:
-                cur = await self._send(sql + " RETURNING id", params)
-            else:
-                cur = await self.conn.execute(translate(sql) + " RETURNING id", _check(params))
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """A few rows wait to be sent with the next statement (``later``); more are sent at
-        once, bound server-side, in one pipeline."""
+        once, bound server-side, in one pipeline, their statement prepared by psycopg for them
+        (it prepares nothing else: ``Prepared`` does)."""
         self.reaches(sql)
         batch = list(rows)
         if len(batch) <= QUEUED_ROWS:
-            self.queued.extend(self._bound(sql, r) for r in batch)
+            self.queued.extend(self._checked(sql, r) for r in batch)
             return
         checked = [_check(r) for r in batch]
         await self._flush()
-        async with self._errors(), self.conn.cursor() as cur:
-            await cur.executemany(translate(sql), checked)
+        self.conn.prepare_threshold = 0
+        try:
+            async with self._errors(), self.conn.cursor() as cur:
+                await cur.executemany(translate(sql), checked)
+        finally:
+            self.conn.prepare_threshold = None
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
         self.reaches(sql)  # a write that returns what it wrote is read as rows
-        if self.waiting:
-            cur = await self._send(sql, params)
-        else:
-            async with self._errors():
-                cur = await self.conn.execute(translate(sql), _check(params))
+        cur = await self._send(sql, params)
         async with self._errors():
             return cast(list[Row], await cur.fetchall()) if cur.pgresult is not None and cur.pgresult.nfields else []
 
@@ -381,10 +454,11 @@ class PgStore(Store):
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._heard = 0
         self._binder: psycopg.AsyncClientCursor[Any] | None = None
+        self._prepared = Prepared(conn)
 
     def binder(self) -> psycopg.AsyncClientCursor[Any]:
-        """What binds a statement's parameters as text (``PgTx._bound``), with the connection's
-        own adapters; it needs no live link."""
+        """What binds a statement's parameters as text (``bound``), with the connection's own
+        adapters; it needs no live link."""
         import psycopg
 
         if self._binder is None or self._binder.connection is not self.conn:
@@ -392,6 +466,37 @@ class PgStore(Store):
             for kind, name in ((int, "int8"), (float, "float8")):
                 self._binder.adapters.register_dumper(kind, _typed_literal(name))
         return self._binder
+
+    def bound(self, text: str, params: Params) -> str:
+        """A statement (``translate``'s) with its values bound as text, to go in a message of
+        several: an ``EXECUTE`` of it prepared, where it can be."""
+        if not isinstance(params, dict):
+            text = self.prepared().execute(text, params) or text
+        try:
+            return self.binder().mogrify(text, params)
+        except UnicodeEncodeError:
+            raise InvalidArgument("a text is not valid Unicode (it holds a lone surrogate)") from None
+
+    def prepared(self) -> Prepared:
+        """The statements this connection has prepared (none on one opened again)."""
+        if self._prepared.conn is not self.conn:
+            self._prepared = Prepared(self.conn)
+        return self._prepared
+
+    def message(self, statements: Sequence[str], *, begins: bool = False) -> list[str]:
+        """Statements as one message (``Prepared.message``)."""
+        return self.prepared().message(statements, begins=begins)
+
+    async def sent(self, message: Coroutine[Any, Any, T]) -> T:
+        """``message`` carried out; what it prepared is kept only if it was."""
+        prepared = self.prepared()
+        try:
+            done = await message
+        except BaseException:
+            prepared.sent(False)
+            raise
+        prepared.sent(True)
+        return done
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time, create: bool = True,
@@ -450,29 +555,32 @@ class PgStore(Store):
         except psycopg.Error:
             await self.conn.close()
 
-    async def _begin(self, tx: PgTx, opening: tuple[str, ...], said: Sequence[str] = ()) -> Any:
-        """Open ``tx`` (``opening``'s statements), with ``said`` (statements bound as text)
+    async def _begin(self, tx: PgTx, opening: tuple[str, ...], said: Sequence[tuple[str, Params]] = ()) -> Any:
+        """Open ``tx`` (``opening``'s statements), with ``said`` (statements to bind as text)
         after them in the same message; the cursor at the last one's result. What the opening
         stamps is the transaction's ``rev``. A connection found dropped here (the server
         restarted since the last call) is opened again and the transaction begun on it:
         nothing had been done yet."""
         import psycopg
 
-        sets = len(opening) + len(said)
         for attempt in (1, 2):
             await self._reconnect()
             cursor = psycopg.AsyncClientCursor(self.conn)
-            done = asyncio.ensure_future(cursor.execute("; ".join([*opening, *said])))
+            message = self.message([*(self.bound(one, ()) for one in opening), *(self.bound(*one) for one in said)],
+                                   begins=True)
+            ahead = len(message) - len(opening) - len(said)  # put after the first, BEGIN
+            of = {(at + ahead if at else 0): one for at, one in enumerate(opening)}
+            done = asyncio.ensure_future(self.sent(cursor.execute("; ".join(message))))
             try:
                 await asyncio.shield(done)
-                for at in range(sets):  # each statement's result, the cursor left at the last one's
-                    if at < len(opening) and cursor.pgresult is not None and cursor.pgresult.nfields \
+                for at in range(len(message)):  # each statement's result, the cursor left at the last one's
+                    if at in of and cursor.pgresult is not None and cursor.pgresult.nfields \
                             and (value := await cursor.fetchone()) is not None:
-                        if opening[at] == RESERVE:
+                        if of[at] == RESERVE:
                             tx.reserved = int(value[0])
                         else:
                             tx.stamped(int(value[0]))
-                    if at < sets - 1:
+                    if at < len(message) - 1:
                         cursor.nextset()
                 return cursor
             except asyncio.CancelledError:
@@ -515,8 +623,9 @@ class PgStore(Store):
                     if not tx.queued:  # nothing was said in it: nothing to commit
                         return
                     await tx._flush()  # only writes no one read: begun first, so that a cut is said right
-                said, tx.queued = [*tx.queued, self._notify(tx), "COMMIT"], []  # the writes that wait go with it
-                done = asyncio.ensure_future(self.conn.execute("; ".join(said)))
+                said, tx.queued = tx.queued, []  # the writes that wait go with it
+                message = self.message([*(self.bound(*one) for one in said), self._notify(tx), "COMMIT"])
+                done = asyncio.ensure_future(self.sent(self.conn.execute("; ".join(message))))
                 try:
                     await asyncio.shield(done)
                 except psycopg.errors.InsufficientPrivilege:  # a role's rights taken since it began
@@ -646,7 +755,7 @@ async def _connect(url: str, *, raw: bool = False) -> psycopg.AsyncConnection[An
 
     try:
         conn = await psycopg.AsyncConnection.connect(linked(url), autocommit=True, row_factory=_row_factory,
-                                                     application_name="procession")
+                                                     application_name="procession", prepare_threshold=None)
     except psycopg.OperationalError as exc:
         if raw:
             raise

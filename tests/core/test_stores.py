@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -477,7 +478,8 @@ async def test_a_send_on_postgresql_is_two_round_trips(postgres) -> None:
     """A call's round trips are what it costs on a shared database (issue 38): a ``send`` reads
     its session with the transaction's beginning (its stamp and its journal row's id taken
     there), and sends its writes (the message, the session's totals, the journal row) with the
-    commit. Counted in the server's own log of what this connection sent."""
+    commit. Counted in the server's own log of what this connection sent. Neither message is
+    planned again: each statement runs the plan its connection prepared at the first send."""
     async with await Workspace.open(postgres.workspace()) as ws:
         sid = (await ws.spawn("x", "ops")).sid
         await ws.send(sid, "warm")
@@ -491,6 +493,45 @@ async def test_a_send_on_postgresql_is_two_round_trips(postgres) -> None:
         said = [line for line in lines if f"[{conn.info.backend_pid}]" in line
                 and ("statement: " in line or "execute " in line) and "log_statement" not in line]
         assert len(said) == 2, "\n".join(said)
-        assert "COMMIT" in said[1] and "INSERT INTO journal" in said[1]
+        assert "COMMIT" in said[1] and "PREPARE" not in said[0] + said[1]
+        run = re.findall(r"EXECUTE (\w+)", said[1])
+        cur = await conn.execute("SELECT statement FROM pg_prepared_statements WHERE name = ANY(%s)", (run,))
+        prepared = [row[0] for row in await cur.fetchall()]
+        assert len(prepared) == len(run) == 3 and any(" AS INSERT INTO journal " in p for p in prepared)
         assert sent.row == (await ws.journal(limit=1))[0].id
         assert [m.content for m in await ws.history(sid)] == ["warm", "one message"]
+
+
+async def test_what_a_connection_prepared_outlives_a_rollback_and_only_so_many_are_kept(postgres, monkeypatch) -> None:
+    """The store prepares each statement once per connection. psycopg, which prepares only a
+    load's statement for its rows, answers a rollback by letting go of every statement the
+    connection prepared (``DEALLOCATE ALL``) when it prepared them itself: after a load and a
+    refused call, a ``send`` still runs the plans prepared before, none prepared again. And a
+    connection keeps only ``PREPARED`` of them: the least recently used go as a later call
+    begins."""
+    from procession.store import postgres as pg
+
+    async def prepared() -> dict[str, str]:
+        cur = await conn.execute("SELECT name, statement FROM pg_prepared_statements")
+        return dict(await cur.fetchall())
+
+    async with await Workspace.open(postgres.workspace()) as ws:
+        conn = ws.store.conn  # type: ignore[attr-defined]
+        sid = (await ws.spawn("x", "ops")).sid
+        await ws.send(sid, "warm")
+        await ws.send_many(sid, [{"role": "user", "content": f"m{n}"} for n in range(20)])
+        before = await prepared()
+        assert any(not name.startswith("procession_") for name in before)  # the load's, psycopg's
+        with pytest.raises(InvalidArgument):
+            await ws.send(sid, "a NUL \0 is refused")
+        await ws.send(sid, "after")
+        assert await prepared() == before
+        assert [m.content for m in await ws.history(sid)][-2:] == ["m19", "after"]
+
+        monkeypatch.setattr(pg, "PREPARED", 4)
+        for n in range(12):
+            await ws.spawn(f"s{n}", "ops")
+            await ws.send(sid, f"m{n}")
+        ours = [name for name in await prepared() if name.startswith("procession_")]
+        assert len(ours) <= 4 + 8  # and those a call prepared itself, until the next call begins
+        assert len(await ws.history(sid)) == 1 + 20 + 1 + 12
