@@ -32,7 +32,7 @@ from ..store import checkpoints, messages, rows, sessions
 from . import history, native
 from .base import Calls
 from .context import write_counted_fold
-from .lineage import branch
+from .lineage import basis, branch
 from .merge import canonical
 from .syscall import Act, syscall
 
@@ -212,8 +212,8 @@ class FileCalls(Calls):
             raise NotFound(f"session {sid} has no checkpoint named {checkpoint!r}")
         state = json.loads(cp["state"])
         folds = [Fold(**f) for f in state["folds"]]
-        child = await branch(act.tx, act.row, name or f"{act.row['name']}@{checkpoint}", cp["seq"], state["memory"],
-                             folds, cp["created"])
+        child = await branch(act.tx, act.row, name or f"{act.row['name']}@{checkpoint}", state["memory"], folds,
+                             cp["created"], await basis(act.tx, act.row, cp["seq"], state["memory"]))
         return Loaded(child, f"{sid}:{checkpoint}", cp["seq"])
 
 

@@ -8,7 +8,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model import agents, hosts, limits, runner_spec, states
 from ..model.calls import Call
@@ -62,15 +62,17 @@ class LineageCalls(Calls):
     async def _fork(self, act: Act, sid: int, name: str | None = None, *, at: int | None = None,
                     made: worktrees.Made | None = None) -> Forked:
         row = act.row
-        name = name if name is not None else await _next_name(act.tx, row)
-        child = await branch(act.tx, row, name, at, None, await history.folds(act.tx, sid), act.now)
+        named, in_force, triggers, base = await act.tx.together(
+            _next_name(act.tx, row) if name is None else _given(name), history.folds(act.tx, sid),
+            rows.triggers(act.tx, sid), basis(act.tx, row, at, None))
+        child = await branch(act.tx, row, named, None, in_force, act.now, base)
         if row["agent_ref"]:
             forked = await rows.session(act.tx, child)
             act.note(f"its first run forks the agent's own {json.loads(row['agent_ref'])['cli']} session"
                      f"{' at message ' + str(forked['agent_seen']) if json.loads(forked['agent_ref'] or '{}').get('at') else ''};"
                      " the parent's is not touched" if forked["agent_ref"] else
                      "the agent's session cannot be cut that early: the fork's first run starts one, given the history so far")
-        copied = len(await rows.triggers(act.tx, sid))
+        copied = len(triggers)  # the parent's, each copied disarmed
         if made is not None:
             await _settle(act, child, made)
         if copied:
@@ -190,6 +192,10 @@ class LineageCalls(Calls):
                       files=tuple(f"{st} {p}" for st, p in files.changes) if files else (), commit=commit)
 
 
+async def _given(name: str) -> str:
+    return name
+
+
 async def _next_name(tx: Tx, row: Row) -> str:
     """The parent's name with the next free number: forks of forks do not grow their names."""
     found = _NUMBERED.match(row["name"])
@@ -299,20 +305,40 @@ async def _links(tx: Tx, sid: int) -> list[Link]:
     ]
 
 
-async def branch(tx: Tx, row: Row, name: str, at: int | None, memory: dict[str, str] | None,
-                 in_force: Sequence[Fold], memory_at: float) -> int:
-    """A child of ``row`` at history position ``at``, starting from ``memory`` as it was at
-    time ``memory_at`` (the merge base of this branch), or (``memory`` None) reading the
-    parent's memory copy-on-write: no row is copied until a key changes on either side.
-    Returns the child's SID."""
+class Basis(NamedTuple):
+    """What a child of a session at a fork point is made of that is read from the store
+    (``basis``), apart from the rest a call reads, so that both are read together."""
+
+    at: int
+    history_tokens: int
+    agent: dict[str, Any]
+    memory_from: int | None
+    memory_rev: int | None
+
+
+async def basis(tx: Tx, row: Row, at: int | None, memory: dict[str, str] | None) -> Basis:
+    """A child of ``row`` at history position ``at`` (default: its end): the tokens of its
+    history, its side of the agent's own session, and (``memory`` None) where it reads its
+    memory copy-on-write."""
     sid = row["id"]
     at = row["length"] if at is None else at
     if not 0 <= at <= row["length"]:
         raise InvalidArgument(f"session {sid} has {row['length']} messages: the fork point must be 0..{row['length']}")
+    hist_tokens, agent, (memory_from, memory_rev) = await tx.together(
+        history.cum_tokens(tx, sid, at), agent_fork(tx, row, at),
+        rows.memory_source(tx, row) if memory is None else _none())
+    return Basis(at, hist_tokens, agent, memory_from, memory_rev)
+
+
+async def branch(tx: Tx, row: Row, name: str, memory: dict[str, str] | None, in_force: Sequence[Fold],
+                 memory_at: float, base: Basis) -> int:
+    """A child of ``row`` at ``base``'s history position, starting from ``memory`` as it was
+    at time ``memory_at`` (the merge base of this branch), or (``memory`` None) reading the
+    parent's memory copy-on-write: no row is copied until a key changes on either side.
+    Returns the child's SID."""
+    sid, at, hist_tokens, agent = row["id"], base.at, base.history_tokens, base.agent
+    memory_from, memory_rev = base.memory_from, base.memory_rev
     inherited = [f for f in in_force if f.hi <= at]
-    hist_tokens = await history.cum_tokens(tx, sid, at)
-    agent = await agent_fork(tx, row, at)
-    memory_from, memory_rev = await rows.memory_source(tx, row) if memory is None else (None, None)
     child = await rows.insert_session(
         tx, row["system_tokens"], agent_id=row["agent_id"], name=limits.name(name, "session name"),
         goal=row["goal"], system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
@@ -331,6 +357,10 @@ async def branch(tx: Tx, row: Row, name: str, at: int | None, memory: dict[str, 
     await rows.copy_resources(tx, sid, child, counted=False)
     await rows.copy_triggers(tx, sid, child)
     return child
+
+
+async def _none() -> tuple[None, None]:
+    return None, None
 
 
 #: How far back a fork point looks for the agent's own record of a message, per step.

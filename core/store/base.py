@@ -15,7 +15,7 @@ import asyncio
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -199,6 +199,13 @@ class Tx(ABC):
         """The journal row of this transaction's call; its id. ``who``: the person, where this
         process is not theirs alone (a paired device of the web face); else ``hosts.who``."""
         return await self.insert(JOURNAL[self.store.dialect], self._journal_row(actor, call, sid, args, outcome, other, who))
+
+    async def together(self, *reads: Awaitable[Any]) -> list[Any]:
+        """What ``reads`` (of this transaction, none needing another's answer) found, in order.
+        Here one after the other: on SQLite a read costs no round trip (and a call's body runs
+        whole on SQLite's thread, where nothing else may run at once); on PostgreSQL they are
+        asked at once and go in one message (``PgTx.together``)."""
+        return [await read for read in reads]
 
     def will_journal(self) -> None:
         """A journal row is to be written (a system call's): where its id costs a round trip

@@ -51,7 +51,7 @@ import time
 import urllib.parse
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -276,6 +276,32 @@ class Prepared:
             self.unused.append(f"DEALLOCATE {self.names.popitem(last=False)[1]}")
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What a statement of a message answered: its rows (none for a write), how many it wrote."""
+
+    rows: list[Row]
+    count: int
+
+
+async def _answers(cursor: Any, sent: int, asked: int,
+                   opened: Callable[[int, Sequence[Any]], None] | None = None) -> list[Answer]:
+    """The answers of the last ``asked`` of the ``sent`` statements of the message ``cursor``
+    sent, the cursor at its first result; ``opened`` is given the first row of each earlier one
+    that has one (what a transaction's beginning took)."""
+    found = []
+    for at in range(sent):
+        if at >= sent - asked:
+            rows = await cursor.fetchall() if cursor.pgresult is not None and cursor.pgresult.nfields else []
+            found.append(Answer(cast(list[Row], rows), cursor.rowcount))
+        elif opened is not None and cursor.pgresult is not None and cursor.pgresult.nfields \
+                and (value := await cursor.fetchone()) is not None:
+            opened(at, value)
+        if at < sent - 1:
+            cursor.nextset()
+    return found
+
+
 class PgTx(Tx):
     """A transaction on the workspace database's connection, begun with its first statement
     (``opening``: sent together, one round trip instead of two)."""
@@ -289,6 +315,10 @@ class PgTx(Tx):
         #: the commit, in its message
         self.queued: list[tuple[str, Params]] = []
         self.reserved: int | None = None  # the journal row's id its beginning took (``RESERVE``)
+        #: the statements asked for at this point by reads gathered together (``_ask``), and
+        #: where their answers come, while the first of them waits for the others to ask theirs
+        self._asking: list[tuple[str, Params]] | None = None
+        self._answered: asyncio.Future[list[Answer]] | None = None
 
     @property
     def conn(self) -> psycopg.AsyncConnection[Any]:
@@ -329,30 +359,64 @@ class PgTx(Tx):
         """Send what waits on its own, before a statement that cannot carry it (bound
         server-side: ``many`` of many rows, ``stream``)."""
         if self.waiting:
-            await self._send(None)
+            await self._send([])
 
-    async def _send(self, sql: str | None, params: Params = ()) -> Any:
-        """``sql`` after what waits to be sent (the beginning, then the queued writes), all in
-        one message: one round trip. Its cursor, at ``sql``'s result."""
+    async def together(self, *reads: Awaitable[Any]) -> list[Any]:
+        """``reads`` asked at once (``_ask``: one message for all); one that fails is raised
+        once every one has ended, so that none is left running in a transaction ended for it."""
+        found = await asyncio.gather(*reads, return_exceptions=True)
+        for one in found:
+            if isinstance(one, BaseException):
+                raise one
+        return found
+
+    async def _ask(self, sql: str, params: Params) -> Answer:
+        """What ``sql`` answers. Statements asked for together (an ``asyncio.gather`` of one
+        transaction's reads) go in one message: the first waits for the others to ask theirs
+        (turns of the event loop, until one brings none), then sends them all, one round trip
+        for every one."""
+        asked = self._checked(sql, params)
+        if self._asking is not None and self._answered is not None:
+            self._asking.append(asked)
+            at = len(self._asking) - 1
+            return (await self._answered)[at]
+        answered: asyncio.Future[list[Answer]] = asyncio.get_running_loop().create_future()
+        self._asking, self._answered = [asked], answered
+        try:
+            while True:  # until a turn of the loop brings none (a read gathered inside one gathered)
+                grown = len(self._asking)
+                await asyncio.sleep(0)
+                if len(self._asking) == grown:
+                    break
+        finally:
+            asking, self._asking = self._asking, None
+        try:
+            answers = await self._send(asking)
+        except BaseException as exc:
+            if len(asking) > 1:  # the others asked theirs in it: told the same
+                answered.set_exception(exc)
+            raise
+        answered.set_result(answers)
+        return answers[0]
+
+    async def _send(self, asked: Sequence[tuple[str, Params]]) -> list[Answer]:
+        """``asked`` after what waits to be sent (the beginning, then the queued writes), all in
+        one message: one round trip. What each of ``asked`` answers."""
         import psycopg
 
-        said, self.queued = self.queued, []
-        if sql is not None:
-            said.append(self._checked(sql, params))
+        said, self.queued = [*self.queued, *asked], []
         opening, self.opening = self.opening, None
         async with self._errors():
             if opening is not None:
-                return await self.pg._begin(self, opening, said)
+                return await self.pg._begin(self, opening, said, len(asked))
             cursor = psycopg.AsyncClientCursor(self.conn)
             message = self.pg.message([self.pg.bound(*one) for one in said])
             await self.pg.sent(cursor.execute("; ".join(message)))
-            for _ in range(len(message) - 1):
-                cursor.nextset()
-            return cursor
+            return await _answers(cursor, len(message), len(asked))
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
-        return int((await self._send(sql, params)).rowcount)
+        return (await self._ask(sql, params)).count
 
     async def clock(self) -> float:
         """The database server's clock (``clock_timestamp``: now, not the transaction's start)."""
@@ -360,10 +424,8 @@ class PgTx(Tx):
 
     async def insert(self, sql: str, params: Params = ()) -> int:
         self.reaches(sql)
-        cur = await self._send(sql + " RETURNING id", params)
-        async with self._errors():
-            row = await cur.fetchone()
-            return int(row[0]) if row else 0
+        rows = (await self._ask(sql + " RETURNING id", params)).rows
+        return int(rows[0][0]) if rows else 0
 
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """A few rows wait to be sent with the next statement (``later``); more are sent at
@@ -385,9 +447,7 @@ class PgTx(Tx):
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
         self.reaches(sql)  # a write that returns what it wrote is read as rows
-        cur = await self._send(sql, params)
-        async with self._errors():
-            return cast(list[Row], await cur.fetchall()) if cur.pgresult is not None and cur.pgresult.nfields else []
+        return (await self._ask(sql, params)).rows
 
     async def tuples(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in await self.all(sql, params)]
@@ -555,9 +615,10 @@ class PgStore(Store):
         except psycopg.Error:
             await self.conn.close()
 
-    async def _begin(self, tx: PgTx, opening: tuple[str, ...], said: Sequence[tuple[str, Params]] = ()) -> Any:
+    async def _begin(self, tx: PgTx, opening: tuple[str, ...], said: Sequence[tuple[str, Params]],
+                     asked: int) -> list[Answer]:
         """Open ``tx`` (``opening``'s statements), with ``said`` (statements to bind as text)
-        after them in the same message; the cursor at the last one's result. What the opening
+        after them in the same message; what the last ``asked`` of them answer. What the opening
         stamps is the transaction's ``rev``. A connection found dropped here (the server
         restarted since the last call) is opened again and the transaction begun on it:
         nothing had been done yet."""
@@ -570,19 +631,17 @@ class PgStore(Store):
                                    begins=True)
             ahead = len(message) - len(opening) - len(said)  # put after the first, BEGIN
             of = {(at + ahead if at else 0): one for at, one in enumerate(opening)}
+
+            def opened(at: int, value: Sequence[Any]) -> None:
+                if of.get(at) == RESERVE:
+                    tx.reserved = int(value[0])
+                elif at in of:
+                    tx.stamped(int(value[0]))
+
             done = asyncio.ensure_future(self.sent(cursor.execute("; ".join(message))))
             try:
                 await asyncio.shield(done)
-                for at in range(len(message)):  # each statement's result, the cursor left at the last one's
-                    if at in of and cursor.pgresult is not None and cursor.pgresult.nfields \
-                            and (value := await cursor.fetchone()) is not None:
-                        if of[at] == RESERVE:
-                            tx.reserved = int(value[0])
-                        else:
-                            tx.stamped(int(value[0]))
-                    if at < len(message) - 1:
-                        cursor.nextset()
-                return cursor
+                return await _answers(cursor, len(message), asked, opened)
             except asyncio.CancelledError:
                 await asyncio.wait([done])
                 await self._end()

@@ -167,15 +167,11 @@ async def fork_name(tx: Tx, agent: int, base: str) -> str:
     smallest free number, 2 or one past a number taken, each candidate one lookup; among more
     than ``_NAMES_LOOKED`` names of the base (a loop forking on and on), one past how many
     there are, when it is free (the next when they were numbered in turn), in two lookups
-    whatever the forks."""
+    whatever the forks. One statement (``_FORK_NAME``): one round trip."""
     prefix = f"{base} #"
     span = (agent, prefix, f"{base} $")
-    taken = int(await tx.value("SELECT count(*) FROM sessions WHERE agent_id = ? AND name >= ? AND name < ?", span))
-    guess = f"{prefix}{taken + 2}"
-    if taken > _NAMES_LOOKED and await tx.value(
-            "SELECT 1 FROM sessions WHERE agent_id = ? AND name = ?", (agent, guess)) is None:
-        return guess
-    n = await tx.value(said(tx, _NEXT_FREE), (len(prefix) + 1, *span, agent, prefix))
+    n = await tx.value(said(tx, _FORK_NAME), (_NAMES_LOOKED, agent, prefix, len(prefix) + 1, *span, agent, prefix,
+                                              *span))
     return f"{prefix}{n}"
 
 
@@ -190,6 +186,15 @@ _NEXT_FREE: Final = {
                   " from '^[0-9]{1,18}'), '0') AS INTEGER) + 1 FROM sessions"
                   " WHERE agent_id = ? AND name >= ? AND name < ?) AS c WHERE n >= 2 AND NOT EXISTS"
                   " (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || c.n) ORDER BY n LIMIT 1",
+}
+
+#: ``fork_name``'s question: how many names the base has (``taken``); one past them when there
+#: are many and that name is free, else the smallest free number (``_NEXT_FREE``, read only then)
+_FORK_NAME: Final = {
+    dialect: "SELECT CASE WHEN k > ? AND NOT EXISTS (SELECT 1 FROM sessions WHERE agent_id = ? AND name = ? || (k + 2))"
+             f" THEN k + 2 ELSE ({next_free}) END FROM (SELECT count(*) AS k FROM sessions"
+             " WHERE agent_id = ? AND name >= ? AND name < ?) AS taken"
+    for dialect, next_free in _NEXT_FREE.items()
 }
 
 

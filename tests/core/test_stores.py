@@ -474,6 +474,19 @@ async def test_a_write_nobody_waits_for_that_fails_refuses_its_whole_transaction
         assert sent.row == (await ws.journal(limit=1))[0].id
 
 
+async def _said(postgres: Any, ws: Workspace, call: Any) -> list[str]:
+    """The messages ``call`` sent, in the server's own log of what the connection sent."""
+    conn = ws.store.conn  # type: ignore[attr-defined]
+    log = postgres.root / "server.log"
+    await conn.execute("SET log_statement = 'all'")
+    start = log.stat().st_size
+    await call()
+    await conn.execute("SET log_statement = 'none'")
+    lines = log.read_bytes()[start:].decode().splitlines()
+    return [line for line in lines if f"[{conn.info.backend_pid}]" in line
+            and ("statement: " in line or "execute " in line) and "log_statement" not in line]
+
+
 async def test_a_send_on_postgresql_is_two_round_trips(postgres) -> None:
     """A call's round trips are what it costs on a shared database (issue 38): a ``send`` reads
     its session with the transaction's beginning (its stamp and its journal row's id taken
@@ -481,25 +494,41 @@ async def test_a_send_on_postgresql_is_two_round_trips(postgres) -> None:
     commit. Counted in the server's own log of what this connection sent. Neither message is
     planned again: each statement runs the plan its connection prepared at the first send."""
     async with await Workspace.open(postgres.workspace()) as ws:
+        conn = ws.store.conn  # type: ignore[attr-defined]
         sid = (await ws.spawn("x", "ops")).sid
         await ws.send(sid, "warm")
-        conn = ws.store.conn  # type: ignore[attr-defined]
-        log = postgres.root / "server.log"
-        await conn.execute("SET log_statement = 'all'")
-        start = log.stat().st_size
-        sent = await ws.send(sid, "one message")
-        await conn.execute("SET log_statement = 'none'")
-        lines = log.read_bytes()[start:].decode().splitlines()
-        said = [line for line in lines if f"[{conn.info.backend_pid}]" in line
-                and ("statement: " in line or "execute " in line) and "log_statement" not in line]
+        sent: list[Any] = []
+        said = await _said(postgres, ws, lambda: _into(sent, ws.send(sid, "one message")))
         assert len(said) == 2, "\n".join(said)
         assert "COMMIT" in said[1] and "PREPARE" not in said[0] + said[1]
         run = re.findall(r"EXECUTE (\w+)", said[1])
         cur = await conn.execute("SELECT statement FROM pg_prepared_statements WHERE name = ANY(%s)", (run,))
         prepared = [row[0] for row in await cur.fetchall()]
         assert len(prepared) == len(run) == 3 and any(" AS INSERT INTO journal " in p for p in prepared)
-        assert sent.row == (await ws.journal(limit=1))[0].id
+        assert sent[0].row == (await ws.journal(limit=1))[0].id
         assert [m.content for m in await ws.history(sid)] == ["warm", "one message"]
+
+
+async def test_a_fork_on_postgresql_is_four_round_trips_whatever_it_reads(postgres) -> None:
+    """A ``fork`` reads its parent with the beginning; then its name, the parent's folds and
+    triggers, the tokens up to the fork point and the agent's side, all asked together
+    (``Tx.together``): one message; then makes the child's row (its id is needed); then copies
+    what the child inherits with the journal row and the commit."""
+    async with await Workspace.open(postgres.workspace()) as ws:
+        sid = (await ws.spawn("x", "ops")).sid
+        await ws.send_many(sid, [{"role": "user", "content": f"m{n}"} for n in range(30)])
+        await ws.trigger_add(sid, "inbox")
+        await ws.compress(sid, keep_last=20, summary="the first ten")
+        await ws.fork(sid)
+        said = await _said(postgres, ws, lambda: ws.fork(sid, at=20))
+        assert len(said) == 4, "\n".join(said)
+        forks = [s for s in await ws.ps() if s.parent == sid]
+        assert [f.name for f in forks] == ["x #2", "x #3"]
+        assert [m.content for m in await ws.history(forks[1].id)] == [f"m{n}" for n in range(20)]
+
+
+async def _into(found: list[Any], call: Any) -> None:
+    found.append(await call)
 
 
 async def test_what_a_connection_prepared_outlives_a_rollback_and_only_so_many_are_kept(postgres, monkeypatch) -> None:
