@@ -394,7 +394,10 @@ class PgTx(Tx):
             answers = await self._send(asking)
         except BaseException as exc:
             if len(asking) > 1:  # the others asked theirs in it: told the same
-                answered.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    answered.cancel()
+                else:
+                    answered.set_exception(exc)
             raise
         answered.set_result(answers)
         return answers[0]
