@@ -43,10 +43,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import re
 import functools
+import itertools
 import logging
+import re
 import time
 import urllib.parse
 import uuid
