@@ -6,6 +6,7 @@ behind. Interrupt and cancel are the runner contract's (``test_runner_contract``
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 from pathlib import Path
@@ -324,3 +325,51 @@ async def test_copilots_running_total_is_counted_once_across_the_prompts_of_a_ru
     run = await until(lambda: finished(live, sid, 1))
     assert run.outcome == "ok", run.error
     assert (run.tokens_in, run.tokens_out) == (3000, 30)
+
+
+async def test_claude_code_over_acp_is_hung_up_on_once_its_session_file_holds_the_answer(tmp_path: Path) -> None:
+    """Claude Code under claude-agent-acp writes the turn to its session's file a moment after
+    the turn's answer; hung up at the answer, it sometimes never did, and the next run found no
+    session to take up (1 run in 4-5 of the contract test). The reader waits for the file to
+    hold the answer (at most ``SAVED_AFTER``) before closing the agent's stdin."""
+    import json
+
+    from procession.engine.runners.agents.acp import PROMPT, AcpReader
+    from procession.engine.runners.agents.base import Turn
+    from procession.model import transcripts
+    from procession.model.transcripts.base import Said
+
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    turn = Turn(1, "hi", 0, "", "", str(tmp_path), None, env=env)
+    reader = AcpReader(turn, "claude")
+    assert reader.talk is not None
+    saved = transcripts.format_of("claude").write([Said("user", "hi"), Said("assistant", "Hello.")], env,
+                                                  str(tmp_path), "m")
+    assert saved is not None
+    reader.session = saved["id"]
+
+    def hung_up() -> bool:
+        assert reader.talk is not None
+        while not reader.talk.outbox.empty():
+            if reader.talk.outbox.get_nowait() is None:
+                return True
+        return False
+
+    hung_up()
+    reader.event({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": reader.session, "update": {
+        "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Done."}}}})
+    reader.event({"jsonrpc": "2.0", "id": PROMPT, "result": {"stopReason": "end_turn"}})
+    await asyncio.sleep(0.5)
+    assert not hung_up()  # the file ends with the turn before: this one's answer is not in it yet
+    path = Path(saved["transcript"])
+    lines = path.read_text().splitlines()
+    said = [json.loads(line) for line in lines if json.loads(line).get("type") in ("user", "assistant")]
+    answer = {**said[-1], "uuid": "00000000-0000-4000-8000-000000000001", "parentUuid": said[-1]["uuid"],
+              "message": {**said[-1]["message"], "content": [{"type": "text", "text": "Done."}]}}
+    path.write_text("\n".join([*lines, json.dumps(answer)]) + "\n")  # as Claude Code appends it
+    for _ in range(40):
+        await asyncio.sleep(0.05)
+        if hung_up():
+            break
+    else:
+        raise AssertionError("not hung up once the answer was saved")

@@ -46,21 +46,29 @@ async def test_a_step_whose_leader_exited_is_over_within_its_linger_though_a_gra
 SERVER = """
 import os, signal, subprocess, sys, time
 saver = subprocess.Popen(["/bin/sh", "-c", 'trap "sleep 0.5; echo saved > $0; exit 0" TERM; while :; do sleep 0.05; done',
-                          sys.argv[1]])
+                          sys.argv[1]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(0.3)  # the saver's trap is set
 sys.stdin.read()  # its conversation: until its stdin is closed
 saver.send_signal(signal.SIGTERM)  # its session saved by the child it started, as an SDK does
+if sys.argv[2] == "closes first":  # its output closed as it ends, its exit a moment behind
+    os.close(1)
+    os.close(2)
+    time.sleep(0.3)
 os._exit(0)  # and gone at once, the child still saving
 """
 
 
-async def test_what_an_agent_server_left_saving_its_session_ends_by_itself_within_its_linger(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ending", ["exits", "closes first"])
+async def test_what_an_agent_server_left_saving_its_session_ends_by_itself_within_its_linger(
+        tmp_path: Path, ending: str) -> None:
+    """Either way its output ends with the server: the engine waits for the server's exit, then
+    for what it left, before killing anything."""
     saved = tmp_path / "saved"
     talk = Conversation()
     talk.terminate, talk.linger = True, 5.0
     tracker = reaper.tracker("test-engine", "test-" + tmp_path.name, run=tmp_path.name)
     step = await ProcessStep.start(runner_spec.parse("command:x"), str(tmp_path), dict(os.environ), tracker,
-                                   command=[sys.executable, "-c", SERVER, str(saved)], talk=talk)
+                                   command=[sys.executable, "-c", SERVER, str(saved), ending], talk=talk)
     try:
         await asyncio.sleep(0.5)
         talk.hang_up()

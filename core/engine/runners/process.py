@@ -96,8 +96,11 @@ class ProcessStep:
             await asyncio.wait([read, exited], return_when=asyncio.FIRST_COMPLETED)
             if not read.done():
                 await asyncio.wait([read], timeout=LINGER_S)
-            if exited.done() and self.talk is not None and self.talk.terminate:
-                await self._left_to_end(self.talk.linger)
+            if self.talk is not None and self.talk.terminate:
+                if not exited.done():  # its output closed as it ends: its exit follows, a moment behind
+                    await asyncio.wait([exited], timeout=self.talk.linger)
+                if exited.done():
+                    await self._left_to_end(self.talk.linger)
         finally:
             self.kill()  # whatever the leader left behind
             feeding.cancel()

@@ -36,13 +36,15 @@ answers the prompt ``cancelled``, keeping its own session whole.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from ....model import agents, beneath
+from ....model import agents, beneath, transcripts
 from ....model.errors import ProcessionError
 from ....model.toolcalls import summary, text_of
 from .base import Conversation, Invocation, Reader, Turn
@@ -55,6 +57,12 @@ INITIALIZE, OPEN, MODEL, PROMPT = 1, 2, 3, 4
 #: session then); codex-acp never does.
 LINGER_S: Final = 5.0
 LINGER: Final = {"codex": 0.0}
+#: The agents whose session reaches its file only after the turn's answer (Claude Code under
+#: claude-agent-acp writes it a moment later), and how long to wait for it before hanging up:
+#: hung up at the answer, its next run found no session to take up (1 run in 4-5, measured)
+SAVED_AFTER: Final = {"claude": 5.0}
+#: How often that file is looked for
+SAVED_POLL_S: Final = 0.05
 #: The most of a file an agent is given in one read.
 READ_MAX: Final = 8 << 20
 #: JSON-RPC's and ACP's error codes Procession answers with.
@@ -361,6 +369,7 @@ class AcpReader(Reader):
     def _ended(self, result: dict[str, Any]) -> None:
         """The turn's answer: its tokens where the agent says them; the reasons of refusals go
         to the model as the next message of the session (not after an interrupt); else done."""
+        answer = "".join(self.text).strip()  # the last of what it said
         self._flush()
         self._usage(result)
         reason = result.get("stopReason")
@@ -372,7 +381,29 @@ class AcpReader(Reader):
             self.pending.messages.append(("user", text, {"refusal": True}))
             self._prompt(text)
             return
+        if self.cli in SAVED_AFTER and self.session and not self.cancelled:
+            assert self.talk is not None
+            self.talk.start(self._hang_up_when_saved(answer, SAVED_AFTER[self.cli]))
+            return
         self.hang_up()
+
+    async def _hang_up_when_saved(self, answer: str, within: float) -> None:
+        """Hang up once the session's own file holds the turn's ``answer``, or after ``within``
+        seconds (then its next run is given the conversation, as for a session it cannot find)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and not await asyncio.to_thread(self._saved, answer):
+            await asyncio.sleep(SAVED_POLL_S)
+        self.hang_up()
+
+    def _saved(self, answer: str) -> bool:
+        """Whether the agent's own file of the session ends with ``answer`` (with an answer,
+        when it said nothing last)."""
+        kind = transcripts.format_of(self.cli)
+        try:
+            said = kind.read(kind.find(self.turn.env, self.session)).messages
+        except (ProcessionError, OSError, ValueError):
+            return False
+        return bool(said) and said[-1].role == "assistant" and answer in said[-1].content
 
     def _usage(self, result: dict[str, Any]) -> None:
         usage = result.get("usage")
