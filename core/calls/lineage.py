@@ -314,20 +314,21 @@ class Basis(NamedTuple):
     agent: dict[str, Any]
     memory_from: int | None
     memory_rev: int | None
+    child: int  # the child's SID, taken beforehand: its row then costs no round trip of its own
 
 
 async def basis(tx: Tx, row: Row, at: int | None, memory: dict[str, str] | None) -> Basis:
     """A child of ``row`` at history position ``at`` (default: its end): the tokens of its
-    history, its side of the agent's own session, and (``memory`` None) where it reads its
-    memory copy-on-write."""
+    history, its side of the agent's own session, (``memory`` None) where it reads its memory
+    copy-on-write, and its SID."""
     sid = row["id"]
     at = row["length"] if at is None else at
     if not 0 <= at <= row["length"]:
         raise InvalidArgument(f"session {sid} has {row['length']} messages: the fork point must be 0..{row['length']}")
-    hist_tokens, agent, (memory_from, memory_rev) = await tx.together(
+    hist_tokens, agent, (memory_from, memory_rev), child = await tx.together(
         history.cum_tokens(tx, sid, at), agent_fork(tx, row, at),
-        rows.memory_source(tx, row) if memory is None else _none())
-    return Basis(at, hist_tokens, agent, memory_from, memory_rev)
+        rows.memory_source(tx, row) if memory is None else _none(), rows.next_sid(tx))
+    return Basis(at, hist_tokens, agent, memory_from, memory_rev, child)
 
 
 async def branch(tx: Tx, row: Row, name: str, memory: dict[str, str] | None, in_force: Sequence[Fold],
@@ -340,7 +341,7 @@ async def branch(tx: Tx, row: Row, name: str, memory: dict[str, str] | None, in_
     memory_from, memory_rev = base.memory_from, base.memory_rev
     inherited = [f for f in in_force if f.hi <= at]
     child = await rows.insert_session(
-        tx, row["system_tokens"], agent_id=row["agent_id"], name=limits.name(name, "session name"),
+        tx, row["system_tokens"], id=base.child, agent_id=row["agent_id"], name=limits.name(name, "session name"),
         goal=row["goal"], system=row["system"], priority=row["priority"], runner=row["runner"], window=row["window"],
         timeout=row["timeout"], cwd=row["cwd"], armed=row["armed"], parent_id=sid, fork_seq=at,
         base_memory=None if memory is None else json.dumps(memory), memory_from=memory_from, memory_rev=memory_rev,

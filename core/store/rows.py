@@ -116,7 +116,9 @@ async def agent_id(tx: Tx, name: str) -> int:
 
 
 async def insert_session(tx: Tx, system_tokens: int, **cols: Any) -> int:
-    """A new session row, sleeping, stamped changed; returns its SID."""
+    """A new session row, sleeping, stamped changed; returns its SID. An ``id`` among ``cols``
+    is the SID taken for it beforehand (``next_sid``): the row then waits to be sent with what
+    follows (``Tx.later``: no round trip of its own on PostgreSQL)."""
     base = {
         "uuid": str(uuid.uuid4()), "state": State.SLEEPING.value, "created": tx.now, "last_active": tx.now,
         "rev": await tx.rev(), "system_tokens": system_tokens, "context_tokens": system_tokens,
@@ -125,7 +127,25 @@ async def insert_session(tx: Tx, system_tokens: int, **cols: Any) -> int:
     base.update(cols)
     names = ", ".join(base)
     marks = ", ".join("?" for _ in base)
-    return await tx.insert(f"INSERT INTO sessions ({names}) VALUES ({marks})", list(base.values()))
+    statement = f"INSERT INTO sessions ({names}) VALUES ({marks})"
+    if "id" not in cols:
+        return await tx.insert(statement, list(base.values()))
+    await tx.later(statement, list(base.values()))
+    return int(cols["id"])
+
+
+async def next_sid(tx: Tx) -> int:
+    """The SID the next session made in this transaction is to have (``insert_session``'s
+    ``id``): read with the call's other reads, it costs no round trip of its own."""
+    return int(await tx.value(said(tx, _NEXT_SID)))
+
+
+#: The next SID: SQLite's own choice for a row without one (its highest plus one: the table
+#: has no AUTOINCREMENT, and the writers' lock is held), PostgreSQL's sequence of the column
+_NEXT_SID: Final = {
+    "sqlite": "SELECT coalesce(max(id), 0) + 1 FROM sessions",
+    "postgresql": "SELECT nextval(pg_get_serial_sequence('sessions', 'id'))",
+}
 
 
 async def update_session(tx: Tx, sid: int, **cols: Any) -> None:

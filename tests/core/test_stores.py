@@ -509,11 +509,11 @@ async def test_a_send_on_postgresql_is_two_round_trips(postgres) -> None:
         assert [m.content for m in await ws.history(sid)] == ["warm", "one message"]
 
 
-async def test_a_fork_on_postgresql_is_four_round_trips_whatever_it_reads(postgres) -> None:
+async def test_a_fork_on_postgresql_is_three_round_trips_whatever_it_reads(postgres) -> None:
     """A ``fork`` reads its parent with the beginning; then its name, the parent's folds and
-    triggers, the tokens up to the fork point and the agent's side, all asked together
-    (``Tx.together``): one message; then makes the child's row (its id is needed); then copies
-    what the child inherits with the journal row and the commit."""
+    triggers, the tokens up to the fork point, the agent's side and the child's SID, all asked
+    together (``Tx.together``): one message; then sends the child's row and what it inherits
+    with the journal row and the commit."""
     async with await Workspace.open(postgres.workspace()) as ws:
         sid = (await ws.spawn("x", "ops")).sid
         await ws.send_many(sid, [{"role": "user", "content": f"m{n}"} for n in range(30)])
@@ -521,7 +521,7 @@ async def test_a_fork_on_postgresql_is_four_round_trips_whatever_it_reads(postgr
         await ws.compress(sid, keep_last=20, summary="the first ten")
         await ws.fork(sid)
         said = await _said(postgres, ws, lambda: ws.fork(sid, at=20))
-        assert len(said) == 4, "\n".join(said)
+        assert len(said) == 3, "\n".join(said)
         forks = [s for s in await ws.ps() if s.parent == sid]
         assert [f.name for f in forks] == ["x #2", "x #3"]
         assert [m.content for m in await ws.history(forks[1].id)] == [f"m{n}" for n in range(20)]
