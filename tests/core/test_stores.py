@@ -4,6 +4,7 @@ each store refuses, in one line, with nothing changed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -564,3 +565,91 @@ async def test_what_a_connection_prepared_outlives_a_rollback_and_only_so_many_a
         ours = [name for name in await prepared() if name.startswith("procession_")]
         assert len(ours) <= 4 + 8  # and those a call prepared itself, until the next call begins
         assert len(await ws.history(sid)) == 1 + 20 + 1 + 12
+
+
+#: Values a statement binds, each as SQLite gives it back: texts a binder could get wrong
+#: (quotes, backslashes, what looks like SQL, a placeholder, a long one), numbers at their
+#: edges, bytes that are not text
+_AWKWARD = ["it's", "'); DROP TABLE meta; --", "back\\slash \\' \\x00 E'\\n'", "$$ dollars $q$", "100% %s %% ?",
+            "é 漢字 🎉 e\u0301 \u200b", "line\nbreak\ttab\rend", "x'" * 50_000, "", 0, 1, -1, 2**63 - 1, -(2**63),
+            1.5, -0.0, 1e308, 5e-324, float("inf"), float("-inf"), b"", b"\x00'\\\xff\\x41", None]
+
+
+async def test_every_kind_of_value_comes_back_as_it_went_on_both_stores(postgres, tmp_path) -> None:
+    """A statement's values are written into the message as constants (``_literal``, faster than
+    psycopg's binding) where the connection reads strings as standard, and bound by psycopg
+    where it does not: either way each comes back exactly as SQLite gives it back, read and
+    written, and a text that looks like SQL stays a text."""
+    url = postgres.workspace()
+    plain = postgres.workspace().replace("options=", "options=" + "-cstandard_conforming_strings%3Doff%20")
+    for where in (tmp_path / "ws.db", url, plain):
+        async with await Workspace.open(where) as ws:
+            if where is not url and isinstance(where, str):
+                assert not ws.store.prepared().literal  # type: ignore[attr-defined]
+            elif where is url:
+                assert ws.store.prepared().literal  # type: ignore[attr-defined]
+            async with ws.store.snapshot() as tx:
+                read = [(await tx.all("SELECT ?", (value,)))[0][0] for value in _AWKWARD]
+                both = await tx.all("SELECT ?, ?, ?", ("it's", 7, b"'"))
+            texts = [value for value in _AWKWARD if isinstance(value, str)]
+            async with ws.store.tx() as tx:
+                for n, text in enumerate(texts):
+                    await tx.later("INSERT INTO meta (key, value) VALUES (?, ?)", (f"test{n}", text))
+            async with ws.store.snapshot() as tx:
+                written = [r[0] for r in await tx.all("SELECT value FROM meta WHERE key LIKE 'test%' ORDER BY"
+                                                      " CAST(substr(key, 5) AS INTEGER)")]
+            assert await ws.ps() == []
+        assert [(type(v), v) for v in read] == [(type(v), v) for v in _AWKWARD], where
+        assert str(read[_AWKWARD.index(1.5) + 1]) == "-0.0"  # its sign kept
+        assert tuple(both[0]) == ("it's", 7, b"'")
+        assert written == texts, where
+
+
+async def test_a_call_cancelled_anywhere_on_postgresql_is_whole_or_not_at_all_and_holds_no_lock(postgres) -> None:
+    """Calls cancelled while each of their messages is with the server (the beginning and the
+    read, then the writes and the commit), and at turns of the loop between: psycopg has the
+    server cancel what the connection was doing, the store rolls back what is left; each call
+    is then done whole, journal row and message, or not at all, the connection is left outside
+    a transaction and the writers' lock is free at once for another connection."""
+    import psycopg
+
+    from procession.store.postgres import WRITE_LOCK
+
+    url = postgres.workspace()
+    async with await Workspace.open(url) as ws:
+        store: Any = ws.store
+        sid = (await ws.spawn("s", "a")).sid
+        sent_by_store, at = store.sent, {"message": 0, "cancel": -1}
+
+        async def sent(message: Any) -> Any:  # the call's task cancelled as its message goes
+            at["message"] += 1
+            if at["message"] == at["cancel"]:
+                asyncio.current_task().cancel()  # type: ignore[union-attr]
+            return await sent_by_store(message)
+
+        store.sent = sent
+        other = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        try:
+            cancelled = 0
+            for i in range(60):
+                at.update(message=0, cancel=1 + i % 2 if i < 30 else -1)
+                task = asyncio.ensure_future(ws.send(sid, f"message {i}"))
+                for _ in range(i % 12 if i >= 30 else 0):
+                    await asyncio.sleep(0)
+                if i >= 30 and not task.done():
+                    task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    cancelled += 1
+                assert store.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                async with other.transaction():
+                    await other.execute("SET LOCAL lock_timeout = '1s'")
+                    await other.execute(WRITE_LOCK)  # refused after 1 s if the cancelled call kept it
+            sent_texts = [m.content for m in await ws.history(sid)]
+            journaled = [e.args["text"] for e in await ws.journal(limit=1000) if e.call == "send"]
+            await ws.send(sid, "after")
+        finally:
+            await other.close()
+    assert cancelled >= 30  # each of the first 30, at its first message or at its commit
+    assert sorted(journaled) == sorted(sent_texts) and len(set(sent_texts)) == len(sent_texts)  # whole calls or none
