@@ -12,6 +12,8 @@ same temporary folder, ``synchronous = NORMAL`` as always.
 - *append*: ``send --jsonl`` of N messages through the CLI, messages per second.
 - *history*: ``history`` of a session of N messages read whole through the API.
 - *fork*: one ``fork`` of a session of N messages.
+- *a bare round trip*: ``SELECT 1`` on a psycopg connection of its own, median over ``--reps``
+  x 20: the least each of a call's messages costs (a ``send`` is two, a ``fork`` three).
 - *ps*: ``ps --json`` of S sessions (made in SQLite, carried over by ``migrate-store``), whole
   process wall time.
 - *claims*: E engine processes (``--host hN``, 4 slots each) on one workspace, R sessions of
@@ -83,6 +85,20 @@ async def _calls(target: str, messages: int, reps: int) -> dict[str, list[float]
             await ws.fork(long)
             out["fork"].append(time.perf_counter() - t0)
     return out
+
+
+async def _round_trips(url: str, reps: int) -> list[float]:
+    """A bare round trip to the server (``SELECT 1`` on a psycopg connection of its own): the
+    least a message costs, which a call pays once for each of its round trips."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        took = []
+        for _ in range(reps * 20):
+            t0 = time.perf_counter()
+            await conn.execute("SELECT 1")
+            took.append(time.perf_counter() - t0)
+        return took
 
 
 async def build_long_anywhere(target: str, n: int) -> int:
@@ -181,6 +197,9 @@ def main() -> int:
             res.record(f"{store}_history", f"{store}: history, read whole", f"{sizes.messages:,} msgs",
                        calls["history"])
             res.record(f"{store}_fork", f"{store}: fork", f"{sizes.messages:,} msgs", calls["fork"])
+            if store == "postgresql":
+                res.record("postgresql_round_trip", "postgresql: a bare round trip (send: 2, fork: 3)", "SELECT 1",
+                           asyncio.run(_round_trips(make("trips"), reps)))
             res.record(f"{store}_append", f"{store}: send --jsonl, whole process", f"{sizes.messages:,} msgs",
                        _append(make("append"), root, sizes.messages, reps), unit="msg/s")
             big = root / "ps.db"
