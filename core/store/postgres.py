@@ -25,7 +25,7 @@ at every commit of the other nine, and spent the machine on it.
 
 Round trips are what a call costs here, so none is spent that can be saved: a transaction's
 beginning goes with its first statement, the change stamp with its lock, and a call's journal
-row's id with them (``RESERVE``); a write whose answer nobody reads (``Tx.later``, a few rows
+row's id with them (``RESERVING``); a write whose answer nobody reads (``Tx.later``, a few rows
 of ``many``, the journal row) waits and goes with the next statement, or with the
 notification and the ``COMMIT`` (``PgTx._send``: one message of several statements, bound
 client-side, numbers typed as server-side binding types them). A ``send`` is two round trips:
@@ -80,15 +80,16 @@ BUSY_TIMEOUT_S = 10
 WRITE_LOCK = "SELECT 1 FROM meta WHERE key = 'rev' FOR UPDATE"
 #: How a write transaction begins: the lock taken by stamping the row (an update locks it as
 #: ``WRITE_LOCK`` does), so that the change stamp every write needs (``Tx.rev``) costs no round
-#: trip of its own; waited for ``BUSY_TIMEOUT_S`` at most (``StoreBusy``), no longer after.
+#: trip of its own; waited for ``BUSY_TIMEOUT_S`` at most (``StoreBusy``), no longer after (the
+#: stamp's ``RETURNING`` sets the wait back, the row held: no statement of its own).
 WRITE_BEGIN = ("BEGIN", f"SET LOCAL lock_timeout = '{BUSY_TIMEOUT_S}s'",
-               "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'rev' RETURNING value",
-               "SET LOCAL lock_timeout = 0")
-SNAPSHOT_BEGIN = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
-#: A journal row's id, taken as a call's transaction begins (``PgTx.will_journal``; after the
+               "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'rev'"
+               " RETURNING value, set_config('lock_timeout', '0', true)")
+#: The same, a call's journal row's id taken with the stamp (``PgTx.will_journal``; after the
 #: writers' lock, so ids still grow in the order calls commit): the row then waits to go with
 #: the commit, and the call costs no round trip for it.
-RESERVE = "SELECT nextval(pg_get_serial_sequence('journal', 'id'))"
+RESERVING = (*WRITE_BEGIN[:-1], WRITE_BEGIN[-1] + ", nextval(pg_get_serial_sequence('journal', 'id'))")
+SNAPSHOT_BEGIN = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 #: The journal row of that id (``base.JOURNAL``'s, its id given).
 JOURNAL_AT = ("INSERT INTO journal (id, ts, actor, call, session_id, other_id, args, outcome, who)"
               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, session_user || ' · ' || ?)")
@@ -345,7 +346,7 @@ class PgTx(Tx):
         #: here, bound as text as its message is made: sent ahead of the next statement, or of
         #: the commit, in its message
         self.queued: list[tuple[str, Params]] = []
-        self.reserved: int | None = None  # the journal row's id its beginning took (``RESERVE``)
+        self.reserved: int | None = None  # the journal row's id its beginning took (``RESERVING``)
         #: the statements asked for at this point by reads gathered together (``_ask``), and
         #: where their answers come, while the first of them waits for the others to ask theirs
         self._asking: list[tuple[str, Params]] | None = None
@@ -368,8 +369,8 @@ class PgTx(Tx):
         return translate(sql), _check(params)
 
     def will_journal(self) -> None:
-        if self.opening is not None and RESERVE not in self.opening:
-            self.opening += (RESERVE,)
+        if self.opening == WRITE_BEGIN:
+            self.opening = RESERVING
 
     async def journal(self, actor: str, call: str, sid: int | None, args: dict[str, Any], outcome: Any,
                       other: int | None = None, who: str | None = None) -> int:
@@ -673,10 +674,10 @@ class PgStore(Store):
             of = {(at + ahead if at else 0): one for at, one in enumerate(opening)}
 
             def opened(at: int, value: Sequence[Any]) -> None:
-                if of.get(at) == RESERVE:
-                    tx.reserved = int(value[0])
-                elif at in of:
+                if at in of:  # the stamp, and the journal row's id it took (``RESERVING``)
                     tx.stamped(int(value[0]))
+                    if len(value) > 2:
+                        tx.reserved = int(value[2])
 
             try:
                 await self.sent(cursor.execute("; ".join(message)))

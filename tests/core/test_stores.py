@@ -653,3 +653,36 @@ async def test_a_call_cancelled_anywhere_on_postgresql_is_whole_or_not_at_all_an
             await other.close()
     assert cancelled >= 30  # each of the first 30, at its first message or at its commit
     assert sorted(journaled) == sorted(sent_texts) and len(set(sent_texts)) == len(sent_texts)  # whole calls or none
+
+
+async def test_a_writer_waits_for_the_writers_lock_so_long_then_is_busy_and_waits_on_no_other_lock_so(
+        postgres, monkeypatch) -> None:
+    """A write transaction waits for the writers' lock ``BUSY_TIMEOUT_S`` at most (1 s here),
+    then is told the workspace is busy, nothing changed; once it holds the lock, no other wait
+    of it is cut short (its stamp sets the wait back as it takes the row): a session's row held
+    by another connection for longer is waited for."""
+    import psycopg
+
+    from procession.model.errors import StoreBusy
+    from procession.store import postgres as pg
+
+    for name in ("WRITE_BEGIN", "RESERVING"):
+        monkeypatch.setattr(pg, name, tuple(s.replace(f"'{pg.BUSY_TIMEOUT_S}s'", "'1s'") for s in getattr(pg, name)))
+    url = postgres.workspace()
+    async with await Workspace.open(url) as ws:
+        sid = (await ws.spawn("x", "ops")).sid
+        other = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        try:
+            async with other.transaction():
+                await other.execute(pg.WRITE_LOCK)
+                with pytest.raises(StoreBusy, match="stayed locked by another writer"):
+                    await ws.send(sid, "refused")
+            async with other.transaction():
+                await other.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (sid,))
+                waiting = asyncio.ensure_future(ws.send(sid, "waited for"))
+                await asyncio.sleep(2)
+                assert not waiting.done()
+            await waiting
+        finally:
+            await other.close()
+        assert [m.content for m in await ws.history(sid)] == ["waited for"]
