@@ -122,9 +122,11 @@ SERVER_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())"
 #: cut under an idle connection is found by TCP keepalives (a probe after 3 s of silence, then
 #: each second, given up after 3 unanswered: about 6 s), and under one that sent a statement by
 #: ``tcp_user_timeout`` (data unacknowledged for 5 s). Without them a cut network froze every
-#: engine for the kernel's own 15 minutes and left calls hanging, and no one said why.
+#: engine for the kernel's own 15 minutes and left calls hanging, and no one said why. And the
+#: connection speaks UTF-8, asked as it opens, so that no reload of the server's settings
+#: changes it under the store's own writing of values (``_literal``).
 LINK: dict[str, str] = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "3", "keepalives_interval": "1",
-                        "keepalives_count": "3", "tcp_user_timeout": "5000"}
+                        "keepalives_count": "3", "tcp_user_timeout": "5000", "client_encoding": "UTF8"}
 
 
 def linked(url: str) -> str:
@@ -226,16 +228,20 @@ def _value(value: Any) -> Any:
 
 
 def _literal(value: str | int | float | bytes | None) -> str:
-    """A checked value (``_value``'s) written as a constant of PostgreSQL's own syntax, as
-    psycopg's binding writes it, in a quarter of its time (most of what binding a ``send`` cost):
-    a number typed as server-side binding types it (``_typed_literal``); a text between single
-    quotes, each quote in it doubled, which is all a string constant needs where the connection
-    reads strings as standard (``standard_conforming_strings``, on unless a server is set
-    otherwise: ``Prepared.literal``) and in UTF-8, where no byte of a character is a quote; a text
-    that is not Unicode is refused as psycopg refuses it (``UnicodeEncodeError``)."""
+    """A checked value (``_value``'s) written as a constant of PostgreSQL's own syntax, read the
+    same whatever the server's ``standard_conforming_strings`` (which a reload of its settings
+    can turn off under an open connection, between two messages): a text between single quotes,
+    each quote in it doubled, and one that holds a backslash an escape string (``E'...'``), each
+    backslash doubled too, as libpq's own quoting writes them; bytes in hex, as an escape string;
+    a number typed as server-side binding types it (``_typed_literal``). A quarter of the time
+    psycopg's general binding took (most of what binding a ``send`` cost). Sound in UTF-8, where
+    no byte of a character is a quote or a backslash (``Prepared.literal``); a text that is not
+    Unicode is refused as psycopg refuses it (``UnicodeEncodeError``)."""
     if isinstance(value, str):
         if not value.isascii():
             value.encode()
+        if "\\" in value:
+            return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
         return "'" + value.replace("'", "''") + "'"
     if value is None:
         return "NULL"
@@ -243,7 +249,7 @@ def _literal(value: str | int | float | bytes | None) -> str:
         return f"'{int(value)}'::int8"
     if isinstance(value, float):
         return f"'{value!r}'::float8"
-    return "'\\x" + value.hex() + "'::bytea"
+    return "E'\\\\x" + value.hex() + "'::bytea"
 
 
 class Prepared:
@@ -258,9 +264,9 @@ class Prepared:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn  # whose they are: another connection (the first one dropped) has none
-        #: whether the connection reads a string as ``_literal`` writes it (PostgreSQL's default)
-        self.literal = conn.pgconn.parameter_status(b"standard_conforming_strings") == b"on" \
-            and conn.info.encoding == "utf-8"
+        #: whether ``_literal`` may write its values: the connection speaks UTF-8 (``LINK``'s, kept
+        #: under a reload of the server's settings; elsewhere psycopg binds, in the one it speaks)
+        self.literal = conn.info.encoding == "utf-8"
         self.names: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
         self.making: dict[tuple[str, tuple[str, ...]], str] = {}  # prepared by the message being made
         self.ahead: list[str] = []  # the PREPAREs the next message begins with

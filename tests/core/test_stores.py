@@ -570,39 +570,54 @@ async def test_what_a_connection_prepared_outlives_a_rollback_and_only_so_many_a
 #: Values a statement binds, each as SQLite gives it back: texts a binder could get wrong
 #: (quotes, backslashes, what looks like SQL, a placeholder, a long one), numbers at their
 #: edges, bytes that are not text
-_AWKWARD = ["it's", "'); DROP TABLE meta; --", "back\\slash \\' \\x00 E'\\n'", "$$ dollars $q$", "100% %s %% ?",
-            "é 漢字 🎉 e\u0301 \u200b", "line\nbreak\ttab\rend", "x'" * 50_000, "", 0, 1, -1, 2**63 - 1, -(2**63),
-            1.5, -0.0, 1e308, 5e-324, float("inf"), float("-inf"), b"", b"\x00'\\\xff\\x41", None]
+_AWKWARD = ["it's", "'); DROP TABLE meta; --", "back\\slash \\' \\x00 E'\\n'", "ends in a backslash\\", "\\",
+            "$$ dollars $q$", "100% %s %% ?", "é 漢字 🎉 e\u0301 \u200b", "line\nbreak\ttab\rend", "x'\\" * 50_000, "",
+            0, 1, -1, 2**63 - 1, -(2**63), 1.5, -0.0, 1e308, 5e-324, float("inf"), float("-inf"), b"",
+            b"\x00'\\\xff\\x41", None]
+
+
+async def _round_trip(ws: Workspace, values: list[Any]) -> tuple[list[Any], list[str]]:
+    """``values`` read back through a statement (``SELECT ?``), and the texts of them written
+    in a transaction and read back."""
+    async with ws.store.snapshot() as tx:
+        read = [(await tx.all("SELECT ?", (value,)))[0][0] for value in values]
+        assert tuple((await tx.all("SELECT ?, ?, ?", ("it's\\", 7, b"'")))[0]) == ("it's\\", 7, b"'")
+    async with ws.store.tx() as tx:
+        for n, text in enumerate(value for value in values if isinstance(value, str)):
+            await tx.later("INSERT INTO meta (key, value) VALUES (?, ?)", (f"test{n}", text))
+    async with ws.store.snapshot() as tx:
+        written = [r[0] for r in await tx.all("SELECT value FROM meta WHERE key LIKE 'test%' ORDER BY"
+                                              " CAST(substr(key, 5) AS INTEGER)")]
+    return read, written
 
 
 async def test_every_kind_of_value_comes_back_as_it_went_on_both_stores(postgres, tmp_path) -> None:
-    """A statement's values are written into the message as constants (``_literal``, faster than
-    psycopg's binding) where the connection reads strings as standard, and bound by psycopg
-    where it does not: either way each comes back exactly as SQLite gives it back, read and
-    written, and a text that looks like SQL stays a text."""
-    url = postgres.workspace()
-    plain = postgres.workspace().replace("options=", "options=" + "-cstandard_conforming_strings%3Doff%20")
-    for where in (tmp_path / "ws.db", url, plain):
+    """A statement's values are written into the message as constants (``_literal``, faster
+    than psycopg's binding): each comes back exactly as SQLite gives it back, read and written,
+    and a text that looks like SQL stays a text, also where the server stops reading strings as
+    standard under an open connection (``standard_conforming_strings``: a reload of its settings
+    can turn it off between two messages; a backslash would then end a plain string)."""
+    for where, plain in ((tmp_path / "ws.db", False), (postgres.workspace(), False), (postgres.workspace(), True)):
         async with await Workspace.open(where) as ws:
-            if where is not url and isinstance(where, str):
-                assert not ws.store.prepared().literal  # type: ignore[attr-defined]
-            elif where is url:
+            if isinstance(where, str):
                 assert ws.store.prepared().literal  # type: ignore[attr-defined]
-            async with ws.store.snapshot() as tx:
-                read = [(await tx.all("SELECT ?", (value,)))[0][0] for value in _AWKWARD]
-                both = await tx.all("SELECT ?, ?, ?", ("it's", 7, b"'"))
-            texts = [value for value in _AWKWARD if isinstance(value, str)]
-            async with ws.store.tx() as tx:
-                for n, text in enumerate(texts):
-                    await tx.later("INSERT INTO meta (key, value) VALUES (?, ?)", (f"test{n}", text))
-            async with ws.store.snapshot() as tx:
-                written = [r[0] for r in await tx.all("SELECT value FROM meta WHERE key LIKE 'test%' ORDER BY"
-                                                      " CAST(substr(key, 5) AS INTEGER)")]
+            if plain:
+                await ws.store.conn.execute("SET standard_conforming_strings = off")  # type: ignore[attr-defined]
+            read, written = await _round_trip(ws, _AWKWARD)
             assert await ws.ps() == []
         assert [(type(v), v) for v in read] == [(type(v), v) for v in _AWKWARD], where
         assert str(read[_AWKWARD.index(1.5) + 1]) == "-0.0"  # its sign kept
-        assert tuple(both[0]) == ("it's", 7, b"'")
-        assert written == texts, where
+        assert written == [value for value in _AWKWARD if isinstance(value, str)], where
+
+
+async def test_where_a_connection_speaks_another_encoding_psycopg_binds_the_values(postgres) -> None:
+    """An operator's address may ask for another encoding than UTF-8 (the store's own asks for
+    UTF-8): there psycopg binds the values, in it, and they come back as they went."""
+    texts = ["it's é", "'); DROP TABLE meta; --", "back\\slash \\' E'\\n'", "ends\\"]
+    async with await Workspace.open(postgres.workspace() + "&client_encoding=LATIN1") as ws:
+        assert not ws.store.prepared().literal  # type: ignore[attr-defined]
+        read, written = await _round_trip(ws, [*texts, 7, b"\x00'"])
+    assert read == [*texts, 7, b"\x00'"] and written == texts
 
 
 async def test_a_call_cancelled_anywhere_on_postgresql_is_whole_or_not_at_all_and_holds_no_lock(postgres) -> None:
@@ -610,7 +625,9 @@ async def test_a_call_cancelled_anywhere_on_postgresql_is_whole_or_not_at_all_an
     read, then the writes and the commit), and at turns of the loop between: psycopg has the
     server cancel what the connection was doing, the store rolls back what is left; each call
     is then done whole, journal row and message, or not at all, the connection is left outside
-    a transaction and the writers' lock is free at once for another connection."""
+    a transaction and the writers' lock is free at once for another connection. One cancelled
+    while the server waits for the lock is cancelled there: its connection kept, the next call
+    not cancelled by what was left of it."""
     import psycopg
 
     from procession.store.postgres import WRITE_LOCK
@@ -646,13 +663,29 @@ async def test_a_call_cancelled_anywhere_on_postgresql_is_whole_or_not_at_all_an
                 async with other.transaction():
                     await other.execute("SET LOCAL lock_timeout = '1s'")
                     await other.execute(WRITE_LOCK)  # refused after 1 s if the cancelled call kept it
+            # one cancelled while the server waits for the writers' lock: the server cancels it
+            conn, pid = store.conn, store.conn.info.backend_pid
+            async with other.transaction():
+                await other.execute(WRITE_LOCK)
+                task = asyncio.ensure_future(ws.send(sid, "never"))
+                await until(lambda: _waits_for_a_lock(other, pid))
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert store.conn is conn and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            await ws.send(sid, "after")  # no cancel left over for it
             sent_texts = [m.content for m in await ws.history(sid)]
             journaled = [e.args["text"] for e in await ws.journal(limit=1000) if e.call == "send"]
-            await ws.send(sid, "after")
         finally:
             await other.close()
     assert cancelled >= 30  # each of the first 30, at its first message or at its commit
+    assert "never" not in sent_texts and sent_texts[-1] == "after"
     assert sorted(journaled) == sorted(sent_texts) and len(set(sent_texts)) == len(sent_texts)  # whole calls or none
+
+
+async def _waits_for_a_lock(conn: Any, pid: int) -> bool:
+    cur = await conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+    return (await cur.fetchone()) == ("Lock",)
 
 
 async def test_a_writer_waits_for_the_writers_lock_so_long_then_is_busy_and_waits_on_no_other_lock_so(
