@@ -56,7 +56,21 @@ def reached_at(host: str) -> list[str]:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     found = {ipaddress.ip_address(a.address) for nic in psutil.net_if_addrs().values() for a in nic
              if a.family == family and "%" not in a.address}
-    return [str(a) for a in sorted(found, key=lambda a: (a.is_loopback, a)) if not a.is_link_local]
+    routed = _routed(family)
+    return [str(a) for a in sorted(found, key=lambda a: (a != routed, a.is_loopback, a)) if not a.is_link_local]
+
+
+def _routed(family: socket.AddressFamily) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address this machine's default route leaves from: where a phone on its network
+    reaches it, named first (a container bridge's or a VPN's address may sort before it). The
+    kernel's own choice of source for a datagram to an address no other route covers, asked by
+    connecting a UDP socket, which sends nothing; None without such a route."""
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("2001:db8::1" if family == socket.AF_INET6 else "192.0.2.1", 9))  # documentation's own
+        except OSError:
+            return None
+        return ipaddress.ip_address(probe.getsockname()[0])
 
 
 def origins(sock: socket.socket, hosts: list[str], tls: bool) -> list[str]:

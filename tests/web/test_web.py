@@ -14,7 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,10 @@ class Served:
     """``procession web`` running on the workspace, its address, the link it printed and every
     line it printed before it served."""
 
-    def __init__(self, db: Path | str, *more: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "procession", "--db", str(db), "web", "--port", "0", *more],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, db: Path | str, *more: str, within: Sequence[str] = ()) -> None:
+        """``within``: what the command runs in (a network namespace's ``ip netns exec NS``)."""
+        self.proc = subprocess.Popen([*within, sys.executable, "-m", "procession", "--db", str(db), "web", "--port", "0",
+                                      *more], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.link = ""
         self.said: list[str] = []

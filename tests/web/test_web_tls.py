@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import stat
@@ -31,6 +33,7 @@ from conftest import HANG_S
 from procession.model.errors import InvalidArgument
 from procession.web import loopback
 from procession.web.tls import CERT, KEY, kept_in, self_signed
+from support import netns
 from test_web import Served, made
 
 FINGERPRINT = re.compile(r"fingerprint is ((?:[0-9A-F]{2}:){31}[0-9A-F]{2}): check")
@@ -39,7 +42,12 @@ FINGERPRINT = re.compile(r"fingerprint is ((?:[0-9A-F]{2}:){31}[0-9A-F]{2}): che
 @pytest.fixture
 def away() -> str:
     """An IPv4 address of one of this machine's interfaces off loopback: where a phone on its
-    network would reach it."""
+    network would reach it, the one its default route leaves from where ``ip`` says which (a
+    page served on every address names it first)."""
+    routed = subprocess.run(["ip", "-j", "route", "get", "192.0.2.1"], capture_output=True, text=True) \
+        if shutil.which("ip") else None
+    if routed is not None and routed.returncode == 0 and json.loads(routed.stdout)[0].get("prefsrc"):
+        return str(json.loads(routed.stdout)[0]["prefsrc"])
     for addresses in psutil.net_if_addrs().values():
         for found in addresses:
             if found.family == socket.AF_INET:
@@ -47,6 +55,32 @@ def away() -> str:
                 if not ip.is_loopback and not ip.is_link_local:
                     return found.address
     pytest.skip("this machine has no IPv4 address off loopback to serve at")
+
+
+def test_served_on_every_address_it_names_first_where_the_default_route_leaves(tmp_path: Path) -> None:
+    """Served on every address (``0.0.0.0``), the link (and its QR code) names the address the
+    machine's default route leaves from, where a phone on its network reaches it, though a
+    container bridge's or a VPN's may sort before it; the others are said after. In a network
+    namespace of its own: a link whose address sorts first, and the one the default route takes."""
+    why = netns.available()
+    if why:
+        if os.environ.get("PROCESSION_REQUIRE_NETNS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    db = made(tmp_path / "ws.db")
+    with netns.Network() as net:
+        net.ip("link", "add", "routed", "type", "veth", "peer", "name", "bridge")
+        net.ip("addr", "add", "10.9.0.1/24", "dev", "routed")
+        net.ip("addr", "add", "10.1.0.1/24", "dev", "bridge")
+        for link in ("routed", "bridge"):
+            net.ip("link", "set", link, "up")
+        net.ip("route", "add", "default", "via", "10.9.0.254", "dev", "routed")
+        served = Served(db, "--listen", "0.0.0.0", "--pair", "phone", within=net.prefix())
+        try:
+            assert served.address.startswith("https://10.9.0.1:") and served.link.startswith("https://10.9.0.1:")
+            assert "also at https://10.1.0.1:" in served.line and "https://127.0.0.1:" in served.line
+        finally:
+            served.stop()
 
 
 def served_fingerprint(host: str, address: str) -> str:
@@ -92,8 +126,9 @@ def test_off_loopback_it_serves_tls_with_a_certificate_it_makes_once_and_keeps(t
     everywhere = Served(db, "--listen", "0.0.0.0", "--pair", "laptop")  # every address of this machine
     try:
         [told] = [line for line in everywhere.said if "a new one is made" in line]
-        assert f"the certificate kept in {folder} is not for 127.0.0.1" in told
-        assert everywhere.address.startswith(f"https://{away}:") and "also at https://127.0.0.1:" in everywhere.line
+        missing = told.split(f"the certificate kept in {folder} is not for ", 1)[1].split(": a new one is made")[0]
+        assert "127.0.0.1" in missing.split(", ")  # (and the machine's other addresses: a bridge, a veth, ...)
+        assert everywhere.address.startswith(f"https://{away}:") and "https://127.0.0.1:" in everywhere.line.split("also at")[1]
         assert printed(everywhere) != fingerprint and printed(everywhere) == served_fingerprint(away, everywhere.address)
         trusting = ssl.create_default_context(cafile=folder / CERT)
         laptop, _ = everywhere.paired(verify=trusting)
