@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -300,7 +301,7 @@ class AdoptCalls(LifecycleCalls):
         if held:
             await rows.update_session(act.tx, sid, state=State.SUSPENDED.value, resume_to=act.row["state"],
                                       reason=Reason.ATTACHED.value)
-        return Attached(sid, ref["cli"], ref["id"], cwd, held, env)
+        return Attached(sid, ref["cli"], ref["id"], cwd, held, env, act.row["length"])
 
     async def resume(self, sid: int) -> Moved:
         """``resume``, but of a session ``attach`` holds: refused while its CLI is open (the
@@ -326,9 +327,17 @@ class AdoptCalls(LifecycleCalls):
 
     async def detach(self, attached: Attached) -> Synced:
         """The CLI exited: append what the person did in it, and give the session back (resumed
-        to where it was, if attach suspended it and nobody else has moved it since)."""
+        to where it was, if attach suspended it and nobody else has moved it since). What it
+        says was synced is every message the CLI's transcript gave the session while it was
+        open: this sync's, and those an engine following the transcript appended meanwhile
+        (which one got there first is a race; what the person did is the same)."""
         try:
-            return await self.sync(attached.sid)
+            synced = await self.sync(attached.sid)
+            if synced.branched:
+                return synced
+            async with self.store.snapshot() as tx:
+                gained = await messages.written_by(tx, attached.sid, attached.cli, attached.length)
+            return dataclasses.replace(synced, messages=gained)
         finally:
             if attached.held:
                 async with self.store.snapshot() as tx:

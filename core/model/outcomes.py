@@ -133,13 +133,15 @@ class Synced(Outcome):
 @dataclass(slots=True, frozen=True)
 class Attached(Outcome):
     """The agent's own CLI may open ``agent`` (of ``cli``) in ``cwd`` now; ``held``: attach
-    suspended the session for it, and detaching resumes it."""
+    suspended the session for it, and detaching resumes it; ``length``: how long its history
+    was then (what the CLI adds comes after it)."""
 
     cli: str
     agent: str
     cwd: str
     held: bool
     env: dict[str, str] = field(default_factory=dict, repr=False)  # what the CLI is started with: never journaled
+    length: int = 0
 
     def journal(self) -> dict[str, Any]:
         return {"sid": self.sid, "cli": self.cli, "agent": self.agent, "cwd": self.cwd, "held": self.held}

@@ -97,6 +97,13 @@ async def last_said(tx: Tx, sid: int, cli: str) -> int | None:
     return None if own is None else int(own)
 
 
+async def written_by(tx: Tx, sid: int, cli: str, after: int) -> int:
+    """How many of a session's own messages after position ``after`` its agent CLI ``cli``
+    wrote: what the CLI's transcript gave it (``sync``, or an engine following it)."""
+    return int(await tx.value("SELECT count(*) FROM messages WHERE session_id = ? AND seq > ? AND author = ?",
+                              (sid, after, cli)))
+
+
 async def held_at(tx: Tx, sid: int, when: float) -> int | None:
     """The newest of a session's own messages made at ``when`` or before."""
     held = await tx.value("SELECT seq FROM messages WHERE session_id = ? AND created <= ? ORDER BY seq DESC LIMIT 1",

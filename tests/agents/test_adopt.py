@@ -31,6 +31,7 @@ from conftest import HANG_S, engine_on, until
 from procession import State, Workspace
 from procession.model.agents import CLIS
 from procession.model.errors import InvalidArgument, NoneDone
+from procession.present.results import describe
 from support.agent_clis import AgentSandbox, ClaudeSandbox, OpencodeSandbox, session_env
 from support.models import ModelServer, say, shell
 
@@ -488,6 +489,30 @@ async def test_the_monitor_and_ps_show_a_session_its_cli_runs_outside_procession
         term.proc.terminate()
         term.close()
     assert await feed.look_outside() == [made.sid] and feed.sessions[made.sid].outside is None
+
+
+async def test_detach_says_what_the_cli_added_though_an_engine_following_it_synced_it_first(
+        claude_sandbox: ClaudeSandbox, model_server: ModelServer, live: Workspace,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine follows an agent session's transcript and may sync what was typed in the
+    attached CLI before ``detach`` does (the monitor's own engine, once the CLI exits: a race
+    the monitor lost one time in many, saying "in sync" for a turn it had just brought back):
+    ``detach`` says what the CLI added while it was open, whoever appended it."""
+    agent = claude_sandbox
+    made = await _adopted_to_open(live, agent, model_server, monkeypatch, "made by hand", "answered in the cli")
+    attached = await live.attach(made.sid)
+    term = Terminal([str(agent.cli.exe), "--resume", attached.agent], attached.env, agent.workdir)
+    try:
+        term.read_until("made by hand")
+        term.type("typed while attached\r")
+        term.read_until("answered in the cli")
+        term.exit_cli()
+    finally:
+        term.close()
+    assert (await live.sync(made.sid)).messages == 2  # the engine's follower, first
+    synced = await live.detach(attached)
+    assert synced.messages == 2 and describe(synced) == f"{made.sid}: 2 messages synced from its agent's transcript"
+    assert (await live.info(made.sid)).state is State.SLEEPING
 
 
 async def test_resume_of_an_attached_session_waits_for_its_cli_to_close(
